@@ -1,0 +1,357 @@
+#include "store/delta_store.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace deltastream {
+
+struct DeltaStore::Lookup {
+  int64_t batch_idx = 0;
+  // A lookup as recorded (duplicates allowed), or, on the device, compacted.
+  at::Tensor ids;
+  at::Tensor states;
+  // Set instead of `ids`/`states` for a host-side compacted lookup.
+  std::unique_ptr<RowIndex> rows;
+
+  int64_t id_count() const { return rows ? rows->size() : ids.numel(); }
+  int64_t bytes() const {
+    if (rows) return rows->bytes();
+    return static_cast<int64_t>(ids.nbytes() +
+                                (states.defined() ? states.nbytes() : 0));
+  }
+};
+
+struct DeltaStore::Table {
+  std::vector<Lookup> lookups;  // batch_idx non-decreasing
+  // Fixed by the table's first lookup.
+  c10::Device device = c10::kCPU;
+  at::ScalarType state_dtype = at::kFloat;
+  int64_t state_dim = 0;
+  int64_t bytes = 0;
+
+  int64_t row_bytes() const {
+    return state_dim * static_cast<int64_t>(c10::elementSize(state_dtype));
+  }
+  std::vector<Lookup>::iterator LowerBound(int64_t batch_idx) {
+    return std::partition_point(
+        lookups.begin(), lookups.end(),
+        [batch_idx](const Lookup& l) { return l.batch_idx < batch_idx; });
+  }
+  std::vector<Lookup>::const_iterator LowerBound(int64_t batch_idx) const {
+    return std::partition_point(
+        lookups.begin(), lookups.end(),
+        [batch_idx](const Lookup& l) { return l.batch_idx < batch_idx; });
+  }
+};
+
+namespace {
+
+bool IsStateDtype(at::ScalarType dtype) {
+  return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
+}
+
+// Folds a recorded host lookup into `index`.
+void FoldRecorded(RowIndex& index, const at::Tensor& ids,
+                  const at::Tensor& states) {
+  at::Tensor contiguous_ids = ids.contiguous();
+  at::Tensor contiguous_states =
+      states.defined() ? states.contiguous() : at::Tensor();
+  index.Fold(contiguous_ids.data_ptr<int64_t>(),
+             contiguous_states.defined()
+                 ? static_cast<const uint8_t*>(contiguous_states.data_ptr())
+                 : nullptr,
+             contiguous_ids.numel());
+}
+
+}  // namespace
+
+DeltaStore::DeltaStore(UpdateMode mode) : mode_(mode) {}
+DeltaStore::~DeltaStore() = default;
+
+DeltaStore::Table* DeltaStore::FindTable(absl::string_view fqn) const {
+  auto it = tables_.find(fqn);
+  return it == tables_.end() ? nullptr : it->second.get();
+}
+
+absl::Status DeltaStore::ValidateLookup(const Table* table, int64_t batch_idx,
+                                        const TableLookup& lookup) const {
+  const std::string& fqn = lookup.fqn;
+  if (fqn.empty()) return absl::InvalidArgumentError("empty table FQN");
+  if (!lookup.ids.defined() || lookup.ids.dim() != 1 ||
+      lookup.ids.scalar_type() != at::kLong) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", fqn, "': IDs must be a 1-D int64 tensor, got ",
+        lookup.ids.defined() ? lookup.ids.toString() : "none",
+        lookup.ids.defined() ? absl::StrCat(" of ", lookup.ids.dim(), " dims")
+                             : ""));
+  }
+  if (table != nullptr && !table->lookups.empty() &&
+      batch_idx < table->lookups.back().batch_idx) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", fqn, "': batch index ", batch_idx,
+                     " is older than its newest lookup at ",
+                     table->lookups.back().batch_idx));
+  }
+  if (table != nullptr && lookup.ids.device() != table->device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", fqn, "' holds lookups on ",
+                     table->device.str(), ", got IDs on ",
+                     lookup.ids.device().str()));
+  }
+  if (mode_ == UpdateMode::kNone) return absl::OkStatus();
+
+  const at::Tensor& states = lookup.states;
+  if (!states.defined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", fqn, "': update mode ", UpdateModeName(mode_),
+                     " needs states with the IDs"));
+  }
+  if (states.dim() != 2 || states.size(0) != lookup.ids.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", fqn, "': states must be [", lookup.ids.numel(),
+        ", dim] to match ", lookup.ids.numel(), " IDs, got ",
+        c10::str(states.sizes())));
+  }
+  if (!IsStateDtype(states.scalar_type())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", fqn,
+                     "': states must be float32, float16 or bfloat16, got ",
+                     c10::toString(states.scalar_type())));
+  }
+  if (states.device() != lookup.ids.device()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", fqn, "': states on ", states.device().str(), " but IDs on ",
+        lookup.ids.device().str()));
+  }
+  if (table != nullptr && (states.size(1) != table->state_dim ||
+                           states.scalar_type() != table->state_dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", fqn, "' holds ", c10::toString(table->state_dtype),
+        " states of dim ", table->state_dim, ", got ",
+        c10::toString(states.scalar_type()), " of dim ", states.size(1)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeltaStore::Append(int64_t batch_idx,
+                                std::vector<TableLookup> lookups) {
+  absl::MutexLock lock(&mu_);
+  absl::flat_hash_set<absl::string_view> seen;
+  for (const TableLookup& lookup : lookups) {
+    if (!seen.insert(lookup.fqn).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", lookup.fqn, "' appears twice in one batch's lookups"));
+    }
+    if (absl::Status status =
+            ValidateLookup(FindTable(lookup.fqn), batch_idx, lookup);
+        !status.ok()) {
+      return status;
+    }
+  }
+  for (TableLookup& lookup : lookups) {
+    std::unique_ptr<Table>& slot = tables_[lookup.fqn];
+    if (slot == nullptr) {
+      slot = std::make_unique<Table>();
+      slot->device = lookup.ids.device();
+      if (mode_ != UpdateMode::kNone) {
+        slot->state_dtype = lookup.states.scalar_type();
+        slot->state_dim = lookup.states.size(1);
+      }
+    }
+    Lookup stored;
+    stored.batch_idx = batch_idx;
+    stored.ids = lookup.ids.detach();
+    if (mode_ != UpdateMode::kNone) stored.states = lookup.states.detach();
+    const int64_t added = stored.bytes();
+    slot->lookups.push_back(std::move(stored));
+    slot->bytes += added;
+    bytes_ += added;
+  }
+  return absl::OkStatus();
+}
+
+void DeltaStore::RecountLocked(Table& table) {
+  bytes_ -= table.bytes;
+  table.bytes = 0;
+  for (const Lookup& lookup : table.lookups) table.bytes += lookup.bytes();
+  bytes_ += table.bytes;
+}
+
+void DeltaStore::DeleteLocked(Table& table, std::optional<int64_t> up_to_idx) {
+  auto end = up_to_idx.has_value() ? table.LowerBound(*up_to_idx)
+                                   : table.lookups.end();
+  if (end == table.lookups.begin()) return;
+  table.lookups.erase(table.lookups.begin(), end);
+  RecountLocked(table);
+}
+
+void DeltaStore::Delete(std::optional<int64_t> up_to_idx) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [fqn, table] : tables_) DeleteLocked(*table, up_to_idx);
+}
+
+void DeltaStore::DeleteTable(absl::string_view fqn, int64_t up_to_idx) {
+  absl::MutexLock lock(&mu_);
+  if (Table* table = FindTable(fqn)) DeleteLocked(*table, up_to_idx);
+}
+
+void DeltaStore::CompactLocked(Table& table, int64_t start_idx,
+                               int64_t end_idx) {
+  if (start_idx >= end_idx) return;
+  auto first = table.LowerBound(start_idx);
+  auto last = table.LowerBound(end_idx);
+  if (last - first <= 1) return;
+
+  Lookup merged;
+  merged.batch_idx = start_idx;
+  if (table.device.is_cpu()) {
+    if (first->rows) {
+      merged.rows = std::move(first->rows);
+    } else {
+      merged.rows = std::make_unique<RowIndex>(mode_, table.row_bytes());
+      FoldRecorded(*merged.rows, first->ids, first->states);
+    }
+    for (auto it = first + 1; it != last; ++it) {
+      if (it->rows) {
+        merged.rows->Fold(*it->rows);
+      } else {
+        FoldRecorded(*merged.rows, it->ids, it->states);
+      }
+    }
+  } else {
+    std::vector<at::Tensor> ids, states;
+    for (auto it = first; it != last; ++it) {
+      ids.push_back(it->ids);
+      if (mode_ != UpdateMode::kNone) states.push_back(it->states);
+    }
+    UniqueRows rows = UniqueRowsOf(ids, states, mode_);
+    merged.ids = std::move(rows.ids);
+    merged.states = std::move(rows.states);
+  }
+  auto at = table.lookups.erase(first, last);
+  table.lookups.insert(at, std::move(merged));
+  RecountLocked(table);
+}
+
+void DeltaStore::Compact(int64_t start_idx, int64_t end_idx) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [fqn, table] : tables_) CompactLocked(*table, start_idx, end_idx);
+}
+
+void DeltaStore::CompactTable(absl::string_view fqn, int64_t start_idx,
+                              int64_t end_idx) {
+  absl::MutexLock lock(&mu_);
+  if (Table* table = FindTable(fqn)) CompactLocked(*table, start_idx, end_idx);
+}
+
+UniqueRows DeltaStore::UniqueRowsFrom(const Table& table,
+                                      int64_t from_idx) const {
+  auto first = table.LowerBound(from_idx);
+  auto last = table.lookups.end();
+  if (first == last) {
+    UniqueRows empty;
+    empty.ids = at::empty({0}, at::TensorOptions(at::kLong).device(table.device));
+    if (mode_ != UpdateMode::kNone) {
+      empty.states =
+          at::empty({0, table.state_dim},
+                    at::TensorOptions(table.state_dtype).device(table.device));
+    }
+    return empty;
+  }
+  if (!table.device.is_cpu()) {
+    std::vector<at::Tensor> ids, states;
+    for (auto it = first; it != last; ++it) {
+      ids.push_back(it->ids);
+      if (mode_ != UpdateMode::kNone) states.push_back(it->states);
+    }
+    return UniqueRowsOf(ids, states, mode_);
+  }
+  if (last - first == 1 && first->rows) {
+    return first->rows->ToUniqueRows(table.state_dtype);
+  }
+  RowIndex index(mode_, table.row_bytes());
+  for (auto it = first; it != last; ++it) {
+    if (it->rows) {
+      index.Fold(*it->rows);
+    } else {
+      FoldRecorded(index, it->ids, it->states);
+    }
+  }
+  return index.ToUniqueRows(table.state_dtype);
+}
+
+std::map<std::string, UniqueRows> DeltaStore::GetUnique(
+    int64_t from_idx) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::map<std::string, UniqueRows> result;
+  for (const auto& [fqn, table] : tables_) {
+    result.emplace(fqn, UniqueRowsFrom(*table, from_idx));
+  }
+  return result;
+}
+
+absl::StatusOr<UniqueRows> DeltaStore::GetUniqueTable(absl::string_view fqn,
+                                                      int64_t from_idx) const {
+  absl::ReaderMutexLock lock(&mu_);
+  const Table* table = FindTable(fqn);
+  if (table == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no table '", fqn, "' in store"));
+  }
+  return UniqueRowsFrom(*table, from_idx);
+}
+
+std::vector<std::string> DeltaStore::Fqns() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<std::string> fqns;
+  for (const auto& [fqn, table] : tables_) fqns.push_back(fqn);
+  return fqns;
+}
+
+std::vector<int64_t> DeltaStore::BatchIndices(absl::string_view fqn) const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<int64_t> indices;
+  if (const Table* table = FindTable(fqn)) {
+    for (const Lookup& lookup : table->lookups) {
+      indices.push_back(lookup.batch_idx);
+    }
+  }
+  return indices;
+}
+
+std::optional<int64_t> DeltaStore::OldestBatchIndex() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::optional<int64_t> oldest;
+  for (const auto& [fqn, table] : tables_) {
+    if (table->lookups.empty()) continue;
+    int64_t idx = table->lookups.front().batch_idx;
+    if (!oldest.has_value() || idx < *oldest) oldest = idx;
+  }
+  return oldest;
+}
+
+StoreUsage DeltaStore::Usage() const {
+  absl::ReaderMutexLock lock(&mu_);
+  StoreUsage usage;
+  for (const auto& [fqn, table] : tables_) {
+    TableUsage& t = usage.tables[fqn];
+    t.lookups = static_cast<int64_t>(table->lookups.size());
+    for (const Lookup& lookup : table->lookups) t.ids += lookup.id_count();
+    t.bytes = table->bytes;
+    usage.total.lookups += t.lookups;
+    usage.total.ids += t.ids;
+    usage.total.bytes += t.bytes;
+  }
+  return usage;
+}
+
+int64_t DeltaStore::bytes() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return bytes_;
+}
+
+}  // namespace deltastream

@@ -1,0 +1,158 @@
+#ifndef DELTASTREAM_STORE_DELTA_STORE_H_
+#define DELTASTREAM_STORE_DELTA_STORE_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "store/row_index.h"
+#include "store/unique_rows.h"
+#include "store/update_mode.h"
+
+namespace deltastream {
+
+// One table's part of a recorded batch, as handed to DeltaStore::Append.
+struct TableLookup {
+  // The table's fully qualified name, for example "sparse.ebc.embedding_bags.t1".
+  std::string fqn;
+  // int64 [n] row IDs, in lookup order, duplicates allowed. Any device.
+  at::Tensor ids;
+  // [n, dim] float32, float16 or bfloat16 rows, on the device of `ids`. Required
+  // unless the store's mode is UpdateMode::kNone, where it is ignored.
+  at::Tensor states;
+};
+
+// Memory held for one table, or for the whole store.
+struct TableUsage {
+  int64_t lookups = 0;  // indexed lookups held
+  int64_t ids = 0;      // IDs held, counting repeats in not-yet-compacted lookups
+  int64_t bytes = 0;    // bytes of IDs, states and indexes held
+};
+
+struct StoreUsage {
+  TableUsage total;
+  std::map<std::string, TableUsage> tables;
+};
+
+// DeltaStore holds, per table FQN, an ordered list of *indexed lookups*: the IDs
+// (and, by UpdateMode, states) recorded at one batch index, or the compaction of
+// several batches into one lookup that holds each ID once. It answers "which rows
+// changed since batch B, and with which state" with each ID once, sorted.
+//
+// Semantics (those of TorchRec's DeltaStore):
+//  - Append adds a lookup at `batch_idx` to each table named; batch indices of a
+//    table never decrease.
+//  - Compact(start, end): in each table, the lookups with batch index in
+//    [start, end), when there are more than one, become one lookup at index
+//    `start` holding their unique IDs. In kFirst the state of an ID is the one of
+//    its first occurrence in batch order, in kLast its last.
+//  - GetUnique(from): per table, the unique rows of all lookups with batch
+//    index >= from, IDs ascending; states chosen by the same rule.
+//  - Delete(up_to): drops every lookup with batch index < up_to.
+// Compaction never changes what GetUnique returns for any `from` that is not
+// strictly inside a compacted window.
+//
+// Cost: Append keeps references to the given tensors: no copy, no device
+// synchronisation (tensors are detached from autograd). Host-resident lookups are
+// compacted into a hashed row index that later compactions extend in place, so
+// time grows with the IDs recorded, not with steps x rows held. Device-resident
+// (CUDA) lookups are compacted with tensor operations on their device.
+//
+// Callers must not modify appended tensors in place afterwards.
+//
+// Thread safety: all methods may be called concurrently from any thread; each
+// call is atomic with respect to the others. Append never waits for more than
+// one in-flight Compact or GetUnique.
+class DeltaStore {
+ public:
+  explicit DeltaStore(UpdateMode mode);
+
+  DeltaStore(const DeltaStore&) = delete;
+  DeltaStore& operator=(const DeltaStore&) = delete;
+  ~DeltaStore();
+
+  UpdateMode mode() const { return mode_; }
+
+  // Appends one lookup per element of `lookups`, all at `batch_idx`. All or
+  // nothing: InvalidArgument, with the store unchanged, when any FQN is empty or
+  // repeated, `batch_idx` is older than a table's newest lookup, IDs are not
+  // int64 [n], or (unless kNone) states are missing, not [n, dim], not of a
+  // floating dtype, on another device than the IDs, or of another dim, dtype or
+  // device than the table's earlier lookups.
+  absl::Status Append(int64_t batch_idx, std::vector<TableLookup> lookups)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Drops, in every table, the lookups with batch index < `up_to_idx`; with
+  // nullopt, every lookup. Tables stay known (GetUnique reports them empty).
+  void Delete(std::optional<int64_t> up_to_idx = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Same, for one table; a no-op for an unknown FQN.
+  void DeleteTable(absl::string_view fqn, int64_t up_to_idx)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Compacts the window [start_idx, end_idx) of every table (see above). A
+  // no-op when start_idx >= end_idx.
+  void Compact(int64_t start_idx, int64_t end_idx) ABSL_LOCKS_EXCLUDED(mu_);
+  // Same, for one table; a no-op for an unknown FQN.
+  void CompactTable(absl::string_view fqn, int64_t start_idx, int64_t end_idx)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Unique rows since `from_idx` of every known table (possibly empty), by FQN.
+  // Results are fresh tensors on the tables' device, owned by the caller.
+  std::map<std::string, UniqueRows> GetUnique(int64_t from_idx) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Same, for one table; NotFound for an unknown FQN.
+  absl::StatusOr<UniqueRows> GetUniqueTable(absl::string_view fqn,
+                                            int64_t from_idx) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Known table FQNs, sorted.
+  std::vector<std::string> Fqns() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Batch indices of a table's lookups, in order (empty for an unknown FQN).
+  std::vector<int64_t> BatchIndices(absl::string_view fqn) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The smallest batch index held in any table; nullopt when nothing is held.
+  std::optional<int64_t> OldestBatchIndex() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  StoreUsage Usage() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Total bytes held: Usage().total.bytes, without the per-table breakdown.
+  int64_t bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Lookup;
+  struct Table;
+
+  absl::Status ValidateLookup(const Table* table, int64_t batch_idx,
+                              const TableLookup& lookup) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void CompactLocked(Table& table, int64_t start_idx, int64_t end_idx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeleteLocked(Table& table, std::optional<int64_t> up_to_idx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-adds the table's bytes to bytes_ after a change to its lookups.
+  void RecountLocked(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  UniqueRows UniqueRowsFrom(const Table& table, int64_t from_idx) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  Table* FindTable(absl::string_view fqn) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const UpdateMode mode_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Table>, std::less<>> tables_
+      ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_STORE_DELTA_STORE_H_

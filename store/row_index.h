@@ -1,0 +1,57 @@
+#ifndef DELTASTREAM_STORE_ROW_INDEX_H_
+#define DELTASTREAM_STORE_ROW_INDEX_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "store/unique_rows.h"
+#include "store/update_mode.h"
+
+namespace deltastream {
+
+// Unique rows held on the host, with an index from row ID to its slot, so that
+// folding in more lookups costs time proportional to the IDs folded, not to the
+// rows already held. This is what makes the store's compaction incremental.
+//
+// Rows keep insertion order internally; ToUniqueRows() sorts by ID. States are
+// opaque fixed-size byte rows (`row_bytes` each), so every dtype is handled alike.
+//
+// Not thread-safe: the owning DeltaStore serialises access.
+class RowIndex {
+ public:
+  // `row_bytes` is the size of one state row; 0 when `mode` is kNone.
+  RowIndex(UpdateMode mode, int64_t row_bytes);
+
+  RowIndex(const RowIndex&) = delete;
+  RowIndex& operator=(const RowIndex&) = delete;
+
+  // Folds `count` IDs, in order, with their state rows (`states` points at
+  // count * row_bytes bytes; ignored, may be null, in kNone). A new ID takes a new
+  // slot; a known ID keeps its state in kFirst and takes the new one in kLast.
+  void Fold(const int64_t* ids, const uint8_t* states, int64_t count);
+
+  // Folds every row of `later` as if its lookups came after this index's.
+  void Fold(const RowIndex& later);
+
+  int64_t size() const { return static_cast<int64_t>(ids_.size()); }
+  int64_t row_bytes() const { return row_bytes_; }
+
+  // Bytes of memory held: IDs, states and the hash index.
+  int64_t bytes() const;
+
+  // The rows sorted by ID ascending: `ids` int64 [n]; `states` [n, dim] with
+  // dtype `state_dtype` (dim = row_bytes / element size), undefined in kNone.
+  UniqueRows ToUniqueRows(at::ScalarType state_dtype) const;
+
+ private:
+  UpdateMode mode_;
+  int64_t row_bytes_;
+  std::vector<int64_t> ids_;     // slot -> ID
+  std::vector<uint8_t> states_;  // slot -> row_bytes_ bytes
+  absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_STORE_ROW_INDEX_H_

@@ -1,0 +1,421 @@
+#include "store/delta_store.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/unique_rows.h"
+
+namespace deltastream {
+namespace {
+
+at::Tensor Ids(std::vector<int64_t> ids) {
+  return at::tensor(ids, at::kLong);
+}
+
+// One state row per ID: row i is filled with values[i].
+at::Tensor States(std::vector<float> values, int64_t dim = 2,
+                  at::ScalarType dtype = at::kFloat) {
+  at::Tensor column = at::tensor(values, at::kFloat).unsqueeze(1);
+  return column.expand({static_cast<int64_t>(values.size()), dim})
+      .contiguous()
+      .to(dtype);
+}
+
+std::vector<int64_t> ToVector(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+// First column of each state row, as floats.
+std::vector<float> FirstColumn(const at::Tensor& states) {
+  at::Tensor c = states.select(1, 0).to(at::kFloat).contiguous();
+  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
+}
+
+TEST(DeltaStoreTest, IdOnlyUniqueRowsAreSortedAndDeduplicated) {
+  DeltaStore store(UpdateMode::kNone);
+  ASSERT_TRUE(store.Append(0, {{"t1", Ids({5, 3, 5, 9}), {}}}).ok());
+  ASSERT_TRUE(store.Append(1, {{"t1", Ids({3, 1}), {}}}).ok());
+  auto delta = store.GetUnique(0);
+  ASSERT_EQ(delta.size(), 1u);
+  EXPECT_EQ(ToVector(delta["t1"].ids), (std::vector<int64_t>{1, 3, 5, 9}));
+  EXPECT_FALSE(delta["t1"].states.defined());
+  EXPECT_EQ(ToVector(store.GetUnique(1)["t1"].ids),
+            (std::vector<int64_t>{1, 3}));
+}
+
+TEST(DeltaStoreTest, FirstKeepsEarliestStateAndLastKeepsLatest) {
+  for (UpdateMode mode : {UpdateMode::kFirst, UpdateMode::kLast}) {
+    DeltaStore store(mode);
+    // ID 7 is seen three times: twice in batch 0 and once in batch 2.
+    ASSERT_TRUE(
+        store.Append(0, {{"t", Ids({7, 2, 7}), States({10, 20, 11})}}).ok());
+    ASSERT_TRUE(store.Append(1, {{"t", Ids({2}), States({21})}}).ok());
+    ASSERT_TRUE(store.Append(2, {{"t", Ids({7, 4}), States({12, 40})}}).ok());
+    for (bool compacted : {false, true}) {
+      if (compacted) store.Compact(0, 3);
+      UniqueRows rows = store.GetUnique(0)["t"];
+      EXPECT_EQ(ToVector(rows.ids), (std::vector<int64_t>{2, 4, 7}));
+      std::vector<float> expected = mode == UpdateMode::kFirst
+                                        ? std::vector<float>{20, 40, 10}
+                                        : std::vector<float>{21, 40, 12};
+      EXPECT_EQ(FirstColumn(rows.states), expected)
+          << UpdateModeName(mode) << " compacted=" << compacted;
+    }
+  }
+}
+
+TEST(DeltaStoreTest, CompactMergesWindowIntoOneLookupAtStart) {
+  DeltaStore store(UpdateMode::kFirst);
+  for (int64_t b = 0; b < 5; ++b) {
+    ASSERT_TRUE(
+        store.Append(b, {{"t", Ids({b, b + 1}), States({float(b), float(b)})}})
+            .ok());
+  }
+  store.Compact(1, 4);
+  EXPECT_EQ(store.BatchIndices("t"), (std::vector<int64_t>{0, 1, 4}));
+  // The merged lookup answers reads from its start.
+  EXPECT_EQ(ToVector(store.GetUnique(1)["t"].ids),
+            (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  // A window that starts before its first lookup moves that lookup to the start.
+  store.Compact(-1, 5);
+  EXPECT_EQ(store.BatchIndices("t"), (std::vector<int64_t>{-1}));
+  EXPECT_EQ(FirstColumn(store.GetUnique(-1)["t"].states),
+            (std::vector<float>{0, 0, 1, 2, 3, 4}));
+}
+
+TEST(DeltaStoreTest, CompactOfOneLookupOrEmptyWindowChangesNothing) {
+  DeltaStore store(UpdateMode::kNone);
+  ASSERT_TRUE(store.Append(2, {{"t", Ids({1, 1}), {}}}).ok());
+  store.Compact(0, 5);  // a single lookup keeps its index and its repeats
+  EXPECT_EQ(store.BatchIndices("t"), (std::vector<int64_t>{2}));
+  EXPECT_EQ(store.Usage().total.ids, 2);
+  store.Compact(3, 3);
+  store.Compact(4, 1);
+  EXPECT_EQ(store.BatchIndices("t"), (std::vector<int64_t>{2}));
+}
+
+TEST(DeltaStoreTest, DeleteDropsLookupsBelowIndexAndKeepsTablesKnown) {
+  DeltaStore store(UpdateMode::kLast);
+  for (int64_t b = 0; b < 4; ++b) {
+    ASSERT_TRUE(store.Append(b, {{"a", Ids({b}), States({1}, 3)},
+                                 {"b", Ids({b}), States({1}, 3)}})
+                    .ok());
+  }
+  store.Delete(2);
+  EXPECT_EQ(store.BatchIndices("a"), (std::vector<int64_t>{2, 3}));
+  store.DeleteTable("b", 3);
+  EXPECT_EQ(store.BatchIndices("b"), (std::vector<int64_t>{3}));
+  store.Delete();
+  auto delta = store.GetUnique(0);
+  ASSERT_EQ(delta.size(), 2u);
+  EXPECT_EQ(delta["a"].size(), 0);
+  EXPECT_EQ(delta["a"].states.sizes(), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(store.bytes(), 0);
+  EXPECT_EQ(store.OldestBatchIndex(), std::nullopt);
+}
+
+TEST(DeltaStoreTest, EveryStateDtypeRoundTrips) {
+  for (at::ScalarType dtype : {at::kFloat, at::kHalf, at::kBFloat16}) {
+    DeltaStore store(UpdateMode::kFirst);
+    ASSERT_TRUE(
+        store.Append(0, {{"t", Ids({3, 1}), States({3, 1}, 4, dtype)}}).ok());
+    ASSERT_TRUE(
+        store.Append(1, {{"t", Ids({1, 2}), States({9, 2}, 4, dtype)}}).ok());
+    store.Compact(0, 2);
+    UniqueRows rows = store.GetUnique(0)["t"];
+    EXPECT_EQ(rows.states.scalar_type(), dtype);
+    EXPECT_EQ(FirstColumn(rows.states), (std::vector<float>{1, 2, 3}));
+  }
+}
+
+TEST(DeltaStoreTest, RejectedAppendLeavesStoreUnchanged) {
+  DeltaStore store(UpdateMode::kFirst);
+  ASSERT_TRUE(store.Append(3, {{"t", Ids({1, 2}), States({1, 2})}}).ok());
+  const StoreUsage before = store.Usage();
+
+  struct Case {
+    const char* what;
+    int64_t batch_idx;
+    std::vector<TableLookup> lookups;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"ids and states of different lengths", 3,
+                   {{"t", Ids({1, 2, 3}), States({1, 2})}}, "[3, dim]"});
+  cases.push_back({"state dim that changes", 3,
+                   {{"t", Ids({1}), States({1}, 5)}}, "dim 2"});
+  cases.push_back({"state dtype that changes", 3,
+                   {{"t", Ids({1}), States({1}, 2, at::kHalf)}}, "Float"});
+  cases.push_back({"integer states", 3,
+                   {{"u", Ids({1}), at::ones({1, 2}, at::kInt)}},
+                   "float32, float16 or bfloat16"});
+  cases.push_back({"missing states", 3, {{"u", Ids({1}), {}}}, "needs states"});
+  cases.push_back({"int32 IDs", 3,
+                   {{"u", at::ones({1}, at::kInt), States({1})}}, "int64"});
+  cases.push_back({"2-D IDs", 3,
+                   {{"u", at::ones({1, 1}, at::kLong), States({1})}}, "1-D"});
+  cases.push_back({"older batch index", 2,
+                   {{"t", Ids({1}), States({1})}}, "older than"});
+  cases.push_back({"empty FQN", 3, {{"", Ids({1}), States({1})}}, "empty"});
+  cases.push_back({"repeated FQN", 3,
+                   {{"v", Ids({1}), States({1})}, {"v", Ids({1}), States({1})}},
+                   "twice"});
+  // One good table and one bad: nothing of either is kept.
+  cases.push_back({"one bad table of two", 4,
+                   {{"w", Ids({1}), States({1})},
+                    {"t", Ids({1}), States({1}, 7)}},
+                   "dim"});
+  for (Case& c : cases) {
+    absl::Status status = store.Append(c.batch_idx, std::move(c.lookups));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_NE(status.message().find(c.message), std::string::npos)
+        << c.what << ": " << status.message();
+  }
+  EXPECT_EQ(store.Fqns(), std::vector<std::string>{"t"});
+  EXPECT_EQ(store.BatchIndices("t"), (std::vector<int64_t>{3}));
+  EXPECT_EQ(store.Usage().total.bytes, before.total.bytes);
+}
+
+TEST(DeltaStoreTest, UnknownTableIsNotFound) {
+  DeltaStore store(UpdateMode::kNone);
+  EXPECT_EQ(store.GetUniqueTable("nope", 0).status().code(),
+            absl::StatusCode::kNotFound);
+  store.CompactTable("nope", 0, 2);  // no-op, no crash
+  store.DeleteTable("nope", 2);
+}
+
+TEST(DeltaStoreTest, AppendDetachesFromAutograd) {
+  DeltaStore store(UpdateMode::kFirst);
+  at::Tensor states = at::ones({2, 2}).set_requires_grad(true) * 2;
+  ASSERT_TRUE(store.Append(0, {{"t", Ids({1, 2}), states}}).ok());
+  ASSERT_TRUE(store.Append(0, {}).ok());
+  EXPECT_FALSE(store.GetUnique(0)["t"].states.requires_grad());
+}
+
+TEST(DeltaStoreTest, UsageCountsBytesAndShrinksOnCompactionAndDelete) {
+  DeltaStore store(UpdateMode::kFirst);
+  for (int64_t b = 0; b < 10; ++b) {
+    ASSERT_TRUE(store.Append(b, {{"t", Ids({1, 2, 3, 4}),
+                                  States({1, 2, 3, 4}, 16)}})
+                    .ok());
+  }
+  StoreUsage usage = store.Usage();
+  EXPECT_EQ(usage.total.lookups, 10);
+  EXPECT_EQ(usage.total.ids, 40);
+  EXPECT_EQ(usage.tables["t"].bytes, 10 * (4 * 8 + 4 * 16 * 4));
+  EXPECT_EQ(store.bytes(), usage.total.bytes);
+  store.Compact(0, 10);
+  usage = store.Usage();
+  EXPECT_EQ(usage.total.lookups, 1);
+  EXPECT_EQ(usage.total.ids, 4);
+  EXPECT_LT(usage.total.bytes, 10 * (4 * 8 + 4 * 16 * 4));
+  EXPECT_EQ(store.bytes(), usage.total.bytes);
+  store.Delete(1);
+  EXPECT_EQ(store.bytes(), 0);
+}
+
+// TorchRec's algorithm, step for step: every compaction re-uniques the window
+// with tensor operations. The store must answer exactly as this does.
+class ReferenceStore {
+ public:
+  explicit ReferenceStore(UpdateMode mode) : mode_(mode) {}
+
+  void Append(int64_t batch_idx, const std::string& fqn, at::Tensor ids,
+              at::Tensor states) {
+    tables_[fqn].push_back({batch_idx, ids, states});
+  }
+  void Compact(int64_t start, int64_t end) {
+    if (start >= end) return;
+    for (auto& [fqn, lookups] : tables_) {
+      std::vector<Lookup> kept, window;
+      for (Lookup& l : lookups) {
+        (l.batch_idx >= start && l.batch_idx < end ? window : kept)
+            .push_back(l);
+      }
+      if (window.size() <= 1) continue;
+      UniqueRows rows = Unique(window);
+      std::vector<Lookup> result;
+      bool inserted = false;
+      for (Lookup& l : kept) {
+        if (!inserted && l.batch_idx >= end) {
+          result.push_back({start, rows.ids, rows.states});
+          inserted = true;
+        }
+        result.push_back(l);
+      }
+      if (!inserted) result.push_back({start, rows.ids, rows.states});
+      lookups = result;
+    }
+  }
+  void Delete(int64_t up_to) {
+    for (auto& [fqn, lookups] : tables_) {
+      std::vector<Lookup> kept;
+      for (Lookup& l : lookups) {
+        if (l.batch_idx >= up_to) kept.push_back(l);
+      }
+      lookups = kept;
+    }
+  }
+  std::map<std::string, UniqueRows> GetUnique(int64_t from) {
+    std::map<std::string, UniqueRows> result;
+    for (auto& [fqn, lookups] : tables_) {
+      std::vector<Lookup> window;
+      for (Lookup& l : lookups) {
+        if (l.batch_idx >= from) window.push_back(l);
+      }
+      if (!window.empty()) result[fqn] = Unique(window);
+    }
+    return result;
+  }
+  std::vector<int64_t> BatchIndices(const std::string& fqn) {
+    std::vector<int64_t> indices;
+    for (Lookup& l : tables_[fqn]) indices.push_back(l.batch_idx);
+    return indices;
+  }
+
+ private:
+  struct Lookup {
+    int64_t batch_idx;
+    at::Tensor ids, states;
+  };
+  UniqueRows Unique(const std::vector<Lookup>& window) {
+    std::vector<at::Tensor> ids, states;
+    for (const Lookup& l : window) {
+      ids.push_back(l.ids);
+      if (mode_ != UpdateMode::kNone) states.push_back(l.states);
+    }
+    return UniqueRowsOf(ids, states, mode_);
+  }
+  UpdateMode mode_;
+  std::map<std::string, std::vector<Lookup>> tables_;
+};
+
+void ExpectSameDelta(DeltaStore& store, ReferenceStore& reference,
+                     int64_t from, const std::string& context) {
+  auto actual = store.GetUnique(from);
+  auto expected = reference.GetUnique(from);
+  for (auto& [fqn, rows] : actual) {
+    auto it = expected.find(fqn);
+    if (it == expected.end()) {
+      EXPECT_EQ(rows.size(), 0) << context << " fqn " << fqn;
+      continue;
+    }
+    ASSERT_TRUE(at::equal(rows.ids, it->second.ids))
+        << context << " fqn " << fqn << " from " << from;
+    if (store.mode() != UpdateMode::kNone) {
+      ASSERT_TRUE(at::equal(rows.states, it->second.states))
+          << context << " fqn " << fqn << " from " << from;
+    }
+  }
+}
+
+class DeltaStoreEquivalenceTest
+    : public ::testing::TestWithParam<std::tuple<UpdateMode, at::ScalarType>> {
+};
+
+TEST_P(DeltaStoreEquivalenceTest, RandomOperationsMatchTorchRecAlgorithm) {
+  const auto [mode, dtype] = GetParam();
+  std::mt19937_64 rng(42 + static_cast<int>(mode));
+  for (int round = 0; round < 20; ++round) {
+    DeltaStore store(mode);
+    ReferenceStore reference(mode);
+    const std::vector<std::string> fqns = {"a", "b", "c"};
+    int64_t batch = 0;
+    for (int op = 0; op < 60; ++op) {
+      const int kind = static_cast<int>(rng() % 10);
+      if (kind < 6) {  // record a batch into some tables
+        std::vector<TableLookup> lookups;
+        for (const std::string& fqn : fqns) {
+          if (rng() % 3 == 0) continue;
+          const int64_t n = static_cast<int64_t>(rng() % 12);
+          at::Tensor ids = at::randint(0, 20, {n}, at::kLong);
+          at::Tensor states = at::randn({n, 3}).to(dtype);
+          reference.Append(batch, fqn, ids, states);
+          lookups.push_back({fqn, ids, states});
+        }
+        ASSERT_TRUE(store.Append(batch, std::move(lookups)).ok());
+        if (rng() % 2 == 0) ++batch;
+      } else if (kind < 8) {
+        const int64_t start = static_cast<int64_t>(rng() % (batch + 2)) - 1;
+        const int64_t end = start + static_cast<int64_t>(rng() % 5);
+        store.Compact(start, end);
+        reference.Compact(start, end);
+      } else if (kind < 9) {
+        const int64_t up_to = static_cast<int64_t>(rng() % (batch + 1)) - 1;
+        store.Delete(up_to);
+        reference.Delete(up_to);
+      } else {
+        const std::string context =
+            "round " + std::to_string(round) + " op " + std::to_string(op);
+        for (int64_t from = -1; from <= batch + 1; ++from) {
+          ExpectSameDelta(store, reference, from, context);
+        }
+        for (const std::string& fqn : fqns) {
+          if (!store.BatchIndices(fqn).empty() ||
+              !reference.BatchIndices(fqn).empty()) {
+            ASSERT_EQ(store.BatchIndices(fqn), reference.BatchIndices(fqn));
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllModes, DeltaStoreEquivalenceTest,
+    ::testing::Values(std::make_tuple(UpdateMode::kNone, at::kFloat),
+                      std::make_tuple(UpdateMode::kFirst, at::kFloat),
+                      std::make_tuple(UpdateMode::kLast, at::kFloat),
+                      std::make_tuple(UpdateMode::kFirst, at::kHalf),
+                      std::make_tuple(UpdateMode::kLast, at::kBFloat16)));
+
+// The training thread appends and compacts while service threads read; the
+// final answer must equal the single-threaded one.
+TEST(DeltaStoreConcurrencyTest, AppendCompactAndReadFromSeveralThreads) {
+  DeltaStore store(UpdateMode::kLast);
+  ReferenceStore reference(UpdateMode::kLast);
+  constexpr int64_t kBatches = 200;
+  std::vector<at::Tensor> ids, states;
+  for (int64_t b = 0; b < kBatches; ++b) {
+    ids.push_back(at::randint(0, 500, {64}, at::kLong));
+    states.push_back(at::randn({64, 4}));
+    reference.Append(b, "t", ids.back(), states.back());
+    reference.Compact(-1, b + 1);
+  }
+  std::atomic<bool> done{false};
+  std::thread trainer([&] {
+    for (int64_t b = 0; b < kBatches; ++b) {
+      ASSERT_TRUE(store.Append(b, {{"t", ids[b], states[b]}}).ok());
+      store.Compact(-1, b + 1);
+    }
+    done = true;
+  });
+  std::vector<std::thread> readers;
+  std::atomic<int64_t> reads{0};
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&] {
+      while (!done) {
+        auto delta = store.GetUnique(-1);
+        if (!delta.empty()) {
+          EXPECT_EQ(delta["t"].ids.numel(), delta["t"].states.size(0));
+        }
+        EXPECT_GE(store.Usage().total.bytes, 0);
+        ++reads;
+      }
+    });
+  }
+  trainer.join();
+  for (std::thread& t : readers) t.join();
+  EXPECT_GT(reads.load(), 0);
+  ExpectSameDelta(store, reference, -1, "concurrent");
+}
+
+}  // namespace
+}  // namespace deltastream
