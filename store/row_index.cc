@@ -3,34 +3,105 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <utility>
 
 namespace deltastream {
+namespace {
+
+// State blocks of about 64 KiB: small enough to come from the allocator's heap
+// (no fresh pages on every growth), large enough to amortise the pointer.
+constexpr int64_t kStateBlockBytes = int64_t{1} << 16;
+constexpr int64_t kFirstBlockMinRows = 16;
+
+int BlockShift(int64_t row_bytes) {
+  int shift = 0;
+  while (row_bytes > 0 && (row_bytes << (shift + 1)) <= kStateBlockBytes) {
+    ++shift;
+  }
+  return shift;
+}
+
+// Sorts (ID, slot) pairs by ID with an LSD radix sort over the bytes in which
+// the IDs differ: row IDs seldom use all 64 bits, so this takes a few linear
+// passes where a comparison sort takes log n.
+void SortById(std::vector<std::pair<int64_t, int64_t>>& items) {
+  if (items.size() < 2) return;
+  uint64_t differing = 0;
+  const uint64_t first = static_cast<uint64_t>(items[0].first);
+  for (const auto& item : items) {
+    differing |= static_cast<uint64_t>(item.first) ^ first;
+  }
+  std::vector<std::pair<int64_t, int64_t>> buffer(items.size());
+  for (int byte = 0; byte < 8; ++byte) {
+    const int shift = 8 * byte;
+    if (((differing >> shift) & 0xff) == 0) continue;
+    // Flipping the sign bit orders negative IDs before positive ones.
+    auto digit = [shift](int64_t id) {
+      return static_cast<size_t>(
+          ((static_cast<uint64_t>(id) ^ (uint64_t{1} << 63)) >> shift) & 0xff);
+    };
+    std::array<size_t, 257> start{};
+    for (const auto& item : items) ++start[digit(item.first) + 1];
+    for (size_t d = 1; d < start.size(); ++d) start[d] += start[d - 1];
+    for (const auto& item : items) buffer[start[digit(item.first)]++] = item;
+    items.swap(buffer);
+  }
+}
+
+}  // namespace
 
 RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes)
-    : mode_(mode), row_bytes_(mode == UpdateMode::kNone ? 0 : row_bytes) {}
+    : mode_(mode),
+      row_bytes_(mode == UpdateMode::kNone ? 0 : row_bytes),
+      block_shift_(BlockShift(row_bytes_)) {}
+
+void RowIndex::GrowStates() {
+  const int64_t rows_per_block = int64_t{1} << block_shift_;
+  if (size() < first_block_rows_) return;
+  if (size() < rows_per_block) {
+    // The first block grows geometrically up to full size, so small tables
+    // stay small; its rows move, which is cheap below one block.
+    const int64_t rows = std::min(
+        rows_per_block, std::max(kFirstBlockMinRows, 2 * first_block_rows_));
+    auto grown = std::make_unique<uint8_t[]>(rows * row_bytes_);
+    if (!state_blocks_.empty()) {
+      std::memcpy(grown.get(), state_blocks_[0].get(), size() * row_bytes_);
+      state_blocks_[0] = std::move(grown);
+    } else {
+      state_blocks_.push_back(std::move(grown));
+    }
+    first_block_rows_ = rows;
+    return;
+  }
+  if ((size() >> block_shift_) < static_cast<int64_t>(state_blocks_.size())) {
+    return;
+  }
+  state_blocks_.push_back(
+      std::make_unique<uint8_t[]>(rows_per_block * row_bytes_));
+}
 
 void RowIndex::Fold(const int64_t* ids, const uint8_t* states, int64_t count) {
-  // Reserving for the worst case would waste memory on skewed traffic, where
-  // most IDs repeat; let the containers grow geometrically instead.
   for (int64_t i = 0; i < count; ++i) {
     auto [it, inserted] = slot_of_id_.try_emplace(ids[i], size());
     if (inserted) {
-      ids_.push_back(ids[i]);
       if (row_bytes_ > 0) {
-        const uint8_t* row = states + i * row_bytes_;
-        states_.insert(states_.end(), row, row + row_bytes_);
+        GrowStates();
+        std::memcpy(StateRow(size()), states + i * row_bytes_, row_bytes_);
       }
+      ids_.push_back(ids[i]);
     } else if (mode_ == UpdateMode::kLast) {
-      std::memcpy(states_.data() + it->second * row_bytes_,
-                  states + i * row_bytes_, row_bytes_);
+      std::memcpy(StateRow(it->second), states + i * row_bytes_, row_bytes_);
     }
   }
 }
 
 void RowIndex::Fold(const RowIndex& later) {
-  Fold(later.ids_.data(), later.states_.data(), later.size());
+  for (int64_t slot = 0; slot < later.size(); ++slot) {
+    Fold(&later.ids_[slot], row_bytes_ > 0 ? later.StateRow(slot) : nullptr,
+         1);
+  }
 }
 
 int64_t RowIndex::bytes() const {
@@ -38,16 +109,20 @@ int64_t RowIndex::bytes() const {
   const int64_t index_bytes =
       static_cast<int64_t>(slot_of_id_.capacity()) *
       static_cast<int64_t>(sizeof(std::pair<int64_t, int64_t>) + 1);
-  return static_cast<int64_t>(ids_.capacity() * sizeof(int64_t) +
-                              states_.capacity()) +
-         index_bytes;
+  const int64_t full_blocks =
+      std::max<int64_t>(0, static_cast<int64_t>(state_blocks_.size()) - 1);
+  const int64_t state_bytes =
+      (first_block_rows_ + full_blocks * (int64_t{1} << block_shift_)) *
+      row_bytes_;
+  return static_cast<int64_t>(ids_.capacity() * sizeof(int64_t)) +
+         state_bytes + index_bytes;
 }
 
 UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
   const int64_t n = size();
   std::vector<std::pair<int64_t, int64_t>> order(n);  // (ID, slot)
   for (int64_t slot = 0; slot < n; ++slot) order[slot] = {ids_[slot], slot};
-  std::sort(order.begin(), order.end());
+  SortById(order);
 
   UniqueRows rows;
   rows.ids = at::empty({n}, at::kLong);
@@ -59,8 +134,8 @@ UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
   rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
   auto* out_states = static_cast<uint8_t*>(rows.states.data_ptr());
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(out_states + i * row_bytes_,
-                states_.data() + order[i].second * row_bytes_, row_bytes_);
+    std::memcpy(out_states + i * row_bytes_, StateRow(order[i].second),
+                row_bytes_);
   }
   return rows;
 }

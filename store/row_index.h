@@ -2,6 +2,7 @@
 #define DELTASTREAM_STORE_ROW_INDEX_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -15,7 +16,8 @@ namespace deltastream {
 // rows already held. This is what makes the store's compaction incremental.
 //
 // Rows keep insertion order internally; ToUniqueRows() sorts by ID. States are
-// opaque fixed-size byte rows (`row_bytes` each), so every dtype is handled alike.
+// opaque fixed-size byte rows (`row_bytes` each), so every dtype is handled alike,
+// kept in fixed-size blocks so that growing never moves rows already held.
 //
 // Not thread-safe: the owning DeltaStore serialises access.
 class RowIndex {
@@ -45,10 +47,20 @@ class RowIndex {
   UniqueRows ToUniqueRows(at::ScalarType state_dtype) const;
 
  private:
+  uint8_t* StateRow(int64_t slot) const {
+    return state_blocks_[slot >> block_shift_].get() +
+           (slot & ((int64_t{1} << block_shift_) - 1)) * row_bytes_;
+  }
+  // Makes room for the state row of slot size(). Block 0 covers slots below
+  // one full block and grows in place; later blocks are allocated full.
+  void GrowStates();
+
   UpdateMode mode_;
   int64_t row_bytes_;
-  std::vector<int64_t> ids_;     // slot -> ID
-  std::vector<uint8_t> states_;  // slot -> row_bytes_ bytes
+  int block_shift_;  // log2 of rows per full state block
+  int64_t first_block_rows_ = 0;  // rows allocated in state_blocks_[0]
+  std::vector<int64_t> ids_;  // slot -> ID
+  std::vector<std::unique_ptr<uint8_t[]>> state_blocks_;
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
 };
 

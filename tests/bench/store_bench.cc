@@ -1,0 +1,216 @@
+// Drives the DeltaStore as the tracker drives it in TorchRec: every batch appends
+// one lookup per table, auto-compaction after every step compacts everything since
+// the consumer's cursor, and one consumer reads once at the end. Reports the
+// median of --repeat runs and the ratio to a plain copy of the same bytes.
+//
+//   bazel run -c opt //tests/bench:store_bench -- --mode=first [--json]
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "store/delta_store.h"
+#include "tests/bench/zipf.h"
+
+ABSL_FLAG(std::string, mode, "first", "update mode: none, first or last");
+ABSL_FLAG(int64_t, tables, 8, "tables (FQNs)");
+ABSL_FLAG(int64_t, batches, 100, "batches (steps)");
+ABSL_FLAG(int64_t, ids, 4096, "IDs per table per batch");
+ABSL_FLAG(int64_t, rows, 1000000, "rows per table");
+ABSL_FLAG(int64_t, dim, 64, "embedding dim (float32 states)");
+ABSL_FLAG(double, zipf, 1.05, "Zipf exponent of ID popularity");
+ABSL_FLAG(uint64_t, seed, 1, "random seed");
+ABSL_FLAG(int, repeat, 3, "runs; the median is reported");
+ABSL_FLAG(bool, json, false, "print one JSON line instead of a table");
+
+namespace deltastream {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+struct Workload {
+  std::vector<std::string> fqns;
+  // [batch][table]
+  std::vector<std::vector<at::Tensor>> ids, states;
+  int64_t bytes = 0;
+};
+
+Workload MakeWorkload(UpdateMode mode) {
+  Workload w;
+  const int64_t tables = absl::GetFlag(FLAGS_tables);
+  const int64_t n = absl::GetFlag(FLAGS_ids);
+  const int64_t dim = absl::GetFlag(FLAGS_dim);
+  for (int64_t t = 0; t < tables; ++t) {
+    w.fqns.push_back(absl::StrFormat("sparse.ebc.embedding_bags.t%d", t));
+  }
+  ZipfIds zipf(absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_zipf),
+               absl::GetFlag(FLAGS_seed));
+  for (int64_t b = 0; b < absl::GetFlag(FLAGS_batches); ++b) {
+    w.ids.emplace_back();
+    w.states.emplace_back();
+    for (int64_t t = 0; t < tables; ++t) {
+      at::Tensor ids = at::empty({n}, at::kLong);
+      int64_t* out = ids.data_ptr<int64_t>();
+      for (int64_t i = 0; i < n; ++i) out[i] = zipf.Next();
+      w.bytes += ids.nbytes();
+      w.ids.back().push_back(ids);
+      if (mode != UpdateMode::kNone) {
+        at::Tensor states = at::rand({n, dim});
+        w.bytes += states.nbytes();
+        w.states.back().push_back(states);
+      }
+    }
+  }
+  return w;
+}
+
+struct RunResult {
+  double total_s = 0;
+  double compact_s = 0;
+  double read_s = 0;
+  int64_t unique_rows = 0;
+};
+
+RunResult RunOnce(UpdateMode mode, const Workload& w) {
+  DeltaStore store(mode);
+  const int64_t consumer_cursor = -1;  // one consumer that has not read yet
+  RunResult r;
+  const auto start = Clock::now();
+  for (size_t b = 0; b < w.ids.size(); ++b) {
+    for (size_t t = 0; t < w.fqns.size(); ++t) {
+      TableLookup lookup{w.fqns[t], w.ids[b][t],
+                         mode == UpdateMode::kNone ? at::Tensor()
+                                                   : w.states[b][t]};
+      if (!store.Append(static_cast<int64_t>(b), {std::move(lookup)}).ok()) {
+        std::fprintf(stderr, "append failed\n");
+        std::exit(1);
+      }
+    }
+    // trigger_compaction() at output dist: [max(cursors), curr).
+    const auto compact_start = Clock::now();
+    store.Compact(consumer_cursor, static_cast<int64_t>(b));
+    r.compact_s += Seconds(compact_start);
+  }
+  // get_delta(): compact [max(cursors), curr + 1), then read from the cursor.
+  const auto read_start = Clock::now();
+  store.Compact(consumer_cursor, static_cast<int64_t>(w.ids.size()));
+  auto delta = store.GetUnique(consumer_cursor);
+  r.read_s = Seconds(read_start);
+  r.total_s = Seconds(start);
+  for (auto& [fqn, rows] : delta) r.unique_rows += rows.size();
+  return r;
+}
+
+// A plain copy of the same bytes into newly allocated memory, as concatenating
+// the recorded tensors would do (so page faults count on both sides).
+double CopySeconds(const Workload& w) {
+  const auto start = Clock::now();
+  std::unique_ptr<uint8_t[]> buffer(new uint8_t[w.bytes]);
+  uint8_t* out = buffer.get();
+  for (size_t b = 0; b < w.ids.size(); ++b) {
+    for (size_t t = 0; t < w.fqns.size(); ++t) {
+      std::memcpy(out, w.ids[b][t].data_ptr(), w.ids[b][t].nbytes());
+      out += w.ids[b][t].nbytes();
+      if (!w.states[b].empty()) {
+        std::memcpy(out, w.states[b][t].data_ptr(), w.states[b][t].nbytes());
+        out += w.states[b][t].nbytes();
+      }
+    }
+  }
+  const double seconds = Seconds(start);
+  if (buffer[w.bytes / 2] == 0xff && buffer[0] == 0xff) {
+    std::puts("");  // keeps the copy observable
+  }
+  return seconds;
+}
+
+int Main() {
+  auto mode = ParseUpdateMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) {
+    std::fprintf(stderr, "store_bench: %s\n",
+                 std::string(mode.status().message()).c_str());
+    return 2;
+  }
+  at::set_num_threads(1);
+  // A trainer runs for hours, and its allocator reuses the memory of earlier
+  // steps. Keep freed memory in the heap (glibc would return every block over
+  // 32 MiB to the kernel) so that every run after the first measures that
+  // steady state, for the store and the plain copy alike: on VMs where a page
+  // fault costs microseconds, fresh memory would otherwise dominate both.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  const Workload w = MakeWorkload(*mode);
+  const int64_t total_ids = absl::GetFlag(FLAGS_tables) *
+                            absl::GetFlag(FLAGS_batches) *
+                            absl::GetFlag(FLAGS_ids);
+  std::vector<double> totals, compacts, reads, copies;
+  int64_t unique_rows = 0;
+  for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_repeat)); ++i) {
+    RunResult r = RunOnce(*mode, w);
+    totals.push_back(r.total_s);
+    compacts.push_back(r.compact_s);
+    reads.push_back(r.read_s);
+    copies.push_back(CopySeconds(w));
+    unique_rows = r.unique_rows;
+  }
+  const double total_s = Median(totals);
+  const double copy_s = Median(copies);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf(
+        "{\"mode\":\"%s\",\"total_s\":%.6f,\"ids_per_s\":%.0f,"
+        "\"unique_rows\":%lld,\"copy_ratio\":%.3f,\"compact_s\":%.6f,"
+        "\"read_s\":%.6f,\"copy_s\":%.6f,\"bytes\":%lld}\n",
+        std::string(UpdateModeName(*mode)).c_str(), total_s,
+        total_ids / total_s, static_cast<long long>(unique_rows),
+        total_s / copy_s, Median(compacts), Median(reads), copy_s,
+        static_cast<long long>(w.bytes));
+    return 0;
+  }
+  std::printf("store_bench: mode=%s tables=%lld batches=%lld ids=%lld "
+              "rows=%lld dim=%lld zipf=%.2f (median of %zu runs)\n",
+              std::string(UpdateModeName(*mode)).c_str(),
+              static_cast<long long>(absl::GetFlag(FLAGS_tables)),
+              static_cast<long long>(absl::GetFlag(FLAGS_batches)),
+              static_cast<long long>(absl::GetFlag(FLAGS_ids)),
+              static_cast<long long>(absl::GetFlag(FLAGS_rows)),
+              static_cast<long long>(absl::GetFlag(FLAGS_dim)),
+              absl::GetFlag(FLAGS_zipf), totals.size());
+  std::printf("  %-22s %12.4f s\n", "total", total_s);
+  std::printf("  %-22s %12.4f s\n", "  auto-compaction", Median(compacts));
+  std::printf("  %-22s %12.4f s\n", "  final compact+read", Median(reads));
+  std::printf("  %-22s %12.0f\n", "IDs recorded / s", total_ids / total_s);
+  std::printf("  %-22s %12lld\n", "unique rows read",
+              static_cast<long long>(unique_rows));
+  std::printf("  %-22s %12.1f MiB in %.4f s\n", "plain copy",
+              w.bytes / 1048576.0, copy_s);
+  std::printf("  %-22s %12.2f x\n", "time / plain copy", total_s / copy_s);
+  return 0;
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return deltastream::Main();
+}
