@@ -249,10 +249,10 @@ void DeltaStore::CompactTable(absl::string_view fqn, int64_t start_idx,
   if (Table* table = FindTable(fqn)) CompactLocked(*table, start_idx, end_idx);
 }
 
-UniqueRows DeltaStore::UniqueRowsFrom(const Table& table,
-                                      int64_t from_idx) const {
+UniqueRows DeltaStore::UniqueRowsIn(const Table& table, int64_t from_idx,
+                                    int64_t to_idx) const {
   auto first = table.LowerBound(from_idx);
-  auto last = table.lookups.end();
+  auto last = std::max(first, table.LowerBound(to_idx));
   if (first == last) {
     UniqueRows empty;
     empty.ids = at::empty({0}, at::TensorOptions(at::kLong).device(table.device));
@@ -285,24 +285,25 @@ UniqueRows DeltaStore::UniqueRowsFrom(const Table& table,
   return index.ToUniqueRows(table.state_dtype);
 }
 
-std::map<std::string, UniqueRows> DeltaStore::GetUnique(
-    int64_t from_idx) const {
+std::map<std::string, UniqueRows> DeltaStore::GetUnique(int64_t from_idx,
+                                                        int64_t to_idx) const {
   absl::ReaderMutexLock lock(&mu_);
   std::map<std::string, UniqueRows> result;
   for (const auto& [fqn, table] : tables_) {
-    result.emplace(fqn, UniqueRowsFrom(*table, from_idx));
+    result.emplace(fqn, UniqueRowsIn(*table, from_idx, to_idx));
   }
   return result;
 }
 
 absl::StatusOr<UniqueRows> DeltaStore::GetUniqueTable(absl::string_view fqn,
-                                                      int64_t from_idx) const {
+                                                      int64_t from_idx,
+                                                      int64_t to_idx) const {
   absl::ReaderMutexLock lock(&mu_);
   const Table* table = FindTable(fqn);
   if (table == nullptr) {
     return absl::NotFoundError(absl::StrCat("no table '", fqn, "' in store"));
   }
-  return UniqueRowsFrom(*table, from_idx);
+  return UniqueRowsIn(*table, from_idx, to_idx);
 }
 
 std::vector<std::string> DeltaStore::Fqns() const {

@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <climits>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -57,8 +58,8 @@ struct StoreUsage {
 //    [start, end), when there are more than one, become one lookup at index
 //    `start` holding their unique IDs. In kFirst the state of an ID is the one of
 //    its first occurrence in batch order, in kLast its last.
-//  - GetUnique(from): per table, the unique rows of all lookups with batch
-//    index >= from, IDs ascending; states chosen by the same rule.
+//  - GetUnique(from, to): per table, the unique rows of all lookups with batch
+//    index in [from, to), IDs ascending; states chosen by the same rule.
 //  - Delete(up_to): drops every lookup with batch index < up_to.
 // Compaction never changes what GetUnique returns for any `from` that is not
 // strictly inside a compacted window.
@@ -108,13 +109,18 @@ class DeltaStore {
   void CompactTable(absl::string_view fqn, int64_t start_idx, int64_t end_idx)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Unique rows since `from_idx` of every known table (possibly empty), by FQN.
-  // Results are fresh tensors on the tables' device, owned by the caller.
-  std::map<std::string, UniqueRows> GetUnique(int64_t from_idx) const
+  static constexpr int64_t kNoEnd = INT64_MAX;
+
+  // Unique rows of the lookups with batch index in [from_idx, to_idx) of every
+  // known table (possibly empty), by FQN. Results are fresh tensors on the
+  // tables' device, owned by the caller.
+  std::map<std::string, UniqueRows> GetUnique(int64_t from_idx,
+                                              int64_t to_idx = kNoEnd) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Same, for one table; NotFound for an unknown FQN.
   absl::StatusOr<UniqueRows> GetUniqueTable(absl::string_view fqn,
-                                            int64_t from_idx) const
+                                            int64_t from_idx,
+                                            int64_t to_idx = kNoEnd) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Known table FQNs, sorted.
@@ -142,7 +148,8 @@ class DeltaStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-adds the table's bytes to bytes_ after a change to its lookups.
   void RecountLocked(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  UniqueRows UniqueRowsFrom(const Table& table, int64_t from_idx) const
+  UniqueRows UniqueRowsIn(const Table& table, int64_t from_idx,
+                          int64_t to_idx) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   Table* FindTable(absl::string_view fqn) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

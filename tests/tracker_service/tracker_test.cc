@@ -1,0 +1,710 @@
+#include "tracker_service/tracker.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "tests/tracker_service/tracker_test_util.h"
+
+namespace deltastream {
+namespace {
+
+constexpr char kT1[] = "sparse.ec.embeddings.t1";
+constexpr char kT2[] = "sparse.ec.embeddings.t2";
+constexpr char kT3[] = "sparse.ebc.embedding_bags.t3";
+
+std::vector<TrackedModule> Model() {
+  return {
+      {"_dmp_wrapped_module.module.sparse.ec",
+       /*pooled=*/false,
+       {{"t1", {"f1", "f2"}}, {"t2", {"f3"}}}},
+      {"module.sparse.ebc", /*pooled=*/true, {{"t3", {"f4"}}}},
+  };
+}
+
+std::unique_ptr<Tracker> MakeTracker(TrackerOptions options,
+                                     LiveRowsReader* reader = nullptr) {
+  if (options.modules.empty()) options.modules = Model();
+  auto tracker = Tracker::Create(std::move(options), reader);
+  EXPECT_TRUE(tracker.ok()) << tracker.status();
+  return *std::move(tracker);
+}
+
+Delta Read(Tracker& tracker, const std::string& consumer = "default") {
+  DeltaRequest request;
+  request.consumer = consumer;
+  auto delta = tracker.GetDelta(request);
+  EXPECT_TRUE(delta.ok()) << delta.status();
+  return *std::move(delta);
+}
+
+std::vector<int64_t> IdsOf(const Delta& delta, const std::string& fqn) {
+  auto it = delta.tables.find(fqn);
+  return it == delta.tables.end() ? std::vector<int64_t>{}
+                                  : ToIds(it->second.ids);
+}
+
+TEST(FeatureMapTest, CleansPrefixesMapsFeaturesAndSkips) {
+  EXPECT_EQ(CleanFqn("_dmp_wrapped_module.module.a.b"), "a.b");
+  EXPECT_EQ(CleanFqn("module.a.b"), "a.b");
+  EXPECT_EQ(CleanFqn("a.module.b"), "a.module.b");
+
+  auto map = BuildFeatureMap(Model(), {});
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->fqn_of_feature.at("f1"), kT1);
+  EXPECT_EQ(map->fqn_of_feature.at("f2"), kT1);
+  EXPECT_EQ(map->fqn_of_feature.at("f3"), kT2);
+  EXPECT_EQ(map->fqn_of_feature.at("f4"), kT3);
+  EXPECT_EQ(map->fqns, (std::vector<std::string>{kT1, kT2, kT3}));
+
+  // A module whose path holds a skipped component, and a skipped table name.
+  map = BuildFeatureMap(Model(), {"ebc", "t2"});
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->fqns, std::vector<std::string>{kT1});
+  EXPECT_TRUE(map->skipped_features.contains("f3"));
+  EXPECT_TRUE(map->skipped_features.contains("f4"));
+  // "sparse.e" is not a component of "sparse.ec": nothing is skipped by it.
+  map = BuildFeatureMap(Model(), {"e"});
+  EXPECT_EQ(map->fqns.size(), 3u);
+}
+
+TEST(FeatureMapTest, DuplicateFeatureKeepsFirstTableWithWarning) {
+  std::vector<TrackedModule> modules = {
+      {"ec", false, {{"a", {"f"}}, {"b", {"f", "g"}}}}};
+  auto map = BuildFeatureMap(modules, {});
+  ASSERT_TRUE(map.ok());
+  EXPECT_EQ(map->fqn_of_feature.at("f"), "ec.embeddings.a");
+  ASSERT_EQ(map->warnings.size(), 1u);
+  EXPECT_NE(map->warnings[0].find("'f'"), std::string::npos);
+}
+
+TEST(TrackerCreateTest, EmbeddingModeOnPooledModuleIsRefused) {
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  options.modules = Model();
+  auto tracker = Tracker::Create(options);
+  EXPECT_EQ(tracker.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(tracker.status().message().find("sparse.ebc"), std::string::npos);
+  options.fqns_to_skip = {"ebc"};
+  EXPECT_TRUE(Tracker::Create(options).ok());
+}
+
+TEST(TrackerCreateTest, BadOptionsAreRefused) {
+  TrackerOptions options;
+  options.consumers = {"a", "a"};
+  EXPECT_EQ(Tracker::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.consumers = {"bad name"};
+  EXPECT_EQ(Tracker::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.consumers = {};
+  options.memory_cap_bytes = -1;
+  EXPECT_EQ(Tracker::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TrackerTest, IdOnlyGroupsFeaturesPerTableAndReadsOnce) {
+  auto tracker = MakeTracker({});
+  std::vector<FeatureIds> lookup = {
+      {"f1", Ids({5, 1})}, {"f2", Ids({1, 3})}, {"f3", Ids({9})}};
+  ASSERT_TRUE(tracker->RecordLookup(lookup).ok());
+  // f1 and f2 of one batch are one lookup of t1.
+  EXPECT_EQ(tracker->Status().usage.tables[kT1].lookups, 1);
+
+  Delta delta = Read(*tracker);
+  EXPECT_EQ(delta.start_batch, -1);
+  EXPECT_EQ(delta.end_batch, 1);
+  EXPECT_EQ(IdsOf(delta, kT1), (std::vector<int64_t>{1, 3, 5}));
+  EXPECT_EQ(IdsOf(delta, kT2), (std::vector<int64_t>{9}));
+  EXPECT_FALSE(delta.tables[kT1].states.defined());
+  EXPECT_FALSE(delta.tables[kT1].values.defined());
+  // Delete-on-read with one consumer: nothing is held any more.
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+
+  // Reading again with nothing new in between: the tables, empty.
+  delta = Read(*tracker);
+  EXPECT_TRUE(IdsOf(delta, kT1).empty());
+  EXPECT_TRUE(IdsOf(delta, kT2).empty());
+}
+
+TEST(TrackerTest, EmbeddingModeKeepsFirstValueSinceLastRead) {
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  options.fqns_to_skip = {"ebc"};
+  auto tracker = MakeTracker(options);
+  // Batch 0: row 1 = 10. Batch 1: row 1 = 11, row 2 = 20.
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}},
+                                    at::full({1, 2}, 10.0))
+                  .ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}, {"f2", Ids({2})}},
+                                    at::tensor({11.f, 11.f, 20.f, 20.f}))
+                  .ok());
+  Delta delta = Read(*tracker);
+  EXPECT_EQ(IdsOf(delta, kT1), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(ToFloats(delta.tables[kT1].states),
+            (std::vector<float>{10, 10, 20, 20}));
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}},
+                                    at::full({1, 2}, 12.0))
+                  .ok());
+  delta = Read(*tracker);
+  EXPECT_EQ(ToFloats(delta.tables[kT1].states), (std::vector<float>{12, 12}));
+}
+
+TEST(TrackerTest, EmbeddingModeWithLiveRowsGivesValuesAndTopK) {
+  TensorRowsReader reader;
+  reader.SetTable(kT1, at::zeros({10, 2}));
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  options.fqns_to_skip = {"ebc", "t2"};
+  auto tracker = MakeTracker(options, &reader);
+  ASSERT_TRUE(tracker
+                  ->RecordLookup({{"f1", Ids({1, 2, 3, 4})}},
+                                 at::zeros({4, 2}))
+                  .ok());
+  // The optimizer moves row r by r (row 4 most), row 2 by 10.
+  reader.embeddings(kT1).index_put_({1}, at::full({2}, 1.0));
+  reader.embeddings(kT1).index_put_({2}, at::full({2}, 10.0));
+  reader.embeddings(kT1).index_put_({3}, at::full({2}, 3.0));
+  reader.embeddings(kT1).index_put_({4}, at::full({2}, 4.0));
+
+  DeltaRequest request;
+  request.top_k = TopK::Percentage(50);
+  auto delta = tracker->GetDelta(request);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  const TableDelta& t1 = delta->tables[kT1];
+  EXPECT_EQ(ToIds(t1.ids), (std::vector<int64_t>{2, 4}));  // ascending
+  EXPECT_EQ(ToFloats(t1.values), (std::vector<float>{10, 10, 4, 4}));
+  EXPECT_EQ(ToFloats(t1.states), (std::vector<float>{0, 0, 0, 0}));
+  ASSERT_TRUE(t1.scores.defined());
+  EXPECT_NEAR(ToFloats(t1.scores)[0], std::sqrt(200.f), 1e-4);
+  EXPECT_NEAR(ToFloats(t1.scores)[1], std::sqrt(32.f), 1e-4);
+}
+
+TEST(TrackerTest, TopKByCountPerTableAndItsErrors) {
+  TensorRowsReader reader;
+  reader.SetTable(kT1, at::arange(20, at::kFloat).reshape({10, 2}));
+  reader.SetTable(kT2, at::arange(20, at::kFloat).reshape({10, 2}));
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  options.fqns_to_skip = {"ebc"};
+  auto tracker = MakeTracker(options, &reader);
+  ASSERT_TRUE(tracker
+                  ->RecordLookup({{"f1", Ids({1, 5, 7})}, {"f3", Ids({2, 3})}},
+                                 at::zeros({5, 2}))
+                  .ok());
+
+  DeltaRequest bad;
+  bad.top_k = TopK::Percentage(0);
+  EXPECT_EQ(tracker->GetDelta(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.top_k = TopK::Percentage(100.5);
+  EXPECT_EQ(tracker->GetDelta(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.top_k = TopK::Count(0);
+  EXPECT_EQ(tracker->GetDelta(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.top_k.reset();
+  bad.per_table_top_k[kT1] = TopK::Count(1);
+  bad.fqns = {kT2};  // top-k for a table that is not read
+  EXPECT_EQ(tracker->GetDelta(bad).status().code(),
+            absl::StatusCode::kNotFound);
+
+  // Refused reads moved no cursor: everything is still there.
+  DeltaRequest request;
+  request.per_table_top_k[kT1] = TopK::Count(2);
+  auto delta = tracker->GetDelta(request);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(IdsOf(*delta, kT1), (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(IdsOf(*delta, kT2), (std::vector<int64_t>{2, 3}));  // all kept
+  EXPECT_EQ(delta->tables[kT1].scores.numel(), 2);
+}
+
+TEST(TrackerTest, ScoresNeedWhatTheModeNeeds) {
+  auto id_only = MakeTracker({});
+  DeltaRequest request;
+  request.include_scores = true;
+  EXPECT_EQ(id_only->GetDelta(request).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  options.fqns_to_skip = {"ebc"};
+  auto no_reader = MakeTracker(options);
+  request.top_k = TopK::Percentage(10);
+  auto status = no_reader->GetDelta(request).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("LiveRowsReader"), std::string::npos);
+}
+
+TEST(TrackerTest, MomentumLastKeepsLatestNorm) {
+  TensorRowsReader reader;
+  reader.SetTable(kT1, at::zeros({4, 2}), at::zeros({4, 2}));
+  TrackerOptions options;
+  options.mode = TrackingMode::kMomentumLast;
+  auto tracker = MakeTracker(options, &reader);
+  reader.optimizer_states(kT1).index_put_({1}, at::tensor({3.f, 4.f}));
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  tracker->Step();
+  reader.optimizer_states(kT1).index_put_({1}, at::tensor({6.f, 8.f}));
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  DeltaRequest request;
+  request.include_scores = true;
+  request.fqns = {kT1};
+  auto delta = tracker->GetDelta(request);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(ToFloats(delta->tables[kT1].states), std::vector<float>{10});
+  EXPECT_EQ(ToFloats(delta->tables[kT1].scores), std::vector<float>{10});
+}
+
+TEST(TrackerTest, MomentumDiffAndRowwiseAdagradReturnLatestMinusFirst) {
+  for (TrackingMode mode :
+       {TrackingMode::kMomentumDiff, TrackingMode::kRowwiseAdagrad}) {
+    TensorRowsReader reader;
+    const bool rowwise = mode == TrackingMode::kRowwiseAdagrad;
+    reader.SetTable(kT1, at::zeros({4, 2}),
+                    rowwise ? at::ones({4}) : at::ones({4, 2}));
+    TrackerOptions options;
+    options.mode = mode;
+    auto tracker = MakeTracker(options, &reader);
+    ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());
+    tracker->Step();
+    reader.optimizer_states(kT1).index_put_(
+        {2}, rowwise ? at::tensor(5.f) : at::tensor({4.f, 5.f}));
+    ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());  // not first
+    DeltaRequest request;
+    request.top_k = TopK::Count(1);
+    request.fqns = {kT1};
+    auto delta = tracker->GetDelta(request);
+    ASSERT_TRUE(delta.ok()) << delta.status();
+    const TableDelta& t1 = delta->tables[kT1];
+    if (rowwise) {
+      EXPECT_EQ(ToFloats(t1.states), std::vector<float>{4});
+      EXPECT_EQ(ToFloats(t1.scores), std::vector<float>{4});
+    } else {
+      EXPECT_EQ(ToFloats(t1.states), (std::vector<float>{3, 4}));
+      EXPECT_EQ(ToFloats(t1.scores), std::vector<float>{5});
+    }
+    EXPECT_EQ(ToFloats(t1.values), (std::vector<float>{0, 0}));
+  }
+}
+
+TEST(TrackerTest, OptimizerModesWithoutReaderNeedStates) {
+  TrackerOptions options;
+  options.mode = TrackingMode::kMomentumDiff;
+  auto tracker = MakeTracker(options);
+  EXPECT_EQ(tracker->RecordLookup({{"f1", Ids({2})}}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A remote producer passes them.
+  EXPECT_TRUE(tracker->RecordTables({{kT1, Ids({2}), at::ones({1, 3})}}).ok());
+}
+
+TEST(TrackerTest, TwoConsumersWithDeleteOnRead) {
+  TrackerOptions options;
+  options.consumers = {"a", "b"};
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  EXPECT_EQ(IdsOf(Read(*tracker, "a"), kT1), std::vector<int64_t>{1});
+  // b has not read batch 0: it is kept.
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 1);
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());
+  EXPECT_EQ(IdsOf(Read(*tracker, "b"), kT1), (std::vector<int64_t>{1, 2}));
+  // a still needs batch 1.
+  EXPECT_EQ(tracker->Status().usage.total.ids, 1);
+  EXPECT_EQ(IdsOf(Read(*tracker, "a"), kT1), std::vector<int64_t>{2});
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+}
+
+TEST(TrackerTest, WithoutDeleteOnReadRowsStayButCursorsMove) {
+  TrackerOptions options;
+  options.delete_on_read = false;
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1, 2})}}).ok());
+  EXPECT_EQ(IdsOf(Read(*tracker), kT1), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(tracker->Status().usage.total.ids, 2);
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({3})}}).ok());
+  EXPECT_EQ(IdsOf(Read(*tracker), kT1), std::vector<int64_t>{3});
+}
+
+TEST(TrackerTest, AutoCompactionOncePerStepKeepsOneLookupPerTable) {
+  TrackerOptions options;
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options);
+  for (int64_t b = 0; b < 5; ++b) {
+    ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({b, b + 1})}}).ok());
+    tracker->TriggerCompaction();
+    tracker->TriggerCompaction();  // a second call in a step does nothing
+    tracker->Step();
+  }
+  // Batches 0-3 are one lookup; batch 4 was recorded after the last trigger.
+  EXPECT_EQ(tracker->Status().usage.tables[kT1].lookups, 2);
+  EXPECT_EQ(IdsOf(Read(*tracker), kT1),
+            (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(TrackerTest, ReadingTablesSeparatelyLosesNothing) {
+  auto tracker = MakeTracker({});
+  ASSERT_TRUE(
+      tracker->RecordLookup({{"f1", Ids({1})}, {"f3", Ids({7})}}).ok());
+  DeltaRequest only_t1;
+  only_t1.fqns = {kT1};
+  auto delta = tracker->GetDelta(only_t1);
+  ASSERT_TRUE(delta.ok());
+  EXPECT_EQ(delta->tables.size(), 1u);
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());
+  Delta rest = Read(*tracker);
+  EXPECT_EQ(IdsOf(rest, kT1), std::vector<int64_t>{2});
+  EXPECT_EQ(IdsOf(rest, kT2), std::vector<int64_t>{7});
+  DeltaRequest unknown;
+  unknown.fqns = {"no.such.table"};
+  EXPECT_EQ(tracker->GetDelta(unknown).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(TrackerTest, ConcurrentStyleReadSeesOnlyClosedBatches) {
+  auto tracker = MakeTracker({});
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());
+  DeltaRequest request;
+  request.through_current_batch = false;
+  auto delta = tracker->GetDelta(request);
+  ASSERT_TRUE(delta.ok());
+  EXPECT_EQ(IdsOf(*delta, kT1), std::vector<int64_t>{1});
+  EXPECT_EQ(delta->end_batch, 1);
+  // More of batch 1 arrives after the read: the next read has all of it.
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({3})}}).ok());
+  tracker->Step();
+  delta = tracker->GetDelta(request);
+  EXPECT_EQ(IdsOf(*delta, kT1), (std::vector<int64_t>{2, 3}));
+}
+
+TEST(TrackerTest, ClearOneConsumerMovesItToThePresent) {
+  TrackerOptions options;
+  options.consumers = {"a", "b"};
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->Clear("a").ok());
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 1);  // b needs it
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->Clear("b").ok());
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+  EXPECT_TRUE(IdsOf(Read(*tracker, "a"), kT1).empty());
+  EXPECT_EQ(tracker->Clear("zz").code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({3})}}).ok());
+  tracker->ClearAll();
+  EXPECT_TRUE(IdsOf(Read(*tracker, "b"), kT1).empty());
+}
+
+TEST(TrackerTest, ConsumersAddedAndRemovedAtRunTime) {
+  auto tracker = MakeTracker({});
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->AddConsumer("late").ok());
+  EXPECT_EQ(tracker->AddConsumer("late").code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(tracker->AddConsumer("").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tracker->AddConsumer(std::string(129, 'x')).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());
+  // The late consumer sees only what came after it joined.
+  EXPECT_EQ(IdsOf(Read(*tracker, "late"), kT1), std::vector<int64_t>{2});
+  EXPECT_EQ(tracker->Consumers(),
+            (std::vector<std::string>{"default", "late"}));
+  // Removing "default" frees what only it needed.
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 2);
+  ASSERT_TRUE(tracker->RemoveConsumer("default").ok());
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+  EXPECT_EQ(tracker->RemoveConsumer("default").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(tracker->RemoveConsumer("late").code(),
+            absl::StatusCode::kFailedPrecondition);
+  DeltaRequest gone;
+  gone.consumer = "default";
+  EXPECT_EQ(tracker->GetDelta(gone).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(TrackerTest, AcknowledgedReadIsRepeatedUntilCommitted) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  Delta first = Read(*tracker);
+  EXPECT_EQ(IdsOf(first, kT1), std::vector<int64_t>{1});
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());
+  // The consumer crashed before committing: it gets batch 0 again, plus 1.
+  Delta again = Read(*tracker);
+  EXPECT_EQ(IdsOf(again, kT1), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(tracker->Commit("default", first.end_batch).code(),
+            absl::StatusCode::kFailedPrecondition);  // superseded
+  EXPECT_EQ(tracker->Status().usage.total.ids, 2);   // nothing deleted yet
+  ASSERT_TRUE(tracker->Commit("default", again.end_batch).ok());
+  EXPECT_EQ(tracker->Status().usage.total.ids, 0);
+  EXPECT_EQ(tracker->Commit("default", again.end_batch).code(),
+            absl::StatusCode::kFailedPrecondition);  // nothing pending
+  EXPECT_EQ(tracker->Commit("nobody", 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(IdsOf(Read(*tracker), kT1).empty());
+}
+
+TEST(TrackerTest, AcknowledgedReadSurvivesCompactionByOthers) {
+  // a reads (pending), b reads and compacts; a's commit must not hide rows.
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  options.consumers = {"a", "b"};
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  tracker->Step();
+  DeltaRequest closed_batches;
+  closed_batches.consumer = "a";
+  closed_batches.through_current_batch = false;
+  auto a1 = tracker->GetDelta(closed_batches);  // pending end 1
+  ASSERT_TRUE(a1.ok());
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());
+  tracker->TriggerCompaction();
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({3})}}).ok());
+  tracker->TriggerCompaction();
+  tracker->Step();
+  tracker->CompactAll();
+  ASSERT_TRUE(tracker->Commit("a", a1->end_batch).ok());
+  EXPECT_EQ(IdsOf(Read(*tracker, "a"), kT1), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(IdsOf(Read(*tracker, "b"), kT1), (std::vector<int64_t>{1, 2, 3}));
+}
+
+TEST(TrackerTest, MisuseIsRefusedAndChangesNothing) {
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  options.fqns_to_skip = {"ebc"};
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(
+      tracker->RecordLookup({{"f1", Ids({1, 2})}}, at::ones({2, 4})).ok());
+  const int64_t bytes = tracker->Status().usage.total.bytes;
+
+  // IDs and states of different lengths.
+  EXPECT_EQ(tracker->RecordLookup({{"f1", Ids({1, 2, 3})}}, at::ones({2, 4}))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // A state dim that changes.
+  EXPECT_EQ(tracker->RecordLookup({{"f1", Ids({1})}}, at::ones({1, 8})).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A feature no table owns; a good feature before it is not recorded either.
+  auto status = tracker->RecordLookup({{"f3", Ids({1})}, {"nope", Ids({1})}},
+                                      at::ones({2, 4}));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("'nope'"), std::string::npos);
+  // Float IDs.
+  EXPECT_EQ(
+      tracker->RecordLookup({{"f1", at::ones({1})}}, at::ones({1, 4})).code(),
+      absl::StatusCode::kInvalidArgument);
+  // Missing embeddings.
+  EXPECT_EQ(tracker->RecordLookup({{"f1", Ids({1})}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A table that is not tracked, and one that is skipped (ignored).
+  EXPECT_EQ(
+      tracker->RecordTables({{"other.table", Ids({1}), at::ones({1, 4})}})
+          .code(),
+      absl::StatusCode::kNotFound);
+  EXPECT_TRUE(tracker->RecordTables({{kT3, Ids({1}), at::ones({1, 4})}}).ok());
+  // Features of skipped tables are ignored, and their rows skipped over.
+  ASSERT_TRUE(tracker
+                  ->RecordLookup({{"f4", Ids({8})}, {"f1", Ids({9})}},
+                                 at::cat({at::zeros({1, 4}), at::ones({1, 4})}))
+                  .ok());
+  DeltaRequest unknown;
+  unknown.consumer = "nobody";
+  EXPECT_EQ(tracker->GetDelta(unknown).status().code(),
+            absl::StatusCode::kNotFound);
+
+  Delta delta = Read(*tracker);
+  EXPECT_EQ(IdsOf(delta, kT1), (std::vector<int64_t>{1, 2, 9}));
+  EXPECT_EQ(ToFloats(delta.tables[kT1].states[2]),
+            (std::vector<float>{1, 1, 1, 1}));
+  EXPECT_EQ(delta.tables.count(kT3), 0u);
+  EXPECT_GT(bytes, 0);
+}
+
+TEST(TrackerTest, MemoryCapCompactsFirst) {
+  TrackerOptions options;
+  options.consumers = {"a"};
+  // Far below 10 raw lookups, above their compaction: compaction suffices.
+  options.memory_cap_bytes = 4096;
+  auto tracker = MakeTracker(options);
+  for (int b = 0; b < 10; ++b) {
+    ASSERT_TRUE(tracker->RecordLookup({{"f1", at::arange(64, at::kLong)}}).ok());
+    tracker->Step();
+  }
+  TrackerStatus status = tracker->Status();
+  EXPECT_LE(status.usage.total.bytes, 4096);
+  EXPECT_GT(status.cap_compactions, 0);
+  EXPECT_EQ(status.cap_drops, 0);
+  Delta delta = Read(*tracker, "a");
+  EXPECT_FALSE(delta.resync_required);
+  EXPECT_EQ(IdsOf(delta, kT1).size(), 64u);
+}
+
+TEST(TrackerTest, MemoryCapDropsOldestAndTellsLaggingConsumers) {
+  TrackerOptions options;
+  options.consumers = {"fast", "slow"};
+  options.memory_cap_bytes = 3 * 64 * 8 + 1;  // about three batches of IDs
+  auto tracker = MakeTracker(options);
+  for (int64_t b = 0; b < 10; ++b) {
+    // Disjoint IDs per batch, so compaction cannot shrink them.
+    ASSERT_TRUE(tracker
+                    ->RecordLookup({{"f1", at::arange(b * 64, (b + 1) * 64,
+                                                      at::kLong)}})
+                    .ok());
+    Read(*tracker, "fast");
+    tracker->Step();
+  }
+  TrackerStatus status = tracker->Status();
+  EXPECT_LE(status.usage.total.bytes, options.memory_cap_bytes);
+  EXPECT_GT(status.cap_drops, 0);
+  EXPECT_GT(status.dropped_ids, 0);
+  EXPECT_TRUE(std::find_if(status.consumers.begin(), status.consumers.end(),
+                           [](const ConsumerStatus& c) {
+                             return c.name == "slow" && c.resync_required;
+                           }) != status.consumers.end());
+  Delta slow = Read(*tracker, "slow");
+  EXPECT_TRUE(slow.resync_required);
+  EXPECT_GT(slow.lost_rows, 0);
+  EXPECT_FALSE(IdsOf(slow, kT1).empty());  // what is left is still delivered
+  EXPECT_FALSE(Read(*tracker, "slow").resync_required);  // told once
+  EXPECT_FALSE(Read(*tracker, "fast").resync_required);
+}
+
+// An independent model of the semantics: every recorded (batch, id, state) in
+// order; a consumer's delta is the first (or last) state of each ID recorded
+// in [cursor, end). Compaction and deletion must never change an answer.
+struct Event {
+  int64_t batch;
+  int64_t id;
+  float value;
+};
+
+TEST(TrackerModelTest, RandomRunsMatchTheEventModel) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 40; ++round) {
+    TrackerOptions options;
+    options.mode = round % 2 ? TrackingMode::kEmbedding : TrackingMode::kIdOnly;
+    options.fqns_to_skip = {"ebc"};
+    options.consumers = {"a", "b", "c"};
+    options.delete_on_read = rng() % 2;
+    options.auto_compact = rng() % 2;
+    auto tracker = MakeTracker(options);
+    std::vector<Event> events;
+    std::map<std::string, int64_t> cursor = {{"a", -1}, {"b", -1}, {"c", -1}};
+    int64_t batch = 0;
+    for (int op = 0; op < 80; ++op) {
+      const int kind = static_cast<int>(rng() % 10);
+      if (kind < 5) {
+        const int64_t n = static_cast<int64_t>(rng() % 6);
+        std::vector<int64_t> ids;
+        std::vector<float> values;
+        for (int64_t i = 0; i < n; ++i) {
+          ids.push_back(static_cast<int64_t>(rng() % 12));
+          values.push_back(static_cast<float>(events.size()));
+          events.push_back({batch, ids.back(), values.back()});
+        }
+        at::Tensor states = at::tensor(values).reshape({n, 1});
+        ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids(ids)}}, states).ok());
+      } else if (kind < 7) {
+        tracker->TriggerCompaction();
+        tracker->Step();
+        ++batch;
+      } else if (kind < 8) {
+        tracker->CompactAll();
+      } else {
+        const std::string consumer(1, static_cast<char>('a' + rng() % 3));
+        DeltaRequest request;
+        request.consumer = consumer;
+        request.through_current_batch = rng() % 2;
+        auto delta = tracker->GetDelta(request);
+        ASSERT_TRUE(delta.ok());
+        const int64_t end = request.through_current_batch ? batch + 1 : batch;
+        std::map<int64_t, float> expected;
+        for (const Event& e : events) {
+          if (e.batch >= cursor[consumer] && e.batch < end) {
+            expected.emplace(e.id, e.value);  // first occurrence wins
+          }
+        }
+        cursor[consumer] = std::max(cursor[consumer], end);
+        std::vector<int64_t> expected_ids;
+        std::vector<float> expected_values;
+        for (auto& [id, value] : expected) {
+          expected_ids.push_back(id);
+          expected_values.push_back(value);
+        }
+        ASSERT_EQ(IdsOf(*delta, kT1), expected_ids)
+            << "round " << round << " op " << op;
+        if (options.mode == TrackingMode::kEmbedding &&
+            !expected_ids.empty()) {
+          ASSERT_EQ(ToFloats(delta->tables[kT1].states), expected_values)
+              << "round " << round << " op " << op;
+        }
+      }
+    }
+  }
+}
+
+// The training thread records, steps and compacts while two service threads
+// read closed batches: together the reads hold every recorded ID, for each
+// consumer, and no read ever holds an ID twice.
+TEST(TrackerConcurrencyTest, ConcurrentReadersMissNothing) {
+  TrackerOptions options;
+  options.consumers = {"a", "b"};
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options);
+  constexpr int64_t kBatches = 300;
+  std::atomic<bool> done{false};
+  std::map<std::string, std::set<int64_t>> seen;
+  std::vector<std::thread> readers;
+  for (const std::string consumer : {"a", "b"}) {
+    readers.emplace_back([&, consumer] {
+      DeltaRequest request;
+      request.consumer = consumer;
+      request.through_current_batch = false;
+      std::set<int64_t>& mine = seen[consumer];
+      bool last = false;
+      while (!last) {
+        last = done.load();
+        auto delta = tracker->GetDelta(request);
+        ASSERT_TRUE(delta.ok());
+        for (int64_t id : IdsOf(*delta, kT1)) mine.insert(id);
+      }
+    });
+  }
+  std::thread trainer([&] {
+    for (int64_t b = 0; b < kBatches; ++b) {
+      ASSERT_TRUE(
+          tracker->RecordLookup({{"f1", Ids({2 * b})}, {"f2", Ids({2 * b + 1})}})
+              .ok());
+      tracker->TriggerCompaction();
+      tracker->Step();
+    }
+    done = true;
+  });
+  trainer.join();
+  for (std::thread& t : readers) t.join();
+  for (const std::string consumer : {"a", "b"}) {
+    EXPECT_EQ(seen[consumer].size(), static_cast<size_t>(2 * kBatches))
+        << consumer;
+  }
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+}
+
+}  // namespace
+}  // namespace deltastream

@@ -1,0 +1,71 @@
+#ifndef DELTASTREAM_TESTS_TRACKER_SERVICE_TRACKER_TEST_UTIL_H_
+#define DELTASTREAM_TESTS_TRACKER_SERVICE_TRACKER_TEST_UTIL_H_
+
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tracker_service/live_rows_reader.h"
+
+namespace deltastream {
+
+inline at::Tensor Ids(std::vector<int64_t> ids) {
+  return at::tensor(ids, at::kLong);
+}
+
+inline std::vector<int64_t> ToIds(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+inline std::vector<float> ToFloats(const at::Tensor& t) {
+  at::Tensor c = t.to(at::kFloat).contiguous().reshape({-1});
+  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
+}
+
+// Live rows held in plain tensors: the part of a trainer the tracker reads.
+// Tests change rows as an optimizer would.
+class TensorRowsReader : public LiveRowsReader {
+ public:
+  void SetTable(const std::string& fqn, at::Tensor embeddings,
+                at::Tensor optimizer_states = at::Tensor()) {
+    embeddings_[fqn] = embeddings;
+    optimizer_states_[fqn] = optimizer_states;
+  }
+  at::Tensor& embeddings(const std::string& fqn) { return embeddings_[fqn]; }
+  at::Tensor& optimizer_states(const std::string& fqn) {
+    return optimizer_states_[fqn];
+  }
+
+  absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
+                                            const at::Tensor& ids) override {
+    return Read(embeddings_, fqn, ids);
+  }
+  absl::StatusOr<at::Tensor> ReadOptimizerStates(
+      absl::string_view fqn, const at::Tensor& ids) override {
+    return Read(optimizer_states_, fqn, ids);
+  }
+
+ private:
+  static absl::StatusOr<at::Tensor> Read(
+      const std::map<std::string, at::Tensor>& tables, absl::string_view fqn,
+      const at::Tensor& ids) {
+    auto it = tables.find(std::string(fqn));
+    if (it == tables.end() || !it->second.defined()) {
+      return absl::NotFoundError(absl::StrCat("no table '", fqn, "'"));
+    }
+    if (ids.numel() > 0 && ids.max().item<int64_t>() >= it->second.size(0)) {
+      return absl::InvalidArgumentError("ID out of range");
+    }
+    return it->second.index_select(0, ids).clone();
+  }
+  std::map<std::string, at::Tensor> embeddings_;
+  std::map<std::string, at::Tensor> optimizer_states_;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TESTS_TRACKER_SERVICE_TRACKER_TEST_UTIL_H_

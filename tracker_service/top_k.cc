@@ -1,0 +1,48 @@
+#include "tracker_service/top_k.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace deltastream {
+
+absl::Status TopK::Validate() const {
+  if (kind == Kind::kPercentage) {
+    if (!(value > 0 && value <= 100)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "top-k percentage must be in (0, 100], got ", value));
+    }
+    return absl::OkStatus();
+  }
+  if (!(value >= 1) || value != std::floor(value) || value > 9.0e15) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top-k count must be a whole number >= 1, got ", value));
+  }
+  return absl::OkStatus();
+}
+
+int64_t TopK::RowsKept(int64_t rows) const {
+  if (rows == 0) return 0;
+  if (kind == Kind::kCount) {
+    return std::min(rows, static_cast<int64_t>(value));
+  }
+  const auto kept = static_cast<int64_t>(
+      std::ceil(static_cast<double>(rows) * value / 100.0 - 1e-9));
+  return std::clamp<int64_t>(kept, 1, rows);
+}
+
+at::Tensor TopKPositions(const at::Tensor& scores, const TopK& top_k) {
+  const int64_t kept = top_k.RowsKept(scores.numel());
+  if (kept == scores.numel()) {
+    return at::arange(scores.numel(), scores.options().dtype(at::kLong));
+  }
+  // A stable descending sort keeps equal scores in position order.
+  at::Tensor order = std::get<1>(scores.sort(/*stable=*/true, /*dim=*/0,
+                                             /*descending=*/true));
+  return std::get<0>(order.narrow(0, 0, kept).sort());
+}
+
+}  // namespace deltastream

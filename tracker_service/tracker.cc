@@ -1,0 +1,667 @@
+#include "tracker_service/tracker.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace deltastream {
+
+struct Tracker::Consumer {
+  std::string name;
+  // Cursor of every table without an entry in `table_cursors`.
+  int64_t cursor = -1;
+  // Tables read on their own (a DeltaRequest naming a subset of tables).
+  absl::flat_hash_map<std::string, int64_t> table_cursors;
+  // Acknowledged mode: the latest uncommitted read, over `pending_fqns`
+  // (empty: all tables).
+  std::optional<int64_t> pending_end;
+  std::vector<std::string> pending_fqns;
+  bool resync_required = false;
+  int64_t lost_ids = 0;
+
+  std::optional<int64_t> PendingEnd(const std::string& fqn) const {
+    if (!pending_end.has_value()) return std::nullopt;
+    if (pending_fqns.empty() ||
+        std::find(pending_fqns.begin(), pending_fqns.end(), fqn) !=
+            pending_fqns.end()) {
+      return pending_end;
+    }
+    return std::nullopt;
+  }
+};
+
+namespace {
+
+// Runs tensor code on caller-provided tensors: LibTorch reports misuse by
+// throwing, and no exception may cross this API.
+template <typename F>
+absl::Status CatchTorchErrors(F&& f) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(e.what_without_backtrace());
+  }
+}
+
+absl::Status ValidateConsumerName(absl::string_view name) {
+  if (name.empty() || name.size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "consumer name must be 1 to 128 characters, got ", name.size()));
+  }
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("consumer name '", name,
+                       "' may only hold letters, digits, '_', '-' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateIds(absl::string_view what, const at::Tensor& ids) {
+  if (!ids.defined() || ids.dim() != 1 || ids.scalar_type() != at::kLong) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": IDs must be a 1-D int64 tensor, got ",
+        ids.defined() ? absl::StrCat(c10::toString(ids.scalar_type()), " of ",
+                                     ids.dim(), " dims")
+                      : "none"));
+  }
+  return absl::OkStatus();
+}
+
+UniqueRows EmptyRows() {
+  UniqueRows rows;
+  rows.ids = at::empty({0}, at::kLong);
+  return rows;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(
+    TrackerOptions options, LiveRowsReader* reader) {
+  if (options.consumers.empty()) {
+    options.consumers.emplace_back(kDefaultConsumer);
+  }
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& name : options.consumers) {
+    if (absl::Status status = ValidateConsumerName(name); !status.ok()) {
+      return status;
+    }
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("consumer '", name, "' is listed twice"));
+    }
+  }
+  if (options.memory_cap_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "memory cap must be >= 0 bytes, got ", options.memory_cap_bytes));
+  }
+  absl::StatusOr<FeatureMap> feature_map =
+      BuildFeatureMap(options.modules, options.fqns_to_skip);
+  if (!feature_map.ok()) return feature_map.status();
+  if (options.mode == TrackingMode::kEmbedding) {
+    for (const auto& [path, pooled] : feature_map->modules) {
+      if (pooled) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "embedding mode records one embedding per looked-up ID, but '",
+            path,
+            "' is a pooled collection (EmbeddingBagCollection) whose lookup "
+            "returns sums per bag: use id_only or an optimizer-state mode, or "
+            "skip it with fqns_to_skip"));
+      }
+    }
+  }
+  return std::unique_ptr<Tracker>(
+      new Tracker(std::move(options), *std::move(feature_map), reader));
+}
+
+Tracker::Tracker(TrackerOptions options, FeatureMap feature_map,
+                 LiveRowsReader* reader)
+    : options_(std::move(options)),
+      feature_map_(std::move(feature_map)),
+      reader_(reader),
+      store_(UpdateModeFor(options_.mode)) {
+  for (const std::string& name : options_.consumers) {
+    auto consumer = std::make_unique<Consumer>();
+    consumer->name = name;
+    consumers_.emplace(name, std::move(consumer));
+  }
+}
+
+Tracker::~Tracker() = default;
+
+Tracker::Consumer* Tracker::FindConsumer(absl::string_view name) {
+  auto it = consumers_.find(name);
+  return it == consumers_.end() ? nullptr : it->second.get();
+}
+
+int64_t Tracker::CursorOf(const Consumer& consumer,
+                          const std::string& fqn) const {
+  auto it = consumer.table_cursors.find(fqn);
+  return it == consumer.table_cursors.end() ? consumer.cursor : it->second;
+}
+
+int64_t Tracker::MaxCursor(const std::string& fqn) const {
+  // A pending read's end counts: compacting across it would hide rows from the
+  // consumer once it commits.
+  int64_t result = INT64_MIN;
+  for (const auto& [name, consumer] : consumers_) {
+    result = std::max(result, CursorOf(*consumer, fqn));
+    result = std::max(result, consumer->PendingEnd(fqn).value_or(INT64_MIN));
+  }
+  return result;
+}
+
+int64_t Tracker::MinCursor(const std::string& fqn) const {
+  int64_t result = INT64_MAX;
+  for (const auto& [name, consumer] : consumers_) {
+    result = std::min(result, CursorOf(*consumer, fqn));
+  }
+  return result;
+}
+
+void Tracker::SetCursor(Consumer& consumer, const std::string& fqn,
+                        int64_t cursor) {
+  consumer.table_cursors[fqn] = std::max(CursorOf(consumer, fqn), cursor);
+}
+
+absl::StatusOr<at::Tensor> Tracker::TrackedStates(const std::string& fqn,
+                                                  const at::Tensor& ids,
+                                                  const at::Tensor& states) {
+  if (!TracksOptimizerState(options_.mode)) return states;
+  at::Tensor row_states = states;
+  if (!row_states.defined()) {
+    if (reader_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", fqn, "': ", TrackingModeName(options_.mode),
+          " mode needs the optimizer's row states: pass them with the IDs or "
+          "attach a LiveRowsReader"));
+    }
+    absl::StatusOr<at::Tensor> read = reader_->ReadOptimizerStates(fqn, ids);
+    if (!read.ok()) return read.status();
+    row_states = *read;
+  }
+  // Row-wise optimizers keep one value per row.
+  if (row_states.dim() == 1) row_states = row_states.unsqueeze(1);
+  if (row_states.dim() != 2 || row_states.size(0) != ids.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", fqn, "': optimizer states must be [", ids.numel(),
+        ", k] to match the IDs, got ", c10::str(row_states.sizes())));
+  }
+  if (options_.mode == TrackingMode::kMomentumLast) {
+    return row_states.to(at::kFloat).norm(2, {1}, /*keepdim=*/true);
+  }
+  return row_states;
+}
+
+absl::Status Tracker::RecordLookup(absl::Span<const FeatureIds> features,
+                                   const at::Tensor& states) {
+  return CatchTorchErrors([&]() -> absl::Status {
+    int64_t total = 0;
+    for (const FeatureIds& f : features) {
+      if (absl::Status status =
+              ValidateIds(absl::StrCat("feature '", f.feature, "'"), f.ids);
+          !status.ok()) {
+        return status;
+      }
+      total += f.ids.numel();
+    }
+    at::Tensor rows;
+    if (options_.mode == TrackingMode::kEmbedding) {
+      if (!states.defined() || (total > 0 && states.numel() % total != 0) ||
+          (total > 0 && states.numel() == 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "embeddings must hold ", total, " * dim elements for ", total,
+            " IDs, got ",
+            states.defined() ? c10::str(states.sizes()) : "none"));
+      }
+      rows = total > 0 ? states.reshape({total, -1}) : states;
+    }
+
+    // Group features by table, in first-appearance order.
+    std::vector<TableLookup> tables;
+    std::vector<std::vector<at::Tensor>> ids_of, rows_of;
+    absl::flat_hash_map<std::string, size_t> position;
+    int64_t offset = 0;
+    for (const FeatureIds& f : features) {
+      const int64_t n = f.ids.numel();
+      const std::string feature(f.feature);
+      auto owner = feature_map_.fqn_of_feature.find(feature);
+      if (owner == feature_map_.fqn_of_feature.end()) {
+        if (!feature_map_.skipped_features.contains(feature)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "feature '", feature, "' is not looked up by any tracked table"));
+        }
+        offset += n;
+        continue;
+      }
+      auto [it, inserted] = position.emplace(owner->second, tables.size());
+      if (inserted) {
+        tables.push_back({owner->second, {}, {}});
+        ids_of.emplace_back();
+        rows_of.emplace_back();
+      }
+      ids_of[it->second].push_back(f.ids);
+      if (rows.defined() && total > 0) {
+        rows_of[it->second].push_back(rows.narrow(0, offset, n));
+      }
+      offset += n;
+    }
+    for (size_t t = 0; t < tables.size(); ++t) {
+      tables[t].ids = ids_of[t].size() == 1 ? ids_of[t][0] : at::cat(ids_of[t]);
+      if (!rows_of[t].empty()) {
+        tables[t].states =
+            rows_of[t].size() == 1 ? rows_of[t][0] : at::cat(rows_of[t]);
+      } else if (rows.defined()) {
+        tables[t].states = rows.new_empty({0, rows.dim() == 2 ? rows.size(1) : 0});
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    return RecordTablesLocked(std::move(tables));
+  });
+}
+
+absl::Status Tracker::RecordTables(std::vector<TableLookup> tables) {
+  return CatchTorchErrors([&]() -> absl::Status {
+    absl::MutexLock lock(&mu_);
+    return RecordTablesLocked(std::move(tables));
+  });
+}
+
+absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables) {
+  std::vector<TableLookup> kept;
+  for (TableLookup& table : tables) {
+    if (table.fqn.empty()) return absl::InvalidArgumentError("empty table FQN");
+    if (IsSkipped(table.fqn, options_.fqns_to_skip)) continue;
+    if (!feature_map_.fqns.empty() &&
+        std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(),
+                  table.fqn) == feature_map_.fqns.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "table '", table.fqn, "' is not tracked (tracked: ",
+          absl::StrJoin(feature_map_.fqns, ", "), ")"));
+    }
+    if (absl::Status status =
+            ValidateIds(absl::StrCat("table '", table.fqn, "'"), table.ids);
+        !status.ok()) {
+      return status;
+    }
+    if (TracksOptimizerState(options_.mode)) {
+      absl::StatusOr<at::Tensor> states =
+          TrackedStates(table.fqn, table.ids, table.states);
+      if (!states.ok()) return states.status();
+      table.states = *std::move(states);
+    }
+    kept.push_back(std::move(table));
+  }
+  if (kept.empty()) return absl::OkStatus();
+  if (absl::Status status = store_.Append(curr_batch_, std::move(kept));
+      !status.ok()) {
+    return status;
+  }
+  EnforceMemoryCapLocked();
+  return absl::OkStatus();
+}
+
+int64_t Tracker::Step() {
+  absl::MutexLock lock(&mu_);
+  return ++curr_batch_;
+}
+
+int64_t Tracker::current_batch() const {
+  absl::MutexLock lock(&mu_);
+  return curr_batch_;
+}
+
+void Tracker::TriggerCompaction() {
+  if (!options_.auto_compact) return;
+  absl::MutexLock lock(&mu_);
+  if (curr_compact_index_ >= curr_batch_) return;  // once per step
+  for (const std::string& fqn : store_.Fqns()) {
+    store_.CompactTable(fqn, MaxCursor(fqn), curr_batch_);
+  }
+  curr_compact_index_ = curr_batch_;
+}
+
+void Tracker::Compact(int64_t start, int64_t end) {
+  absl::MutexLock lock(&mu_);
+  store_.Compact(start, end);
+}
+
+void Tracker::CompactAll() {
+  absl::MutexLock lock(&mu_);
+  CompactAllLocked();
+}
+
+void Tracker::CompactAllLocked() {
+  for (const std::string& fqn : store_.Fqns()) {
+    std::set<int64_t> bounds = {curr_batch_};
+    for (const auto& [name, consumer] : consumers_) {
+      bounds.insert(std::min(CursorOf(*consumer, fqn), curr_batch_));
+      if (auto end = consumer->PendingEnd(fqn)) {
+        bounds.insert(std::min(*end, curr_batch_));
+      }
+    }
+    for (auto it = bounds.begin(); std::next(it) != bounds.end(); ++it) {
+      store_.CompactTable(fqn, *it, *std::next(it));
+    }
+  }
+}
+
+void Tracker::DeleteUnneededLocked() {
+  for (const std::string& fqn : store_.Fqns()) {
+    store_.DeleteTable(fqn, MinCursor(fqn));
+  }
+}
+
+void Tracker::EnforceMemoryCapLocked() {
+  const int64_t cap = options_.memory_cap_bytes;
+  if (cap == 0 || store_.bytes() <= cap) return;
+  DeleteUnneededLocked();
+  if (store_.bytes() <= cap) return;
+  CompactAllLocked();
+  ++cap_compactions_;
+  while (store_.bytes() > cap) {
+    std::optional<int64_t> oldest = store_.OldestBatchIndex();
+    if (!oldest.has_value()) break;
+    const StoreUsage before = store_.Usage();
+    store_.Delete(*oldest + 1);
+    const StoreUsage after = store_.Usage();
+    for (const auto& [fqn, usage] : before.tables) {
+      const int64_t lost = usage.ids - after.tables.at(fqn).ids;
+      if (lost == 0) continue;
+      for (auto& [name, consumer] : consumers_) {
+        if (CursorOf(*consumer, fqn) <= *oldest) {
+          consumer->resync_required = true;
+          consumer->lost_ids += lost;
+        }
+      }
+    }
+    ++cap_drops_;
+    dropped_ids_ += before.total.ids - after.total.ids;
+    dropped_bytes_ += before.total.bytes - after.total.bytes;
+  }
+}
+
+absl::Status Tracker::FinishTable(const std::string& fqn,
+                                  const DeltaRequest& request,
+                                  TableDelta& table) {
+  table.ids = table.ids.cpu();
+  if (table.states.defined()) table.states = table.states.cpu();
+  if (reader_ != nullptr) {
+    absl::StatusOr<at::Tensor> values = reader_->ReadEmbeddings(fqn, table.ids);
+    if (!values.ok()) return values.status();
+    table.values = values->cpu();
+  }
+  const TrackingMode mode = options_.mode;
+  if ((mode == TrackingMode::kMomentumDiff ||
+       mode == TrackingMode::kRowwiseAdagrad) &&
+      reader_ != nullptr) {
+    absl::StatusOr<at::Tensor> latest =
+        reader_->ReadOptimizerStates(fqn, table.ids);
+    if (!latest.ok()) return latest.status();
+    at::Tensor now = latest->cpu().to(at::kFloat).reshape_as(table.states);
+    table.states = now - table.states.to(at::kFloat);
+  }
+
+  auto top_k = request.per_table_top_k.find(fqn);
+  const TopK* spec = top_k != request.per_table_top_k.end() ? &top_k->second
+                     : request.top_k.has_value()            ? &*request.top_k
+                                                            : nullptr;
+  if (spec == nullptr && !request.include_scores) return absl::OkStatus();
+  switch (mode) {
+    case TrackingMode::kIdOnly:
+      break;  // rejected before reading
+    case TrackingMode::kEmbedding:
+      table.scores = (table.values.to(at::kFloat) - table.states.to(at::kFloat))
+                         .norm(2, {1});
+      break;
+    case TrackingMode::kMomentumLast:
+      table.scores = table.states.to(at::kFloat).reshape({-1});
+      break;
+    case TrackingMode::kMomentumDiff:
+    case TrackingMode::kRowwiseAdagrad:
+      table.scores = table.states.to(at::kFloat).norm(2, {1});
+      break;
+  }
+  if (spec == nullptr) return absl::OkStatus();
+  at::Tensor keep = TopKPositions(table.scores, *spec);
+  for (at::Tensor* t :
+       {&table.ids, &table.states, &table.values, &table.scores}) {
+    if (t->defined()) *t = t->index_select(0, keep);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
+  // Everything that can be refused is checked before any cursor moves.
+  std::vector<const TopK*> specs;
+  if (request.top_k.has_value()) specs.push_back(&*request.top_k);
+  for (const auto& [fqn, spec] : request.per_table_top_k) specs.push_back(&spec);
+  for (const TopK* spec : specs) {
+    if (absl::Status status = spec->Validate(); !status.ok()) return status;
+  }
+  if (!specs.empty() || request.include_scores) {
+    const TrackingMode mode = options_.mode;
+    if (mode == TrackingMode::kIdOnly) {
+      return absl::FailedPreconditionError(
+          "id_only mode has no scores: top-k needs embedding or an "
+          "optimizer-state mode");
+    }
+    if (reader_ == nullptr && mode != TrackingMode::kMomentumLast) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "scores in ", TrackingModeName(mode),
+          " mode compare with the trainer's current rows, which this tracker "
+          "cannot read (no LiveRowsReader: not running inside a trainer)"));
+    }
+  }
+
+  absl::MutexLock lock(&mu_);
+  Consumer* consumer = FindConsumer(request.consumer);
+  if (consumer == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown consumer '", request.consumer, "'"));
+  }
+  std::vector<std::string> fqns = store_.Fqns();
+  if (!request.fqns.empty()) {
+    for (const std::string& fqn : request.fqns) {
+      const bool known =
+          std::find(fqns.begin(), fqns.end(), fqn) != fqns.end() ||
+          std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(), fqn) !=
+              feature_map_.fqns.end();
+      if (!known) {
+        return absl::NotFoundError(absl::StrCat(
+            "unknown table '", fqn, "' (known: ", absl::StrJoin(fqns, ", "),
+            ")"));
+      }
+    }
+    fqns = request.fqns;
+  }
+  for (const auto& [fqn, spec] : request.per_table_top_k) {
+    if (std::find(fqns.begin(), fqns.end(), fqn) == fqns.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("top-k names table '", fqn, "', which is not read"));
+    }
+  }
+
+  const int64_t end =
+      request.through_current_batch ? curr_batch_ + 1 : curr_batch_;
+  Delta delta;
+  delta.consumer = consumer->name;
+  delta.end_batch = end;
+  delta.start_batch = end;
+  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
+    for (const std::string& fqn : fqns) {
+      const int64_t from = CursorOf(*consumer, fqn);
+      delta.start_batch = std::min(delta.start_batch, from);
+      store_.CompactTable(fqn, MaxCursor(fqn), std::min(end, curr_batch_));
+      absl::StatusOr<UniqueRows> rows =
+          from < end ? store_.GetUniqueTable(fqn, from, end) : EmptyRows();
+      if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet
+      TableDelta& table = delta.tables[fqn];
+      table.ids = std::move(rows->ids);
+      table.states = std::move(rows->states);
+      if (absl::Status s = FinishTable(fqn, request, table); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+
+  delta.resync_required = consumer->resync_required;
+  delta.lost_rows = consumer->lost_ids;
+  if (options_.acknowledged_reads) {
+    consumer->pending_end = end;
+    consumer->pending_fqns = request.fqns;
+  } else {
+    AdvanceLocked(*consumer, request.fqns, end);
+  }
+  return delta;
+}
+
+void Tracker::AdvanceLocked(Consumer& consumer,
+                            const std::vector<std::string>& only_fqns,
+                            int64_t end) {
+  if (only_fqns.empty()) {
+    consumer.cursor = std::max(consumer.cursor, end);
+    for (auto it = consumer.table_cursors.begin();
+         it != consumer.table_cursors.end();) {
+      if (it->second <= consumer.cursor) {
+        consumer.table_cursors.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  } else {
+    for (const std::string& fqn : only_fqns) SetCursor(consumer, fqn, end);
+  }
+  consumer.pending_end.reset();
+  consumer.pending_fqns.clear();
+  consumer.resync_required = false;
+  consumer.lost_ids = 0;
+  if (options_.delete_on_read) DeleteUnneededLocked();
+}
+
+void Tracker::MoveToPresentLocked(Consumer& consumer) {
+  consumer.cursor = curr_batch_ + 1;
+  consumer.table_cursors.clear();
+  consumer.pending_end.reset();
+  consumer.pending_fqns.clear();
+}
+
+absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {
+  absl::MutexLock lock(&mu_);
+  Consumer* consumer = FindConsumer(name);
+  if (consumer == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
+  }
+  if (!options_.acknowledged_reads) {
+    return absl::FailedPreconditionError(
+        "commit needs acknowledged reads, which this tracker does not use");
+  }
+  if (consumer->pending_end != end_batch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "consumer '", name, "' has no pending read ending at batch ", end_batch,
+        consumer->pending_end.has_value()
+            ? absl::StrCat(" (its latest read ends at ", *consumer->pending_end,
+                           ")")
+            : " (no read is pending)"));
+  }
+  const std::vector<std::string> fqns = consumer->pending_fqns;
+  AdvanceLocked(*consumer, fqns, end_batch);
+  return absl::OkStatus();
+}
+
+absl::Status Tracker::AddConsumer(absl::string_view name) {
+  if (absl::Status status = ValidateConsumerName(name); !status.ok()) {
+    return status;
+  }
+  absl::MutexLock lock(&mu_);
+  if (FindConsumer(name) != nullptr) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("consumer '", name, "' already exists"));
+  }
+  auto consumer = std::make_unique<Consumer>();
+  consumer->name = std::string(name);
+  consumer->cursor = curr_batch_;
+  consumers_.emplace(consumer->name, std::move(consumer));
+  return absl::OkStatus();
+}
+
+absl::Status Tracker::RemoveConsumer(absl::string_view name) {
+  absl::MutexLock lock(&mu_);
+  auto it = consumers_.find(name);
+  if (it == consumers_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
+  }
+  if (consumers_.size() == 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "'", name, "' is the last consumer; add another before removing it"));
+  }
+  consumers_.erase(it);
+  if (options_.delete_on_read) DeleteUnneededLocked();
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Tracker::Consumers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, consumer] : consumers_) names.push_back(name);
+  return names;
+}
+
+absl::Status Tracker::Clear(absl::string_view name) {
+  absl::MutexLock lock(&mu_);
+  Consumer* consumer = FindConsumer(name);
+  if (consumer == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
+  }
+  MoveToPresentLocked(*consumer);
+  DeleteUnneededLocked();
+  return absl::OkStatus();
+}
+
+void Tracker::ClearAll() {
+  absl::MutexLock lock(&mu_);
+  store_.Delete();
+  for (auto& [name, consumer] : consumers_) MoveToPresentLocked(*consumer);
+}
+
+TrackerStatus Tracker::Status() const {
+  absl::MutexLock lock(&mu_);
+  TrackerStatus status;
+  status.mode = options_.mode;
+  status.current_batch = curr_batch_;
+  status.delete_on_read = options_.delete_on_read;
+  status.auto_compact = options_.auto_compact;
+  status.acknowledged_reads = options_.acknowledged_reads;
+  status.usage = store_.Usage();
+  status.memory_cap_bytes = options_.memory_cap_bytes;
+  status.cap_compactions = cap_compactions_;
+  status.cap_drops = cap_drops_;
+  status.dropped_ids = dropped_ids_;
+  status.dropped_bytes = dropped_bytes_;
+  status.warnings = feature_map_.warnings;
+  const std::vector<std::string> fqns = store_.Fqns();
+  for (const auto& [name, consumer] : consumers_) {
+    ConsumerStatus c;
+    c.name = name;
+    c.cursor = consumer->cursor;
+    for (const std::string& fqn : fqns) {
+      c.cursor = std::min(c.cursor, CursorOf(*consumer, fqn));
+    }
+    c.lag_steps = std::max<int64_t>(0, curr_batch_ - std::max<int64_t>(0, c.cursor));
+    c.pending_end = consumer->pending_end;
+    c.resync_required = consumer->resync_required;
+    status.consumers.push_back(std::move(c));
+  }
+  return status;
+}
+
+}  // namespace deltastream

@@ -1,0 +1,290 @@
+#ifndef DELTASTREAM_TRACKER_SERVICE_TRACKER_H_
+#define DELTASTREAM_TRACKER_SERVICE_TRACKER_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "store/delta_store.h"
+#include "tracker_service/live_rows_reader.h"
+#include "tracker_service/top_k.h"
+#include "tracker_service/tracked_modules.h"
+#include "tracker_service/tracking_mode.h"
+
+namespace deltastream {
+
+struct TrackerOptions {
+  TrackingMode mode = TrackingMode::kIdOnly;
+  // Named consumers, each with its own cursor. Empty means {"default"}.
+  std::vector<std::string> consumers;
+  // Delete what every consumer has read.
+  bool delete_on_read = true;
+  // TriggerCompaction() compacts; otherwise it does nothing and reads compact.
+  bool auto_compact = false;
+  // A read is final only when the consumer commits it (Commit()); until then
+  // the consumer's next read returns the same rows again, plus newer ones.
+  bool acknowledged_reads = false;
+  // Module path components and table names not to track.
+  std::vector<std::string> fqns_to_skip;
+  // Bytes the store may hold; 0 means unbounded. See "Memory cap" below.
+  int64_t memory_cap_bytes = 0;
+  // The trainer's tables, for feature-to-FQN mapping. Empty means "open": any
+  // table FQN may be recorded with RecordTables (a standalone server).
+  std::vector<TrackedModule> modules;
+};
+
+// The IDs of one feature in one lookup (a KeyedJaggedTensor key's values).
+struct FeatureIds {
+  absl::string_view feature;
+  at::Tensor ids;  // int64 [n]
+};
+
+struct DeltaRequest {
+  std::string consumer = "default";
+  // Tables to read; empty means all. Reading a subset moves the consumer's
+  // cursor for those tables only: the others are still delivered later.
+  std::vector<std::string> fqns;
+  // Keep only the top rows by score, in every table...
+  std::optional<TopK> top_k;
+  // ...or per table (overrides `top_k` for that table).
+  std::map<std::string, TopK> per_table_top_k;
+  // Score every row even without top-k.
+  bool include_scores = false;
+  // Read through the current batch (TorchRec's get_delta: end = curr + 1), for
+  // callers on the training thread between its lookups and Step(). When false,
+  // only batches closed by Step() are read (end = curr): what a concurrent
+  // reader uses so that it never sees half a batch.
+  bool through_current_batch = true;
+};
+
+// One table's rows in a delta; every tensor is on the host, row i for ids[i].
+struct TableDelta {
+  at::Tensor ids;  // int64 [n], ascending
+  // The tracked state, by mode: kIdOnly: undefined. kEmbedding: each row's
+  // value before its first change since the consumer's last read.
+  // kMomentumLast: [n, 1] latest momentum norm. kMomentumDiff, kRowwiseAdagrad:
+  // latest - first optimizer row state when a LiveRowsReader is attached, else
+  // the first state.
+  at::Tensor states;
+  // Current embedding rows [n, dim], when a LiveRowsReader is attached.
+  at::Tensor values;
+  // float [n], when top-k or include_scores was asked: kEmbedding:
+  // ||current - first||_2 (needs a LiveRowsReader); kMomentumLast: the stored
+  // norm; kMomentumDiff, kRowwiseAdagrad: ||latest - first||_2.
+  at::Tensor scores;
+};
+
+struct Delta {
+  std::string consumer;
+  // Batches [start, end) were read (start is the smallest per-table cursor).
+  int64_t start_batch = 0;
+  int64_t end_batch = 0;
+  std::map<std::string, TableDelta> tables;
+  // Rows this consumer had not read were dropped under the memory cap since
+  // its last read: it must resync from a checkpoint. `lost_rows` counts the
+  // IDs dropped (repeats included).
+  bool resync_required = false;
+  int64_t lost_rows = 0;
+};
+
+struct ConsumerStatus {
+  std::string name;
+  int64_t cursor = 0;  // smallest per-table cursor
+  int64_t lag_steps = 0;  // current batch - cursor
+  std::optional<int64_t> pending_end;  // an uncommitted read's end
+  bool resync_required = false;
+};
+
+struct TrackerStatus {
+  TrackingMode mode = TrackingMode::kIdOnly;
+  int64_t current_batch = 0;
+  bool delete_on_read = true;
+  bool auto_compact = false;
+  bool acknowledged_reads = false;
+  std::vector<ConsumerStatus> consumers;
+  StoreUsage usage;
+  int64_t memory_cap_bytes = 0;
+  // Memory-cap policy counters since start.
+  int64_t cap_compactions = 0;
+  int64_t cap_drops = 0;
+  int64_t dropped_ids = 0;
+  int64_t dropped_bytes = 0;
+  std::vector<std::string> warnings;
+};
+
+// Tracker: which rows of which tables changed, per named consumer, following
+// TorchRec's ModelDeltaTracker, then extending it.
+//
+// Batch index `curr` starts at 0; Step() adds 1. Each consumer has a cursor,
+// -1 at start (per table, once it reads a subset of tables).
+//  - RecordLookup / RecordTables append, per table FQN, one lookup at `curr`.
+//  - TriggerCompaction (auto_compact; once per step): per table, compacts
+//    [max(cursors), curr).
+//  - GetDelta(c): end = curr + 1 (or curr, see DeltaRequest); per table,
+//    compacts [max(cursors), end), returns the unique rows since c's cursor and
+//    moves the cursor to end; with delete_on_read, deletes every lookup below
+//    min(cursors). IDs ascending.
+//  Unlike TorchRec, compaction never reaches into the open batch `curr`
+//  (windows end at curr at most): rows recorded into it later, or read by a
+//  consumer that reads closed batches only, can then never hide inside a
+//  compacted lookup below a cursor. Results are the same.
+//  - Clear(c) moves c's cursor to the present and deletes what no consumer
+//    still needs; Clear() deletes everything.
+//
+// Memory cap: after a record pushes the store over `memory_cap_bytes`, the
+// tracker (1) deletes what no consumer needs, (2) compacts between cursors,
+// (3) drops the oldest batches until under the cap. Step 3 is counted in
+// TrackerStatus and every consumer that lost unread rows gets
+// Delta::resync_required on its next read: never a silent loss.
+//
+// Errors are values; a rejected call changes nothing, and a read that fails
+// moves no cursor. Thread safety: every method may be called from any thread;
+// calls are serialised, so a read blocks recording while it compacts, gathers
+// and reads live rows (see LiveRowsReader for what that asks of the trainer).
+class Tracker {
+ public:
+  static constexpr absl::string_view kDefaultConsumer = "default";
+
+  // InvalidArgument for a bad option (consumer name, duplicate consumer,
+  // module description); FailedPrecondition for kEmbedding on a pooled module.
+  // `reader` may be null; it must outlive the tracker.
+  static absl::StatusOr<std::unique_ptr<Tracker>> Create(
+      TrackerOptions options, LiveRowsReader* reader = nullptr);
+
+  Tracker(const Tracker&) = delete;
+  Tracker& operator=(const Tracker&) = delete;
+  ~Tracker();
+
+  // Records one module's lookup: per feature its IDs (in key order) and, in
+  // kEmbedding, `states`, the looked-up rows [N, dim] (or anything of N * dim
+  // elements) for the N IDs of all features in order. Optimizer modes read the
+  // row states through the LiveRowsReader (FailedPrecondition without one).
+  // Features of skipped tables are ignored; an unknown feature is
+  // InvalidArgument. Nothing is copied to the host and nothing synchronises
+  // with a device.
+  absl::Status RecordLookup(absl::Span<const FeatureIds> features,
+                            const at::Tensor& states = at::Tensor())
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Records rows per table FQN directly (for producers that are not modules,
+  // e.g. over the network). `states` per mode: kEmbedding the embedding rows;
+  // optimizer modes the optimizer row states (read through the LiveRowsReader
+  // when absent). Skipped FQNs are ignored; with declared modules, an unknown
+  // FQN is NotFound.
+  absl::Status RecordTables(std::vector<TableLookup> tables)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Advances the batch index. Returns the new index.
+  int64_t Step() ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t current_batch() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Auto-compaction after output distribution; once per step; a no-op unless
+  // auto_compact.
+  void TriggerCompaction() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Compacts [start, end) in every table: TorchRec's compact(). Callers must
+  // not compact across a consumer's cursor.
+  void Compact(int64_t start, int64_t end) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Compacts every table between consecutive consumer cursors and up to the
+  // open batch: the most compaction that changes no consumer's reads.
+  void CompactAll() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Reads a delta (see above). NotFound for an unknown consumer or table;
+  // InvalidArgument for a bad top-k; FailedPrecondition for scores that need a
+  // LiveRowsReader when there is none.
+  absl::StatusOr<Delta> GetDelta(const DeltaRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Acknowledged mode: makes the consumer's pending read ending at `end_batch`
+  // final. FailedPrecondition when no such read is pending (or not in
+  // acknowledged mode); NotFound for an unknown consumer.
+  absl::Status Commit(absl::string_view consumer, int64_t end_batch)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Adds a consumer whose cursor starts at the current batch. InvalidArgument
+  // for a bad name (1-128 of [A-Za-z0-9_.-]), AlreadyExists if present.
+  absl::Status AddConsumer(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes a consumer; what only it needed is deleted (with delete_on_read).
+  // NotFound if absent; FailedPrecondition for the last consumer.
+  absl::Status RemoveConsumer(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::string> Consumers() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Clear(c): c's cursor moves to the present (curr + 1); every lookup no
+  // consumer still needs is deleted. NotFound for an unknown consumer.
+  absl::Status Clear(absl::string_view consumer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Clear(): deletes everything; every cursor moves to the present.
+  void ClearAll() ABSL_LOCKS_EXCLUDED(mu_);
+
+  TrackerStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The feature -> table FQN map and tracked table FQNs.
+  const FeatureMap& feature_map() const { return feature_map_; }
+  const TrackerOptions& options() const { return options_; }
+
+ private:
+  struct Consumer;
+
+  Tracker(TrackerOptions options, FeatureMap feature_map,
+          LiveRowsReader* reader);
+
+  absl::Status RecordTablesLocked(std::vector<TableLookup> tables)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<at::Tensor> TrackedStates(const std::string& fqn,
+                                           const at::Tensor& ids,
+                                           const at::Tensor& states);
+  Consumer* FindConsumer(absl::string_view name)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t CursorOf(const Consumer& consumer, const std::string& fqn) const;
+  int64_t MaxCursor(const std::string& fqn) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t MinCursor(const std::string& fqn) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetCursor(Consumer& consumer, const std::string& fqn, int64_t cursor)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the consumer's cursors to `end` (for `only_fqns`, or every table when
+  // empty), ends its pending read and deletes what no one needs (delete_on_read).
+  void AdvanceLocked(Consumer& consumer,
+                     const std::vector<std::string>& only_fqns, int64_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Clear(): the consumer has read everything up to now.
+  void MoveToPresentLocked(Consumer& consumer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes, per table, the lookups below every consumer's cursor.
+  void DeleteUnneededLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompactAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnforceMemoryCapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FinishTable(const std::string& fqn, const DeltaRequest& request,
+                           TableDelta& table);
+
+  const TrackerOptions options_;
+  const FeatureMap feature_map_;
+  LiveRowsReader* const reader_;
+  DeltaStore store_;
+
+  mutable absl::Mutex mu_;
+  int64_t curr_batch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t curr_compact_index_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, std::unique_ptr<Consumer>, std::less<>> consumers_
+      ABSL_GUARDED_BY(mu_);
+  int64_t cap_compactions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t cap_drops_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_ids_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRACKER_SERVICE_TRACKER_H_
