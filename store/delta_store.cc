@@ -140,7 +140,7 @@ absl::Status DeltaStore::ValidateLookup(const Table* table, int64_t batch_idx,
 
 absl::Status DeltaStore::Append(int64_t batch_idx,
                                 std::vector<TableLookup> lookups) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   absl::flat_hash_set<absl::string_view> seen;
   for (const TableLookup& lookup : lookups) {
     if (!seen.insert(lookup.fqn).second) {
@@ -191,12 +191,12 @@ void DeltaStore::DeleteLocked(Table& table, std::optional<int64_t> up_to_idx) {
 }
 
 void DeltaStore::Delete(std::optional<int64_t> up_to_idx) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   for (auto& [fqn, table] : tables_) DeleteLocked(*table, up_to_idx);
 }
 
 void DeltaStore::DeleteTable(absl::string_view fqn, int64_t up_to_idx) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   if (Table* table = FindTable(fqn)) DeleteLocked(*table, up_to_idx);
 }
 
@@ -239,13 +239,13 @@ void DeltaStore::CompactLocked(Table& table, int64_t start_idx,
 }
 
 void DeltaStore::Compact(int64_t start_idx, int64_t end_idx) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   for (auto& [fqn, table] : tables_) CompactLocked(*table, start_idx, end_idx);
 }
 
 void DeltaStore::CompactTable(absl::string_view fqn, int64_t start_idx,
                               int64_t end_idx) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   if (Table* table = FindTable(fqn)) CompactLocked(*table, start_idx, end_idx);
 }
 
@@ -287,7 +287,7 @@ UniqueRows DeltaStore::UniqueRowsIn(const Table& table, int64_t from_idx,
 
 std::map<std::string, UniqueRows> DeltaStore::GetUnique(int64_t from_idx,
                                                         int64_t to_idx) const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   std::map<std::string, UniqueRows> result;
   for (const auto& [fqn, table] : tables_) {
     result.emplace(fqn, UniqueRowsIn(*table, from_idx, to_idx));
@@ -298,7 +298,7 @@ std::map<std::string, UniqueRows> DeltaStore::GetUnique(int64_t from_idx,
 absl::StatusOr<UniqueRows> DeltaStore::GetUniqueTable(absl::string_view fqn,
                                                       int64_t from_idx,
                                                       int64_t to_idx) const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   const Table* table = FindTable(fqn);
   if (table == nullptr) {
     return absl::NotFoundError(absl::StrCat("no table '", fqn, "' in store"));
@@ -307,14 +307,14 @@ absl::StatusOr<UniqueRows> DeltaStore::GetUniqueTable(absl::string_view fqn,
 }
 
 std::vector<std::string> DeltaStore::Fqns() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   std::vector<std::string> fqns;
   for (const auto& [fqn, table] : tables_) fqns.push_back(fqn);
   return fqns;
 }
 
 std::vector<int64_t> DeltaStore::BatchIndices(absl::string_view fqn) const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   std::vector<int64_t> indices;
   if (const Table* table = FindTable(fqn)) {
     for (const Lookup& lookup : table->lookups) {
@@ -325,7 +325,7 @@ std::vector<int64_t> DeltaStore::BatchIndices(absl::string_view fqn) const {
 }
 
 std::optional<int64_t> DeltaStore::OldestBatchIndex() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   std::optional<int64_t> oldest;
   for (const auto& [fqn, table] : tables_) {
     if (table->lookups.empty()) continue;
@@ -336,7 +336,7 @@ std::optional<int64_t> DeltaStore::OldestBatchIndex() const {
 }
 
 StoreUsage DeltaStore::Usage() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   StoreUsage usage;
   for (const auto& [fqn, table] : tables_) {
     TableUsage& t = usage.tables[fqn];
@@ -351,7 +351,7 @@ StoreUsage DeltaStore::Usage() const {
 }
 
 int64_t DeltaStore::bytes() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   return bytes_;
 }
 

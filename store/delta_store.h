@@ -16,7 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "store/shared_mutex.h"
 #include "store/row_index.h"
 #include "store/unique_rows.h"
 #include "store/update_mode.h"
@@ -154,7 +154,7 @@ class DeltaStore {
   Table* FindTable(absl::string_view fqn) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const UpdateMode mode_;
-  mutable absl::Mutex mu_;
+  mutable SharedMutex mu_;
   std::map<std::string, std::unique_ptr<Table>, std::less<>> tables_
       ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;

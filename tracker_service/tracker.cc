@@ -264,14 +264,14 @@ absl::Status Tracker::RecordLookup(absl::Span<const FeatureIds> features,
         tables[t].states = rows.new_empty({0, rows.dim() == 2 ? rows.size(1) : 0});
       }
     }
-    absl::MutexLock lock(&mu_);
+    WriterLock lock(&mu_);
     return RecordTablesLocked(std::move(tables));
   });
 }
 
 absl::Status Tracker::RecordTables(std::vector<TableLookup> tables) {
   return CatchTorchErrors([&]() -> absl::Status {
-    absl::MutexLock lock(&mu_);
+    WriterLock lock(&mu_);
     return RecordTablesLocked(std::move(tables));
   });
 }
@@ -311,18 +311,18 @@ absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables) {
 }
 
 int64_t Tracker::Step() {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   return ++curr_batch_;
 }
 
 int64_t Tracker::current_batch() const {
-  absl::MutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   return curr_batch_;
 }
 
 void Tracker::TriggerCompaction() {
   if (!options_.auto_compact) return;
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   if (curr_compact_index_ >= curr_batch_) return;  // once per step
   for (const std::string& fqn : store_.Fqns()) {
     store_.CompactTable(fqn, MaxCursor(fqn), curr_batch_);
@@ -331,12 +331,12 @@ void Tracker::TriggerCompaction() {
 }
 
 void Tracker::Compact(int64_t start, int64_t end) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   store_.Compact(start, end);
 }
 
 void Tracker::CompactAll() {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   CompactAllLocked();
 }
 
@@ -463,7 +463,7 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
     }
   }
 
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   Consumer* consumer = FindConsumer(request.consumer);
   if (consumer == nullptr) {
     return absl::NotFoundError(
@@ -556,7 +556,7 @@ void Tracker::MoveToPresentLocked(Consumer& consumer) {
 }
 
 absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   Consumer* consumer = FindConsumer(name);
   if (consumer == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
@@ -582,7 +582,7 @@ absl::Status Tracker::AddConsumer(absl::string_view name) {
   if (absl::Status status = ValidateConsumerName(name); !status.ok()) {
     return status;
   }
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   if (FindConsumer(name) != nullptr) {
     return absl::AlreadyExistsError(
         absl::StrCat("consumer '", name, "' already exists"));
@@ -595,7 +595,7 @@ absl::Status Tracker::AddConsumer(absl::string_view name) {
 }
 
 absl::Status Tracker::RemoveConsumer(absl::string_view name) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   auto it = consumers_.find(name);
   if (it == consumers_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
@@ -610,14 +610,14 @@ absl::Status Tracker::RemoveConsumer(absl::string_view name) {
 }
 
 std::vector<std::string> Tracker::Consumers() const {
-  absl::MutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   std::vector<std::string> names;
   for (const auto& [name, consumer] : consumers_) names.push_back(name);
   return names;
 }
 
 absl::Status Tracker::Clear(absl::string_view name) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   Consumer* consumer = FindConsumer(name);
   if (consumer == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
@@ -628,13 +628,13 @@ absl::Status Tracker::Clear(absl::string_view name) {
 }
 
 void Tracker::ClearAll() {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   store_.Delete();
   for (auto& [name, consumer] : consumers_) MoveToPresentLocked(*consumer);
 }
 
 TrackerStatus Tracker::Status() const {
-  absl::MutexLock lock(&mu_);
+  ReaderLock lock(&mu_);
   TrackerStatus status;
   status.mode = options_.mode;
   status.current_batch = curr_batch_;

@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "store/shared_mutex.h"
 #include "absl/types/span.h"
 #include "store/delta_store.h"
 #include "tracker_service/live_rows_reader.h"
@@ -274,7 +274,7 @@ class Tracker {
   LiveRowsReader* const reader_;
   DeltaStore store_;
 
-  mutable absl::Mutex mu_;
+  mutable SharedMutex mu_;
   int64_t curr_batch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t curr_compact_index_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::unique_ptr<Consumer>, std::less<>> consumers_

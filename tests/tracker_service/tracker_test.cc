@@ -670,14 +670,14 @@ TEST(TrackerConcurrencyTest, ConcurrentReadersMissNothing) {
   auto tracker = MakeTracker(options);
   constexpr int64_t kBatches = 300;
   std::atomic<bool> done{false};
-  std::map<std::string, std::set<int64_t>> seen;
+  std::map<std::string, std::set<int64_t>> seen = {{"a", {}}, {"b", {}}};
   std::vector<std::thread> readers;
   for (const std::string consumer : {"a", "b"}) {
     readers.emplace_back([&, consumer] {
       DeltaRequest request;
       request.consumer = consumer;
       request.through_current_batch = false;
-      std::set<int64_t>& mine = seen[consumer];
+      std::set<int64_t>& mine = seen.at(consumer);
       bool last = false;
       while (!last) {
         last = done.load();
