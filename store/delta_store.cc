@@ -99,9 +99,8 @@ absl::Status DeltaStore::ValidateLookup(const Table* table, int64_t batch_idx,
   }
   if (table != nullptr && lookup.ids.device() != table->device) {
     return absl::InvalidArgumentError(
-        absl::StrCat("table '", fqn, "' holds lookups on ",
-                     table->device.str(), ", got IDs on ",
-                     lookup.ids.device().str()));
+        absl::StrCat("table '", fqn, "' holds lookups on ", table->device.str(),
+                     ", got IDs on ", lookup.ids.device().str()));
   }
   if (mode_ == UpdateMode::kNone) return absl::OkStatus();
 
@@ -112,21 +111,20 @@ absl::Status DeltaStore::ValidateLookup(const Table* table, int64_t batch_idx,
                      " needs states with the IDs"));
   }
   if (states.dim() != 2 || states.size(0) != lookup.ids.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", fqn, "': states must be [", lookup.ids.numel(),
-        ", dim] to match ", lookup.ids.numel(), " IDs, got ",
-        c10::str(states.sizes())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", fqn, "': states must be [", lookup.ids.numel(),
+                     ", dim] to match ", lookup.ids.numel(), " IDs, got ",
+                     c10::str(states.sizes())));
   }
   if (!IsStateDtype(states.scalar_type())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", fqn,
-                     "': states must be float32, float16 or bfloat16, got ",
-                     c10::toString(states.scalar_type())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", fqn, "': states must be float32, float16 or bfloat16, got ",
+        c10::toString(states.scalar_type())));
   }
   if (states.device() != lookup.ids.device()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", fqn, "': states on ", states.device().str(), " but IDs on ",
-        lookup.ids.device().str()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", fqn, "': states on ", states.device().str(),
+                     " but IDs on ", lookup.ids.device().str()));
   }
   if (table != nullptr && (states.size(1) != table->state_dim ||
                            states.scalar_type() != table->state_dtype)) {
@@ -255,7 +253,8 @@ UniqueRows DeltaStore::UniqueRowsIn(const Table& table, int64_t from_idx,
   auto last = std::max(first, table.LowerBound(to_idx));
   if (first == last) {
     UniqueRows empty;
-    empty.ids = at::empty({0}, at::TensorOptions(at::kLong).device(table.device));
+    empty.ids =
+        at::empty({0}, at::TensorOptions(at::kLong).device(table.device));
     if (mode_ != UpdateMode::kNone) {
       empty.states =
           at::empty({0, table.state_dim},

@@ -9,15 +9,15 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "store/shared_mutex.h"
+#include "absl/strings/string_view.h"
 #include "store/row_index.h"
+#include "store/shared_mutex.h"
 #include "store/unique_rows.h"
 #include "store/update_mode.h"
 
@@ -25,20 +25,21 @@ namespace deltastream {
 
 // One table's part of a recorded batch, as handed to DeltaStore::Append.
 struct TableLookup {
-  // The table's fully qualified name, for example "sparse.ebc.embedding_bags.t1".
+  // The table's fully qualified name, for example
+  // "sparse.ebc.embedding_bags.t1".
   std::string fqn;
   // int64 [n] row IDs, in lookup order, duplicates allowed. Any device.
   at::Tensor ids;
-  // [n, dim] float32, float16 or bfloat16 rows, on the device of `ids`. Required
-  // unless the store's mode is UpdateMode::kNone, where it is ignored.
+  // [n, dim] float32, float16 or bfloat16 rows, on the device of `ids`.
+  // Required unless the store's mode is UpdateMode::kNone, where it is ignored.
   at::Tensor states;
 };
 
 // Memory held for one table, or for the whole store.
 struct TableUsage {
   int64_t lookups = 0;  // indexed lookups held
-  int64_t ids = 0;      // IDs held, counting repeats in not-yet-compacted lookups
-  int64_t bytes = 0;    // bytes of IDs, states and indexes held
+  int64_t ids = 0;    // IDs held, counting repeats in not-yet-compacted lookups
+  int64_t bytes = 0;  // bytes of IDs, states and indexes held
 };
 
 struct StoreUsage {
@@ -46,18 +47,20 @@ struct StoreUsage {
   std::map<std::string, TableUsage> tables;
 };
 
-// DeltaStore holds, per table FQN, an ordered list of *indexed lookups*: the IDs
-// (and, by UpdateMode, states) recorded at one batch index, or the compaction of
-// several batches into one lookup that holds each ID once. It answers "which rows
-// changed since batch B, and with which state" with each ID once, sorted.
+// DeltaStore holds, per table FQN, an ordered list of *indexed lookups*: the
+// IDs (and, by UpdateMode, states) recorded at one batch index, or the
+// compaction of several batches into one lookup that holds each ID once. It
+// answers "which rows changed since batch B, and with which state" with each ID
+// once, sorted.
 //
 // Semantics (those of TorchRec's DeltaStore):
-//  - Append adds a lookup at `batch_idx` to each table named; batch indices of a
+//  - Append adds a lookup at `batch_idx` to each table named; batch indices of
+//  a
 //    table never decrease.
 //  - Compact(start, end): in each table, the lookups with batch index in
 //    [start, end), when there are more than one, become one lookup at index
-//    `start` holding their unique IDs. In kFirst the state of an ID is the one of
-//    its first occurrence in batch order, in kLast its last.
+//    `start` holding their unique IDs. In kFirst the state of an ID is the one
+//    of its first occurrence in batch order, in kLast its last.
 //  - GetUnique(from, to): per table, the unique rows of all lookups with batch
 //    index in [from, to), IDs ascending; states chosen by the same rule.
 //  - Delete(up_to): drops every lookup with batch index < up_to.
@@ -65,10 +68,11 @@ struct StoreUsage {
 // strictly inside a compacted window.
 //
 // Cost: Append keeps references to the given tensors: no copy, no device
-// synchronisation (tensors are detached from autograd). Host-resident lookups are
-// compacted into a hashed row index that later compactions extend in place, so
-// time grows with the IDs recorded, not with steps x rows held. Device-resident
-// (CUDA) lookups are compacted with tensor operations on their device.
+// synchronisation (tensors are detached from autograd). Host-resident lookups
+// are compacted into a hashed row index that later compactions extend in place,
+// so time grows with the IDs recorded, not with steps x rows held.
+// Device-resident (CUDA) lookups are compacted with tensor operations on their
+// device.
 //
 // Callers must not modify appended tensors in place afterwards.
 //
@@ -86,8 +90,8 @@ class DeltaStore {
   UpdateMode mode() const { return mode_; }
 
   // Appends one lookup per element of `lookups`, all at `batch_idx`. All or
-  // nothing: InvalidArgument, with the store unchanged, when any FQN is empty or
-  // repeated, `batch_idx` is older than a table's newest lookup, IDs are not
+  // nothing: InvalidArgument, with the store unchanged, when any FQN is empty
+  // or repeated, `batch_idx` is older than a table's newest lookup, IDs are not
   // int64 [n], or (unless kNone) states are missing, not [n, dim], not of a
   // floating dtype, on another device than the IDs, or of another dim, dtype or
   // device than the table's earlier lookups.
@@ -149,8 +153,7 @@ class DeltaStore {
   // Re-adds the table's bytes to bytes_ after a change to its lookups.
   void RecountLocked(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   UniqueRows UniqueRowsIn(const Table& table, int64_t from_idx,
-                          int64_t to_idx) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                          int64_t to_idx) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   Table* FindTable(absl::string_view fqn) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const UpdateMode mode_;

@@ -16,8 +16,9 @@ namespace deltastream {
 // rows already held. This is what makes the store's compaction incremental.
 //
 // Rows keep insertion order internally; ToUniqueRows() sorts by ID. States are
-// opaque fixed-size byte rows (`row_bytes` each), so every dtype is handled alike,
-// kept in fixed-size blocks so that growing never moves rows already held.
+// opaque fixed-size byte rows (`row_bytes` each), so every dtype is handled
+// alike, kept in fixed-size blocks so that growing never moves rows already
+// held.
 //
 // Not thread-safe: the owning DeltaStore serialises access.
 class RowIndex {
@@ -29,8 +30,9 @@ class RowIndex {
   RowIndex& operator=(const RowIndex&) = delete;
 
   // Folds `count` IDs, in order, with their state rows (`states` points at
-  // count * row_bytes bytes; ignored, may be null, in kNone). A new ID takes a new
-  // slot; a known ID keeps its state in kFirst and takes the new one in kLast.
+  // count * row_bytes bytes; ignored, may be null, in kNone). A new ID takes a
+  // new slot; a known ID keeps its state in kFirst and takes the new one in
+  // kLast.
   void Fold(const int64_t* ids, const uint8_t* states, int64_t count);
 
   // Folds every row of `later` as if its lookups came after this index's.
@@ -57,9 +59,9 @@ class RowIndex {
 
   UpdateMode mode_;
   int64_t row_bytes_;
-  int block_shift_;  // log2 of rows per full state block
+  int block_shift_;               // log2 of rows per full state block
   int64_t first_block_rows_ = 0;  // rows allocated in state_blocks_[0]
-  std::vector<int64_t> ids_;  // slot -> ID
+  std::vector<int64_t> ids_;      // slot -> ID
   std::vector<std::unique_ptr<uint8_t[]>> state_blocks_;
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
 };

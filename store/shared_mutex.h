@@ -56,8 +56,7 @@ class ABSL_SCOPED_LOCKABLE WriterLock {
 // Holds `mu` shared for its scope.
 class ABSL_SCOPED_LOCKABLE ReaderLock {
  public:
-  explicit ReaderLock(SharedMutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu)
-      : mu_(mu) {
+  explicit ReaderLock(SharedMutex* mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) {
     mu_->ReaderLock();
   }
   ~ReaderLock() ABSL_UNLOCK_FUNCTION() { mu_->ReaderUnlock(); }

@@ -8,8 +8,9 @@ UniqueRows UniqueRowsOf(const std::vector<at::Tensor>& ids,
                         const std::vector<at::Tensor>& states,
                         UpdateMode mode) {
   at::Tensor all_ids = ids.size() == 1 ? ids[0] : at::cat(ids);
-  auto [unique_ids, inverse, counts] = at::_unique2(
-      all_ids, /*sorted=*/true, /*return_inverse=*/true, /*return_counts=*/false);
+  auto [unique_ids, inverse, counts] =
+      at::_unique2(all_ids, /*sorted=*/true, /*return_inverse=*/true,
+                   /*return_counts=*/false);
   UniqueRows rows;
   rows.ids = unique_ids;
   if (mode == UpdateMode::kNone) return rows;

@@ -20,12 +20,12 @@ struct UniqueRows {
   int64_t size() const { return ids.defined() ? ids.numel() : 0; }
 };
 
-// Unique rows of the concatenation of `ids` (each int64 [n_i]) and, unless `mode`
-// is kNone, `states` (each [n_i, dim]), computed with tensor operations on the
-// tensors' own device: no host copy. With kFirst a row's state is the one of its
-// first occurrence in concatenation order, with kLast its last. `ids` must not be
-// empty. This is the store's rule for device-resident lookups and the reference
-// the host-side index is tested against.
+// Unique rows of the concatenation of `ids` (each int64 [n_i]) and, unless
+// `mode` is kNone, `states` (each [n_i, dim]), computed with tensor operations
+// on the tensors' own device: no host copy. With kFirst a row's state is the
+// one of its first occurrence in concatenation order, with kLast its last.
+// `ids` must not be empty. This is the store's rule for device-resident lookups
+// and the reference the host-side index is tested against.
 UniqueRows UniqueRowsOf(const std::vector<at::Tensor>& ids,
                         const std::vector<at::Tensor>& states, UpdateMode mode);
 

@@ -1,15 +1,14 @@
 #ifndef DELTASTREAM_STORE_UPDATE_MODE_H_
 #define DELTASTREAM_STORE_UPDATE_MODE_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace deltastream {
 
-// Which recorded state a row keeps when it is looked up more than once between two
-// reads. The store holds one state per row and applies this rule at compaction and
-// when a delta is read.
+// Which recorded state a row keeps when it is looked up more than once between
+// two reads. The store holds one state per row and applies this rule at
+// compaction and when a delta is read.
 enum class UpdateMode {
   kNone,   // IDs only: no states are stored.
   kFirst,  // The state of the row's first occurrence in batch order.

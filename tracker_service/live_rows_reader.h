@@ -12,10 +12,10 @@ namespace deltastream {
 // trainer implements it over its live embedding modules and optimizers; a
 // standalone server has none.
 //
-// Implementations must be safe to call from the training thread (when recording)
-// and from service threads (when reading). The tracker calls them with its lock
-// held, so they must not wait for anything the thread that records lookups
-// holds while it records (e.g. a lock around the forward pass).
+// Implementations must be safe to call from the training thread (when
+// recording) and from service threads (when reading). The tracker calls them
+// with its lock held, so they must not wait for anything the thread that
+// records lookups holds while it records (e.g. a lock around the forward pass).
 class LiveRowsReader {
  public:
   virtual ~LiveRowsReader() = default;

@@ -12,8 +12,8 @@ namespace deltastream {
 absl::Status TopK::Validate() const {
   if (kind == Kind::kPercentage) {
     if (!(value > 0 && value <= 100)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "top-k percentage must be in (0, 100], got ", value));
+      return absl::InvalidArgumentError(
+          absl::StrCat("top-k percentage must be in (0, 100], got ", value));
     }
     return absl::OkStatus();
   }

@@ -18,7 +18,9 @@ struct TopK {
   // any changed), or a count >= 1.
   double value = 100;
 
-  static TopK Percentage(double percent) { return {Kind::kPercentage, percent}; }
+  static TopK Percentage(double percent) {
+    return {Kind::kPercentage, percent};
+  }
   static TopK Count(int64_t rows) {
     return {Kind::kCount, static_cast<double>(rows)};
   }

@@ -19,9 +19,9 @@ std::string CleanFqn(absl::string_view path) {
 }
 
 std::string TableFqn(const TrackedModule& module, const TrackedTable& table) {
-  return CleanFqn(absl::StrCat(module.path,
-                               module.pooled ? ".embedding_bags." : ".embeddings.",
-                               table.name));
+  return CleanFqn(absl::StrCat(
+      module.path, module.pooled ? ".embedding_bags." : ".embeddings.",
+      table.name));
 }
 
 bool IsSkipped(absl::string_view fqn,
@@ -67,10 +67,10 @@ absl::StatusOr<FeatureMap> BuildFeatureMap(
         }
         auto [it, inserted] = map.fqn_of_feature.emplace(feature, fqn);
         if (!inserted) {
-          map.warnings.push_back(absl::StrCat(
-              "feature '", feature, "' is looked up by both '", it->second,
-              "' and '", fqn, "'; its IDs are recorded for '", it->second,
-              "'"));
+          map.warnings.push_back(
+              absl::StrCat("feature '", feature, "' is looked up by both '",
+                           it->second, "' and '", fqn,
+                           "'; its IDs are recorded for '", it->second, "'"));
         }
       }
     }

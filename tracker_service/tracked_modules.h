@@ -19,7 +19,8 @@ struct TrackedTable {
 
 // An embedding module of the model, as the trainer describes it to the tracker.
 struct TrackedModule {
-  // The module's path in the model, e.g. "_dmp_wrapped_module.module.sparse.ebc".
+  // The module's path in the model, e.g.
+  // "_dmp_wrapped_module.module.sparse.ebc".
   std::string path;
   // True for a pooled collection (EmbeddingBagCollection), false for a
   // sequence collection (EmbeddingCollection).
@@ -51,8 +52,8 @@ struct FeatureMap {
 };
 
 // Builds the feature map. A module is skipped when a component of its path
-// (split at '.') is in `fqns_to_skip`; a table when its name is. InvalidArgument
-// for an empty module path, table name or feature name.
+// (split at '.') is in `fqns_to_skip`; a table when its name is.
+// InvalidArgument for an empty module path, table name or feature name.
 absl::StatusOr<FeatureMap> BuildFeatureMap(
     const std::vector<TrackedModule>& modules,
     const std::vector<std::string>& fqns_to_skip);

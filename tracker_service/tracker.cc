@@ -218,10 +218,10 @@ absl::Status Tracker::RecordLookup(absl::Span<const FeatureIds> features,
     if (options_.mode == TrackingMode::kEmbedding) {
       if (!states.defined() || (total > 0 && states.numel() % total != 0) ||
           (total > 0 && states.numel() == 0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "embeddings must hold ", total, " * dim elements for ", total,
-            " IDs, got ",
-            states.defined() ? c10::str(states.sizes()) : "none"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("embeddings must hold ", total, " * dim elements for ",
+                         total, " IDs, got ",
+                         states.defined() ? c10::str(states.sizes()) : "none"));
       }
       rows = total > 0 ? states.reshape({total, -1}) : states;
     }
@@ -261,7 +261,8 @@ absl::Status Tracker::RecordLookup(absl::Span<const FeatureIds> features,
         tables[t].states =
             rows_of[t].size() == 1 ? rows_of[t][0] : at::cat(rows_of[t]);
       } else if (rows.defined()) {
-        tables[t].states = rows.new_empty({0, rows.dim() == 2 ? rows.size(1) : 0});
+        tables[t].states =
+            rows.new_empty({0, rows.dim() == 2 ? rows.size(1) : 0});
       }
     }
     WriterLock lock(&mu_);
@@ -284,9 +285,9 @@ absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables) {
     if (!feature_map_.fqns.empty() &&
         std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(),
                   table.fqn) == feature_map_.fqns.end()) {
-      return absl::NotFoundError(absl::StrCat(
-          "table '", table.fqn, "' is not tracked (tracked: ",
-          absl::StrJoin(feature_map_.fqns, ", "), ")"));
+      return absl::NotFoundError(
+          absl::StrCat("table '", table.fqn, "' is not tracked (tracked: ",
+                       absl::StrJoin(feature_map_.fqns, ", "), ")"));
     }
     if (absl::Status status =
             ValidateIds(absl::StrCat("table '", table.fqn, "'"), table.ids);
@@ -444,7 +445,8 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   // Everything that can be refused is checked before any cursor moves.
   std::vector<const TopK*> specs;
   if (request.top_k.has_value()) specs.push_back(&*request.top_k);
-  for (const auto& [fqn, spec] : request.per_table_top_k) specs.push_back(&spec);
+  for (const auto& [fqn, spec] : request.per_table_top_k)
+    specs.push_back(&spec);
   for (const TopK* spec : specs) {
     if (absl::Status status = spec->Validate(); !status.ok()) return status;
   }
@@ -477,9 +479,9 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
           std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(), fqn) !=
               feature_map_.fqns.end();
       if (!known) {
-        return absl::NotFoundError(absl::StrCat(
-            "unknown table '", fqn, "' (known: ", absl::StrJoin(fqns, ", "),
-            ")"));
+        return absl::NotFoundError(
+            absl::StrCat("unknown table '", fqn,
+                         "' (known: ", absl::StrJoin(fqns, ", "), ")"));
       }
     }
     fqns = request.fqns;
@@ -656,7 +658,8 @@ TrackerStatus Tracker::Status() const {
     for (const std::string& fqn : fqns) {
       c.cursor = std::min(c.cursor, CursorOf(*consumer, fqn));
     }
-    c.lag_steps = std::max<int64_t>(0, curr_batch_ - std::max<int64_t>(0, c.cursor));
+    c.lag_steps =
+        std::max<int64_t>(0, curr_batch_ - std::max<int64_t>(0, c.cursor));
     c.pending_end = consumer->pending_end;
     c.resync_required = consumer->resync_required;
     status.consumers.push_back(std::move(c));

@@ -15,9 +15,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "store/shared_mutex.h"
 #include "absl/types/span.h"
 #include "store/delta_store.h"
+#include "store/shared_mutex.h"
 #include "tracker_service/live_rows_reader.h"
 #include "tracker_service/top_k.h"
 #include "tracker_service/tracked_modules.h"
@@ -101,8 +101,8 @@ struct Delta {
 
 struct ConsumerStatus {
   std::string name;
-  int64_t cursor = 0;  // smallest per-table cursor
-  int64_t lag_steps = 0;  // current batch - cursor
+  int64_t cursor = 0;                  // smallest per-table cursor
+  int64_t lag_steps = 0;               // current batch - cursor
   std::optional<int64_t> pending_end;  // an uncommitted read's end
   bool resync_required = false;
 };
@@ -255,7 +255,8 @@ class Tracker {
   void SetCursor(Consumer& consumer, const std::string& fqn, int64_t cursor)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the consumer's cursors to `end` (for `only_fqns`, or every table when
-  // empty), ends its pending read and deletes what no one needs (delete_on_read).
+  // empty), ends its pending read and deletes what no one needs
+  // (delete_on_read).
   void AdvanceLocked(Consumer& consumer,
                      const std::vector<std::string>& only_fqns, int64_t end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

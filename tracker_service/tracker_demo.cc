@@ -37,8 +37,8 @@ class DemoTable : public LiveRowsReader {
     if (fqn != kFqn) return absl::NotFoundError("unknown table");
     return weights_.index_select(0, ids);
   }
-  absl::StatusOr<at::Tensor> ReadOptimizerStates(
-      absl::string_view, const at::Tensor&) override {
+  absl::StatusOr<at::Tensor> ReadOptimizerStates(absl::string_view,
+                                                 const at::Tensor&) override {
     return absl::UnimplementedError("plain SGD keeps no optimizer state");
   }
 
@@ -61,7 +61,8 @@ int Main() {
   options.mode = TrackingMode::kEmbedding;
   options.consumers = {"predictor", "checkpoint"};
   options.auto_compact = true;
-  options.modules = {{"module.sparse.ec", /*pooled=*/false,
+  options.modules = {{"module.sparse.ec",
+                      /*pooled=*/false,
                       {{"items", {"item_id", "clicked_item"}}}}};
   auto tracker = Tracker::Create(options, &table);
   if (!tracker.ok()) {
@@ -69,8 +70,8 @@ int Main() {
                  tracker.status().ToString().c_str());
     return 1;
   }
-  std::printf("tracking %s (%lld rows x %lld) in %s mode for %s and %s\n",
-              kFqn, static_cast<long long>(rows), static_cast<long long>(dim),
+  std::printf("tracking %s (%lld rows x %lld) in %s mode for %s and %s\n", kFqn,
+              static_cast<long long>(rows), static_cast<long long>(dim),
               std::string(TrackingModeName(options.mode)).c_str(),
               options.consumers[0].c_str(), options.consumers[1].c_str());
   std::printf("%5s %-10s %9s %12s %12s %14s\n", "step", "consumer", "rows",
@@ -115,18 +116,18 @@ int Main() {
       }
       const TableDelta& rows_read = delta->tables[kFqn];
       const TrackerStatus status = (*tracker)->Status();
-      std::printf("%5d %-10s %9lld %12.4f %12lld %14s\n", step, consumer,
-                  static_cast<long long>(rows_read.ids.numel()),
-                  rows_read.scores.numel() ? rows_read.scores.max().item<float>()
-                                           : 0.f,
-                  static_cast<long long>(status.usage.total.ids),
-                  Bytes(status.usage.total.bytes).c_str());
+      std::printf(
+          "%5d %-10s %9lld %12.4f %12lld %14s\n", step, consumer,
+          static_cast<long long>(rows_read.ids.numel()),
+          rows_read.scores.numel() ? rows_read.scores.max().item<float>() : 0.f,
+          static_cast<long long>(status.usage.total.ids),
+          Bytes(status.usage.total.bytes).c_str());
     }
     (*tracker)->Step();
   }
   const TrackerStatus status = (*tracker)->Status();
-  std::printf("done: %lld steps; consumers:", static_cast<long long>(
-                                                   status.current_batch));
+  std::printf("done: %lld steps; consumers:",
+              static_cast<long long>(status.current_batch));
   for (const ConsumerStatus& c : status.consumers) {
     std::printf(" %s (lag %lld steps)", c.name.c_str(),
                 static_cast<long long>(c.lag_steps));

@@ -1,7 +1,8 @@
-// Drives the DeltaStore as the tracker drives it in TorchRec: every batch appends
-// one lookup per table, auto-compaction after every step compacts everything since
-// the consumer's cursor, and one consumer reads once at the end. Reports the
-// median of --repeat runs and the ratio to a plain copy of the same bytes.
+// Drives the DeltaStore as the tracker drives it in TorchRec: every batch
+// appends one lookup per table, auto-compaction after every step compacts
+// everything since the consumer's cursor, and one consumer reads once at the
+// end. Reports the median of --repeat runs and the ratio to a plain copy of the
+// same bytes.
 //
 //   bazel run -c opt //tests/bench:store_bench -- --mode=first [--json]
 
@@ -98,9 +99,9 @@ RunResult RunOnce(UpdateMode mode, const Workload& w) {
   const auto start = Clock::now();
   for (size_t b = 0; b < w.ids.size(); ++b) {
     for (size_t t = 0; t < w.fqns.size(); ++t) {
-      TableLookup lookup{w.fqns[t], w.ids[b][t],
-                         mode == UpdateMode::kNone ? at::Tensor()
-                                                   : w.states[b][t]};
+      TableLookup lookup{
+          w.fqns[t], w.ids[b][t],
+          mode == UpdateMode::kNone ? at::Tensor() : w.states[b][t]};
       if (!store.Append(static_cast<int64_t>(b), {std::move(lookup)}).ok()) {
         std::fprintf(stderr, "append failed\n");
         std::exit(1);
@@ -186,15 +187,16 @@ int Main() {
         static_cast<long long>(w.bytes));
     return 0;
   }
-  std::printf("store_bench: mode=%s tables=%lld batches=%lld ids=%lld "
-              "rows=%lld dim=%lld zipf=%.2f (median of %zu runs)\n",
-              std::string(UpdateModeName(*mode)).c_str(),
-              static_cast<long long>(absl::GetFlag(FLAGS_tables)),
-              static_cast<long long>(absl::GetFlag(FLAGS_batches)),
-              static_cast<long long>(absl::GetFlag(FLAGS_ids)),
-              static_cast<long long>(absl::GetFlag(FLAGS_rows)),
-              static_cast<long long>(absl::GetFlag(FLAGS_dim)),
-              absl::GetFlag(FLAGS_zipf), totals.size());
+  std::printf(
+      "store_bench: mode=%s tables=%lld batches=%lld ids=%lld "
+      "rows=%lld dim=%lld zipf=%.2f (median of %zu runs)\n",
+      std::string(UpdateModeName(*mode)).c_str(),
+      static_cast<long long>(absl::GetFlag(FLAGS_tables)),
+      static_cast<long long>(absl::GetFlag(FLAGS_batches)),
+      static_cast<long long>(absl::GetFlag(FLAGS_ids)),
+      static_cast<long long>(absl::GetFlag(FLAGS_rows)),
+      static_cast<long long>(absl::GetFlag(FLAGS_dim)),
+      absl::GetFlag(FLAGS_zipf), totals.size());
   std::printf("  %-22s %12.4f s\n", "total", total_s);
   std::printf("  %-22s %12.4f s\n", "  auto-compaction", Median(compacts));
   std::printf("  %-22s %12.4f s\n", "  final compact+read", Median(reads));

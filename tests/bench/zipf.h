@@ -27,10 +27,9 @@ class ZipfIds {
 
   int64_t Next() {
     const double u = uniform_(rng_);
-    const int64_t rank =
-        std::min<int64_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) -
-                              cdf_.begin(),
-                          rows_ - 1);
+    const int64_t rank = std::min<int64_t>(
+        std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin(),
+        rows_ - 1);
     // 2654435761 is odd and not a multiple of 5, so it is coprime with row
     // counts made of 2s and 5s (10^k); for other counts collisions only merge
     // a few popular rows.

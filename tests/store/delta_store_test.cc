@@ -14,9 +14,7 @@
 namespace deltastream {
 namespace {
 
-at::Tensor Ids(std::vector<int64_t> ids) {
-  return at::tensor(ids, at::kLong);
-}
+at::Tensor Ids(std::vector<int64_t> ids) { return at::tensor(ids, at::kLong); }
 
 // One state row per ID: row i is filled with values[i].
 at::Tensor States(std::vector<float> values, int64_t dim = 2,
@@ -83,7 +81,8 @@ TEST(DeltaStoreTest, CompactMergesWindowIntoOneLookupAtStart) {
   // The merged lookup answers reads from its start.
   EXPECT_EQ(ToVector(store.GetUnique(1)["t"].ids),
             (std::vector<int64_t>{1, 2, 3, 4, 5}));
-  // A window that starts before its first lookup moves that lookup to the start.
+  // A window that starts before its first lookup moves that lookup to the
+  // start.
   store.Compact(-1, 5);
   EXPECT_EQ(store.BatchIndices("t"), (std::vector<int64_t>{-1}));
   EXPECT_EQ(FirstColumn(store.GetUnique(-1)["t"].states),
@@ -104,8 +103,9 @@ TEST(DeltaStoreTest, CompactOfOneLookupOrEmptyWindowChangesNothing) {
 TEST(DeltaStoreTest, DeleteDropsLookupsBelowIndexAndKeepsTablesKnown) {
   DeltaStore store(UpdateMode::kLast);
   for (int64_t b = 0; b < 4; ++b) {
-    ASSERT_TRUE(store.Append(b, {{"a", Ids({b}), States({1}, 3)},
-                                 {"b", Ids({b}), States({1}, 3)}})
+    ASSERT_TRUE(store
+                    .Append(b, {{"a", Ids({b}), States({1}, 3)},
+                                {"b", Ids({b}), States({1}, 3)}})
                     .ok());
   }
   store.Delete(2);
@@ -147,31 +147,40 @@ TEST(DeltaStoreTest, RejectedAppendLeavesStoreUnchanged) {
     const char* message;
   };
   std::vector<Case> cases;
-  cases.push_back({"ids and states of different lengths", 3,
-                   {{"t", Ids({1, 2, 3}), States({1, 2})}}, "[3, dim]"});
-  cases.push_back({"state dim that changes", 3,
-                   {{"t", Ids({1}), States({1}, 5)}}, "dim 2"});
-  cases.push_back({"state dtype that changes", 3,
-                   {{"t", Ids({1}), States({1}, 2, at::kHalf)}}, "Float"});
-  cases.push_back({"integer states", 3,
+  cases.push_back({"ids and states of different lengths",
+                   3,
+                   {{"t", Ids({1, 2, 3}), States({1, 2})}},
+                   "[3, dim]"});
+  cases.push_back({"state dim that changes",
+                   3,
+                   {{"t", Ids({1}), States({1}, 5)}},
+                   "dim 2"});
+  cases.push_back({"state dtype that changes",
+                   3,
+                   {{"t", Ids({1}), States({1}, 2, at::kHalf)}},
+                   "Float"});
+  cases.push_back({"integer states",
+                   3,
                    {{"u", Ids({1}), at::ones({1, 2}, at::kInt)}},
                    "float32, float16 or bfloat16"});
   cases.push_back({"missing states", 3, {{"u", Ids({1}), {}}}, "needs states"});
-  cases.push_back({"int32 IDs", 3,
-                   {{"u", at::ones({1}, at::kInt), States({1})}}, "int64"});
-  cases.push_back({"2-D IDs", 3,
-                   {{"u", at::ones({1, 1}, at::kLong), States({1})}}, "1-D"});
-  cases.push_back({"older batch index", 2,
-                   {{"t", Ids({1}), States({1})}}, "older than"});
+  cases.push_back(
+      {"int32 IDs", 3, {{"u", at::ones({1}, at::kInt), States({1})}}, "int64"});
+  cases.push_back(
+      {"2-D IDs", 3, {{"u", at::ones({1, 1}, at::kLong), States({1})}}, "1-D"});
+  cases.push_back(
+      {"older batch index", 2, {{"t", Ids({1}), States({1})}}, "older than"});
   cases.push_back({"empty FQN", 3, {{"", Ids({1}), States({1})}}, "empty"});
-  cases.push_back({"repeated FQN", 3,
+  cases.push_back({"repeated FQN",
+                   3,
                    {{"v", Ids({1}), States({1})}, {"v", Ids({1}), States({1})}},
                    "twice"});
   // One good table and one bad: nothing of either is kept.
-  cases.push_back({"one bad table of two", 4,
-                   {{"w", Ids({1}), States({1})},
-                    {"t", Ids({1}), States({1}, 7)}},
-                   "dim"});
+  cases.push_back(
+      {"one bad table of two",
+       4,
+       {{"w", Ids({1}), States({1})}, {"t", Ids({1}), States({1}, 7)}},
+       "dim"});
   for (Case& c : cases) {
     absl::Status status = store.Append(c.batch_idx, std::move(c.lookups));
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.what;
@@ -202,9 +211,9 @@ TEST(DeltaStoreTest, AppendDetachesFromAutograd) {
 TEST(DeltaStoreTest, UsageCountsBytesAndShrinksOnCompactionAndDelete) {
   DeltaStore store(UpdateMode::kFirst);
   for (int64_t b = 0; b < 10; ++b) {
-    ASSERT_TRUE(store.Append(b, {{"t", Ids({1, 2, 3, 4}),
-                                  States({1, 2, 3, 4}, 16)}})
-                    .ok());
+    ASSERT_TRUE(
+        store.Append(b, {{"t", Ids({1, 2, 3, 4}), States({1, 2, 3, 4}, 16)}})
+            .ok());
   }
   StoreUsage usage = store.Usage();
   EXPECT_EQ(usage.total.lookups, 10);
@@ -297,8 +306,8 @@ class ReferenceStore {
   std::map<std::string, std::vector<Lookup>> tables_;
 };
 
-void ExpectSameDelta(DeltaStore& store, ReferenceStore& reference,
-                     int64_t from, const std::string& context) {
+void ExpectSameDelta(DeltaStore& store, ReferenceStore& reference, int64_t from,
+                     const std::string& context) {
   auto actual = store.GetUnique(from);
   auto expected = reference.GetUnique(from);
   for (auto& [fqn, rows] : actual) {

@@ -138,21 +138,20 @@ TEST(TrackerTest, EmbeddingModeKeepsFirstValueSinceLastRead) {
   options.fqns_to_skip = {"ebc"};
   auto tracker = MakeTracker(options);
   // Batch 0: row 1 = 10. Batch 1: row 1 = 11, row 2 = 20.
-  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}},
-                                    at::full({1, 2}, 10.0))
-                  .ok());
+  ASSERT_TRUE(
+      tracker->RecordLookup({{"f1", Ids({1})}}, at::full({1, 2}, 10.0)).ok());
   tracker->Step();
-  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}, {"f2", Ids({2})}},
-                                    at::tensor({11.f, 11.f, 20.f, 20.f}))
+  ASSERT_TRUE(tracker
+                  ->RecordLookup({{"f1", Ids({1})}, {"f2", Ids({2})}},
+                                 at::tensor({11.f, 11.f, 20.f, 20.f}))
                   .ok());
   Delta delta = Read(*tracker);
   EXPECT_EQ(IdsOf(delta, kT1), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(ToFloats(delta.tables[kT1].states),
             (std::vector<float>{10, 10, 20, 20}));
   tracker->Step();
-  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}},
-                                    at::full({1, 2}, 12.0))
-                  .ok());
+  ASSERT_TRUE(
+      tracker->RecordLookup({{"f1", Ids({1})}}, at::full({1, 2}, 12.0)).ok());
   delta = Read(*tracker);
   EXPECT_EQ(ToFloats(delta.tables[kT1].states), (std::vector<float>{12, 12}));
 }
@@ -164,10 +163,9 @@ TEST(TrackerTest, EmbeddingModeWithLiveRowsGivesValuesAndTopK) {
   options.mode = TrackingMode::kEmbedding;
   options.fqns_to_skip = {"ebc", "t2"};
   auto tracker = MakeTracker(options, &reader);
-  ASSERT_TRUE(tracker
-                  ->RecordLookup({{"f1", Ids({1, 2, 3, 4})}},
-                                 at::zeros({4, 2}))
-                  .ok());
+  ASSERT_TRUE(
+      tracker->RecordLookup({{"f1", Ids({1, 2, 3, 4})}}, at::zeros({4, 2}))
+          .ok());
   // The optimizer moves row r by r (row 4 most), row 2 by 10.
   reader.embeddings(kT1).index_put_({1}, at::full({2}, 1.0));
   reader.embeddings(kT1).index_put_({2}, at::full({2}, 10.0));
@@ -351,8 +349,7 @@ TEST(TrackerTest, AutoCompactionOncePerStepKeepsOneLookupPerTable) {
 
 TEST(TrackerTest, ReadingTablesSeparatelyLosesNothing) {
   auto tracker = MakeTracker({});
-  ASSERT_TRUE(
-      tracker->RecordLookup({{"f1", Ids({1})}, {"f3", Ids({7})}}).ok());
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}, {"f3", Ids({7})}}).ok());
   DeltaRequest only_t1;
   only_t1.fqns = {kT1};
   auto delta = tracker->GetDelta(only_t1);
@@ -495,9 +492,9 @@ TEST(TrackerTest, MisuseIsRefusedAndChangesNothing) {
   const int64_t bytes = tracker->Status().usage.total.bytes;
 
   // IDs and states of different lengths.
-  EXPECT_EQ(tracker->RecordLookup({{"f1", Ids({1, 2, 3})}}, at::ones({2, 4}))
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      tracker->RecordLookup({{"f1", Ids({1, 2, 3})}}, at::ones({2, 4})).code(),
+      absl::StatusCode::kInvalidArgument);
   // A state dim that changes.
   EXPECT_EQ(tracker->RecordLookup({{"f1", Ids({1})}}, at::ones({1, 8})).code(),
             absl::StatusCode::kInvalidArgument);
@@ -514,10 +511,9 @@ TEST(TrackerTest, MisuseIsRefusedAndChangesNothing) {
   EXPECT_EQ(tracker->RecordLookup({{"f1", Ids({1})}}).code(),
             absl::StatusCode::kInvalidArgument);
   // A table that is not tracked, and one that is skipped (ignored).
-  EXPECT_EQ(
-      tracker->RecordTables({{"other.table", Ids({1}), at::ones({1, 4})}})
-          .code(),
-      absl::StatusCode::kNotFound);
+  EXPECT_EQ(tracker->RecordTables({{"other.table", Ids({1}), at::ones({1, 4})}})
+                .code(),
+            absl::StatusCode::kNotFound);
   EXPECT_TRUE(tracker->RecordTables({{kT3, Ids({1}), at::ones({1, 4})}}).ok());
   // Features of skipped tables are ignored, and their rows skipped over.
   ASSERT_TRUE(tracker
@@ -544,7 +540,8 @@ TEST(TrackerTest, MemoryCapCompactsFirst) {
   options.memory_cap_bytes = 4096;
   auto tracker = MakeTracker(options);
   for (int b = 0; b < 10; ++b) {
-    ASSERT_TRUE(tracker->RecordLookup({{"f1", at::arange(64, at::kLong)}}).ok());
+    ASSERT_TRUE(
+        tracker->RecordLookup({{"f1", at::arange(64, at::kLong)}}).ok());
     tracker->Step();
   }
   TrackerStatus status = tracker->Status();
@@ -564,8 +561,8 @@ TEST(TrackerTest, MemoryCapDropsOldestAndTellsLaggingConsumers) {
   for (int64_t b = 0; b < 10; ++b) {
     // Disjoint IDs per batch, so compaction cannot shrink them.
     ASSERT_TRUE(tracker
-                    ->RecordLookup({{"f1", at::arange(b * 64, (b + 1) * 64,
-                                                      at::kLong)}})
+                    ->RecordLookup(
+                        {{"f1", at::arange(b * 64, (b + 1) * 64, at::kLong)}})
                     .ok());
     Read(*tracker, "fast");
     tracker->Step();
@@ -650,8 +647,7 @@ TEST(TrackerModelTest, RandomRunsMatchTheEventModel) {
         }
         ASSERT_EQ(IdsOf(*delta, kT1), expected_ids)
             << "round " << round << " op " << op;
-        if (options.mode == TrackingMode::kEmbedding &&
-            !expected_ids.empty()) {
+        if (options.mode == TrackingMode::kEmbedding && !expected_ids.empty()) {
           ASSERT_EQ(ToFloats(delta->tables[kT1].states), expected_values)
               << "round " << round << " op " << op;
         }
@@ -690,7 +686,8 @@ TEST(TrackerConcurrencyTest, ConcurrentReadersMissNothing) {
   std::thread trainer([&] {
     for (int64_t b = 0; b < kBatches; ++b) {
       ASSERT_TRUE(
-          tracker->RecordLookup({{"f1", Ids({2 * b})}, {"f2", Ids({2 * b + 1})}})
+          tracker
+              ->RecordLookup({{"f1", Ids({2 * b})}, {"f2", Ids({2 * b + 1})}})
               .ok());
       tracker->TriggerCompaction();
       tracker->Step();

@@ -26,7 +26,8 @@ TEST(KeyedJaggedTensorTest, PerKeyAccessFromLengths) {
   EXPECT_EQ(kjt.stride(), 3);
   EXPECT_EQ(kjt.length_per_key(), (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(kjt.offset_per_key(), (std::vector<int64_t>{0, 3, 7}));
-  EXPECT_EQ(ToVector(kjt.offsets()), (std::vector<int64_t>{0, 2, 2, 3, 4, 6, 7}));
+  EXPECT_EQ(ToVector(kjt.offsets()),
+            (std::vector<int64_t>{0, 2, 2, 3, 4, 6, 7}));
   EXPECT_EQ(ToVector(kjt.ValuesOf(0)), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(ToVector(kjt.ValuesOf(1)), (std::vector<int64_t>{4, 5, 6, 7}));
   EXPECT_EQ(ToVector(kjt.LengthsOf(1)), (std::vector<int64_t>{1, 2, 1}));
@@ -54,8 +55,8 @@ TEST(KeyedJaggedTensorTest, EmptyKeysAndZeroLengths) {
                                               at::empty({0}, at::kLong));
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(empty->num_keys(), 0);
-  auto zeros = KeyedJaggedTensor::FromLengths(
-      {"a"}, at::empty({0}, at::kLong), at::zeros({4}, at::kLong));
+  auto zeros = KeyedJaggedTensor::FromLengths({"a"}, at::empty({0}, at::kLong),
+                                              at::zeros({4}, at::kLong));
   ASSERT_TRUE(zeros.ok());
   EXPECT_EQ(zeros->stride(), 4);
   EXPECT_EQ(zeros->ValuesOf(0).numel(), 0);
@@ -68,28 +69,29 @@ TEST(KeyedJaggedTensorTest, InvalidInputIsAnErrorNamingTheNumber) {
     const char* message;
   };
   std::vector<Case> cases;
-  cases.push_back({KeyedJaggedTensor::FromLengths(
-                       {"f1", "f2"}, values,
-                       at::tensor({2, 0, 1, 1, 2, 2}, at::kInt)),
-                   "sum to 8"});
+  cases.push_back(
+      {KeyedJaggedTensor::FromLengths({"f1", "f2"}, values,
+                                      at::tensor({2, 0, 1, 1, 2, 2}, at::kInt)),
+       "sum to 8"});
   cases.push_back({KeyedJaggedTensor::FromLengths(
                        {"f1", "f2"}, values, at::tensor({3, 4, 0}, at::kInt)),
                    "3 lengths"});
   cases.push_back({KeyedJaggedTensor::FromLengths(
                        {"f1"}, values, at::tensor({8, -1}, at::kInt)),
                    "-1"});
-  cases.push_back({KeyedJaggedTensor::FromLengths(
-                       {"f1", "f1"}, values, at::tensor({3, 4}, at::kInt)),
+  cases.push_back({KeyedJaggedTensor::FromLengths({"f1", "f1"}, values,
+                                                  at::tensor({3, 4}, at::kInt)),
                    "twice"});
-  cases.push_back({KeyedJaggedTensor::FromLengths(
-                       {"f1"}, values.to(at::kFloat), at::tensor({7}, at::kInt)),
+  cases.push_back({KeyedJaggedTensor::FromLengths({"f1"}, values.to(at::kFloat),
+                                                  at::tensor({7}, at::kInt)),
                    "int64"});
-  cases.push_back({KeyedJaggedTensor::FromLengths(
-                       {"f1"}, values, at::tensor({7}, at::kInt), at::ones({6})),
-                   "one per value (7)"});
-  cases.push_back({KeyedJaggedTensor::FromLengths(
-                       {"f1", "f2"}, values, at::tensor({3, 4}, at::kInt),
-                       at::Tensor(), /*stride=*/2),
+  cases.push_back(
+      {KeyedJaggedTensor::FromLengths({"f1"}, values, at::tensor({7}, at::kInt),
+                                      at::ones({6})),
+       "one per value (7)"});
+  cases.push_back({KeyedJaggedTensor::FromLengths({"f1", "f2"}, values,
+                                                  at::tensor({3, 4}, at::kInt),
+                                                  at::Tensor(), /*stride=*/2),
                    "stride 2"});
   cases.push_back({KeyedJaggedTensor::FromOffsets(
                        {"f1"}, values, at::tensor({1, 7}, at::kLong)),

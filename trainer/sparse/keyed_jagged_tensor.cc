@@ -49,7 +49,8 @@ absl::StatusOr<KeyedJaggedTensor> KeyedJaggedTensor::FromLengths(
   }
   if (!lengths.defined() || lengths.dim() != 1 ||
       !IsIndexDtype(lengths.scalar_type())) {
-    return absl::InvalidArgumentError("lengths must be a 1-D int32/int64 tensor");
+    return absl::InvalidArgumentError(
+        "lengths must be a 1-D int32/int64 tensor");
   }
   const int64_t num_keys = static_cast<int64_t>(keys.size());
   const int64_t entries = lengths.numel();
@@ -62,9 +63,8 @@ absl::StatusOr<KeyedJaggedTensor> KeyedJaggedTensor::FromLengths(
     batch = stride.value_or(0);
   } else {
     if (entries % num_keys != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(entries, " lengths are not a multiple of ", num_keys,
-                       " keys"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          entries, " lengths are not a multiple of ", num_keys, " keys"));
     }
     batch = entries / num_keys;
     if (stride.has_value() && *stride != batch) {
@@ -86,19 +86,20 @@ absl::StatusOr<KeyedJaggedTensor> KeyedJaggedTensor::FromLengths(
     kjt.length_per_key_[i / batch] += l[i];
   }
   for (int64_t k = 0; k < num_keys; ++k) {
-    kjt.offset_per_key_[k + 1] = kjt.offset_per_key_[k] + kjt.length_per_key_[k];
+    kjt.offset_per_key_[k + 1] =
+        kjt.offset_per_key_[k] + kjt.length_per_key_[k];
   }
   if (kjt.offset_per_key_.back() != values.numel()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("lengths sum to ", kjt.offset_per_key_.back(), " but there are ",
-                     values.numel(), " values"));
+        absl::StrCat("lengths sum to ", kjt.offset_per_key_.back(),
+                     " but there are ", values.numel(), " values"));
   }
   kjt.keys_ = std::move(keys);
   kjt.values_ = std::move(values);
   kjt.lengths_ = std::move(lengths);
-  kjt.offsets_ = at::cat({at::zeros({1}, host_lengths.options()),
-                          host_lengths.cumsum(0)})
-                     .to(kjt.lengths_.device());
+  kjt.offsets_ =
+      at::cat({at::zeros({1}, host_lengths.options()), host_lengths.cumsum(0)})
+          .to(kjt.lengths_.device());
   kjt.weights_ = std::move(weights);
   kjt.stride_ = batch;
   return kjt;
@@ -117,13 +118,14 @@ absl::StatusOr<KeyedJaggedTensor> KeyedJaggedTensor::FromOffsets(
     return absl::InvalidArgumentError(absl::StrCat(
         "offsets must start at 0, got ", host.data_ptr<int64_t>()[0]));
   }
-  at::Tensor lengths = host.narrow(0, 1, host.numel() - 1) -
-                       host.narrow(0, 0, host.numel() - 1);
+  at::Tensor lengths =
+      host.narrow(0, 1, host.numel() - 1) - host.narrow(0, 0, host.numel() - 1);
   return FromLengths(std::move(keys), std::move(values),
                      lengths.to(offsets.device()), std::move(weights), stride);
 }
 
-absl::StatusOr<int64_t> KeyedJaggedTensor::KeyIndex(absl::string_view key) const {
+absl::StatusOr<int64_t> KeyedJaggedTensor::KeyIndex(
+    absl::string_view key) const {
   for (int64_t i = 0; i < num_keys(); ++i) {
     if (keys_[i] == key) return i;
   }
