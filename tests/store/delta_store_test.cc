@@ -399,25 +399,27 @@ TEST(DeltaStoreConcurrencyTest, AppendCompactAndReadFromSeveralThreads) {
     reference.Compact(-1, b + 1);
   }
   std::atomic<bool> done{false};
+  std::atomic<int64_t> reads{0};
   std::thread trainer([&] {
     for (int64_t b = 0; b < kBatches; ++b) {
       ASSERT_TRUE(store.Append(b, {{"t", ids[b], states[b]}}).ok());
       store.Compact(-1, b + 1);
+      // Halfway, make sure reads really overlap with appends.
+      while (b == kBatches / 2 && reads.load() < 3) std::this_thread::yield();
     }
     done = true;
   });
   std::vector<std::thread> readers;
-  std::atomic<int64_t> reads{0};
   for (int r = 0; r < 3; ++r) {
     readers.emplace_back([&] {
-      while (!done) {
+      do {
         auto delta = store.GetUnique(-1);
         if (!delta.empty()) {
           EXPECT_EQ(delta["t"].ids.numel(), delta["t"].states.size(0));
         }
         EXPECT_GE(store.Usage().total.bytes, 0);
         ++reads;
-      }
+      } while (!done);
     });
   }
   trainer.join();
