@@ -499,11 +499,12 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   delta.consumer = consumer->name;
   delta.end_batch = end;
   delta.start_batch = end;
-  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
+  const int64_t compact_end = std::min(end, curr_batch_);
+  try {
     for (const std::string& fqn : fqns) {
       const int64_t from = CursorOf(*consumer, fqn);
       delta.start_batch = std::min(delta.start_batch, from);
-      store_.CompactTable(fqn, MaxCursor(fqn), std::min(end, curr_batch_));
+      store_.CompactTable(fqn, MaxCursor(fqn), compact_end);
       absl::StatusOr<UniqueRows> rows =
           from < end ? store_.GetUniqueTable(fqn, from, end) : EmptyRows();
       if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet
@@ -512,9 +513,9 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
       table.states = std::move(rows->states);
       if (absl::Status s = FinishTable(fqn, request, table); !s.ok()) return s;
     }
-    return absl::OkStatus();
-  });
-  if (!status.ok()) return status;
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(e.what_without_backtrace());
+  }
 
   delta.resync_required = consumer->resync_required;
   delta.lost_rows = consumer->lost_ids;

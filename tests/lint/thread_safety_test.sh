@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Checks the lock annotations (ABSL_GUARDED_BY, ABSL_EXCLUSIVE_LOCKS_REQUIRED,
+# ...) of the concurrent parts with clang's -Wthread-safety, as errors: Bazel's
+# toolchain is gcc, which ignores them. Run from the runfiles tree.
+set -euo pipefail
+cd "${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}"
+status=0
+for source in store/*.cc tracker_service/*.cc; do
+  [[ "$source" == *_demo.cc ]] && continue
+  if ! clang++ -std=c++17 -fsyntax-only -I. \
+      -isystem /usr/include/torch/csrc/api/include \
+      -Wthread-safety -Werror=thread-safety "$source"; then
+    echo "FAILED: $source"
+    status=1
+  else
+    echo "ok: $source"
+  fi
+done
+exit $status
