@@ -385,6 +385,45 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(UpdateMode::kFirst, at::kHalf),
                       std::make_tuple(UpdateMode::kLast, at::kBFloat16)));
 
+TEST(DeltaStoreTest, GetUniqueReadsAWindowOfBatches) {
+  DeltaStore store(UpdateMode::kNone);
+  for (int64_t b = 0; b < 4; ++b) {
+    ASSERT_TRUE(store.Append(b, {{"t", Ids({10 + b}), {}}}).ok());
+  }
+  EXPECT_EQ(ToVector(store.GetUnique(1, 3)["t"].ids),
+            (std::vector<int64_t>{11, 12}));
+  EXPECT_EQ(store.GetUnique(3, 1)["t"].size(), 0);
+  auto rows = store.GetUniqueTable("t", 2);
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(ToVector(rows->ids), (std::vector<int64_t>{12, 13}));
+}
+
+// Lookups recorded on a GPU stay there: compaction and reads run as tensor
+// operations on the device and must answer exactly as the host path does.
+TEST(DeltaStoreCudaTest, DeviceLookupsMatchHostLookups) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  for (UpdateMode mode :
+       {UpdateMode::kNone, UpdateMode::kFirst, UpdateMode::kLast}) {
+    DeltaStore host(mode), device(mode);
+    for (int64_t b = 0; b < 20; ++b) {
+      at::Tensor ids = at::randint(0, 50, {32}, at::kLong);
+      at::Tensor states = at::randn({32, 8}).to(at::kHalf);
+      ASSERT_TRUE(host.Append(b, {{"t", ids, states}}).ok());
+      ASSERT_TRUE(
+          device.Append(b, {{"t", ids.cuda(), states.cuda()}}).ok());
+      host.Compact(-1, b);
+      device.Compact(-1, b);
+    }
+    UniqueRows expected = host.GetUnique(-1)["t"];
+    UniqueRows actual = device.GetUnique(-1)["t"];
+    EXPECT_TRUE(actual.ids.is_cuda());
+    EXPECT_TRUE(at::equal(actual.ids.cpu(), expected.ids));
+    if (mode != UpdateMode::kNone) {
+      EXPECT_TRUE(at::equal(actual.states.cpu(), expected.states));
+    }
+  }
+}
+
 // The training thread appends and compacts while service threads read; the
 // final answer must equal the single-threaded one.
 TEST(DeltaStoreConcurrencyTest, AppendCompactAndReadFromSeveralThreads) {
