@@ -15,6 +15,11 @@ namespace {
 constexpr int64_t kStateBlockBytes = int64_t{1} << 16;
 constexpr int64_t kFirstBlockMinRows = 16;
 
+// The bitmap may span up to this many bits per row held (16 bytes per row, as
+// much as a hash slot takes), and always the first 2^20 IDs (128 KiB).
+constexpr int64_t kDenseBitsPerRow = 128;
+constexpr int64_t kDenseFreeBits = int64_t{1} << 20;
+
 int BlockShift(int64_t row_bytes) {
   int shift = 0;
   while (row_bytes > 0 && (row_bytes << (shift + 1)) <= kStateBlockBytes) {
@@ -55,7 +60,57 @@ void SortById(std::vector<std::pair<int64_t, int64_t>>& items) {
 RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes)
     : mode_(mode),
       row_bytes_(mode == UpdateMode::kNone ? 0 : row_bytes),
+      dense_(mode == UpdateMode::kNone),
       block_shift_(BlockShift(row_bytes_)) {}
+
+bool RowIndex::DenseCanHold(int64_t id) const {
+  return id >= 0 &&
+         id < std::max(kDenseFreeBits, kDenseBitsPerRow * (rows_ + 1));
+}
+
+int64_t RowIndex::FoldDense(const int64_t* ids, int64_t from, int64_t count) {
+  const int64_t covered = static_cast<int64_t>(id_bits_.size()) * 64;
+  for (int64_t i = from; i < count; ++i) {
+    const int64_t id = ids[i];
+    if (static_cast<uint64_t>(id) >= static_cast<uint64_t>(covered)) {
+      if (!DenseCanHold(id)) return i;
+      // Grow to the next power of two that covers the ID.
+      int64_t bits = std::max<int64_t>(covered, 1024);
+      while (bits <= id) bits *= 2;
+      id_bits_.resize(bits / 64, 0);
+      return FoldDense(ids, i, count);
+    }
+    uint64_t& word = id_bits_[id >> 6];
+    const uint64_t bit = uint64_t{1} << (id & 63);
+    rows_ += (word & bit) == 0;
+    word |= bit;
+  }
+  return count;
+}
+
+void RowIndex::MakeSparse() {
+  ids_.reserve(rows_);
+  slot_of_id_.reserve(rows_);
+  ForEachId([this](int64_t id) {
+    slot_of_id_.emplace(id, static_cast<int64_t>(ids_.size()));
+    ids_.push_back(id);
+  });
+  dense_ = false;
+  std::vector<uint64_t>().swap(id_bits_);
+}
+
+template <typename F>
+void RowIndex::ForEachId(F&& f) const {
+  if (!dense_) {
+    for (int64_t id : ids_) f(id);
+    return;
+  }
+  for (size_t w = 0; w < id_bits_.size(); ++w) {
+    for (uint64_t word = id_bits_[w]; word != 0; word &= word - 1) {
+      f(static_cast<int64_t>(w * 64 + __builtin_ctzll(word)));
+    }
+  }
+}
 
 void RowIndex::GrowStates() {
   const int64_t rows_per_block = int64_t{1} << block_shift_;
@@ -83,10 +138,16 @@ void RowIndex::GrowStates() {
 }
 
 void RowIndex::Fold(const int64_t* ids, const uint8_t* states, int64_t count) {
+  int64_t start = 0;
+  if (dense_) {
+    start = FoldDense(ids, 0, count);
+    if (start == count) return;
+    MakeSparse();
+  }
   // Hash probes miss the cache once the index outgrows it; prefetching the
   // slot of an ID a few positions ahead overlaps those misses.
   constexpr int64_t kPrefetchDistance = 8;
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = start; i < count; ++i) {
     if (i + kPrefetchDistance < count) {
       slot_of_id_.prefetch(ids[i + kPrefetchDistance]);
     }
@@ -97,6 +158,7 @@ void RowIndex::Fold(const int64_t* ids, const uint8_t* states, int64_t count) {
         std::memcpy(StateRow(size()), states + i * row_bytes_, row_bytes_);
       }
       ids_.push_back(ids[i]);
+      ++rows_;
     } else if (mode_ == UpdateMode::kLast) {
       std::memcpy(StateRow(it->second), states + i * row_bytes_, row_bytes_);
     }
@@ -104,12 +166,21 @@ void RowIndex::Fold(const int64_t* ids, const uint8_t* states, int64_t count) {
 }
 
 void RowIndex::Fold(const RowIndex& later) {
+  if (later.dense_) {
+    std::vector<int64_t> ids;
+    ids.reserve(later.size());
+    later.ForEachId([&ids](int64_t id) { ids.push_back(id); });
+    Fold(ids.data(), nullptr, static_cast<int64_t>(ids.size()));
+    return;
+  }
   for (int64_t slot = 0; slot < later.size(); ++slot) {
     Fold(&later.ids_[slot], row_bytes_ > 0 ? later.StateRow(slot) : nullptr, 1);
   }
 }
 
 int64_t RowIndex::bytes() const {
+  if (dense_)
+    return static_cast<int64_t>(id_bits_.capacity() * sizeof(uint64_t));
   // flat_hash_map stores one control byte and one slot per bucket.
   const int64_t index_bytes =
       static_cast<int64_t>(slot_of_id_.capacity()) *
@@ -125,6 +196,13 @@ int64_t RowIndex::bytes() const {
 
 UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
   const int64_t n = size();
+  if (dense_) {  // the bitmap is already in ID order
+    UniqueRows rows;
+    rows.ids = at::empty({n}, at::kLong);
+    int64_t* out = rows.ids.data_ptr<int64_t>();
+    ForEachId([&out](int64_t id) { *out++ = id; });
+    return rows;
+  }
   std::vector<std::pair<int64_t, int64_t>> order(n);  // (ID, slot)
   for (int64_t slot = 0; slot < n; ++slot) order[slot] = {ids_[slot], slot};
   SortById(order);

@@ -20,6 +20,12 @@ namespace deltastream {
 // alike, kept in fixed-size blocks so that growing never moves rows already
 // held.
 //
+// In kNone, while the IDs are small non-negative numbers (row indices of a
+// table, as embedding lookups produce), the index is a bitmap of IDs instead:
+// a bit test per ID, an eighth of a byte per possible row, and sorted output
+// for free. It turns into the hash index when an ID is negative or too far
+// out for the rows held (see kDenseBitsPerRow).
+//
 // Not thread-safe: the owning DeltaStore serialises access.
 class RowIndex {
  public:
@@ -38,7 +44,7 @@ class RowIndex {
   // Folds every row of `later` as if its lookups came after this index's.
   void Fold(const RowIndex& later);
 
-  int64_t size() const { return static_cast<int64_t>(ids_.size()); }
+  int64_t size() const { return rows_; }
   int64_t row_bytes() const { return row_bytes_; }
 
   // Bytes of memory held: IDs, states and the hash index.
@@ -57,11 +63,25 @@ class RowIndex {
   // one full block and grows in place; later blocks are allocated full.
   void GrowStates();
 
+  // Bitmap mode: folds ids[from..count); returns where it stopped because an
+  // ID does not fit (count when all did).
+  int64_t FoldDense(const int64_t* ids, int64_t from, int64_t count);
+  // Whether a bitmap covering `id` stays within the density bound.
+  bool DenseCanHold(int64_t id) const;
+  // Leaves bitmap mode: the IDs held move to ids_ and slot_of_id_.
+  void MakeSparse();
+  // Calls f(id) for every ID held, ascending in bitmap mode, else by slot.
+  template <typename F>
+  void ForEachId(F&& f) const;
+
   UpdateMode mode_;
   int64_t row_bytes_;
-  int block_shift_;               // log2 of rows per full state block
-  int64_t first_block_rows_ = 0;  // rows allocated in state_blocks_[0]
-  std::vector<int64_t> ids_;      // slot -> ID
+  int64_t rows_ = 0;
+  bool dense_;                     // bitmap mode (kNone only)
+  std::vector<uint64_t> id_bits_;  // bitmap mode: bit i set = ID i held
+  int block_shift_;                // log2 of rows per full state block
+  int64_t first_block_rows_ = 0;   // rows allocated in state_blocks_[0]
+  std::vector<int64_t> ids_;       // slot -> ID
   std::vector<std::unique_ptr<uint8_t[]>> state_blocks_;
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
 };

@@ -398,6 +398,32 @@ TEST(DeltaStoreTest, GetUniqueReadsAWindowOfBatches) {
   EXPECT_EQ(ToVector(rows->ids), (std::vector<int64_t>{12, 13}));
 }
 
+// In id_only mode small non-negative IDs are held in a bitmap that turns into
+// a hash index when an ID does not fit; answers must not change either way.
+TEST(DeltaStoreTest, IdOnlyHandlesEveryIdRange) {
+  std::mt19937_64 rng(3);
+  for (int64_t far : {int64_t{5}, int64_t{1} << 22, int64_t{1} << 40,
+                      int64_t{-7}, INT64_MAX, INT64_MIN}) {
+    DeltaStore store(UpdateMode::kNone);
+    std::vector<at::Tensor> recorded;
+    for (int64_t b = 0; b < 30; ++b) {
+      std::vector<int64_t> ids;
+      for (int i = 0; i < 50; ++i)
+        ids.push_back(static_cast<int64_t>(rng() % 3000));
+      if (b == 17) ids.push_back(far);  // late, after the bitmap grew
+      recorded.push_back(Ids(ids));
+      ASSERT_TRUE(store.Append(b, {{"t", recorded.back(), {}}}).ok());
+      store.Compact(-1, b);
+    }
+    UniqueRows expected = UniqueRowsOf(recorded, {}, UpdateMode::kNone);
+    EXPECT_TRUE(at::equal(store.GetUnique(-1)["t"].ids, expected.ids))
+        << "far ID " << far;
+    store.Compact(-1, 30);
+    EXPECT_TRUE(at::equal(store.GetUnique(-1)["t"].ids, expected.ids))
+        << "far ID " << far;
+  }
+}
+
 // Lookups recorded on a GPU stay there: compaction and reads run as tensor
 // operations on the device and must answer exactly as the host path does.
 TEST(DeltaStoreCudaTest, DeviceLookupsMatchHostLookups) {
@@ -409,8 +435,7 @@ TEST(DeltaStoreCudaTest, DeviceLookupsMatchHostLookups) {
       at::Tensor ids = at::randint(0, 50, {32}, at::kLong);
       at::Tensor states = at::randn({32, 8}).to(at::kHalf);
       ASSERT_TRUE(host.Append(b, {{"t", ids, states}}).ok());
-      ASSERT_TRUE(
-          device.Append(b, {{"t", ids.cuda(), states.cuda()}}).ok());
+      ASSERT_TRUE(device.Append(b, {{"t", ids.cuda(), states.cuda()}}).ok());
       host.Compact(-1, b);
       device.Compact(-1, b);
     }

@@ -559,11 +559,12 @@ TEST(TrackerTest, MemoryCapDropsOldestAndTellsLaggingConsumers) {
   options.memory_cap_bytes = 3 * 64 * 8 + 1;  // about three batches of IDs
   auto tracker = MakeTracker(options);
   for (int64_t b = 0; b < 10; ++b) {
-    // Disjoint IDs per batch, so compaction cannot shrink them.
-    ASSERT_TRUE(tracker
-                    ->RecordLookup(
-                        {{"f1", at::arange(b * 64, (b + 1) * 64, at::kLong)}})
-                    .ok());
+    // Disjoint IDs far apart, so compaction cannot shrink them.
+    ASSERT_TRUE(
+        tracker
+            ->RecordLookup(
+                {{"f1", at::arange(b * 64, (b + 1) * 64, at::kLong) * 1000003}})
+            .ok());
     Read(*tracker, "fast");
     tracker->Step();
   }
