@@ -1,0 +1,90 @@
+#ifndef DELTASTREAM_CLIENTS_DELTA_CLIENT_H_
+#define DELTASTREAM_CLIENTS_DELTA_CLIENT_H_
+
+#include <ATen/core/Tensor.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/tracker.grpc.pb.h"
+
+namespace deltastream {
+
+// One table's rows of a delta, reassembled from its chunks; host tensors, row
+// i for ids[i]; undefined where the server's mode provides none.
+struct ReceivedTable {
+  at::Tensor ids;     // int64 [n], ascending
+  at::Tensor states;  // [n, ...]
+  at::Tensor values;  // [n, dim]
+  at::Tensor scores;  // float [n]
+};
+
+struct ReceivedDelta {
+  v1::DeltaHeader header;
+  std::map<std::string, ReceivedTable> tables;
+};
+
+// Rows to record for one table.
+struct RecordTable {
+  std::string fqn;
+  at::Tensor ids;
+  at::Tensor states;  // optional
+};
+
+struct ClientOptions {
+  // Per-call deadline for unary calls; streams get `stream_timeout`.
+  std::chrono::milliseconds timeout{10000};
+  std::chrono::milliseconds stream_timeout{600000};
+  int max_receive_message_bytes = 64 << 20;
+};
+
+// A client of one tracker server (DeltaTracker service). The CLI, the
+// predictor and the checkpoint job all use it. Errors are the server's status
+// codes with a message naming the target; UNAVAILABLE when unreachable.
+// Thread-safe: calls may run concurrently.
+class DeltaClient {
+ public:
+  // Does not connect yet: the first call does.
+  static std::unique_ptr<DeltaClient> Create(const std::string& target,
+                                             ClientOptions options = {});
+
+  // Records one message per element, each all or nothing, on one stream.
+  // Returns the batch they went to.
+  absl::StatusOr<int64_t> Record(
+      const std::vector<std::vector<RecordTable>>& records);
+  // Closes the current batch; returns the new one.
+  absl::StatusOr<int64_t> Step();
+  absl::StatusOr<ReceivedDelta> GetDelta(const v1::GetDeltaRequest& request);
+  absl::Status Commit(const std::string& consumer, int64_t end_batch);
+  absl::StatusOr<std::vector<std::string>> ListConsumers();
+  absl::StatusOr<std::vector<std::string>> AddConsumer(
+      const std::string& consumer);
+  absl::StatusOr<std::vector<std::string>> RemoveConsumer(
+      const std::string& consumer);
+  absl::StatusOr<v1::StatusResponse> Compact();
+  // Clears one consumer, or everything when `consumer` is empty.
+  absl::StatusOr<v1::StatusResponse> Clear(const std::string& consumer);
+  absl::StatusOr<v1::StatusResponse> Status();
+
+  const std::string& target() const { return target_; }
+
+ private:
+  DeltaClient(std::string target, ClientOptions options,
+              std::shared_ptr<grpc::Channel> channel);
+  void SetDeadline(grpc::ClientContext& context, bool stream) const;
+  absl::Status ToStatus(const grpc::Status& status) const;
+
+  const std::string target_;
+  const ClientOptions options_;
+  std::unique_ptr<v1::DeltaTracker::Stub> stub_;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_CLIENTS_DELTA_CLIENT_H_

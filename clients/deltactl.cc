@@ -1,0 +1,411 @@
+// deltactl: the operator CLI of the tracker service.
+//
+//   deltactl --target=HOST:PORT <command> [flags]
+//
+// Commands: push --json_file=F (- = stdin) | step |
+//   get --consumer=C [--fqn=F,...] [--top_percentage=P] [--json] |
+//   commit --consumer=C --end_batch=B | consumers list|add|remove [NAME] |
+//   status | compact | clear [--consumer=C] | watch [--interval_ms=N]
+// Every command that prints data takes --json. Errors: one line on stderr and
+// a non-zero exit (1: the request failed, 2: bad usage).
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "clients/delta_client.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "tracker server HOST:PORT");
+ABSL_FLAG(bool, json, false, "print JSON instead of tables");
+ABSL_FLAG(std::string, json_file, "", "push: the lookups, JSON ('-': stdin)");
+ABSL_FLAG(std::string, consumer, "", "consumer name");
+ABSL_FLAG(std::string, fqn, "", "get: comma-separated tables (default all)");
+ABSL_FLAG(double, top_percentage, 0, "get: keep the top P% rows by score");
+ABSL_FLAG(int64_t, top_count, 0, "get: keep the top N rows by score");
+ABSL_FLAG(bool, scores, false, "get: include every row's score");
+ABSL_FLAG(int64_t, end_batch, -1, "commit: the read's end batch");
+ABSL_FLAG(int, interval_ms, 1000, "watch: refresh period");
+ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
+
+namespace deltastream {
+namespace {
+
+using nlohmann::json;
+
+class UsageError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int Fail(const absl::Status& status) {
+  std::string message(status.message());
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  std::fprintf(stderr, "deltactl: %s\n", message.c_str());
+  return 1;
+}
+
+std::string Bytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.1f GiB", bytes / 1073741824.0);
+  if (bytes >= (1 << 20)) return absl::StrFormat("%.1f MiB", bytes / 1048576.0);
+  if (bytes >= (1 << 10)) return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+  return absl::StrFormat("%d B", bytes);
+}
+
+// Prints rows as an aligned table; the first row is the header.
+void PrintTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) {
+      widths[c] = std::max(widths[c], row[c].size());
+    }
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += absl::StrFormat("%-*s", static_cast<int>(widths[c]) + 2, row[c]);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+json TensorJson(const at::Tensor& tensor) {
+  if (tensor.scalar_type() == at::kLong) {
+    at::Tensor t = tensor.contiguous();
+    return std::vector<int64_t>(t.data_ptr<int64_t>(),
+                                t.data_ptr<int64_t>() + t.numel());
+  }
+  at::Tensor t = tensor.to(at::kFloat).contiguous();
+  const float* data = t.data_ptr<float>();
+  if (t.dim() == 1) return std::vector<float>(data, data + t.numel());
+  json rows = json::array();
+  const int64_t cols = t.numel() / std::max<int64_t>(1, t.size(0));
+  for (int64_t r = 0; r < t.size(0); ++r) {
+    rows.push_back(std::vector<float>(data + r * cols, data + (r + 1) * cols));
+  }
+  return rows;
+}
+
+json StatusJson(const v1::StatusResponse& s) {
+  json out = {{"mode", s.mode()},
+              {"current_batch", s.current_batch()},
+              {"delete_on_read", s.delete_on_read()},
+              {"auto_compact", s.auto_compact()},
+              {"acknowledged_reads", s.acknowledged_reads()},
+              {"bytes", s.bytes()},
+              {"memory_cap_bytes", s.memory_cap_bytes()},
+              {"cap_compactions", s.cap_compactions()},
+              {"cap_drops", s.cap_drops()},
+              {"dropped_ids", s.dropped_ids()},
+              {"dropped_bytes", s.dropped_bytes()},
+              {"consumers", json::array()},
+              {"tables", json::object()}};
+  for (const v1::ConsumerStatus& c : s.consumers()) {
+    json consumer = {{"name", c.name()},
+                     {"cursor", c.cursor()},
+                     {"lag_steps", c.lag_steps()},
+                     {"resync_required", c.resync_required()}};
+    if (c.has_pending_read()) consumer["pending_end"] = c.pending_end();
+    out["consumers"].push_back(consumer);
+  }
+  for (const v1::TableStatus& t : s.tables()) {
+    out["tables"][t.fqn()] = {
+        {"lookups", t.lookups()}, {"ids", t.ids()}, {"bytes", t.bytes()}};
+  }
+  return out;
+}
+
+void PrintStatus(const v1::StatusResponse& s) {
+  std::printf("mode %s, batch %lld, held %s%s, delete_on_read %s, "
+              "auto_compact %s\n",
+              s.mode().c_str(), static_cast<long long>(s.current_batch()),
+              Bytes(s.bytes()).c_str(),
+              s.memory_cap_bytes() > 0
+                  ? (" of " + Bytes(s.memory_cap_bytes())).c_str()
+                  : "",
+              s.delete_on_read() ? "on" : "off",
+              s.auto_compact() ? "on" : "off");
+  if (s.cap_drops() > 0) {
+    std::printf("memory cap: dropped %lld IDs (%s) in %lld drops\n",
+                static_cast<long long>(s.dropped_ids()),
+                Bytes(s.dropped_bytes()).c_str(),
+                static_cast<long long>(s.cap_drops()));
+  }
+  std::vector<std::vector<std::string>> consumers = {
+      {"CONSUMER", "CURSOR", "LAG", "PENDING", "RESYNC"}};
+  for (const v1::ConsumerStatus& c : s.consumers()) {
+    consumers.push_back(
+        {c.name(), std::to_string(c.cursor()),
+         absl::StrCat(c.lag_steps(), " steps"),
+         c.has_pending_read() ? absl::StrCat("end ", c.pending_end()) : "-",
+         c.resync_required() ? "yes" : "no"});
+  }
+  PrintTable(consumers);
+  std::vector<std::vector<std::string>> tables = {
+      {"TABLE", "LOOKUPS", "IDS", "BYTES"}};
+  for (const v1::TableStatus& t : s.tables()) {
+    tables.push_back({t.fqn(), std::to_string(t.lookups()),
+                      std::to_string(t.ids()), Bytes(t.bytes())});
+  }
+  if (tables.size() > 1) PrintTable(tables);
+}
+
+absl::StatusOr<std::vector<RecordTable>> ParsePush(const std::string& text,
+                                                   const std::string& source) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("bad JSON in ", source));
+  }
+  if (!doc.is_object() || !doc.contains("tables") ||
+      !doc["tables"].is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": expected {\"tables\": {\"FQN\": {\"ids\": [...]}}}"));
+  }
+  std::vector<RecordTable> tables;
+  for (auto& [fqn, table] : doc["tables"].items()) {
+    if (!table.is_object() || !table.contains("ids") ||
+        !table["ids"].is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": table '", fqn, "' needs an \"ids\" array"));
+    }
+    std::vector<int64_t> ids;
+    for (const json& id : table["ids"]) {
+      if (!id.is_number_integer()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": table '", fqn, "': IDs must be integers, got ",
+            id.dump()));
+      }
+      ids.push_back(id.get<int64_t>());
+    }
+    RecordTable record{fqn, at::tensor(ids, at::kLong), at::Tensor()};
+    if (ids.empty()) record.ids = at::empty({0}, at::kLong);
+    if (table.contains("states")) {
+      const json& states = table["states"];
+      std::vector<float> flat;
+      size_t dim = 0;
+      bool ok = states.is_array();
+      for (const json& row : ok ? states : json::array()) {
+        if (!row.is_array() || (dim != 0 && row.size() != dim) ||
+            row.empty()) {
+          ok = false;
+          break;
+        }
+        dim = row.size();
+        for (const json& v : row) {
+          if (!v.is_number()) {
+            ok = false;
+            break;
+          }
+          flat.push_back(v.get<float>());
+        }
+      }
+      if (!ok) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": table '", fqn,
+            "': states must be rows of numbers, all of one length"));
+      }
+      record.states = at::tensor(flat, at::kFloat)
+                          .reshape({static_cast<int64_t>(states.size()),
+                                    static_cast<int64_t>(dim)});
+    }
+    tables.push_back(std::move(record));
+  }
+  return tables;
+}
+
+int Push(DeltaClient& client) {
+  const std::string file = absl::GetFlag(FLAGS_json_file);
+  if (file.empty()) throw UsageError("push needs --json_file=F ('-': stdin)");
+  std::stringstream text;
+  if (file == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(file);
+    if (!in) return Fail(absl::NotFoundError("cannot read " + file));
+    text << in.rdbuf();
+  }
+  auto tables = ParsePush(text.str(), file == "-" ? "stdin" : file);
+  if (!tables.ok()) return Fail(tables.status());
+  auto batch = client.Record({*tables});
+  if (!batch.ok()) return Fail(batch.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n", json({{"batch", *batch},
+                              {"tables", tables->size()}}).dump().c_str());
+  } else {
+    std::printf("recorded %zu tables into batch %lld\n", tables->size(),
+                static_cast<long long>(*batch));
+  }
+  return 0;
+}
+
+int Get(DeltaClient& client) {
+  v1::GetDeltaRequest request;
+  request.set_consumer(absl::GetFlag(FLAGS_consumer));
+  if (request.consumer().empty()) throw UsageError("get needs --consumer=C");
+  for (absl::string_view fqn :
+       absl::StrSplit(absl::GetFlag(FLAGS_fqn), ',', absl::SkipEmpty())) {
+    request.add_fqns(std::string(fqn));
+  }
+  if (absl::GetFlag(FLAGS_top_percentage) != 0) {
+    request.mutable_top_k()->set_percentage(absl::GetFlag(FLAGS_top_percentage));
+  } else if (absl::GetFlag(FLAGS_top_count) != 0) {
+    request.mutable_top_k()->set_count(absl::GetFlag(FLAGS_top_count));
+  }
+  request.set_include_scores(absl::GetFlag(FLAGS_scores));
+  auto delta = client.GetDelta(request);
+  if (!delta.ok()) return Fail(delta.status());
+  const v1::DeltaHeader& header = delta->header;
+  if (absl::GetFlag(FLAGS_json)) {
+    json out = {{"consumer", header.consumer()},
+                {"batch", header.end_batch()},
+                {"start_batch", header.start_batch()},
+                {"end_batch", header.end_batch()},
+                {"resync_required", header.resync_required()},
+                {"tables", json::object()}};
+    for (const auto& [fqn, table] : delta->tables) {
+      json t = {{"ids", TensorJson(table.ids)}};
+      if (table.states.defined()) t["states"] = TensorJson(table.states);
+      if (table.values.defined()) t["values"] = TensorJson(table.values);
+      if (table.scores.defined()) t["scores"] = TensorJson(table.scores);
+      out["tables"][fqn] = t;
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("consumer %s: batches [%lld, %lld)%s\n", header.consumer().c_str(),
+              static_cast<long long>(header.start_batch()),
+              static_cast<long long>(header.end_batch()),
+              header.resync_required()
+                  ? absl::StrCat(", RESYNC REQUIRED (", header.lost_rows(),
+                                 " rows dropped under the memory cap)")
+                        .c_str()
+                  : "");
+  std::vector<std::vector<std::string>> rows = {
+      {"TABLE", "ROWS", "STATES", "VALUES", "BYTES"}};
+  for (const auto& [fqn, table] : delta->tables) {
+    int64_t bytes = table.ids.nbytes();
+    for (const at::Tensor* t : {&table.states, &table.values, &table.scores}) {
+      if (t->defined()) bytes += t->nbytes();
+    }
+    auto shape = [](const at::Tensor& t) {
+      return t.defined() ? absl::StrJoin(t.sizes(), "x") : std::string("-");
+    };
+    rows.push_back({fqn, std::to_string(table.ids.numel()),
+                    shape(table.states), shape(table.values), Bytes(bytes)});
+  }
+  PrintTable(rows);
+  return 0;
+}
+
+int PrintConsumers(const absl::StatusOr<std::vector<std::string>>& names) {
+  if (!names.ok()) return Fail(names.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n", json({{"consumers", *names}}).dump().c_str());
+  } else {
+    for (const std::string& name : *names) std::printf("%s\n", name.c_str());
+  }
+  return 0;
+}
+
+int ShowStatus(const absl::StatusOr<v1::StatusResponse>& status) {
+  if (!status.ok()) return Fail(status.status());
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n", StatusJson(*status).dump().c_str());
+  } else {
+    PrintStatus(*status);
+  }
+  return 0;
+}
+
+int Run(const std::vector<std::string>& args) {
+  if (args.empty()) throw UsageError("no command; see --help");
+  ClientOptions options;
+  options.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  auto client = DeltaClient::Create(absl::GetFlag(FLAGS_target), options);
+  const std::string& command = args[0];
+  if (command == "push") return Push(*client);
+  if (command == "step") {
+    auto batch = client->Step();
+    if (!batch.ok()) return Fail(batch.status());
+    std::printf(absl::GetFlag(FLAGS_json) ? "{\"batch\":%lld}\n"
+                                          : "batch %lld\n",
+                static_cast<long long>(*batch));
+    return 0;
+  }
+  if (command == "get") return Get(*client);
+  if (command == "commit") {
+    if (absl::GetFlag(FLAGS_consumer).empty() ||
+        absl::GetFlag(FLAGS_end_batch) < 0) {
+      throw UsageError("commit needs --consumer=C --end_batch=B");
+    }
+    absl::Status s = client->Commit(absl::GetFlag(FLAGS_consumer),
+                                    absl::GetFlag(FLAGS_end_batch));
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (command == "consumers") {
+    const std::string verb = args.size() > 1 ? args[1] : "list";
+    if (verb == "list") return PrintConsumers(client->ListConsumers());
+    const std::string name =
+        args.size() > 2 ? args[2] : absl::GetFlag(FLAGS_consumer);
+    if (name.empty()) throw UsageError("consumers " + verb + " needs a name");
+    if (verb == "add") return PrintConsumers(client->AddConsumer(name));
+    if (verb == "remove") return PrintConsumers(client->RemoveConsumer(name));
+    throw UsageError("consumers takes list, add or remove");
+  }
+  if (command == "status") return ShowStatus(client->Status());
+  if (command == "compact") return ShowStatus(client->Compact());
+  if (command == "clear") {
+    return ShowStatus(client->Clear(absl::GetFlag(FLAGS_consumer)));
+  }
+  if (command == "snapshot") {
+    return Fail(absl::UnimplementedError(
+        "snapshot: this server build has no RocksDB persistence yet"));
+  }
+  if (command == "watch") {
+    const bool tty = isatty(STDOUT_FILENO);
+    for (;;) {
+      auto status = client->Status();
+      if (tty) std::printf("\033[H\033[2J");
+      if (int rc = ShowStatus(status); rc != 0) return rc;
+      std::fflush(stdout);
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(absl::GetFlag(FLAGS_interval_ms)));
+    }
+  }
+  throw UsageError("unknown command '" + command + "'; see --help");
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "deltactl --target=HOST:PORT <push|step|get|commit|consumers|status|"
+      "compact|clear|snapshot|watch> [flags]");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args(positional.begin() + 1, positional.end());
+  try {
+    return deltastream::Run(args);
+  } catch (const deltastream::UsageError& e) {
+    std::fprintf(stderr, "deltactl: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deltactl: %s\n", e.what());
+    return 1;
+  }
+}

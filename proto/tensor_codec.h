@@ -1,0 +1,23 @@
+#ifndef DELTASTREAM_PROTO_TENSOR_CODEC_H_
+#define DELTASTREAM_PROTO_TENSOR_CODEC_H_
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "proto/tensor.pb.h"
+
+namespace deltastream {
+
+// Writes `tensor` (int64, float32, float16 or bfloat16; any device, any
+// layout) as raw little-endian bytes with dtype and shape. InvalidArgument for
+// another dtype.
+absl::Status EncodeTensor(const at::Tensor& tensor, v1::Tensor* out);
+
+// Reads a wire tensor into a new host tensor. InvalidArgument, with the
+// numbers, for an unknown dtype, a negative or overflowing shape, or a byte
+// count that does not match the shape.
+absl::StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor);
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_PROTO_TENSOR_CODEC_H_

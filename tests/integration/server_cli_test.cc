@@ -1,0 +1,184 @@
+// The real tracker_server on a loopback port, driven by the real deltactl and
+// by the client library.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "clients/delta_client.h"
+#include "tests/integration/server_process.h"
+
+namespace deltastream {
+namespace {
+
+using nlohmann::json;
+
+std::string Deltactl(const ServerProcess& server, const std::string& args) {
+  return RunfilePath("clients/deltactl") + " --target=" + server.target() +
+         " " + args;
+}
+
+json Json(const CommandResult& result) {
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return json::parse(result.out, nullptr, false);
+}
+
+// An error is one line on stderr with a non-zero exit, never a stack trace.
+void ExpectCleanError(const CommandResult& result, const std::string& message,
+                      int exit_code = 1) {
+  EXPECT_EQ(result.exit_code, exit_code) << result.out << result.err;
+  EXPECT_NE(result.err.find(message), std::string::npos) << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+      << result.err;
+  EXPECT_EQ(result.err.find("terminate"), std::string::npos) << result.err;
+}
+
+TEST(ServerCliTest, EveryCommandAgainstARealServer) {
+  ServerProcess server({"--mode=embedding", "--consumers=predictor,checkpoint"});
+  ASSERT_GT(server.port(), 0);
+  const std::string file = std::string(std::getenv("TEST_TMPDIR")) + "/push.json";
+  std::ofstream(file) << R"({"tables": {"sparse.t1": {"ids": [3, 1, 3],
+      "states": [[1, 1], [2, 2], [9, 9]]}, "sparse.t2": {"ids": [7],
+      "states": [[5, 5]]}}})";
+  json pushed = Json(RunCommand(Deltactl(server, "push --json --json_file=" + file)));
+  EXPECT_EQ(pushed["batch"], 0);
+  // From stdin, into the same batch.
+  EXPECT_EQ(RunCommand("echo '{\"tables\": {\"sparse.t1\": {\"ids\": [4], "
+                       "\"states\": [[4, 4]]}}}' | " +
+                       Deltactl(server, "push --json_file=-"))
+                .exit_code,
+            0);
+  // The batch is still open: a read sees nothing of it.
+  json before = Json(RunCommand(Deltactl(server, "get --json --consumer=predictor")));
+  for (auto& [fqn, table] : before["tables"].items()) {
+    EXPECT_TRUE(table["ids"].empty()) << before.dump();
+  }
+  EXPECT_EQ(Json(RunCommand(Deltactl(server, "step --json")))["batch"], 1);
+
+  json delta = Json(RunCommand(Deltactl(server, "get --json --consumer=predictor")));
+  EXPECT_EQ(delta["consumer"], "predictor");
+  EXPECT_EQ(delta["batch"], 1);
+  EXPECT_EQ(delta["tables"]["sparse.t1"]["ids"], json({1, 3, 4}));
+  EXPECT_EQ(delta["tables"]["sparse.t1"]["states"],
+            json({{2.0, 2.0}, {1.0, 1.0}, {4.0, 4.0}}));
+  EXPECT_EQ(delta["tables"]["sparse.t2"]["ids"], json({7}));
+  // Only one table for the other consumer; the rest waits for it.
+  json t2 = Json(RunCommand(
+      Deltactl(server, "get --json --consumer=checkpoint --fqn=sparse.t2")));
+  EXPECT_EQ(t2["tables"].size(), 1u);
+
+  json status = Json(RunCommand(Deltactl(server, "status --json")));
+  EXPECT_EQ(status["mode"], "embedding");
+  EXPECT_EQ(status["current_batch"], 1);
+  // Compacted to unique rows, kept for the checkpoint, which has not read it.
+  EXPECT_EQ(status["tables"]["sparse.t1"]["ids"], 3);
+  EXPECT_EQ(RunCommand(Deltactl(server, "status")).exit_code, 0);
+
+  EXPECT_EQ(Json(RunCommand(Deltactl(server, "consumers add replica2 --json")))
+                ["consumers"],
+            json({"checkpoint", "predictor", "replica2"}));
+  EXPECT_EQ(Json(RunCommand(Deltactl(server, "consumers remove replica2 --json")))
+                ["consumers"],
+            json({"checkpoint", "predictor"}));
+  EXPECT_EQ(RunCommand(Deltactl(server, "compact --json")).exit_code, 0);
+  json cleared = Json(RunCommand(Deltactl(server, "clear --json --consumer=checkpoint")));
+  EXPECT_EQ(cleared["bytes"], 0);  // nobody needs anything now
+  EXPECT_EQ(RunCommand(Deltactl(server, "clear")).exit_code, 0);
+  ExpectCleanError(RunCommand(Deltactl(server, "snapshot")), "RocksDB");
+
+  EXPECT_EQ(server.Stop(SIGTERM), 0);  // a clean exit
+}
+
+TEST(ServerCliTest, ErrorsAreOneLineAndNonZero) {
+  ServerProcess server({"--mode=id_only"});
+  ASSERT_GT(server.port(), 0);
+  ExpectCleanError(RunCommand(Deltactl(server, "get --consumer=nobody")),
+                   "unknown consumer 'nobody'");
+  ExpectCleanError(
+      RunCommand("echo '{bad' | " + Deltactl(server, "push --json_file=-")),
+      "bad JSON");
+  ExpectCleanError(RunCommand("echo '{\"tables\": {\"t\": {\"ids\": [1.5]}}}' | " +
+                              Deltactl(server, "push --json_file=-")),
+                   "integers");
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "get --consumer=default --top_percentage=150")),
+      "(0, 100]");
+  ExpectCleanError(RunCommand(Deltactl(server, "frobnicate")),
+                   "unknown command", 2);
+  ExpectCleanError(
+      RunCommand(RunfilePath("clients/deltactl") +
+                 " --target=127.0.0.1:1 --timeout_ms=2000 status"),
+      "cannot reach 127.0.0.1:1");
+  // Nothing was recorded by any rejected request.
+  EXPECT_EQ(Json(RunCommand(Deltactl(server, "status --json")))["bytes"], 0);
+}
+
+TEST(ServerCliTest, UnsupportedFlagsAreRefusedNotIgnored) {
+  CommandResult result = RunCommand(
+      RunfilePath("tracker_service/tracker_server") +
+      " --listen=127.0.0.1:0 --db=/tmp/x");
+  ExpectCleanError(result, "--db", 2);
+}
+
+TEST(ServerCliTest, AcknowledgedReadsRepeatUntilCommitted) {
+  ServerProcess server({"--acknowledged_reads", "--consumers=c"});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  ASSERT_TRUE(client->Record({{{"t", at::tensor({5, 6}, at::kLong), {}}}}).ok());
+  ASSERT_TRUE(client->Step().ok());
+  v1::GetDeltaRequest request;
+  request.set_consumer("c");
+  auto first = client->GetDelta(request);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto again = client->GetDelta(request);  // not committed: the same rows
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(at::equal(first->tables["t"].ids, again->tables["t"].ids));
+  CommandResult commit = RunCommand(
+      Deltactl(server, "commit --consumer=c --end_batch=" +
+                           std::to_string(again->header.end_batch())));
+  EXPECT_EQ(commit.exit_code, 0) << commit.err;
+  auto after = client->GetDelta(request);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->tables["t"].ids.numel(), 0);
+}
+
+// 16 consumers read a multi-chunk delta at once: every call succeeds and every
+// consumer gets every row, reassembled bit for bit.
+TEST(ServerCliTest, SixteenConsumersReadChunkedDeltasAtOnce) {
+  std::string consumers;
+  for (int c = 0; c < 16; ++c) consumers += (c ? ",c" : "c") + std::to_string(c);
+  ServerProcess server({"--mode=embedding", "--consumers=" + consumers});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  const at::Tensor ids = at::randperm(20000, at::kLong);
+  const at::Tensor states = at::randn({20000, 64});  // 5 MiB: several chunks
+  ASSERT_TRUE(client->Record({{{"big", ids, states}}}).ok());
+  ASSERT_TRUE(client->Step().ok());
+  const at::Tensor order = std::get<1>(ids.sort());
+  std::vector<std::thread> readers;
+  std::atomic<int> ok{0};
+  for (int c = 0; c < 16; ++c) {
+    readers.emplace_back([&, c] {
+      auto reader = DeltaClient::Create(server.target());
+      v1::GetDeltaRequest request;
+      request.set_consumer("c" + std::to_string(c));
+      request.set_max_chunk_bytes(256 << 10);
+      auto delta = reader->GetDelta(request);
+      if (!delta.ok()) return;
+      const ReceivedTable& big = delta->tables["big"];
+      if (at::equal(big.ids, ids.index_select(0, order)) &&
+          at::equal(big.states, states.index_select(0, order))) {
+        ++ok;
+      }
+    });
+  }
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(ok.load(), 16);
+  EXPECT_EQ(client->Status()->bytes(), 0);  // everyone read: deleted
+}
+
+}  // namespace
+}  // namespace deltastream

@@ -1,0 +1,113 @@
+#ifndef DELTASTREAM_TESTS_INTEGRATION_SERVER_PROCESS_H_
+#define DELTASTREAM_TESTS_INTEGRATION_SERVER_PROCESS_H_
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace deltastream {
+
+// A binary of this workspace, from the test's runfiles.
+inline std::string RunfilePath(const std::string& path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return path;  // run by hand from the workspace root
+  return std::string(srcdir) + "/" + (workspace ? workspace : "deltastream") +
+         "/" + path;
+}
+
+// The real tracker_server, started on a free loopback port; killed on
+// destruction.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> flags) {
+    int out[2];
+    if (pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      close(out[0]);
+      std::vector<std::string> argv = {
+          RunfilePath("tracker_service/tracker_server"),
+          "--listen=127.0.0.1:0"};
+      argv.insert(argv.end(), flags.begin(), flags.end());
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(out[1]);
+    FILE* stream = fdopen(out[0], "r");
+    char line[256];
+    if (stream != nullptr && std::fgets(line, sizeof(line), stream) != nullptr) {
+      std::string text(line);
+      const size_t colon = text.rfind(':');
+      if (text.rfind("listening on ", 0) == 0 && colon != std::string::npos) {
+        port_ = std::atoi(text.c_str() + colon + 1);
+      }
+    }
+    stream_ = stream;
+  }
+  ~ServerProcess() { Stop(SIGKILL); }
+
+  // Sends `signal` and waits; returns the exit status (as waitpid gives it).
+  int Stop(int signal = SIGTERM) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, signal);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    if (stream_ != nullptr) std::fclose(stream_);
+    stream_ = nullptr;
+    return status;
+  }
+
+  int port() const { return port_; }
+  std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  FILE* stream_ = nullptr;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs a shell command line; captures stdout and stderr.
+inline CommandResult RunCommand(const std::string& command) {
+  const std::string err_file =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
+                                             : "/tmp") +
+      "/stderr." + std::to_string(getpid());
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>" + err_file).c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
+    result.out.append(buffer, n);
+  }
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (FILE* err = std::fopen(err_file.c_str(), "r")) {
+    while ((n = std::fread(buffer, 1, sizeof(buffer), err)) > 0) {
+      result.err.append(buffer, n);
+    }
+    std::fclose(err);
+  }
+  return result;
+}
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TESTS_INTEGRATION_SERVER_PROCESS_H_
