@@ -55,8 +55,7 @@ absl::StatusOr<int64_t> DeltaClient::Record(
         return s;
       }
       if (table.states.defined()) {
-        if (absl::Status s =
-                EncodeTensor(table.states, rows->mutable_states());
+        if (absl::Status s = EncodeTensor(table.states, rows->mutable_states());
             !s.ok()) {
           return s;
         }
@@ -101,9 +100,9 @@ absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
       absl::StatusOr<at::Tensor> tensor = DecodeTensor(*wire);
       if (!tensor.ok()) {
         context.TryCancel();
-        return absl::DataLossError(absl::StrCat(
-            "bad chunk of table '", chunk.fqn(), "': ",
-            tensor.status().message()));
+        return absl::DataLossError(
+            absl::StrCat("bad chunk of table '", chunk.fqn(),
+                         "': ", tensor.status().message()));
       }
       *out = *std::move(tensor);
     }
@@ -143,8 +142,7 @@ absl::StatusOr<std::vector<std::string>> DeltaClient::ListConsumers() {
   grpc::ClientContext context;
   SetDeadline(context, false);
   v1::ListConsumersResponse response;
-  if (absl::Status s =
-          ToStatus(stub_->ListConsumers(&context, {}, &response));
+  if (absl::Status s = ToStatus(stub_->ListConsumers(&context, {}, &response));
       !s.ok()) {
     return s;
   }

@@ -59,7 +59,8 @@ int Fail(const absl::Status& status) {
 }
 
 std::string Bytes(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30)) return absl::StrFormat("%.1f GiB", bytes / 1073741824.0);
+  if (bytes >= (int64_t{1} << 30))
+    return absl::StrFormat("%.1f GiB", bytes / 1073741824.0);
   if (bytes >= (1 << 20)) return absl::StrFormat("%.1f MiB", bytes / 1048576.0);
   if (bytes >= (1 << 10)) return absl::StrFormat("%.1f KiB", bytes / 1024.0);
   return absl::StrFormat("%d B", bytes);
@@ -131,15 +132,14 @@ json StatusJson(const v1::StatusResponse& s) {
 }
 
 void PrintStatus(const v1::StatusResponse& s) {
-  std::printf("mode %s, batch %lld, held %s%s, delete_on_read %s, "
-              "auto_compact %s\n",
-              s.mode().c_str(), static_cast<long long>(s.current_batch()),
-              Bytes(s.bytes()).c_str(),
-              s.memory_cap_bytes() > 0
-                  ? (" of " + Bytes(s.memory_cap_bytes())).c_str()
-                  : "",
-              s.delete_on_read() ? "on" : "off",
-              s.auto_compact() ? "on" : "off");
+  std::printf(
+      "mode %s, batch %lld, held %s%s, delete_on_read %s, "
+      "auto_compact %s\n",
+      s.mode().c_str(), static_cast<long long>(s.current_batch()),
+      Bytes(s.bytes()).c_str(),
+      s.memory_cap_bytes() > 0 ? (" of " + Bytes(s.memory_cap_bytes())).c_str()
+                               : "",
+      s.delete_on_read() ? "on" : "off", s.auto_compact() ? "on" : "off");
   if (s.cap_drops() > 0) {
     std::printf("memory cap: dropped %lld IDs (%s) in %lld drops\n",
                 static_cast<long long>(s.dropped_ids()),
@@ -186,9 +186,9 @@ absl::StatusOr<std::vector<RecordTable>> ParsePush(const std::string& text,
     std::vector<int64_t> ids;
     for (const json& id : table["ids"]) {
       if (!id.is_number_integer()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            source, ": table '", fqn, "': IDs must be integers, got ",
-            id.dump()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ": table '", fqn,
+                         "': IDs must be integers, got ", id.dump()));
       }
       ids.push_back(id.get<int64_t>());
     }
@@ -200,8 +200,7 @@ absl::StatusOr<std::vector<RecordTable>> ParsePush(const std::string& text,
       size_t dim = 0;
       bool ok = states.is_array();
       for (const json& row : ok ? states : json::array()) {
-        if (!row.is_array() || (dim != 0 && row.size() != dim) ||
-            row.empty()) {
+        if (!row.is_array() || (dim != 0 && row.size() != dim) || row.empty()) {
           ok = false;
           break;
         }
@@ -244,8 +243,9 @@ int Push(DeltaClient& client) {
   auto batch = client.Record({*tables});
   if (!batch.ok()) return Fail(batch.status());
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("%s\n", json({{"batch", *batch},
-                              {"tables", tables->size()}}).dump().c_str());
+    std::printf(
+        "%s\n",
+        json({{"batch", *batch}, {"tables", tables->size()}}).dump().c_str());
   } else {
     std::printf("recorded %zu tables into batch %lld\n", tables->size(),
                 static_cast<long long>(*batch));
@@ -262,7 +262,8 @@ int Get(DeltaClient& client) {
     request.add_fqns(std::string(fqn));
   }
   if (absl::GetFlag(FLAGS_top_percentage) != 0) {
-    request.mutable_top_k()->set_percentage(absl::GetFlag(FLAGS_top_percentage));
+    request.mutable_top_k()->set_percentage(
+        absl::GetFlag(FLAGS_top_percentage));
   } else if (absl::GetFlag(FLAGS_top_count) != 0) {
     request.mutable_top_k()->set_count(absl::GetFlag(FLAGS_top_count));
   }
@@ -287,7 +288,8 @@ int Get(DeltaClient& client) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("consumer %s: batches [%lld, %lld)%s\n", header.consumer().c_str(),
+  std::printf("consumer %s: batches [%lld, %lld)%s\n",
+              header.consumer().c_str(),
               static_cast<long long>(header.start_batch()),
               static_cast<long long>(header.end_batch()),
               header.resync_required()
@@ -305,8 +307,8 @@ int Get(DeltaClient& client) {
     auto shape = [](const at::Tensor& t) {
       return t.defined() ? absl::StrJoin(t.sizes(), "x") : std::string("-");
     };
-    rows.push_back({fqn, std::to_string(table.ids.numel()),
-                    shape(table.states), shape(table.values), Bytes(bytes)});
+    rows.push_back({fqn, std::to_string(table.ids.numel()), shape(table.states),
+                    shape(table.values), Bytes(bytes)});
   }
   PrintTable(rows);
   return 0;
@@ -342,9 +344,9 @@ int Run(const std::vector<std::string>& args) {
   if (command == "step") {
     auto batch = client->Step();
     if (!batch.ok()) return Fail(batch.status());
-    std::printf(absl::GetFlag(FLAGS_json) ? "{\"batch\":%lld}\n"
-                                          : "batch %lld\n",
-                static_cast<long long>(*batch));
+    std::printf(
+        absl::GetFlag(FLAGS_json) ? "{\"batch\":%lld}\n" : "batch %lld\n",
+        static_cast<long long>(*batch));
     return 0;
   }
   if (command == "get") return Get(*client);

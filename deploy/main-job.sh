@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's main job: installs what is missing, builds, then runs the store
 # benchmark on DESIGN.md's workload (8 tables x 100 batches x 4096 Zipf(1.05)
-# IDs over 1M rows, dim 64) in every update mode, and a short tracker demo.
+# IDs over 1M rows, dim 64) in every update mode, a short tracker demo, and the
+# standalone server driven by deltactl on loopback.
 # Later issues turn this into the end-to-end trainer run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ bash deploy/install-deps.sh
 echo "== building (bazel, opt) =="
 log=$(mktemp)
 if ! bazel build -c opt //tests/bench:store_bench //tracker_service:tracker_demo \
-    >"$log" 2>&1; then
+    //tracker_service:tracker_server //clients:deltactl >"$log" 2>&1; then
   grep -v linux-sandbox "$log" | tail -30
   exit 1
 fi
@@ -27,3 +28,18 @@ echo "(TorchRec's Python DeltaStore on this workload: ~11 s ID_ONLY, ~115 s EMBE
 
 echo "== tracker demo =="
 ./bazel-bin/tracker_service/tracker_demo
+
+echo "== tracker_server + deltactl on loopback =="
+out=$(mktemp)
+./bazel-bin/tracker_service/tracker_server --listen=127.0.0.1:0 \
+  --mode=embedding --consumers=predictor,checkpoint >"$out" &
+server=$!
+trap 'kill $server 2>/dev/null; rm -f "$out"' EXIT
+for _ in $(seq 50); do grep -q listening "$out" && break; sleep 0.1; done
+target=$(sed -nE 's/listening on (.*)/\1/p' "$out")
+ctl() { ./bazel-bin/clients/deltactl --target="$target" "$@"; }
+echo '{"tables": {"sparse.items": {"ids": [3, 1, 3], "states": [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]}}}' |
+  ctl push --json_file=-
+ctl step
+ctl get --consumer=predictor --json
+ctl status

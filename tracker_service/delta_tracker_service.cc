@@ -48,8 +48,8 @@ absl::StatusOr<std::vector<TableLookup>> ToTableLookups(
     lookup.fqn = rows.fqn();
     absl::StatusOr<at::Tensor> ids = DecodeTensor(rows.ids());
     if (!ids.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table '", rows.fqn(), "' IDs: ", ids.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", rows.fqn(), "' IDs: ", ids.status().message()));
     }
     lookup.ids = *std::move(ids);
     if (rows.has_states()) {
@@ -101,9 +101,9 @@ grpc::Status DeltaTrackerService::Record(
                               : tables.status();
     if (!status.ok()) {
       return ToGrpcStatus(absl::Status(
-          status.code(), absl::StrCat("record ", records, " of this stream (",
-                                      records, " before it were recorded): ",
-                                      status.message())));
+          status.code(),
+          absl::StrCat("record ", records, " of this stream (", records,
+                       " before it were recorded): ", status.message())));
     }
     ++records;
   }
@@ -147,10 +147,11 @@ grpc::Status DeltaTrackerService::GetDelta(
     if (!top_k.ok()) return ToGrpcStatus(top_k.status());
     delta_request.per_table_top_k[fqn] = *top_k;
   }
-  const int64_t chunk_bytes = request->max_chunk_bytes() > 0
-                                  ? std::min<int64_t>(request->max_chunk_bytes(),
-                                                      16 * kDefaultChunkBytes)
-                                  : kDefaultChunkBytes;
+  const int64_t chunk_bytes =
+      request->max_chunk_bytes() > 0
+          ? std::min<int64_t>(request->max_chunk_bytes(),
+                              16 * kDefaultChunkBytes)
+          : kDefaultChunkBytes;
 
   absl::StatusOr<Delta> delta = tracker_->GetDelta(delta_request);
   if (!delta.ok()) return ToGrpcStatus(delta.status());
@@ -168,7 +169,8 @@ grpc::Status DeltaTrackerService::GetDelta(
   }
   for (const auto& [fqn, table] : delta->tables) {
     const int64_t rows = table.ids.size(0);
-    const int64_t rows_per_chunk = std::max<int64_t>(1, chunk_bytes / RowBytes(table));
+    const int64_t rows_per_chunk =
+        std::max<int64_t>(1, chunk_bytes / RowBytes(table));
     int64_t offset = 0;
     do {
       if (context->IsCancelled()) {
@@ -239,8 +241,7 @@ grpc::Status DeltaTrackerService::AddConsumer(
 grpc::Status DeltaTrackerService::RemoveConsumer(
     grpc::ServerContext*, const v1::ConsumerRequest* request,
     v1::ConsumersResponse* response) {
-  if (absl::Status s = tracker_->RemoveConsumer(request->consumer());
-      !s.ok()) {
+  if (absl::Status s = tracker_->RemoveConsumer(request->consumer()); !s.ok()) {
     return ToGrpcStatus(s);
   }
   for (const std::string& name : tracker_->Consumers()) {

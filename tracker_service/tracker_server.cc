@@ -26,11 +26,11 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "address to serve on, HOST:PORT (port 0: any free port)");
-ABSL_FLAG(std::string, mode, "id_only",
-          "id_only, embedding, momentum_last, momentum_diff or rowwise_adagrad");
+ABSL_FLAG(
+    std::string, mode, "id_only",
+    "id_only, embedding, momentum_last, momentum_diff or rowwise_adagrad");
 ABSL_FLAG(std::string, consumers, "default", "comma-separated consumer names");
-ABSL_FLAG(bool, delete_on_read, true,
-          "delete what every consumer has read");
+ABSL_FLAG(bool, delete_on_read, true, "delete what every consumer has read");
 ABSL_FLAG(bool, auto_compact, true, "compact after every step");
 ABSL_FLAG(bool, acknowledged_reads, false,
           "a read is final only when the consumer commits it");
@@ -70,11 +70,12 @@ int Main() {
     }
   }
   TrackerOptions options;
-  absl::StatusOr<TrackingMode> mode = ParseTrackingMode(absl::GetFlag(FLAGS_mode));
+  absl::StatusOr<TrackingMode> mode =
+      ParseTrackingMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) return Fail(std::string(mode.status().message()));
   options.mode = *mode;
-  options.consumers = absl::StrSplit(absl::GetFlag(FLAGS_consumers), ',',
-                                     absl::SkipEmpty());
+  options.consumers =
+      absl::StrSplit(absl::GetFlag(FLAGS_consumers), ',', absl::SkipEmpty());
   options.delete_on_read = absl::GetFlag(FLAGS_delete_on_read);
   options.auto_compact = absl::GetFlag(FLAGS_auto_compact);
   options.acknowledged_reads = absl::GetFlag(FLAGS_acknowledged_reads);

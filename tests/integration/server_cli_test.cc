@@ -37,13 +37,15 @@ void ExpectCleanError(const CommandResult& result, const std::string& message,
 }
 
 TEST(ServerCliTest, EveryCommandAgainstARealServer) {
-  ServerProcess server({"--mode=embedding", "--consumers=predictor,checkpoint"});
+  ServerProcess server(
+      {"--mode=embedding", "--consumers=predictor,checkpoint"});
   ASSERT_GT(server.port(), 0);
-  const std::string file = std::string(std::getenv("TEST_TMPDIR")) + "/push.json";
+  const std::string file = TestTempDir() + "/push.json";
   std::ofstream(file) << R"({"tables": {"sparse.t1": {"ids": [3, 1, 3],
       "states": [[1, 1], [2, 2], [9, 9]]}, "sparse.t2": {"ids": [7],
       "states": [[5, 5]]}}})";
-  json pushed = Json(RunCommand(Deltactl(server, "push --json --json_file=" + file)));
+  json pushed =
+      Json(RunCommand(Deltactl(server, "push --json --json_file=" + file)));
   EXPECT_EQ(pushed["batch"], 0);
   // From stdin, into the same batch.
   EXPECT_EQ(RunCommand("echo '{\"tables\": {\"sparse.t1\": {\"ids\": [4], "
@@ -52,13 +54,15 @@ TEST(ServerCliTest, EveryCommandAgainstARealServer) {
                 .exit_code,
             0);
   // The batch is still open: a read sees nothing of it.
-  json before = Json(RunCommand(Deltactl(server, "get --json --consumer=predictor")));
+  json before =
+      Json(RunCommand(Deltactl(server, "get --json --consumer=predictor")));
   for (auto& [fqn, table] : before["tables"].items()) {
     EXPECT_TRUE(table["ids"].empty()) << before.dump();
   }
   EXPECT_EQ(Json(RunCommand(Deltactl(server, "step --json")))["batch"], 1);
 
-  json delta = Json(RunCommand(Deltactl(server, "get --json --consumer=predictor")));
+  json delta =
+      Json(RunCommand(Deltactl(server, "get --json --consumer=predictor")));
   EXPECT_EQ(delta["consumer"], "predictor");
   EXPECT_EQ(delta["batch"], 1);
   EXPECT_EQ(delta["tables"]["sparse.t1"]["ids"], json({1, 3, 4}));
@@ -77,14 +81,15 @@ TEST(ServerCliTest, EveryCommandAgainstARealServer) {
   EXPECT_EQ(status["tables"]["sparse.t1"]["ids"], 3);
   EXPECT_EQ(RunCommand(Deltactl(server, "status")).exit_code, 0);
 
-  EXPECT_EQ(Json(RunCommand(Deltactl(server, "consumers add replica2 --json")))
-                ["consumers"],
+  EXPECT_EQ(Json(RunCommand(Deltactl(
+                server, "consumers add replica2 --json")))["consumers"],
             json({"checkpoint", "predictor", "replica2"}));
-  EXPECT_EQ(Json(RunCommand(Deltactl(server, "consumers remove replica2 --json")))
-                ["consumers"],
+  EXPECT_EQ(Json(RunCommand(Deltactl(
+                server, "consumers remove replica2 --json")))["consumers"],
             json({"checkpoint", "predictor"}));
   EXPECT_EQ(RunCommand(Deltactl(server, "compact --json")).exit_code, 0);
-  json cleared = Json(RunCommand(Deltactl(server, "clear --json --consumer=checkpoint")));
+  json cleared =
+      Json(RunCommand(Deltactl(server, "clear --json --consumer=checkpoint")));
   EXPECT_EQ(cleared["bytes"], 0);  // nobody needs anything now
   EXPECT_EQ(RunCommand(Deltactl(server, "clear")).exit_code, 0);
   ExpectCleanError(RunCommand(Deltactl(server, "snapshot")), "RocksDB");
@@ -100,26 +105,26 @@ TEST(ServerCliTest, ErrorsAreOneLineAndNonZero) {
   ExpectCleanError(
       RunCommand("echo '{bad' | " + Deltactl(server, "push --json_file=-")),
       "bad JSON");
-  ExpectCleanError(RunCommand("echo '{\"tables\": {\"t\": {\"ids\": [1.5]}}}' | " +
-                              Deltactl(server, "push --json_file=-")),
-                   "integers");
   ExpectCleanError(
-      RunCommand(Deltactl(server, "get --consumer=default --top_percentage=150")),
-      "(0, 100]");
+      RunCommand("echo '{\"tables\": {\"t\": {\"ids\": [1.5]}}}' | " +
+                 Deltactl(server, "push --json_file=-")),
+      "integers");
+  ExpectCleanError(RunCommand(Deltactl(
+                       server, "get --consumer=default --top_percentage=150")),
+                   "(0, 100]");
   ExpectCleanError(RunCommand(Deltactl(server, "frobnicate")),
                    "unknown command", 2);
-  ExpectCleanError(
-      RunCommand(RunfilePath("clients/deltactl") +
-                 " --target=127.0.0.1:1 --timeout_ms=2000 status"),
-      "cannot reach 127.0.0.1:1");
+  ExpectCleanError(RunCommand(RunfilePath("clients/deltactl") +
+                              " --target=127.0.0.1:1 --timeout_ms=2000 status"),
+                   "cannot reach 127.0.0.1:1");
   // Nothing was recorded by any rejected request.
   EXPECT_EQ(Json(RunCommand(Deltactl(server, "status --json")))["bytes"], 0);
 }
 
 TEST(ServerCliTest, UnsupportedFlagsAreRefusedNotIgnored) {
-  CommandResult result = RunCommand(
-      RunfilePath("tracker_service/tracker_server") +
-      " --listen=127.0.0.1:0 --db=/tmp/x");
+  CommandResult result =
+      RunCommand(RunfilePath("tracker_service/tracker_server") +
+                 " --listen=127.0.0.1:0 --db=/tmp/x");
   ExpectCleanError(result, "--db", 2);
 }
 
@@ -127,7 +132,8 @@ TEST(ServerCliTest, AcknowledgedReadsRepeatUntilCommitted) {
   ServerProcess server({"--acknowledged_reads", "--consumers=c"});
   ASSERT_GT(server.port(), 0);
   auto client = DeltaClient::Create(server.target());
-  ASSERT_TRUE(client->Record({{{"t", at::tensor({5, 6}, at::kLong), {}}}}).ok());
+  ASSERT_TRUE(
+      client->Record({{{"t", at::tensor({5, 6}, at::kLong), {}}}}).ok());
   ASSERT_TRUE(client->Step().ok());
   v1::GetDeltaRequest request;
   request.set_consumer("c");
@@ -149,7 +155,8 @@ TEST(ServerCliTest, AcknowledgedReadsRepeatUntilCommitted) {
 // consumer gets every row, reassembled bit for bit.
 TEST(ServerCliTest, SixteenConsumersReadChunkedDeltasAtOnce) {
   std::string consumers;
-  for (int c = 0; c < 16; ++c) consumers += (c ? ",c" : "c") + std::to_string(c);
+  for (int c = 0; c < 16; ++c)
+    consumers += (c ? ",c" : "c") + std::to_string(c);
   ServerProcess server({"--mode=embedding", "--consumers=" + consumers});
   ASSERT_GT(server.port(), 0);
   auto client = DeltaClient::Create(server.target());

@@ -21,6 +21,12 @@ inline std::string RunfilePath(const std::string& path) {
          "/" + path;
 }
 
+// Scratch space: Bazel's TEST_TMPDIR, else /tmp.
+inline std::string TestTempDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir != nullptr ? dir : "/tmp";
+}
+
 // The real tracker_server, started on a free loopback port; killed on
 // destruction.
 class ServerProcess {
@@ -45,7 +51,8 @@ class ServerProcess {
     close(out[1]);
     FILE* stream = fdopen(out[0], "r");
     char line[256];
-    if (stream != nullptr && std::fgets(line, sizeof(line), stream) != nullptr) {
+    if (stream != nullptr &&
+        std::fgets(line, sizeof(line), stream) != nullptr) {
       std::string text(line);
       const size_t colon = text.rfind(':');
       if (text.rfind("listening on ", 0) == 0 && colon != std::string::npos) {
@@ -86,9 +93,7 @@ struct CommandResult {
 // Runs a shell command line; captures stdout and stderr.
 inline CommandResult RunCommand(const std::string& command) {
   const std::string err_file =
-      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
-                                             : "/tmp") +
-      "/stderr." + std::to_string(getpid());
+      TestTempDir() + "/stderr." + std::to_string(getpid());
   CommandResult result;
   FILE* pipe = popen((command + " 2>" + err_file).c_str(), "r");
   if (pipe == nullptr) return result;
