@@ -37,8 +37,8 @@ absl::Status CheckOffsets(const int64_t* offsets, int64_t count,
   for (int64_t i = 1; i < count; ++i) {
     if (offsets[i] < offsets[i - 1]) {
       return absl::InvalidArgumentError(
-          absl::StrCat("offsets decrease at position ", i, ": ",
-                       offsets[i - 1], " then ", offsets[i]));
+          absl::StrCat("offsets decrease at position ", i, ": ", offsets[i - 1],
+                       " then ", offsets[i]));
     }
   }
   if (offsets[count - 1] != num_values) {
@@ -58,9 +58,9 @@ absl::Status CheckLengths(const int64_t* lengths, int64_t count,
           "length ", lengths[i], " at position ", i, " is negative"));
     }
     if (lengths[i] > std::numeric_limits<int64_t>::max() - total) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "lengths overflow int64 at position ", i, " (length ", lengths[i],
-          ") but there are ", num_values, " values"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("lengths overflow int64 at position ", i, " (length ",
+                       lengths[i], ") but there are ", num_values, " values"));
     }
     total += lengths[i];
   }

@@ -73,15 +73,13 @@ class KeyedJaggedTensor {
   int64_t num_keys() const { return static_cast<int64_t>(keys_.size()); }
   // Batch size: the number of examples of every key.
   int64_t stride() const { return stride_; }
-  const at::Tensor& values() const { return values_.values(); }
-  const at::Tensor& lengths() const { return values_.lengths(); }
-  const at::Tensor& offsets() const { return values_.offsets(); }
+  const at::Tensor& values() const { return jagged_.values(); }
+  const at::Tensor& lengths() const { return jagged_.lengths(); }
+  const at::Tensor& offsets() const { return jagged_.offsets(); }
   // std::nullopt for unweighted features; otherwise a defined tensor.
-  const std::optional<at::Tensor>& weights() const {
-    return values_.weights();
-  }
-  bool has_weights() const { return values_.has_weights(); }
-  c10::Device device() const { return values_.device(); }
+  const std::optional<at::Tensor>& weights() const { return jagged_.weights(); }
+  bool has_weights() const { return jagged_.has_weights(); }
+  c10::Device device() const { return jagged_.device(); }
 
   // Host-side metadata, computed at construction (see "Devices" above): the
   // number of IDs of each key (num_keys entries), and where each key's IDs
@@ -142,15 +140,21 @@ class KeyedJaggedTensor {
   KeyedJaggedTensor To(c10::Device device, bool non_blocking = false) const;
 
  private:
-  KeyedJaggedTensor(std::vector<std::string> keys, JaggedTensor values,
+  KeyedJaggedTensor(std::vector<std::string> keys, JaggedTensor jagged,
                     int64_t stride, std::vector<int64_t> length_per_key);
+
+  // FromLengths (`are_offsets` false) and FromOffsets.
+  static absl::StatusOr<KeyedJaggedTensor> Build(
+      std::vector<std::string> keys, at::Tensor values,
+      at::Tensor lengths_or_offsets, bool are_offsets,
+      std::optional<at::Tensor> weights, std::optional<int64_t> stride);
 
   // Keys [begin, end) as views.
   KeyedJaggedTensor Slice(int64_t begin, int64_t end) const;
 
   std::vector<std::string> keys_;
   // All keys' values, lengths, offsets and weights, flattened.
-  JaggedTensor values_;
+  JaggedTensor jagged_;
   int64_t stride_ = 0;
   std::vector<int64_t> length_per_key_;
   std::vector<int64_t> offset_per_key_;

@@ -1,0 +1,4 @@
+#include <cstdlib>
+#include <gtest/gtest.h>
+TEST(Crash, Passes) {}
+TEST(Crash, Aborts) { std::abort(); }

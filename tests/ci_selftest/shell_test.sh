@@ -1,0 +1,3 @@
+#!/bin/bash
+echo "<testcase name=\"x\"/> <failure"
+exit 0
