@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the project builds and tests with, and nothing
-# else. Idempotent: prints nothing when everything is present.
+# Installs the Debian (12, bookworm) packages the project builds and tests
+# with, and nothing else. Idempotent: prints nothing and exits 0 when every
+# package is already installed; otherwise one `apt-get update` and one
+# `apt-get install` of the missing ones (through sudo when not root).
 set -euo pipefail
 
-# Build: Bazel (canonical) and CMake; gRPC/protobuf, Abseil, RocksDB, LibTorch
-# (CPU, with Gloo for c10d); tests and benchmarks: GoogleTest/Mock, Google
-# Benchmark; sanitizers and formatting: clang with its runtimes, clang-format.
+# Build: Bazel 4.2.3 (canonical) and CMake + ninja (GPU machines), g++ (Bazel's
+# toolchain); gRPC/protobuf, Abseil, RocksDB, LibTorch 1.13 (CPU, with Gloo for
+# c10d), nlohmann JSON (deltactl); tests and benchmarks: GoogleTest/GoogleMock,
+# Google Benchmark; lint and formatting: clang (-Wthread-safety) with its
+# runtimes, clang-format. All names checked with `apt-cache policy`.
 PACKAGES=(
   bazel-bootstrap cmake ninja-build g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev librocksdb-dev libtorch-dev libgloo-dev
-  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  libabsl-dev librocksdb-dev libtorch-dev libgloo-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format
 )
 
@@ -27,6 +31,7 @@ sudo=()
 [ "$(id -u)" -ne 0 ] && sudo=(sudo)
 echo "install-deps: installing ${missing[*]}"
 "${sudo[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+# env, not a plain assignment: sudo would drop DEBIAN_FRONTEND.
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
   --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"

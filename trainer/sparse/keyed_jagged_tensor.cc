@@ -99,26 +99,30 @@ absl::StatusOr<KeyedJaggedTensor> KeyedJaggedTensor::Build(
 
   const int64_t num_keys = static_cast<int64_t>(keys.size());
   const int64_t entries = host_lengths.numel();
-  const std::string what =
-      are_offsets
-          ? absl::StrCat(entries, " lengths (from ", entries + 1, " offsets)")
-          : absl::StrCat(entries, " lengths");
+  // "6 lengths", for error messages.
+  auto describe_entries = [&] {
+    return are_offsets ? absl::StrCat(entries, " lengths (from ", entries + 1,
+                                      " offsets)")
+                       : absl::StrCat(entries, " lengths");
+  };
   int64_t batch = 0;
   if (num_keys == 0) {
     if (entries != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " but no keys"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(describe_entries(), " but no keys"));
     }
     batch = stride.value_or(0);
   } else {
     if (entries % num_keys != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, " are not a multiple of the ", num_keys, " keys"));
+          absl::StrCat(describe_entries(), " are not a multiple of the ",
+                       num_keys, " keys"));
     }
     batch = entries / num_keys;
     if (stride.has_value() && *stride != batch) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("stride ", *stride, " with ", num_keys, " keys needs ",
-                       *stride * num_keys, " lengths, got ", what));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stride ", *stride, " with ", num_keys, " keys needs ",
+          *stride * num_keys, " lengths, got ", describe_entries()));
     }
   }
 

@@ -1,4 +1,0 @@
-#include <cstdlib>
-#include <gtest/gtest.h>
-TEST(Crash, Passes) {}
-TEST(Crash, Aborts) { std::abort(); }

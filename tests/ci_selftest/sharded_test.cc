@@ -1,5 +1,0 @@
-#include <gtest/gtest.h>
-TEST(Sharded, A) {}
-TEST(Sharded, B) {}
-TEST(Sharded, C) {}
-TEST(Sharded, D) {}

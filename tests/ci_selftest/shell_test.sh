@@ -1,3 +1,0 @@
-#!/bin/bash
-echo "<testcase name=\"x\"/> <failure"
-exit 0
