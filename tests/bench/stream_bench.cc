@@ -1,0 +1,162 @@
+// Streaming throughput of the tracker service over loopback TCP, against the
+// ceiling of a bare gRPC server stream of raw bytes measured in the same run:
+// one consumer, then --consumers at once. Payload = IDs + states bytes.
+//
+//   bazel run -c opt //tests/bench:stream_bench -- [--rows --dim --repeat]
+
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "clients/delta_client.h"
+#include "tests/bench/raw_stream.grpc.pb.h"
+#include "tracker_service/delta_tracker_service.h"
+
+ABSL_FLAG(int64_t, rows, 200000, "rows per delta");
+ABSL_FLAG(int64_t, dim, 64, "float32 state dim");
+ABSL_FLAG(int, consumers, 16, "consumers reading at once");
+ABSL_FLAG(int, repeat, 5, "runs; medians are reported");
+ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "chunk size, both streams");
+
+namespace deltastream {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class RawStreamService final : public bench::RawStream::Service {
+ public:
+  grpc::Status Stream(grpc::ServerContext*, const bench::RawRequest* request,
+                      grpc::ServerWriter<bench::RawChunk>* writer) override {
+    bench::RawChunk chunk;
+    const int64_t size = std::max<int64_t>(1, request->chunk_bytes());
+    chunk.mutable_data()->assign(size, 'x');
+    for (int64_t sent = 0; sent < request->total_bytes(); sent += size) {
+      if (!writer->Write(chunk)) break;
+    }
+    return grpc::Status::OK;
+  }
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int Main() {
+  const int64_t rows = absl::GetFlag(FLAGS_rows);
+  const int64_t dim = absl::GetFlag(FLAGS_dim);
+  const int consumers = absl::GetFlag(FLAGS_consumers);
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  // c0 reads alone; c1..cN read at once.
+  for (int c = 0; c <= consumers; ++c) {
+    options.consumers.push_back("c" + std::to_string(c));
+  }
+  auto tracker = Tracker::Create(options);
+  if (!tracker.ok()) return 1;
+  DeltaTrackerService service(tracker->get());
+  RawStreamService raw;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  builder.RegisterService(&raw);
+  auto server = builder.BuildAndStart();
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+
+  const at::Tensor ids = at::randperm(rows, at::kLong);
+  const at::Tensor states = at::randn({rows, dim});
+  const int64_t payload = ids.nbytes() + states.nbytes();
+  auto client = DeltaClient::Create(target);
+  auto record = [&] {
+    if (!client->Record({{{"t", ids, states}}}).ok() || !client->Step().ok()) {
+      std::fprintf(stderr, "stream_bench: record failed\n");
+      std::exit(1);
+    }
+  };
+  auto channel = grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto raw_stub = bench::RawStream::NewStub(channel);
+  auto read_raw = [&](int64_t bytes) {
+    grpc::ClientContext context;
+    bench::RawRequest request;
+    request.set_total_bytes(bytes);
+    request.set_chunk_bytes(absl::GetFlag(FLAGS_chunk_bytes));
+    auto reader = raw_stub->Stream(&context, request);
+    bench::RawChunk chunk;
+    int64_t got = 0;
+    while (reader->Read(&chunk)) got += chunk.data().size();
+    return reader->Finish().ok() && got >= bytes;
+  };
+
+  std::vector<double> raw_gbs, one_gbs, many_gbs;
+  int failed_calls = 0;
+  for (int run = 0; run < absl::GetFlag(FLAGS_repeat); ++run) {
+    auto start = Clock::now();
+    if (!read_raw(payload)) ++failed_calls;
+    raw_gbs.push_back(payload /
+                      std::chrono::duration<double>(Clock::now() - start).count() /
+                      1e9);
+
+    record();  // every consumer has this delta to read
+    v1::GetDeltaRequest request;
+    request.set_consumer("c0");
+    request.set_max_chunk_bytes(absl::GetFlag(FLAGS_chunk_bytes));
+    start = Clock::now();
+    auto delta = client->GetDelta(request);
+    one_gbs.push_back(payload /
+                      std::chrono::duration<double>(Clock::now() - start).count() /
+                      1e9);
+    if (!delta.ok() || delta->tables["t"].ids.numel() != rows) ++failed_calls;
+
+    std::atomic<int> failures{0};
+    std::vector<std::thread> readers;
+    start = Clock::now();
+    for (int c = 1; c <= consumers; ++c) {
+      readers.emplace_back([&, c] {
+        auto reader = DeltaClient::Create(target);
+        v1::GetDeltaRequest r;
+        r.set_consumer("c" + std::to_string(c));
+        r.set_max_chunk_bytes(absl::GetFlag(FLAGS_chunk_bytes));
+        auto d = reader->GetDelta(r);
+        if (!d.ok() || d->tables["t"].ids.numel() != rows) ++failures;
+      });
+    }
+    for (std::thread& t : readers) t.join();
+    many_gbs.push_back(payload * consumers /
+                       std::chrono::duration<double>(Clock::now() - start).count() /
+                       1e9);
+    failed_calls += failures.load();
+  }
+  std::printf("stream_bench: %lld rows x %lld float32 (%.1f MiB per delta), "
+              "%lld KiB chunks, loopback, median of %zu runs\n",
+              static_cast<long long>(rows), static_cast<long long>(dim),
+              payload / 1048576.0,
+              static_cast<long long>(absl::GetFlag(FLAGS_chunk_bytes) / 1024),
+              raw_gbs.size());
+  std::printf("  bare gRPC byte stream      %6.3f GB/s\n", Median(raw_gbs));
+  std::printf("  GetDelta, one consumer     %6.3f GB/s  (%.0f%% of bare)\n",
+              Median(one_gbs), 100 * Median(one_gbs) / Median(raw_gbs));
+  std::printf("  GetDelta, %d consumers at once %6.3f GB/s aggregate\n",
+              consumers, Median(many_gbs));
+  std::printf("  failed calls               %d\n", failed_calls);
+  server->Shutdown();
+  return failed_calls == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return deltastream::Main();
+}
