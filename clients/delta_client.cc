@@ -85,45 +85,26 @@ absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
   SetDeadline(context, true);
   auto reader = stub_->GetDelta(&context, request);
   ReceivedDelta delta;
-  // Per table, the chunks' tensors in order.
-  std::map<std::string, std::vector<ReceivedTable>> parts;
   v1::DeltaChunk chunk;
   while (reader->Read(&chunk)) {
     if (chunk.has_header()) delta.header = chunk.header();
     if (chunk.fqn().empty()) continue;
-    ReceivedTable part;
-    for (auto [wire, out] : {std::pair{&chunk.ids(), &part.ids},
-                             std::pair{&chunk.states(), &part.states},
-                             std::pair{&chunk.values(), &part.values},
-                             std::pair{&chunk.scores(), &part.scores}}) {
+    ReceivedTable& table = delta.tables[chunk.fqn()];
+    for (auto [wire, out] : {std::pair{&chunk.ids(), &table.ids},
+                             std::pair{&chunk.states(), &table.states},
+                             std::pair{&chunk.values(), &table.values},
+                             std::pair{&chunk.scores(), &table.scores}}) {
       if (wire->dtype() == v1::Tensor::DTYPE_UNSPECIFIED) continue;
-      absl::StatusOr<at::Tensor> tensor = DecodeTensor(*wire);
-      if (!tensor.ok()) {
+      absl::Status decoded =
+          DecodeRowsInto(*wire, chunk.row_offset(), chunk.table_rows(), out);
+      if (!decoded.ok()) {
         context.TryCancel();
-        return absl::DataLossError(
-            absl::StrCat("bad chunk of table '", chunk.fqn(),
-                         "': ", tensor.status().message()));
+        return absl::DataLossError(absl::StrCat(
+            "bad chunk of table '", chunk.fqn(), "': ", decoded.message()));
       }
-      *out = *std::move(tensor);
     }
-    parts[chunk.fqn()].push_back(std::move(part));
   }
   if (absl::Status s = ToStatus(reader->Finish()); !s.ok()) return s;
-  for (auto& [fqn, chunks] : parts) {
-    ReceivedTable& table = delta.tables[fqn];
-    auto join = [&chunks](at::Tensor ReceivedTable::*field) {
-      std::vector<at::Tensor> pieces;
-      for (ReceivedTable& c : chunks) {
-        if ((c.*field).defined()) pieces.push_back(c.*field);
-      }
-      if (pieces.empty()) return at::Tensor();
-      return pieces.size() == 1 ? pieces[0] : at::cat(pieces);
-    };
-    table.ids = join(&ReceivedTable::ids);
-    table.states = join(&ReceivedTable::states);
-    table.values = join(&ReceivedTable::values);
-    table.scores = join(&ReceivedTable::scores);
-  }
   return delta;
 }
 

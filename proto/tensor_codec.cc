@@ -58,7 +58,9 @@ absl::Status EncodeTensor(const at::Tensor& tensor, v1::Tensor* out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor) {
+// The wire tensor's dtype and shape, checked against its byte count.
+absl::Status CheckedLayout(const v1::Tensor& tensor, at::ScalarType* dtype_out,
+                           std::vector<int64_t>* shape_out) {
   absl::StatusOr<at::ScalarType> dtype = HostDType(tensor.dtype());
   if (!dtype.ok()) return dtype.status();
   std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
@@ -80,9 +82,53 @@ absl::StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor) {
         "tensor of shape [", absl::StrJoin(shape, ", "), "] needs ", expected,
         " bytes, got ", tensor.data().size()));
   }
-  at::Tensor out = at::empty(shape, *dtype);
-  if (expected > 0) std::memcpy(out.data_ptr(), tensor.data().data(), expected);
+  *dtype_out = *dtype;
+  *shape_out = std::move(shape);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor) {
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  if (absl::Status s = CheckedLayout(tensor, &dtype, &shape); !s.ok()) return s;
+  at::Tensor out = at::empty(shape, dtype);
+  if (out.nbytes() > 0) {
+    std::memcpy(out.data_ptr(), tensor.data().data(), out.nbytes());
+  }
   return out;
+}
+
+absl::Status DecodeRowsInto(const v1::Tensor& tensor, int64_t row_offset,
+                            int64_t table_rows, at::Tensor* table) {
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  if (absl::Status s = CheckedLayout(tensor, &dtype, &shape); !s.ok()) return s;
+  if (shape.empty()) {
+    return absl::InvalidArgumentError("a chunk of rows needs at least 1 dim");
+  }
+  if (row_offset < 0 || table_rows < 0 || shape[0] > table_rows - row_offset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows [", row_offset, ", ", row_offset + shape[0],
+                     ") fall outside a table of ", table_rows, " rows"));
+  }
+  std::vector<int64_t> table_shape = shape;
+  table_shape[0] = table_rows;
+  if (!table->defined()) {
+    *table = at::empty(table_shape, dtype);
+  } else if (table->scalar_type() != dtype ||
+             table->sizes() != at::IntArrayRef(table_shape)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk of ", c10::toString(dtype), " [", absl::StrJoin(shape, ", "),
+        "] does not fit a table of ", c10::toString(table->scalar_type()), " [",
+        absl::StrJoin(table->sizes(), ", "), "]"));
+  }
+  const int64_t row_bytes =
+      shape[0] > 0 ? static_cast<int64_t>(tensor.data().size()) / shape[0] : 0;
+  if (!tensor.data().empty()) {
+    std::memcpy(static_cast<char*>(table->data_ptr()) + row_offset * row_bytes,
+                tensor.data().data(), tensor.data().size());
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace deltastream

@@ -18,6 +18,14 @@ absl::Status EncodeTensor(const at::Tensor& tensor, v1::Tensor* out);
 // count that does not match the shape.
 absl::StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor);
 
+// Reads a wire tensor holding rows [row_offset, row_offset + shape[0]) of a
+// table of `table_rows` rows into `*table`, allocating it on the first call
+// ([table_rows, shape[1:]...]): chunks land in place, with one copy and no
+// concatenation. InvalidArgument when the wire tensor is malformed, its dtype
+// or row shape differs from the table's, or its rows fall outside the table.
+absl::Status DecodeRowsInto(const v1::Tensor& tensor, int64_t row_offset,
+                            int64_t table_rows, at::Tensor* table);
+
 }  // namespace deltastream
 
 #endif  // DELTASTREAM_PROTO_TENSOR_CODEC_H_
