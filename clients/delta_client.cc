@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "proto/tensor_codec.h"
 
@@ -39,29 +41,78 @@ absl::Status DeltaClient::ToStatus(const grpc::Status& status) const {
   return absl::Status(code, status.error_message());
 }
 
+namespace {
+
+// Adds rows [offset, offset + rows) of `table` to `request`.
+absl::Status AddRows(const RecordTable& table, int64_t offset, int64_t rows,
+                     v1::RecordRequest& request) {
+  v1::TableRows* out = request.add_tables();
+  out->set_fqn(table.fqn);
+  if (absl::Status s =
+          EncodeTensor(table.ids.narrow(0, offset, rows), out->mutable_ids());
+      !s.ok()) {
+    return s;
+  }
+  if (!table.states.defined()) return absl::OkStatus();
+  return EncodeTensor(table.states.narrow(0, offset, rows),
+                      out->mutable_states());
+}
+
+// The messages that carry one record: one, unless a table is over
+// `max_bytes`, which then goes in slices of rows on messages of its own.
+absl::StatusOr<std::vector<v1::RecordRequest>> RecordMessages(
+    const std::vector<RecordTable>& record, int64_t max_bytes) {
+  std::vector<v1::RecordRequest> messages(1);
+  for (const RecordTable& table : record) {
+    if (!table.ids.defined() || table.ids.dim() != 1 ||
+        (table.states.defined() &&
+         (table.states.dim() == 0 ||
+          table.states.size(0) != table.ids.size(0)))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", table.fqn, "': IDs must be 1-D and states one row each"));
+    }
+    const int64_t rows = table.ids.numel();
+    const int64_t row_bytes =
+        table.ids.element_size() +
+        (table.states.defined() && rows > 0 ? table.states.nbytes() / rows : 0);
+    if (rows * row_bytes <= max_bytes) {
+      if (absl::Status s = AddRows(table, 0, rows, messages[0]); !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    const int64_t slice = std::max<int64_t>(1, max_bytes / row_bytes);
+    for (int64_t offset = 0; offset < rows; offset += slice) {
+      messages.emplace_back();
+      if (absl::Status s = AddRows(
+              table, offset, std::min(slice, rows - offset), messages.back());
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (messages[0].tables().empty() && messages.size() > 1) {
+    messages.erase(messages.begin());
+  }
+  return messages;
+}
+
+}  // namespace
+
 absl::StatusOr<int64_t> DeltaClient::Record(
     const std::vector<std::vector<RecordTable>>& records) {
+  std::vector<v1::RecordRequest> messages;
+  for (const std::vector<RecordTable>& record : records) {
+    auto split = RecordMessages(record, options_.record_message_bytes);
+    if (!split.ok()) return split.status();
+    for (v1::RecordRequest& m : *split) messages.push_back(std::move(m));
+  }
   grpc::ClientContext context;
   SetDeadline(context, /*stream=*/true);
   v1::RecordResponse response;
   auto writer = stub_->Record(&context, &response);
-  for (const std::vector<RecordTable>& record : records) {
-    v1::RecordRequest request;
-    for (const RecordTable& table : record) {
-      v1::TableRows* rows = request.add_tables();
-      rows->set_fqn(table.fqn);
-      if (absl::Status s = EncodeTensor(table.ids, rows->mutable_ids());
-          !s.ok()) {
-        return s;
-      }
-      if (table.states.defined()) {
-        if (absl::Status s = EncodeTensor(table.states, rows->mutable_states());
-            !s.ok()) {
-          return s;
-        }
-      }
-    }
-    if (!writer->Write(request)) break;  // the status says why
+  for (const v1::RecordRequest& message : messages) {
+    if (!writer->Write(message)) break;  // Finish() says why
   }
   writer->WritesDone();
   if (absl::Status s = ToStatus(writer->Finish()); !s.ok()) return s;

@@ -42,6 +42,10 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{10000};
   std::chrono::milliseconds stream_timeout{600000};
   int max_receive_message_bytes = 64 << 20;
+  // A record's tables go in one message, all or nothing, up to this many
+  // bytes; a larger table is sent in slices of rows, each its own message
+  // (all or nothing per slice), so records of any size fit the server's limit.
+  int64_t record_message_bytes = 2 << 20;
 };
 
 // A client of one tracker server (DeltaTracker service). The CLI, the
@@ -54,8 +58,9 @@ class DeltaClient {
   static std::unique_ptr<DeltaClient> Create(const std::string& target,
                                              ClientOptions options = {});
 
-  // Records one message per element, each all or nothing, on one stream.
-  // Returns the batch they went to.
+  // Records each element (one lookup per table) on one stream: all or nothing
+  // per message (see ClientOptions::record_message_bytes). Returns the batch
+  // they went to.
   absl::StatusOr<int64_t> Record(
       const std::vector<std::vector<RecordTable>>& records);
   // Closes the current batch; returns the new one.

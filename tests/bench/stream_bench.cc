@@ -74,7 +74,6 @@ int Main() {
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
-  builder.SetMaxReceiveMessageSize(1 << 30);  // one record of the whole delta
   builder.RegisterService(&service);
   builder.RegisterService(&raw);
   auto server = builder.BuildAndStart();

@@ -161,7 +161,9 @@ TEST(ServerCliTest, SixteenConsumersReadChunkedDeltasAtOnce) {
   ASSERT_GT(server.port(), 0);
   auto client = DeltaClient::Create(server.target());
   const at::Tensor ids = at::randperm(20000, at::kLong);
-  const at::Tensor states = at::randn({20000, 64});  // 5 MiB: several chunks
+  // 5 MiB: over the server's default 4 MiB message limit, so the client sends
+  // it in slices, and several chunks come back.
+  const at::Tensor states = at::randn({20000, 64});
   ASSERT_TRUE(client->Record({{{"big", ids, states}}}).ok());
   ASSERT_TRUE(client->Step().ok());
   const at::Tensor order = std::get<1>(ids.sort());
