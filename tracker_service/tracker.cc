@@ -342,17 +342,19 @@ void Tracker::CompactAll() {
 }
 
 void Tracker::CompactAllLocked() {
-  for (const std::string& fqn : store_.Fqns()) {
-    std::set<int64_t> bounds = {curr_batch_};
-    for (const auto& [name, consumer] : consumers_) {
-      bounds.insert(std::min(CursorOf(*consumer, fqn), curr_batch_));
-      if (auto end = consumer->PendingEnd(fqn)) {
-        bounds.insert(std::min(*end, curr_batch_));
-      }
+  for (const std::string& fqn : store_.Fqns()) CompactBetweenCursorsLocked(fqn);
+}
+
+void Tracker::CompactBetweenCursorsLocked(const std::string& fqn) {
+  std::set<int64_t> bounds = {curr_batch_};
+  for (const auto& [name, consumer] : consumers_) {
+    bounds.insert(std::min(CursorOf(*consumer, fqn), curr_batch_));
+    if (auto end = consumer->PendingEnd(fqn)) {
+      bounds.insert(std::min(*end, curr_batch_));
     }
-    for (auto it = bounds.begin(); std::next(it) != bounds.end(); ++it) {
-      store_.CompactTable(fqn, *it, *std::next(it));
-    }
+  }
+  for (auto it = bounds.begin(); std::next(it) != bounds.end(); ++it) {
+    store_.CompactTable(fqn, *it, *std::next(it));
   }
 }
 
@@ -499,12 +501,14 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   delta.consumer = consumer->name;
   delta.end_batch = end;
   delta.start_batch = end;
-  const int64_t compact_end = std::min(end, curr_batch_);
   try {
     for (const std::string& fqn : fqns) {
       const int64_t from = CursorOf(*consumer, fqn);
       delta.start_batch = std::min(delta.start_batch, from);
-      store_.CompactTable(fqn, MaxCursor(fqn), compact_end);
+      // Compacting between every pair of cursors, not only from the largest
+      // as TorchRec does, means the consumers that read later find one
+      // merged lookup instead of re-uniquing the same batches each.
+      CompactBetweenCursorsLocked(fqn);
       absl::StatusOr<UniqueRows> rows =
           from < end ? store_.GetUniqueTable(fqn, from, end) : EmptyRows();
       if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet

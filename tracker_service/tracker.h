@@ -133,7 +133,8 @@ struct TrackerStatus {
 //  - TriggerCompaction (auto_compact; once per step): per table, compacts
 //    [max(cursors), curr).
 //  - GetDelta(c): end = curr + 1 (or curr, see DeltaRequest); per table,
-//    compacts [max(cursors), end), returns the unique rows since c's cursor and
+//    compacts between consecutive cursors up to end (TorchRec: only
+//    [max(cursors), end)), returns the unique rows since c's cursor and
 //    moves the cursor to end; with delete_on_read, deletes every lookup below
 //    min(cursors). IDs ascending.
 //  Unlike TorchRec, compaction never reaches into the open batch `curr`
@@ -266,6 +267,10 @@ class Tracker {
   // Deletes, per table, the lookups below every consumer's cursor.
   void DeleteUnneededLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompactAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Compacts one table between consecutive cursors (and pending ends), up to
+  // the open batch: never across a boundary any consumer reads from.
+  void CompactBetweenCursorsLocked(const std::string& fqn)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnforceMemoryCapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FinishTable(const std::string& fqn, const DeltaRequest& request,
                            TableDelta& table);
