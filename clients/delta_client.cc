@@ -119,15 +119,26 @@ absl::StatusOr<int64_t> DeltaClient::Record(
   return response.batch();
 }
 
-absl::StatusOr<int64_t> DeltaClient::Step() {
+template <typename Request, typename Response>
+absl::StatusOr<Response> DeltaClient::Call(
+    grpc::Status (v1::DeltaTracker::Stub::*method)(grpc::ClientContext*,
+                                                   const Request&, Response*),
+    const Request& request) {
   grpc::ClientContext context;
-  SetDeadline(context, false);
-  v1::StepResponse response;
-  if (absl::Status s = ToStatus(stub_->Step(&context, {}, &response));
+  SetDeadline(context, /*stream=*/false);
+  Response response;
+  if (absl::Status s =
+          ToStatus((stub_.get()->*method)(&context, request, &response));
       !s.ok()) {
     return s;
   }
-  return response.batch();
+  return response;
+}
+
+absl::StatusOr<int64_t> DeltaClient::Step() {
+  auto response = Call(&v1::DeltaTracker::Stub::Step, v1::StepRequest());
+  if (!response.ok()) return response.status();
+  return response->batch();
 }
 
 absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
@@ -161,93 +172,60 @@ absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
 
 absl::Status DeltaClient::Commit(const std::string& consumer,
                                  int64_t end_batch) {
-  grpc::ClientContext context;
-  SetDeadline(context, false);
   v1::CommitRequest request;
   request.set_consumer(consumer);
   request.set_end_batch(end_batch);
-  v1::CommitResponse response;
-  return ToStatus(stub_->Commit(&context, request, &response));
+  return Call(&v1::DeltaTracker::Stub::Commit, request).status();
 }
 
+namespace {
+
+template <typename Response>
+absl::StatusOr<std::vector<std::string>> ConsumerNames(
+    const absl::StatusOr<Response>& response) {
+  if (!response.ok()) return response.status();
+  return std::vector<std::string>(response->consumers().begin(),
+                                  response->consumers().end());
+}
+
+v1::ConsumerRequest ConsumerNamed(const std::string& consumer) {
+  v1::ConsumerRequest request;
+  request.set_consumer(consumer);
+  return request;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::string>> DeltaClient::ListConsumers() {
-  grpc::ClientContext context;
-  SetDeadline(context, false);
-  v1::ListConsumersResponse response;
-  if (absl::Status s = ToStatus(stub_->ListConsumers(&context, {}, &response));
-      !s.ok()) {
-    return s;
-  }
-  return std::vector<std::string>(response.consumers().begin(),
-                                  response.consumers().end());
+  return ConsumerNames(
+      Call(&v1::DeltaTracker::Stub::ListConsumers, v1::ListConsumersRequest()));
 }
 
 absl::StatusOr<std::vector<std::string>> DeltaClient::AddConsumer(
     const std::string& consumer) {
-  grpc::ClientContext context;
-  SetDeadline(context, false);
-  v1::ConsumerRequest request;
-  request.set_consumer(consumer);
-  v1::ConsumersResponse response;
-  if (absl::Status s =
-          ToStatus(stub_->AddConsumer(&context, request, &response));
-      !s.ok()) {
-    return s;
-  }
-  return std::vector<std::string>(response.consumers().begin(),
-                                  response.consumers().end());
+  return ConsumerNames(
+      Call(&v1::DeltaTracker::Stub::AddConsumer, ConsumerNamed(consumer)));
 }
 
 absl::StatusOr<std::vector<std::string>> DeltaClient::RemoveConsumer(
     const std::string& consumer) {
-  grpc::ClientContext context;
-  SetDeadline(context, false);
-  v1::ConsumerRequest request;
-  request.set_consumer(consumer);
-  v1::ConsumersResponse response;
-  if (absl::Status s =
-          ToStatus(stub_->RemoveConsumer(&context, request, &response));
-      !s.ok()) {
-    return s;
-  }
-  return std::vector<std::string>(response.consumers().begin(),
-                                  response.consumers().end());
+  return ConsumerNames(
+      Call(&v1::DeltaTracker::Stub::RemoveConsumer, ConsumerNamed(consumer)));
 }
 
 absl::StatusOr<v1::StatusResponse> DeltaClient::Compact() {
-  grpc::ClientContext context;
-  SetDeadline(context, false);
-  v1::StatusResponse response;
-  if (absl::Status s = ToStatus(stub_->Compact(&context, {}, &response));
-      !s.ok()) {
-    return s;
-  }
-  return response;
+  return Call(&v1::DeltaTracker::Stub::Compact, v1::CompactRequest());
 }
 
 absl::StatusOr<v1::StatusResponse> DeltaClient::Clear(
     const std::string& consumer) {
-  grpc::ClientContext context;
-  SetDeadline(context, false);
   v1::ClearRequest request;
   request.set_consumer(consumer);
-  v1::StatusResponse response;
-  if (absl::Status s = ToStatus(stub_->Clear(&context, request, &response));
-      !s.ok()) {
-    return s;
-  }
-  return response;
+  return Call(&v1::DeltaTracker::Stub::Clear, request);
 }
 
 absl::StatusOr<v1::StatusResponse> DeltaClient::Status() {
-  grpc::ClientContext context;
-  SetDeadline(context, false);
-  v1::StatusResponse response;
-  if (absl::Status s = ToStatus(stub_->Status(&context, {}, &response));
-      !s.ok()) {
-    return s;
-  }
-  return response;
+  return Call(&v1::DeltaTracker::Stub::Status, v1::StatusRequest());
 }
 
 }  // namespace deltastream

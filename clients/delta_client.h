@@ -83,6 +83,12 @@ class DeltaClient {
   DeltaClient(std::string target, ClientOptions options,
               std::shared_ptr<grpc::Channel> channel);
   void SetDeadline(grpc::ClientContext& context, bool stream) const;
+  // One unary call with the unary deadline; the server's status on failure.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(
+      grpc::Status (v1::DeltaTracker::Stub::*method)(grpc::ClientContext*,
+                                                     const Request&, Response*),
+      const Request& request);
   absl::Status ToStatus(const grpc::Status& status) const;
 
   const std::string target_;

@@ -220,34 +220,28 @@ grpc::Status DeltaTrackerService::Commit(grpc::ServerContext*,
 grpc::Status DeltaTrackerService::ListConsumers(
     grpc::ServerContext*, const v1::ListConsumersRequest*,
     v1::ListConsumersResponse* response) {
-  for (const std::string& name : tracker_->Consumers()) {
-    response->add_consumers(name);
+  for (std::string& name : tracker_->Consumers()) {
+    response->add_consumers(std::move(name));
   }
   return grpc::Status::OK;
 }
 
 grpc::Status DeltaTrackerService::AddConsumer(
-    grpc::ServerContext*, const v1::ConsumerRequest* request,
-    v1::ConsumersResponse* response) {
+    grpc::ServerContext* context, const v1::ConsumerRequest* request,
+    v1::ListConsumersResponse* response) {
   if (absl::Status s = tracker_->AddConsumer(request->consumer()); !s.ok()) {
     return ToGrpcStatus(s);
   }
-  for (const std::string& name : tracker_->Consumers()) {
-    response->add_consumers(name);
-  }
-  return grpc::Status::OK;
+  return ListConsumers(context, nullptr, response);
 }
 
 grpc::Status DeltaTrackerService::RemoveConsumer(
-    grpc::ServerContext*, const v1::ConsumerRequest* request,
-    v1::ConsumersResponse* response) {
+    grpc::ServerContext* context, const v1::ConsumerRequest* request,
+    v1::ListConsumersResponse* response) {
   if (absl::Status s = tracker_->RemoveConsumer(request->consumer()); !s.ok()) {
     return ToGrpcStatus(s);
   }
-  for (const std::string& name : tracker_->Consumers()) {
-    response->add_consumers(name);
-  }
-  return grpc::Status::OK;
+  return ListConsumers(context, nullptr, response);
 }
 
 grpc::Status DeltaTrackerService::Compact(grpc::ServerContext*,

@@ -46,10 +46,10 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
                              v1::ListConsumersResponse* response) override;
   grpc::Status AddConsumer(grpc::ServerContext* context,
                            const v1::ConsumerRequest* request,
-                           v1::ConsumersResponse* response) override;
+                           v1::ListConsumersResponse* response) override;
   grpc::Status RemoveConsumer(grpc::ServerContext* context,
                               const v1::ConsumerRequest* request,
-                              v1::ConsumersResponse* response) override;
+                              v1::ListConsumersResponse* response) override;
   grpc::Status Compact(grpc::ServerContext* context,
                        const v1::CompactRequest* request,
                        v1::StatusResponse* response) override;
