@@ -173,8 +173,13 @@ void RowIndex::Fold(const RowIndex& later) {
     Fold(ids.data(), nullptr, static_cast<int64_t>(ids.size()));
     return;
   }
-  for (int64_t slot = 0; slot < later.size(); ++slot) {
-    Fold(&later.ids_[slot], row_bytes_ > 0 ? later.StateRow(slot) : nullptr, 1);
+  // Rows of one state block are contiguous: fold a block at a time, so the
+  // hash probes keep their prefetching.
+  const int64_t rows_per_block =
+      row_bytes_ > 0 ? int64_t{1} << later.block_shift_ : later.size();
+  for (int64_t slot = 0; slot < later.size(); slot += rows_per_block) {
+    Fold(&later.ids_[slot], row_bytes_ > 0 ? later.StateRow(slot) : nullptr,
+         std::min(rows_per_block, later.size() - slot));
   }
 }
 

@@ -75,12 +75,6 @@ int64_t RowBytes(const TableDelta& table) {
   return std::max<int64_t>(bytes, 1);
 }
 
-absl::Status EncodeRows(const at::Tensor& tensor, int64_t offset, int64_t rows,
-                        v1::Tensor* out) {
-  if (!tensor.defined()) return absl::OkStatus();
-  return EncodeTensor(tensor.narrow(0, offset, rows), out);
-}
-
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -184,18 +178,20 @@ grpc::Status DeltaTrackerService::GetDelta(
       chunk.clear_states();
       chunk.clear_values();
       chunk.clear_scores();
-      for (auto [tensor, out] :
-           {std::pair{&table.ids, chunk.mutable_ids()},
-            std::pair{&table.states, chunk.mutable_states()},
-            std::pair{&table.values, chunk.mutable_values()},
-            std::pair{&table.scores, chunk.mutable_scores()}}) {
-        if (absl::Status s = EncodeRows(*tensor, offset, n, out); !s.ok()) {
+      using Field = v1::Tensor* (v1::DeltaChunk::*)();
+      for (auto [tensor, field] :
+           {std::pair<const at::Tensor*, Field>{&table.ids,
+                                                &v1::DeltaChunk::mutable_ids},
+            {&table.states, &v1::DeltaChunk::mutable_states},
+            {&table.values, &v1::DeltaChunk::mutable_values},
+            {&table.scores, &v1::DeltaChunk::mutable_scores}}) {
+        if (!tensor->defined()) continue;  // the mode provides none
+        if (absl::Status s =
+                EncodeTensor(tensor->narrow(0, offset, n), (chunk.*field)());
+            !s.ok()) {
           return ToGrpcStatus(s);
         }
       }
-      if (!table.states.defined()) chunk.clear_states();
-      if (!table.values.defined()) chunk.clear_values();
-      if (!table.scores.defined()) chunk.clear_scores();
       if (!writer->Write(chunk)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
       }
