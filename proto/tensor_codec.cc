@@ -8,7 +8,6 @@
 #include "absl/strings/str_join.h"
 
 namespace deltastream {
-namespace {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "tensor bytes go on the wire in host order: little-endian only");
@@ -44,8 +43,6 @@ absl::StatusOr<at::ScalarType> HostDType(int dtype) {
           absl::StrCat("unknown tensor dtype ", dtype));
   }
 }
-
-}  // namespace
 
 absl::Status EncodeTensor(const at::Tensor& tensor, v1::Tensor* out) {
   absl::StatusOr<v1::Tensor::DType> dtype = WireDType(tensor.scalar_type());

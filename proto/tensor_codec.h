@@ -8,6 +8,11 @@
 
 namespace deltastream {
 
+// The wire dtype of a host dtype; InvalidArgument for one the wire lacks.
+absl::StatusOr<v1::Tensor::DType> WireDType(at::ScalarType dtype);
+// The host dtype of a wire dtype; InvalidArgument for an unknown one.
+absl::StatusOr<at::ScalarType> HostDType(int dtype);
+
 // Writes `tensor` (int64, float32, float16 or bfloat16; any device, any
 // layout) as raw little-endian bytes with dtype and shape. InvalidArgument for
 // another dtype.

@@ -334,6 +334,87 @@ std::optional<int64_t> DeltaStore::OldestBatchIndex() const {
   return oldest;
 }
 
+std::vector<StoredTable> DeltaStore::Export() const {
+  ReaderLock lock(&mu_);
+  std::vector<StoredTable> tables;
+  tables.reserve(tables_.size());
+  for (const auto& [fqn, table] : tables_) {
+    StoredTable& stored = tables.emplace_back();
+    stored.fqn = fqn;
+    stored.device = table->device;
+    stored.state_dtype = table->state_dtype;
+    stored.state_dim = table->state_dim;
+    stored.lookups.reserve(table->lookups.size());
+    for (const Lookup& lookup : table->lookups) {
+      StoredLookup& out = stored.lookups.emplace_back();
+      out.batch_idx = lookup.batch_idx;
+      if (lookup.rows) {
+        UniqueRows rows = lookup.rows->ToUniqueRows(table->state_dtype);
+        out.ids = std::move(rows.ids);
+        out.states = std::move(rows.states);
+      } else {
+        out.ids = lookup.ids.cpu();
+        if (lookup.states.defined()) out.states = lookup.states.cpu();
+      }
+    }
+  }
+  return tables;
+}
+
+absl::Status DeltaStore::Import(std::vector<StoredTable> tables) {
+  WriterLock lock(&mu_);
+  std::map<std::string, std::unique_ptr<Table>, std::less<>> imported;
+  for (StoredTable& stored : tables) {
+    if (stored.fqn.empty())
+      return absl::InvalidArgumentError("empty table FQN");
+    if (imported.count(stored.fqn) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", stored.fqn, "' appears twice"));
+    }
+    if (mode_ != UpdateMode::kNone &&
+        (!IsStateDtype(stored.state_dtype) || stored.state_dim < 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", stored.fqn, "': bad state layout ",
+          c10::toString(stored.state_dtype), " of dim ", stored.state_dim));
+    }
+    auto table = std::make_unique<Table>();
+    table->device = stored.device;
+    table->state_dtype = stored.state_dtype;
+    table->state_dim = stored.state_dim;
+    for (StoredLookup& lookup : stored.lookups) {
+      TableLookup placed{stored.fqn, lookup.ids, lookup.states};
+      try {
+        if (placed.ids.defined()) placed.ids = placed.ids.to(stored.device);
+        if (placed.states.defined()) {
+          placed.states = placed.states.to(stored.device);
+        }
+      } catch (const c10::Error& e) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "table '", stored.fqn, "' cannot be placed on ",
+            stored.device.str(), ": ", e.what_without_backtrace()));
+      }
+      if (absl::Status status =
+              ValidateLookup(table.get(), lookup.batch_idx, placed);
+          !status.ok()) {
+        return status;
+      }
+      Lookup held;
+      held.batch_idx = lookup.batch_idx;
+      held.ids = std::move(placed.ids);
+      if (mode_ != UpdateMode::kNone) held.states = std::move(placed.states);
+      table->lookups.push_back(std::move(held));
+    }
+    imported.emplace(stored.fqn, std::move(table));
+  }
+  tables_ = std::move(imported);
+  bytes_ = 0;
+  for (auto& [fqn, table] : tables_) {
+    table->bytes = 0;
+    RecountLocked(*table);
+  }
+  return absl::OkStatus();
+}
+
 StoreUsage DeltaStore::Usage() const {
   ReaderLock lock(&mu_);
   StoreUsage usage;

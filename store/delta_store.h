@@ -42,6 +42,24 @@ struct TableUsage {
   int64_t bytes = 0;  // bytes of IDs, states and indexes held
 };
 
+// One lookup as a store holds it, for snapshots (DeltaStore::Export/Import).
+struct StoredLookup {
+  int64_t batch_idx = 0;
+  // int64 [n]; each ID once when the lookup is a compaction.
+  at::Tensor ids;
+  // [n, dim] in the table's state dtype; undefined in UpdateMode::kNone.
+  at::Tensor states;
+};
+
+// One table's lookups and layout, for snapshots.
+struct StoredTable {
+  std::string fqn;
+  c10::Device device = c10::kCPU;
+  at::ScalarType state_dtype = at::kFloat;
+  int64_t state_dim = 0;
+  std::vector<StoredLookup> lookups;  // batch indices non-decreasing
+};
+
 struct StoreUsage {
   TableUsage total;
   std::map<std::string, TableUsage> tables;
@@ -134,6 +152,18 @@ class DeltaStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The smallest batch index held in any table; nullopt when nothing is held.
   std::optional<int64_t> OldestBatchIndex() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Every table and its lookups, with host tensors: a recorded lookup as
+  // recorded (duplicates kept, in order), a compacted one as its unique rows.
+  // Import(Export()) gives a store whose every read equals this one's. Cost: a
+  // device-to-host copy of device lookups and a gather of compacted host ones;
+  // recorded host lookups are shared, not copied.
+  std::vector<StoredTable> Export() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Replaces everything held with `tables`, placing each table's lookups on
+  // its `device`. All or nothing: InvalidArgument, with the store unchanged,
+  // for an empty or repeated FQN, decreasing batch indices, or a lookup whose
+  // IDs or states do not fit the table (as Append checks them).
+  absl::Status Import(std::vector<StoredTable> tables) ABSL_LOCKS_EXCLUDED(mu_);
 
   StoreUsage Usage() const ABSL_LOCKS_EXCLUDED(mu_);
   // Total bytes held: Usage().total.bytes, without the per-table breakdown.
