@@ -13,8 +13,11 @@ std::unique_ptr<DeltaClient> DeltaClient::Create(const std::string& target,
                                                  ClientOptions options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
-  auto channel = grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), args);
+  auto credentials = options.tls_root_certs_pem.empty()
+                         ? grpc::InsecureChannelCredentials()
+                         : grpc::SslCredentials(grpc::SslCredentialsOptions{
+                               options.tls_root_certs_pem, "", ""});
+  auto channel = grpc::CreateCustomChannel(target, credentials, args);
   return std::unique_ptr<DeltaClient>(
       new DeltaClient(target, options, std::move(channel)));
 }
@@ -25,9 +28,16 @@ DeltaClient::DeltaClient(std::string target, ClientOptions options,
       options_(options),
       stub_(v1::DeltaTracker::NewStub(channel)) {}
 
-void DeltaClient::SetDeadline(grpc::ClientContext& context, bool stream) const {
-  context.set_deadline(std::chrono::system_clock::now() +
-                       (stream ? options_.stream_timeout : options_.timeout));
+void DeltaClient::Prepare(grpc::ClientContext& context, CallKind kind) const {
+  if (kind != CallKind::kSubscription) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         (kind == CallKind::kStream ? options_.stream_timeout
+                                                    : options_.timeout));
+  }
+  if (!options_.auth_token.empty()) {
+    context.AddMetadata("authorization",
+                        absl::StrCat("Bearer ", options_.auth_token));
+  }
 }
 
 absl::Status DeltaClient::ToStatus(const grpc::Status& status) const {
@@ -108,7 +118,7 @@ absl::StatusOr<int64_t> DeltaClient::Record(
     for (v1::RecordRequest& m : *split) messages.push_back(std::move(m));
   }
   grpc::ClientContext context;
-  SetDeadline(context, /*stream=*/true);
+  Prepare(context, CallKind::kStream);
   v1::RecordResponse response;
   auto writer = stub_->Record(&context, &response);
   for (const v1::RecordRequest& message : messages) {
@@ -125,7 +135,7 @@ absl::StatusOr<Response> DeltaClient::Call(
                                                    const Request&, Response*),
     const Request& request) {
   grpc::ClientContext context;
-  SetDeadline(context, /*stream=*/false);
+  Prepare(context, CallKind::kUnary);
   Response response;
   if (absl::Status s =
           ToStatus((stub_.get()->*method)(&context, request, &response));
@@ -141,33 +151,76 @@ absl::StatusOr<int64_t> DeltaClient::Step() {
   return response->batch();
 }
 
+namespace {
+
+// Adds one chunk of a streamed delta to `delta`, rows in place.
+absl::Status AddChunk(const v1::DeltaChunk& chunk, ReceivedDelta& delta) {
+  if (chunk.has_header()) delta.header = chunk.header();
+  if (chunk.fqn().empty()) return absl::OkStatus();
+  ReceivedTable& table = delta.tables[chunk.fqn()];
+  for (auto [wire, out] : {std::pair{&chunk.ids(), &table.ids},
+                           std::pair{&chunk.states(), &table.states},
+                           std::pair{&chunk.values(), &table.values},
+                           std::pair{&chunk.scores(), &table.scores}}) {
+    if (wire->dtype() == v1::Tensor::DTYPE_UNSPECIFIED) continue;
+    absl::Status decoded =
+        DecodeRowsInto(*wire, chunk.row_offset(), chunk.table_rows(), out);
+    if (!decoded.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "bad chunk of table '", chunk.fqn(), "': ", decoded.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
     const v1::GetDeltaRequest& request) {
   grpc::ClientContext context;
-  SetDeadline(context, true);
+  Prepare(context, CallKind::kStream);
   auto reader = stub_->GetDelta(&context, request);
   ReceivedDelta delta;
   v1::DeltaChunk chunk;
   while (reader->Read(&chunk)) {
-    if (chunk.has_header()) delta.header = chunk.header();
-    if (chunk.fqn().empty()) continue;
-    ReceivedTable& table = delta.tables[chunk.fqn()];
-    for (auto [wire, out] : {std::pair{&chunk.ids(), &table.ids},
-                             std::pair{&chunk.states(), &table.states},
-                             std::pair{&chunk.values(), &table.values},
-                             std::pair{&chunk.scores(), &table.scores}}) {
-      if (wire->dtype() == v1::Tensor::DTYPE_UNSPECIFIED) continue;
-      absl::Status decoded =
-          DecodeRowsInto(*wire, chunk.row_offset(), chunk.table_rows(), out);
-      if (!decoded.ok()) {
-        context.TryCancel();
-        return absl::DataLossError(absl::StrCat(
-            "bad chunk of table '", chunk.fqn(), "': ", decoded.message()));
-      }
+    if (absl::Status s = AddChunk(chunk, delta); !s.ok()) {
+      context.TryCancel();
+      reader->Finish();
+      return s;
     }
   }
   if (absl::Status s = ToStatus(reader->Finish()); !s.ok()) return s;
   return delta;
+}
+
+absl::Status DeltaClient::Subscribe(
+    const v1::SubscribeRequest& request,
+    const std::function<bool(ReceivedDelta&&)>& on_delta,
+    Subscription* subscription) {
+  Subscription own;
+  grpc::ClientContext& context =
+      subscription != nullptr ? subscription->context_ : own.context_;
+  Prepare(context, CallKind::kSubscription);
+  auto reader = stub_->Subscribe(&context, request);
+  ReceivedDelta delta;
+  v1::DeltaChunk chunk;
+  bool stopped = false;
+  while (!stopped && reader->Read(&chunk)) {
+    if (absl::Status s = AddChunk(chunk, delta); !s.ok()) {
+      context.TryCancel();
+      reader->Finish();
+      return s;
+    }
+    if (!chunk.last()) continue;
+    stopped = !on_delta(std::move(delta));
+    delta = ReceivedDelta();
+  }
+  if (stopped) context.TryCancel();
+  grpc::Status status = reader->Finish();
+  if (status.error_code() == grpc::StatusCode::CANCELLED) {
+    return absl::OkStatus();
+  }
+  return ToStatus(status);
 }
 
 absl::Status DeltaClient::Commit(const std::string& consumer,
@@ -226,6 +279,13 @@ absl::StatusOr<v1::StatusResponse> DeltaClient::Clear(
 
 absl::StatusOr<v1::StatusResponse> DeltaClient::Status() {
   return Call(&v1::DeltaTracker::Stub::Status, v1::StatusRequest());
+}
+
+absl::StatusOr<v1::SnapshotInfo> DeltaClient::Snapshot() {
+  auto response =
+      Call(&v1::DeltaTracker::Stub::Snapshot, v1::SnapshotRequest());
+  if (!response.ok()) return response.status();
+  return response->snapshot();
 }
 
 }  // namespace deltastream

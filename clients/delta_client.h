@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +47,20 @@ struct ClientOptions {
   // bytes; a larger table is sent in slices of rows, each its own message
   // (all or nothing per slice), so records of any size fit the server's limit.
   int64_t record_message_bytes = 2 << 20;
+  // Sent as "authorization: Bearer <token>" on every call; empty: none.
+  std::string auth_token;
+  // PEM root certificates to verify the server with: non-empty means TLS.
+  std::string tls_root_certs_pem;
+};
+
+// Lets another thread end a running DeltaClient::Subscribe.
+class Subscription {
+ public:
+  void Cancel() { context_.TryCancel(); }
+
+ private:
+  friend class DeltaClient;
+  grpc::ClientContext context_;
 };
 
 // A client of one tracker server (DeltaTracker service). The CLI, the
@@ -66,6 +81,12 @@ class DeltaClient {
   // Closes the current batch; returns the new one.
   absl::StatusOr<int64_t> Step();
   absl::StatusOr<ReceivedDelta> GetDelta(const v1::GetDeltaRequest& request);
+  // Receives the subscription's deltas, each whole, until `on_delta` returns
+  // false or `subscription` is cancelled (both: OK), or the stream fails. No
+  // deadline.
+  absl::Status Subscribe(const v1::SubscribeRequest& request,
+                         const std::function<bool(ReceivedDelta&&)>& on_delta,
+                         Subscription* subscription = nullptr);
   absl::Status Commit(const std::string& consumer, int64_t end_batch);
   absl::StatusOr<std::vector<std::string>> ListConsumers();
   absl::StatusOr<std::vector<std::string>> AddConsumer(
@@ -76,13 +97,17 @@ class DeltaClient {
   // Clears one consumer, or everything when `consumer` is empty.
   absl::StatusOr<v1::StatusResponse> Clear(const std::string& consumer);
   absl::StatusOr<v1::StatusResponse> Status();
+  // Writes a snapshot on the server now.
+  absl::StatusOr<v1::SnapshotInfo> Snapshot();
 
   const std::string& target() const { return target_; }
 
  private:
   DeltaClient(std::string target, ClientOptions options,
               std::shared_ptr<grpc::Channel> channel);
-  void SetDeadline(grpc::ClientContext& context, bool stream) const;
+  // Sets the call's deadline (unless `stream` is a subscription) and token.
+  enum class CallKind { kUnary, kStream, kSubscription };
+  void Prepare(grpc::ClientContext& context, CallKind kind) const;
   // One unary call with the unary deadline; the server's status on failure.
   template <typename Request, typename Response>
   absl::StatusOr<Response> Call(

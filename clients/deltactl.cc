@@ -5,7 +5,11 @@
 // Commands: push --json_file=F (- = stdin) | step |
 //   get --consumer=C [--fqn=F,...] [--top_percentage=P] [--json] |
 //   commit --consumer=C --end_batch=B | consumers list|add|remove [NAME] |
-//   status | compact | clear [--consumer=C] | watch [--interval_ms=N]
+//   status | compact | clear [--consumer=C] | snapshot |
+//   subscribe --consumer=C [--every_steps=N] [--every_ms=T] [--count=K] |
+//   watch [--interval_ms=N]
+// Connection: --token_file=F sends the token in F (first line) on every call;
+// --tls_ca=F speaks TLS and trusts the PEM certificates in F.
 // Every command that prints data takes --json. Errors: one line on stderr and
 // a non-zero exit (1: the request failed, 2: bad usage).
 
@@ -28,6 +32,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "clients/delta_client.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "tracker server HOST:PORT");
@@ -41,6 +47,13 @@ ABSL_FLAG(bool, scores, false, "get: include every row's score");
 ABSL_FLAG(int64_t, end_batch, -1, "commit: the read's end batch");
 ABSL_FLAG(int, interval_ms, 1000, "watch: refresh period");
 ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
+ABSL_FLAG(std::string, token_file, "",
+          "file whose first line is the bearer token to send");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM certificates to trust: connect with TLS");
+ABSL_FLAG(int64_t, every_steps, 1, "subscribe: push every N steps");
+ABSL_FLAG(int64_t, every_ms, 0, "subscribe: or every T ms (0: steps only)");
+ABSL_FLAG(int64_t, count, 0, "subscribe: stop after K deltas (0: never)");
 
 namespace deltastream {
 namespace {
@@ -56,6 +69,14 @@ int Fail(const absl::Status& status) {
   std::replace(message.begin(), message.end(), '\n', ' ');
   std::fprintf(stderr, "deltactl: %s\n", message.c_str());
   return 1;
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 std::string Bytes(int64_t bytes) {
@@ -102,6 +123,26 @@ json TensorJson(const at::Tensor& tensor) {
   return rows;
 }
 
+json SnapshotJson(const v1::SnapshotInfo& info) {
+  return {{"generation", info.generation()},
+          {"batch", info.batch()},
+          {"written_unix_micros", info.written_unix_micros()},
+          {"payload_bytes", info.payload_bytes()},
+          {"seconds", info.seconds()}};
+}
+
+std::string DescribeSnapshot(const v1::SnapshotInfo& info) {
+  const double age = std::max<double>(0, absl::ToUnixMicros(absl::Now()) -
+                                             info.written_unix_micros()) /
+                     1e6;
+  return absl::StrFormat(
+      "snapshot %d at batch %d, %s, written in %.2f s (%.0f MB/s), %.0f s ago",
+      info.generation(), info.batch(), Bytes(info.payload_bytes()),
+      info.seconds(),
+      info.seconds() > 0 ? info.payload_bytes() / info.seconds() / 1e6 : 0.0,
+      age);
+}
+
 json StatusJson(const v1::StatusResponse& s) {
   json out = {{"mode", s.mode()},
               {"current_batch", s.current_batch()},
@@ -120,6 +161,7 @@ json StatusJson(const v1::StatusResponse& s) {
     json consumer = {{"name", c.name()},
                      {"cursor", c.cursor()},
                      {"lag_steps", c.lag_steps()},
+                     {"lag_seconds", c.lag_seconds()},
                      {"resync_required", c.resync_required()}};
     if (c.has_pending_read()) consumer["pending_end"] = c.pending_end();
     out["consumers"].push_back(consumer);
@@ -128,6 +170,9 @@ json StatusJson(const v1::StatusResponse& s) {
     out["tables"][t.fqn()] = {
         {"lookups", t.lookups()}, {"ids", t.ids()}, {"bytes", t.bytes()}};
   }
+  if (!s.db().empty()) out["db"] = s.db();
+  if (s.has_last_snapshot())
+    out["last_snapshot"] = SnapshotJson(s.last_snapshot());
   return out;
 }
 
@@ -146,12 +191,18 @@ void PrintStatus(const v1::StatusResponse& s) {
                 Bytes(s.dropped_bytes()).c_str(),
                 static_cast<long long>(s.cap_drops()));
   }
+  if (!s.db().empty()) {
+    std::printf("db %s: %s\n", s.db().c_str(),
+                s.has_last_snapshot()
+                    ? DescribeSnapshot(s.last_snapshot()).c_str()
+                    : "no snapshot yet");
+  }
   std::vector<std::vector<std::string>> consumers = {
       {"CONSUMER", "CURSOR", "LAG", "PENDING", "RESYNC"}};
   for (const v1::ConsumerStatus& c : s.consumers()) {
     consumers.push_back(
         {c.name(), std::to_string(c.cursor()),
-         absl::StrCat(c.lag_steps(), " steps"),
+         absl::StrFormat("%d steps, %.1f s", c.lag_steps(), c.lag_seconds()),
          c.has_pending_read() ? absl::StrCat("end ", c.pending_end()) : "-",
          c.resync_required() ? "yes" : "no"});
   }
@@ -253,10 +304,13 @@ int Push(DeltaClient& client) {
   return 0;
 }
 
-int Get(DeltaClient& client) {
+// The read that get and subscribe ask for, from the flags.
+v1::GetDeltaRequest ReadRequest(const std::string& command) {
   v1::GetDeltaRequest request;
   request.set_consumer(absl::GetFlag(FLAGS_consumer));
-  if (request.consumer().empty()) throw UsageError("get needs --consumer=C");
+  if (request.consumer().empty()) {
+    throw UsageError(command + " needs --consumer=C");
+  }
   for (absl::string_view fqn :
        absl::StrSplit(absl::GetFlag(FLAGS_fqn), ',', absl::SkipEmpty())) {
     request.add_fqns(std::string(fqn));
@@ -268,7 +322,11 @@ int Get(DeltaClient& client) {
     request.mutable_top_k()->set_count(absl::GetFlag(FLAGS_top_count));
   }
   request.set_include_scores(absl::GetFlag(FLAGS_scores));
-  auto delta = client.GetDelta(request);
+  return request;
+}
+
+int Get(DeltaClient& client) {
+  auto delta = client.GetDelta(ReadRequest("get"));
   if (!delta.ok()) return Fail(delta.status());
   const v1::DeltaHeader& header = delta->header;
   if (absl::GetFlag(FLAGS_json)) {
@@ -314,6 +372,41 @@ int Get(DeltaClient& client) {
   return 0;
 }
 
+int Subscribe(DeltaClient& client) {
+  v1::SubscribeRequest request;
+  *request.mutable_read() = ReadRequest("subscribe");
+  request.set_every_steps(absl::GetFlag(FLAGS_every_steps));
+  request.set_every_ms(absl::GetFlag(FLAGS_every_ms));
+  const int64_t count = absl::GetFlag(FLAGS_count);
+  int64_t received = 0;
+  absl::Status status = client.Subscribe(request, [&](ReceivedDelta&& delta) {
+    int64_t rows = 0;
+    for (const auto& [fqn, table] : delta.tables) rows += table.ids.numel();
+    const v1::DeltaHeader& h = delta.header;
+    if (absl::GetFlag(FLAGS_json)) {
+      json tables = json::object();
+      for (const auto& [fqn, table] : delta.tables) {
+        tables[fqn] = table.ids.numel();
+      }
+      std::printf("%s\n", json({{"start_batch", h.start_batch()},
+                                {"end_batch", h.end_batch()},
+                                {"resync_required", h.resync_required()},
+                                {"rows", tables}})
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("batches [%lld, %lld): %lld rows in %zu tables%s\n",
+                  static_cast<long long>(h.start_batch()),
+                  static_cast<long long>(h.end_batch()),
+                  static_cast<long long>(rows), delta.tables.size(),
+                  h.resync_required() ? ", RESYNC REQUIRED" : "");
+    }
+    std::fflush(stdout);
+    return count == 0 || ++received < count;
+  });
+  return status.ok() ? 0 : Fail(status);
+}
+
 int PrintConsumers(const absl::StatusOr<std::vector<std::string>>& names) {
   if (!names.ok()) return Fail(names.status());
   if (absl::GetFlag(FLAGS_json)) {
@@ -338,6 +431,17 @@ int Run(const std::vector<std::string>& args) {
   if (args.empty()) throw UsageError("no command; see --help");
   ClientOptions options;
   options.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(file);
+    if (!text.ok()) return Fail(text.status());
+    options.auth_token = std::string(absl::StripAsciiWhitespace(
+        absl::string_view(*text).substr(0, text->find('\n'))));
+  }
+  if (const std::string file = absl::GetFlag(FLAGS_tls_ca); !file.empty()) {
+    absl::StatusOr<std::string> pem = ReadFile(file);
+    if (!pem.ok()) return Fail(pem.status());
+    options.tls_root_certs_pem = *pem;
+  }
   auto client = DeltaClient::Create(absl::GetFlag(FLAGS_target), options);
   const std::string& command = args[0];
   if (command == "push") return Push(*client);
@@ -375,9 +479,14 @@ int Run(const std::vector<std::string>& args) {
     return ShowStatus(client->Clear(absl::GetFlag(FLAGS_consumer)));
   }
   if (command == "snapshot") {
-    return Fail(absl::UnimplementedError(
-        "snapshot: this server build has no RocksDB persistence yet"));
+    auto info = client->Snapshot();
+    if (!info.ok()) return Fail(info.status());
+    std::printf("%s\n", absl::GetFlag(FLAGS_json)
+                            ? SnapshotJson(*info).dump().c_str()
+                            : DescribeSnapshot(*info).c_str());
+    return 0;
   }
+  if (command == "subscribe") return Subscribe(*client);
   if (command == "watch") {
     const bool tty = isatty(STDOUT_FILENO);
     for (;;) {
@@ -398,7 +507,7 @@ int Run(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "deltactl --target=HOST:PORT <push|step|get|commit|consumers|status|"
-      "compact|clear|snapshot|watch> [flags]");
+      "compact|clear|snapshot|subscribe|watch> [flags]");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(positional.begin() + 1, positional.end());
   try {

@@ -178,6 +178,7 @@ absl::StatusOr<std::unique_ptr<SnapshotDb>> SnapshotDb::Open(
     info.generation = manifest.generation();
     info.written_at = absl::FromUnixMicros(manifest.written_unix_micros());
     info.payload_bytes = manifest.payload_bytes();
+    info.owner_batch = manifest.owner_batch();
     snapshots->latest_ = info;
     // A process killed between a snapshot's ingestion and the deletion of the
     // previous one leaves older generations behind.
@@ -210,6 +211,7 @@ absl::StatusOr<SnapshotInfo> SnapshotDb::Write(const Snapshot& snapshot) {
   manifest.set_generation(generation);
   manifest.set_written_unix_micros(absl::ToUnixMicros(start));
   manifest.set_owner_state(snapshot.owner_state);
+  manifest.set_owner_batch(snapshot.owner_batch);
 
   std::error_code error;
   const fs::path staging = fs::path(path_) / "staging";
@@ -310,6 +312,7 @@ absl::StatusOr<SnapshotInfo> SnapshotDb::Write(const Snapshot& snapshot) {
   info.generation = generation;
   info.written_at = start;
   info.payload_bytes = payload;
+  info.owner_batch = snapshot.owner_batch;
   info.elapsed = absl::Now() - start;
   latest_ = info;
   return info;
@@ -337,6 +340,7 @@ absl::StatusOr<std::optional<Snapshot>> SnapshotDb::Read(SnapshotInfo* info) {
 
   Snapshot snapshot;
   snapshot.owner_state = manifest.owner_state();
+  snapshot.owner_batch = manifest.owner_batch();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
   it->Seek(absl::StrCat(GenerationPrefix(generation), "/d/"));
   // Copies the next data value, which must be `key`, into `dst`.

@@ -23,6 +23,8 @@ struct Snapshot {
   // Opaque bytes of the snapshot's owner (a serialized v1::TrackerState for a
   // tracker), kept with the tables.
   std::string owner_state;
+  // The owner's position (a tracker's current batch), for operators.
+  int64_t owner_batch = 0;
   std::vector<StoredTable> tables;
 };
 
@@ -30,6 +32,7 @@ struct SnapshotInfo {
   uint64_t generation = 0;  // 1, 2, ... within one database
   absl::Time written_at = absl::InfinitePast();
   int64_t payload_bytes = 0;  // bytes of IDs and states
+  int64_t owner_batch = 0;    // Snapshot::owner_batch
   // How long the Write or Read that produced this took.
   absl::Duration elapsed;
 };

@@ -75,6 +75,51 @@ int64_t RowBytes(const TableDelta& table) {
   return std::max<int64_t>(bytes, 1);
 }
 
+absl::StatusOr<DeltaRequest> ToDeltaRequest(
+    const v1::GetDeltaRequest& request) {
+  if (absl::Status s = ValidateName("consumer name", request.consumer());
+      !s.ok()) {
+    return s;
+  }
+  DeltaRequest delta_request;
+  delta_request.consumer = request.consumer();
+  delta_request.through_current_batch = false;
+  delta_request.include_scores = request.include_scores();
+  for (const std::string& fqn : request.fqns()) {
+    if (absl::Status s = ValidateName("table FQN", fqn); !s.ok()) return s;
+    delta_request.fqns.push_back(fqn);
+  }
+  if (request.has_top_k()) {
+    absl::StatusOr<TopK> top_k = ToTopK(request.top_k());
+    if (!top_k.ok()) return top_k.status();
+    delta_request.top_k = *top_k;
+  }
+  for (const auto& [fqn, spec] : request.per_table_top_k()) {
+    if (absl::Status s = ValidateName("table FQN", fqn); !s.ok()) return s;
+    absl::StatusOr<TopK> top_k = ToTopK(spec);
+    if (!top_k.ok()) return top_k.status();
+    delta_request.per_table_top_k[fqn] = *top_k;
+  }
+  return delta_request;
+}
+
+int64_t ChunkBytes(const v1::GetDeltaRequest& request) {
+  return request.max_chunk_bytes() > 0
+             ? std::min<int64_t>(request.max_chunk_bytes(),
+                                 16 * DeltaTrackerService::kDefaultChunkBytes)
+             : DeltaTrackerService::kDefaultChunkBytes;
+}
+
+void FillSnapshotInfo(const SnapshotInfo& info, v1::SnapshotInfo* out) {
+  out->set_generation(info.generation);
+  out->set_written_unix_micros(absl::ToUnixMicros(info.written_at));
+  out->set_payload_bytes(info.payload_bytes);
+  out->set_seconds(absl::ToDoubleSeconds(info.elapsed));
+  out->set_batch(info.owner_batch);
+}
+
+const grpc::Status kClientGone(grpc::StatusCode::CANCELLED, "client went away");
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -83,9 +128,17 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+grpc::Status DeltaTrackerService::Authorize(const grpc::ServerContext* context,
+                                            Action action,
+                                            absl::string_view consumer) const {
+  if (options_.auth == nullptr) return grpc::Status::OK;
+  return options_.auth->Check(*context, action, consumer);
+}
+
 grpc::Status DeltaTrackerService::Record(
-    grpc::ServerContext*, grpc::ServerReader<v1::RecordRequest>* reader,
+    grpc::ServerContext* context, grpc::ServerReader<v1::RecordRequest>* reader,
     v1::RecordResponse* response) {
+  if (grpc::Status s = Authorize(context, Action::kRecord); !s.ok()) return s;
   v1::RecordRequest request;
   int64_t records = 0;
   while (reader->Read(&request)) {
@@ -106,78 +159,44 @@ grpc::Status DeltaTrackerService::Record(
   return grpc::Status::OK;
 }
 
-grpc::Status DeltaTrackerService::Step(grpc::ServerContext*,
+grpc::Status DeltaTrackerService::Step(grpc::ServerContext* context,
                                        const v1::StepRequest*,
                                        v1::StepResponse* response) {
+  if (grpc::Status s = Authorize(context, Action::kRecord); !s.ok()) return s;
   response->set_batch(tracker_->Step());
   tracker_->TriggerCompaction();
   return grpc::Status::OK;
 }
 
-grpc::Status DeltaTrackerService::GetDelta(
-    grpc::ServerContext* context, const v1::GetDeltaRequest* request,
-    grpc::ServerWriter<v1::DeltaChunk>* writer) {
-  if (absl::Status s = ValidateName("consumer name", request->consumer());
-      !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  DeltaRequest delta_request;
-  delta_request.consumer = request->consumer();
-  delta_request.through_current_batch = false;
-  delta_request.include_scores = request->include_scores();
-  for (const std::string& fqn : request->fqns()) {
-    if (absl::Status s = ValidateName("table FQN", fqn); !s.ok()) {
-      return ToGrpcStatus(s);
-    }
-    delta_request.fqns.push_back(fqn);
-  }
-  if (request->has_top_k()) {
-    absl::StatusOr<TopK> top_k = ToTopK(request->top_k());
-    if (!top_k.ok()) return ToGrpcStatus(top_k.status());
-    delta_request.top_k = *top_k;
-  }
-  for (const auto& [fqn, spec] : request->per_table_top_k()) {
-    absl::StatusOr<TopK> top_k = ToTopK(spec);
-    if (!top_k.ok()) return ToGrpcStatus(top_k.status());
-    delta_request.per_table_top_k[fqn] = *top_k;
-  }
-  const int64_t chunk_bytes =
-      request->max_chunk_bytes() > 0
-          ? std::min<int64_t>(request->max_chunk_bytes(),
-                              16 * kDefaultChunkBytes)
-          : kDefaultChunkBytes;
-
-  absl::StatusOr<Delta> delta = tracker_->GetDelta(delta_request);
-  if (!delta.ok()) return ToGrpcStatus(delta.status());
-
+grpc::Status DeltaTrackerService::WriteDelta(
+    grpc::ServerContext* context, const Delta& delta, int64_t chunk_bytes,
+    grpc::ServerWriterInterface<v1::DeltaChunk>* writer) {
   v1::DeltaChunk chunk;
   v1::DeltaHeader* header = chunk.mutable_header();
-  header->set_consumer(delta->consumer);
-  header->set_start_batch(delta->start_batch);
-  header->set_end_batch(delta->end_batch);
-  header->set_resync_required(delta->resync_required);
-  header->set_lost_rows(delta->lost_rows);
-  for (const auto& [fqn, table] : delta->tables) header->add_fqns(fqn);
-  if (delta->tables.empty() && !writer->Write(chunk)) {
-    return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  header->set_consumer(delta.consumer);
+  header->set_start_batch(delta.start_batch);
+  header->set_end_batch(delta.end_batch);
+  header->set_resync_required(delta.resync_required);
+  header->set_lost_rows(delta.lost_rows);
+  for (const auto& [fqn, table] : delta.tables) header->add_fqns(fqn);
+  if (delta.tables.empty()) {
+    chunk.set_last(true);
+    return writer->Write(chunk) ? grpc::Status::OK : kClientGone;
   }
-  for (const auto& [fqn, table] : delta->tables) {
+  size_t tables_left = delta.tables.size();
+  for (const auto& [fqn, table] : delta.tables) {
+    --tables_left;
     const int64_t rows = table.ids.size(0);
     const int64_t rows_per_chunk =
         std::max<int64_t>(1, chunk_bytes / RowBytes(table));
     int64_t offset = 0;
     do {
-      if (context->IsCancelled()) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-      }
+      if (context->IsCancelled()) return kClientGone;
       const int64_t n = std::min(rows_per_chunk, rows - offset);
       chunk.set_fqn(fqn);
       chunk.set_row_offset(offset);
       chunk.set_table_rows(rows);
-      chunk.clear_ids();
-      chunk.clear_states();
-      chunk.clear_values();
-      chunk.clear_scores();
+      chunk.set_last(tables_left == 0 && offset + n >= rows);
       using Field = v1::Tensor* (v1::DeltaChunk::*)();
       for (auto [tensor, field] :
            {std::pair<const at::Tensor*, Field>{&table.ids,
@@ -192,9 +211,7 @@ grpc::Status DeltaTrackerService::GetDelta(
           return ToGrpcStatus(s);
         }
       }
-      if (!writer->Write(chunk)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-      }
+      if (!writer->Write(chunk)) return kClientGone;
       chunk.clear_header();
       offset += n;
     } while (offset < rows);
@@ -202,9 +219,80 @@ grpc::Status DeltaTrackerService::GetDelta(
   return grpc::Status::OK;
 }
 
-grpc::Status DeltaTrackerService::Commit(grpc::ServerContext*,
+grpc::Status DeltaTrackerService::GetDelta(
+    grpc::ServerContext* context, const v1::GetDeltaRequest* request,
+    grpc::ServerWriter<v1::DeltaChunk>* writer) {
+  if (grpc::Status s = Authorize(context, Action::kRead, request->consumer());
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<DeltaRequest> read = ToDeltaRequest(*request);
+  if (!read.ok()) return ToGrpcStatus(read.status());
+  absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
+  if (!delta.ok()) return ToGrpcStatus(delta.status());
+  return WriteDelta(context, *delta, ChunkBytes(*request), writer);
+}
+
+grpc::Status DeltaTrackerService::Subscribe(
+    grpc::ServerContext* context, const v1::SubscribeRequest* request,
+    grpc::ServerWriter<v1::DeltaChunk>* writer) {
+  const v1::GetDeltaRequest& read_request = request->read();
+  if (grpc::Status s =
+          Authorize(context, Action::kRead, read_request.consumer());
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<DeltaRequest> read = ToDeltaRequest(read_request);
+  if (!read.ok()) return ToGrpcStatus(read.status());
+  if (request->every_steps() < 0 || request->every_ms() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "every_steps and every_ms must be >= 0");
+  }
+  const int64_t every_steps = std::max<int64_t>(1, request->every_steps());
+  const absl::Duration every = request->every_ms() > 0
+                                   ? absl::Milliseconds(request->every_ms())
+                                   : absl::InfiniteDuration();
+  const int64_t chunk_bytes = ChunkBytes(read_request);
+  // Each push reads the batches closed since the last one.
+  bool first = true;
+  int64_t pushed_through = 0;
+  absl::Time last_push = absl::Now();
+  while (true) {
+    if (context->IsCancelled()) return kClientGone;
+    if (stopping_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the server is shutting down");
+    }
+    const int64_t current = tracker_->current_batch();
+    const absl::Time now = absl::Now();
+    if (first || current >= pushed_through + every_steps ||
+        (current > pushed_through && now >= last_push + every)) {
+      absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
+      if (!delta.ok()) return ToGrpcStatus(delta.status());
+      if (grpc::Status s = WriteDelta(context, *delta, chunk_bytes, writer);
+          !s.ok()) {
+        return s;
+      }
+      first = false;
+      pushed_through = delta->end_batch;
+      last_push = now;
+      continue;
+    }
+    // Wake for the step that makes a push due, the timer, or a periodic
+    // check of cancellation and shutdown.
+    tracker_->WaitForBatchAfter(
+        pushed_through + every_steps - 1,
+        std::min(now + absl::Milliseconds(100), last_push + every));
+  }
+}
+
+grpc::Status DeltaTrackerService::Commit(grpc::ServerContext* context,
                                          const v1::CommitRequest* request,
                                          v1::CommitResponse*) {
+  if (grpc::Status s = Authorize(context, Action::kRead, request->consumer());
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = ValidateName("consumer name", request->consumer());
       !s.ok()) {
     return ToGrpcStatus(s);
@@ -214,8 +302,9 @@ grpc::Status DeltaTrackerService::Commit(grpc::ServerContext*,
 }
 
 grpc::Status DeltaTrackerService::ListConsumers(
-    grpc::ServerContext*, const v1::ListConsumersRequest*,
+    grpc::ServerContext* context, const v1::ListConsumersRequest*,
     v1::ListConsumersResponse* response) {
+  if (grpc::Status s = Authorize(context, Action::kInspect); !s.ok()) return s;
   for (std::string& name : tracker_->Consumers()) {
     response->add_consumers(std::move(name));
   }
@@ -225,6 +314,9 @@ grpc::Status DeltaTrackerService::ListConsumers(
 grpc::Status DeltaTrackerService::AddConsumer(
     grpc::ServerContext* context, const v1::ConsumerRequest* request,
     v1::ListConsumersResponse* response) {
+  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = tracker_->AddConsumer(request->consumer()); !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -234,23 +326,32 @@ grpc::Status DeltaTrackerService::AddConsumer(
 grpc::Status DeltaTrackerService::RemoveConsumer(
     grpc::ServerContext* context, const v1::ConsumerRequest* request,
     v1::ListConsumersResponse* response) {
+  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = tracker_->RemoveConsumer(request->consumer()); !s.ok()) {
     return ToGrpcStatus(s);
   }
   return ListConsumers(context, nullptr, response);
 }
 
-grpc::Status DeltaTrackerService::Compact(grpc::ServerContext*,
+grpc::Status DeltaTrackerService::Compact(grpc::ServerContext* context,
                                           const v1::CompactRequest*,
                                           v1::StatusResponse* response) {
+  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+    return s;
+  }
   tracker_->CompactAll();
   FillStatus(response);
   return grpc::Status::OK;
 }
 
-grpc::Status DeltaTrackerService::Clear(grpc::ServerContext*,
+grpc::Status DeltaTrackerService::Clear(grpc::ServerContext* context,
                                         const v1::ClearRequest* request,
                                         v1::StatusResponse* response) {
+  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+    return s;
+  }
   if (request->consumer().empty()) {
     tracker_->ClearAll();
   } else if (absl::Status s = tracker_->Clear(request->consumer()); !s.ok()) {
@@ -260,9 +361,27 @@ grpc::Status DeltaTrackerService::Clear(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status DeltaTrackerService::Status(grpc::ServerContext*,
+grpc::Status DeltaTrackerService::Snapshot(grpc::ServerContext* context,
+                                           const v1::SnapshotRequest*,
+                                           v1::SnapshotResponse* response) {
+  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+    return s;
+  }
+  if (options_.snapshots == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this server has no snapshot database (start it "
+                        "with --db=PATH)");
+  }
+  absl::StatusOr<SnapshotInfo> info = options_.snapshots->Snapshot();
+  if (!info.ok()) return ToGrpcStatus(info.status());
+  FillSnapshotInfo(*info, response->mutable_snapshot());
+  return grpc::Status::OK;
+}
+
+grpc::Status DeltaTrackerService::Status(grpc::ServerContext* context,
                                          const v1::StatusRequest*,
                                          v1::StatusResponse* response) {
+  if (grpc::Status s = Authorize(context, Action::kInspect); !s.ok()) return s;
   FillStatus(response);
   return grpc::Status::OK;
 }
@@ -282,6 +401,7 @@ void DeltaTrackerService::FillStatus(v1::StatusResponse* response) const {
     out->set_has_pending_read(c.pending_end.has_value());
     out->set_pending_end(c.pending_end.value_or(0));
     out->set_resync_required(c.resync_required);
+    out->set_lag_seconds(absl::ToDoubleSeconds(c.lag));
   }
   for (const auto& [fqn, usage] : status.usage.tables) {
     v1::TableStatus* out = response->add_tables();
@@ -296,6 +416,12 @@ void DeltaTrackerService::FillStatus(v1::StatusResponse* response) const {
   response->set_cap_drops(status.cap_drops);
   response->set_dropped_ids(status.dropped_ids);
   response->set_dropped_bytes(status.dropped_bytes);
+  if (options_.snapshots != nullptr) {
+    response->set_db(options_.snapshots->path());
+    if (std::optional<SnapshotInfo> last = options_.snapshots->latest()) {
+      FillSnapshotInfo(*last, response->mutable_last_snapshot());
+    }
+  }
 }
 
 }  // namespace deltastream

@@ -3,10 +3,21 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+
 #include "proto/tracker.grpc.pb.h"
+#include "tracker_service/auth.h"
 #include "tracker_service/tracker.h"
+#include "tracker_service/tracker_snapshots.h"
 
 namespace deltastream {
+
+struct ServiceOptions {
+  // Snapshot RPC and the status's snapshot fields; null: no database.
+  TrackerSnapshots* snapshots = nullptr;
+  // Null: every call is allowed (loopback or trusted networks only).
+  const TokenAuthorizer* auth = nullptr;
+};
 
 // The gRPC face of a Tracker: validates requests, translates them and the
 // tracker's statuses, and streams deltas in chunks. It holds no semantics of
@@ -20,14 +31,22 @@ namespace deltastream {
 // sent: a consumer that needs at-least-once delivery across disconnects runs
 // the tracker with acknowledged reads and commits.
 //
+// Every request is validated before it reaches the tracker; with an
+// authorizer, every call is authorized first (see auth.h for who may do what).
+//
 // Thread-safe: gRPC calls handlers concurrently; the tracker serialises them.
 class DeltaTrackerService final : public v1::DeltaTracker::Service {
  public:
   static constexpr int64_t kDefaultChunkBytes = 1 << 20;
   static constexpr size_t kMaxNameBytes = 256;
 
-  // `tracker` must outlive the service.
-  explicit DeltaTrackerService(Tracker* tracker) : tracker_(tracker) {}
+  // `tracker` and what `options` points to must outlive the service.
+  explicit DeltaTrackerService(Tracker* tracker, ServiceOptions options = {})
+      : tracker_(tracker), options_(options) {}
+
+  // Ends running Subscribe calls (within 100 ms) so that the server can shut
+  // down; call before grpc::Server::Shutdown.
+  void Stop() { stopping_ = true; }
 
   grpc::Status Record(grpc::ServerContext* context,
                       grpc::ServerReader<v1::RecordRequest>* reader,
@@ -38,6 +57,9 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   grpc::Status GetDelta(grpc::ServerContext* context,
                         const v1::GetDeltaRequest* request,
                         grpc::ServerWriter<v1::DeltaChunk>* writer) override;
+  grpc::Status Subscribe(grpc::ServerContext* context,
+                         const v1::SubscribeRequest* request,
+                         grpc::ServerWriter<v1::DeltaChunk>* writer) override;
   grpc::Status Commit(grpc::ServerContext* context,
                       const v1::CommitRequest* request,
                       v1::CommitResponse* response) override;
@@ -56,14 +78,25 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   grpc::Status Clear(grpc::ServerContext* context,
                      const v1::ClearRequest* request,
                      v1::StatusResponse* response) override;
+  grpc::Status Snapshot(grpc::ServerContext* context,
+                        const v1::SnapshotRequest* request,
+                        v1::SnapshotResponse* response) override;
   grpc::Status Status(grpc::ServerContext* context,
                       const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
 
  private:
+  grpc::Status Authorize(const grpc::ServerContext* context, Action action,
+                         absl::string_view consumer = "") const;
+  // Streams `delta` in chunks of at most `chunk_bytes`; the last has `last`.
+  grpc::Status WriteDelta(grpc::ServerContext* context, const Delta& delta,
+                          int64_t chunk_bytes,
+                          grpc::ServerWriterInterface<v1::DeltaChunk>* writer);
   void FillStatus(v1::StatusResponse* response) const;
 
   Tracker* const tracker_;
+  const ServiceOptions options_;
+  std::atomic<bool> stopping_{false};
 };
 
 // absl::Status to grpc::Status (the codes share their numbers).

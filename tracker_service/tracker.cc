@@ -129,6 +129,7 @@ Tracker::Tracker(TrackerOptions options, FeatureMap feature_map,
       feature_map_(std::move(feature_map)),
       reader_(reader),
       store_(UpdateModeFor(options_.mode)) {
+  batch_opened_[0] = absl::Now();
   for (const std::string& name : options_.consumers) {
     auto consumer = std::make_unique<Consumer>();
     consumer->name = name;
@@ -312,8 +313,46 @@ absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables) {
 }
 
 int64_t Tracker::Step() {
-  WriterLock lock(&mu_);
-  return ++curr_batch_;
+  int64_t batch;
+  {
+    WriterLock lock(&mu_);
+    batch = ++curr_batch_;
+    batch_opened_[batch] = absl::Now();
+    int64_t oldest_unread = curr_batch_;
+    for (const auto& [name, consumer] : consumers_) {
+      oldest_unread = std::min(oldest_unread, consumer->cursor);
+      for (const auto& [fqn, cursor] : consumer->table_cursors) {
+        oldest_unread = std::min(oldest_unread, cursor);
+      }
+    }
+    batch_opened_.erase(batch_opened_.begin(),
+                        batch_opened_.lower_bound(oldest_unread));
+  }
+  PublishBatch(batch);
+  return batch;
+}
+
+void Tracker::PublishBatch(int64_t batch) {
+  {
+    std::lock_guard<std::mutex> lock(step_mu_);
+    published_batch_ = batch;
+  }
+  step_cv_.notify_all();
+}
+
+int64_t Tracker::WaitForBatchAfter(int64_t batch, absl::Time deadline) const {
+  std::unique_lock<std::mutex> lock(step_mu_);
+  // Bounded so that an infinite deadline does not overflow the clock.
+  step_cv_.wait_until(
+      lock,
+      absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Hours(24))),
+      [&] { return published_batch_ > batch; });
+  return published_batch_;
+}
+
+absl::Time Tracker::OpenedAt(int64_t batch) const {
+  auto it = batch_opened_.lower_bound(batch);
+  return it == batch_opened_.end() ? absl::Now() : it->second;
 }
 
 int64_t Tracker::current_batch() const {
@@ -656,6 +695,7 @@ TrackerStatus Tracker::Status() const {
   status.dropped_bytes = dropped_bytes_;
   status.warnings = feature_map_.warnings;
   const std::vector<std::string> fqns = store_.Fqns();
+  const absl::Time now = absl::Now();
   for (const auto& [name, consumer] : consumers_) {
     ConsumerStatus c;
     c.name = name;
@@ -665,11 +705,100 @@ TrackerStatus Tracker::Status() const {
     }
     c.lag_steps =
         std::max<int64_t>(0, curr_batch_ - std::max<int64_t>(0, c.cursor));
+    c.lag = c.lag_steps > 0 ? now - OpenedAt(std::max<int64_t>(0, c.cursor))
+                            : absl::ZeroDuration();
     c.pending_end = consumer->pending_end;
     c.resync_required = consumer->resync_required;
     status.consumers.push_back(std::move(c));
   }
   return status;
+}
+
+TrackerState Tracker::SaveState() const {
+  ReaderLock lock(&mu_);
+  TrackerState state;
+  state.mode = options_.mode;
+  state.current_batch = curr_batch_;
+  state.compact_index = curr_compact_index_;
+  for (const auto& [name, consumer] : consumers_) {
+    ConsumerState& c = state.consumers.emplace_back();
+    c.name = name;
+    c.cursor = consumer->cursor;
+    c.table_cursors.insert(consumer->table_cursors.begin(),
+                           consumer->table_cursors.end());
+    c.pending_end = consumer->pending_end;
+    c.pending_fqns = consumer->pending_fqns;
+    c.resync_required = consumer->resync_required;
+    c.lost_ids = consumer->lost_ids;
+  }
+  state.cap_compactions = cap_compactions_;
+  state.cap_drops = cap_drops_;
+  state.dropped_ids = dropped_ids_;
+  state.dropped_bytes = dropped_bytes_;
+  state.tables = store_.Export();
+  return state;
+}
+
+absl::Status Tracker::RestoreState(TrackerState state) {
+  if (state.mode != options_.mode) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the snapshot was taken in ", TrackingModeName(state.mode),
+        " mode; this tracker runs in ", TrackingModeName(options_.mode)));
+  }
+  if (!feature_map_.fqns.empty()) {
+    for (const StoredTable& table : state.tables) {
+      if (std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(),
+                    table.fqn) == feature_map_.fqns.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the snapshot holds table '", table.fqn,
+                         "', which this tracker does not track"));
+      }
+    }
+  }
+  std::map<std::string, std::unique_ptr<Consumer>, std::less<>> consumers;
+  for (ConsumerState& c : state.consumers) {
+    if (absl::Status status = ValidateConsumerName(c.name); !status.ok()) {
+      return status;
+    }
+    auto consumer = std::make_unique<Consumer>();
+    consumer->name = c.name;
+    consumer->cursor = c.cursor;
+    consumer->table_cursors.insert(c.table_cursors.begin(),
+                                   c.table_cursors.end());
+    consumer->pending_end = c.pending_end;
+    consumer->pending_fqns = std::move(c.pending_fqns);
+    consumer->resync_required = c.resync_required;
+    consumer->lost_ids = c.lost_ids;
+    if (!consumers.emplace(c.name, std::move(consumer)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("consumer '", c.name, "' appears twice"));
+    }
+  }
+  for (const std::string& name : options_.consumers) {
+    if (consumers.count(name) > 0) continue;
+    auto consumer = std::make_unique<Consumer>();
+    consumer->name = name;
+    consumer->cursor = state.current_batch;
+    consumers.emplace(name, std::move(consumer));
+  }
+  {
+    WriterLock lock(&mu_);
+    if (absl::Status status = store_.Import(std::move(state.tables));
+        !status.ok()) {
+      return status;
+    }
+    curr_batch_ = state.current_batch;
+    curr_compact_index_ = state.compact_index;
+    consumers_ = std::move(consumers);
+    cap_compactions_ = state.cap_compactions;
+    cap_drops_ = state.cap_drops;
+    dropped_ids_ = state.dropped_ids;
+    dropped_bytes_ = state.dropped_bytes;
+    batch_opened_.clear();
+    batch_opened_[curr_batch_] = absl::Now();
+  }
+  PublishBatch(state.current_batch);
+  return absl::OkStatus();
 }
 
 }  // namespace deltastream

@@ -3,9 +3,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "store/delta_store.h"
 #include "store/shared_mutex.h"
@@ -101,8 +104,12 @@ struct Delta {
 
 struct ConsumerStatus {
   std::string name;
-  int64_t cursor = 0;                  // smallest per-table cursor
-  int64_t lag_steps = 0;               // current batch - cursor
+  int64_t cursor = 0;     // smallest per-table cursor
+  int64_t lag_steps = 0;  // current batch - cursor
+  // Time since the oldest closed batch it has not read was opened; zero when
+  // it has read every closed batch. Batches restored from a snapshot count
+  // as opened at the restore.
+  absl::Duration lag;
   std::optional<int64_t> pending_end;  // an uncommitted read's end
   bool resync_required = false;
 };
@@ -122,6 +129,33 @@ struct TrackerStatus {
   int64_t dropped_ids = 0;
   int64_t dropped_bytes = 0;
   std::vector<std::string> warnings;
+};
+
+// A consumer's position, for snapshots.
+struct ConsumerState {
+  std::string name;
+  int64_t cursor = -1;
+  // Tables read on their own, with their cursors.
+  std::map<std::string, int64_t> table_cursors;
+  // An uncommitted read (acknowledged mode) and its tables (empty: all).
+  std::optional<int64_t> pending_end;
+  std::vector<std::string> pending_fqns;
+  bool resync_required = false;
+  int64_t lost_ids = 0;
+};
+
+// Everything a tracker holds, for snapshots and restarts
+// (tracker_service/tracker_snapshots.h).
+struct TrackerState {
+  TrackingMode mode = TrackingMode::kIdOnly;
+  int64_t current_batch = 0;
+  int64_t compact_index = 0;
+  std::vector<ConsumerState> consumers;
+  int64_t cap_compactions = 0;
+  int64_t cap_drops = 0;
+  int64_t dropped_ids = 0;
+  int64_t dropped_bytes = 0;
+  std::vector<StoredTable> tables;
 };
 
 // Tracker: which rows of which tables changed, per named consumer, following
@@ -190,6 +224,10 @@ class Tracker {
   // Advances the batch index. Returns the new index.
   int64_t Step() ABSL_LOCKS_EXCLUDED(mu_);
   int64_t current_batch() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Blocks until the current batch is past `batch` or `deadline` passes;
+  // returns the current batch.
+  int64_t WaitForBatchAfter(int64_t batch, absl::Time deadline) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Auto-compaction after output distribution; once per step; a no-op unless
   // auto_compact.
@@ -230,6 +268,17 @@ class Tracker {
   void ClearAll() ABSL_LOCKS_EXCLUDED(mu_);
 
   TrackerStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A consistent copy of everything the tracker holds, taken between two
+  // calls (see DeltaStore::Export for its cost).
+  TrackerState SaveState() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Replaces everything the tracker holds with `state`, so that consumers
+  // resume where they were. Consumers of this tracker's options that the state
+  // lacks are added at the state's current batch. All or nothing:
+  // FailedPrecondition when the state's mode is not this tracker's or it holds
+  // a table this tracker does not track; InvalidArgument for a bad consumer
+  // name or table (see DeltaStore::Import).
+  absl::Status RestoreState(TrackerState state) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The feature -> table FQN map and tracked table FQNs.
   const FeatureMap& feature_map() const { return feature_map_; }
@@ -272,6 +321,10 @@ class Tracker {
   void CompactBetweenCursorsLocked(const std::string& fqn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnforceMemoryCapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells WaitForBatchAfter callers the current batch.
+  void PublishBatch(int64_t batch);
+  // The time batch `batch` was opened (the first one known at or after it).
+  absl::Time OpenedAt(int64_t batch) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status FinishTable(const std::string& fqn, const DeltaRequest& request,
                            TableDelta& table);
 
@@ -289,6 +342,13 @@ class Tracker {
   int64_t cap_drops_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_ids_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // When each batch from the oldest any consumer has not read was opened.
+  std::map<int64_t, absl::Time> batch_opened_ ABSL_GUARDED_BY(mu_);
+
+  // WaitForBatchAfter's wake-ups (std::mutex: condition variables need it).
+  mutable std::mutex step_mu_;
+  mutable std::condition_variable step_cv_;
+  int64_t published_batch_ = 0;  // guarded by step_mu_
 };
 
 }  // namespace deltastream

@@ -175,7 +175,7 @@ TEST(SnapshotDbTest, StoreExportImportThroughTheDatabaseKeepsEveryRead) {
         FreshPath(absl::StrCat("store.", UpdateModeName(mode)));
     auto db = SnapshotDb::Open(path);
     ASSERT_TRUE(db.ok()) << db.status();
-    ASSERT_TRUE((*db)->Write({"", store.Export()}).ok());
+    ASSERT_TRUE((*db)->Write({"", 0, store.Export()}).ok());
     auto read = (*db)->Read();
     ASSERT_TRUE(read.ok() && read->has_value()) << read.status();
     DeltaStore restored(mode);
