@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "tests/tracker_service/tracker_test_util.h"
 
 namespace deltastream {
@@ -593,6 +594,65 @@ struct Event {
   float value;
 };
 
+TEST(TrackerStateTest, RestoreRefusesAnotherModeOrUntrackedTables) {
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  options.fqns_to_skip = {"ebc"};
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(
+      tracker->RecordLookup({{"f1", Ids({1, 2})}}, at::ones({2, 3})).ok());
+  tracker->Step();
+  TrackerState state = tracker->SaveState();
+  EXPECT_EQ(state.current_batch, 1);
+  ASSERT_EQ(state.tables.size(), 1u);
+
+  options.mode = TrackingMode::kIdOnly;
+  auto id_only = MakeTracker(options);
+  absl::Status status = id_only->RestoreState(state);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(status.message().find("taken in embedding mode"), std::string::npos)
+      << status;
+
+  options.mode = TrackingMode::kEmbedding;
+  options.modules = {{"sparse.ec", false, {{"other", {"f9"}}}}};
+  auto other_tables = MakeTracker(options);
+  status = other_tables->RestoreState(state);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(other_tables->current_batch(), 0);  // unchanged
+}
+
+TEST(TrackerStateTest, RestoreAddsConfiguredConsumersAtTheRestoredBatch) {
+  TrackerOptions options;
+  options.consumers = {"a"};
+  options.fqns_to_skip = {"ebc"};
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({4})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->AddConsumer("runtime").ok());
+  TrackerState state = tracker->SaveState();
+
+  options.consumers = {"a", "new"};
+  auto restored = MakeTracker(options);
+  ASSERT_TRUE(restored->RestoreState(std::move(state)).ok());
+  EXPECT_EQ(restored->Consumers(),
+            (std::vector<std::string>{"a", "new", "runtime"}));
+  EXPECT_EQ(IdsOf(Read(*restored, "a"), kT1), std::vector<int64_t>{4});
+  EXPECT_EQ(IdsOf(Read(*restored, "new"), kT1), std::vector<int64_t>{});
+}
+
+TEST(TrackerStateTest, WaitForBatchAfterWakesOnStepOrDeadline) {
+  auto tracker = MakeTracker({});
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(tracker->WaitForBatchAfter(0, start + absl::Milliseconds(50)), 0);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  std::thread stepper([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    tracker->Step();
+  });
+  EXPECT_EQ(tracker->WaitForBatchAfter(0, absl::InfiniteFuture()), 1);
+  stepper.join();
+}
+
 TEST(TrackerModelTest, RandomRunsMatchTheEventModel) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 40; ++round) {
@@ -607,7 +667,14 @@ TEST(TrackerModelTest, RandomRunsMatchTheEventModel) {
     std::map<std::string, int64_t> cursor = {{"a", -1}, {"b", -1}, {"c", -1}};
     int64_t batch = 0;
     for (int op = 0; op < 80; ++op) {
-      const int kind = static_cast<int>(rng() % 10);
+      const int kind = static_cast<int>(rng() % 11);
+      if (kind == 10) {
+        // A restart from a snapshot taken now changes nothing that follows.
+        TrackerState state = tracker->SaveState();
+        tracker = MakeTracker(options);
+        ASSERT_TRUE(tracker->RestoreState(std::move(state)).ok());
+        continue;
+      }
       if (kind < 5) {
         const int64_t n = static_cast<int64_t>(rng() % 6);
         std::vector<int64_t> ids;

@@ -1,0 +1,185 @@
+// Subscribe against the real tracker_server: pushes every N steps or T ms,
+// each delta whole, nothing twice, cancellation and server shutdown.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "clients/delta_client.h"
+#include "tests/integration/server_process.h"
+
+namespace deltastream {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+struct Pushed {
+  int64_t start_batch;
+  int64_t end_batch;
+  std::vector<int64_t> ids;
+};
+
+// Collects a subscription's deltas on a thread of its own.
+class Subscriber {
+ public:
+  Subscriber(const std::string& target, v1::SubscribeRequest request)
+      : client_(DeltaClient::Create(target)) {
+    thread_ = std::thread([this, request] {
+      status_ = client_->Subscribe(
+          request,
+          [this](ReceivedDelta&& delta) {
+            Pushed pushed{
+                delta.header.start_batch(), delta.header.end_batch(), {}};
+            auto it = delta.tables.find("t");
+            if (it != delta.tables.end()) {
+              at::Tensor ids = it->second.ids.contiguous();
+              pushed.ids.assign(ids.data_ptr<int64_t>(),
+                                ids.data_ptr<int64_t>() + ids.numel());
+            }
+            std::lock_guard<std::mutex> lock(mu_);
+            pushed_.push_back(std::move(pushed));
+            return true;
+          },
+          &subscription_);
+    });
+  }
+  ~Subscriber() { Stop(); }
+
+  absl::Status Stop() {
+    subscription_.Cancel();
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+
+  // Waits until a delta ending at `end_batch` arrived (up to 10 s).
+  bool WaitForEnd(int64_t end_batch) {
+    const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+    while (steady_clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const Pushed& p : pushed_) {
+          if (p.end_batch == end_batch) return true;
+        }
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return false;
+  }
+
+  std::vector<Pushed> pushed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pushed_;
+  }
+
+ private:
+  std::unique_ptr<DeltaClient> client_;
+  Subscription subscription_;
+  std::thread thread_;
+  absl::Status status_;
+  std::mutex mu_;
+  std::vector<Pushed> pushed_;
+};
+
+v1::SubscribeRequest Every(const std::string& consumer, int64_t steps,
+                           int64_t ms) {
+  v1::SubscribeRequest request;
+  request.mutable_read()->set_consumer(consumer);
+  request.set_every_steps(steps);
+  request.set_every_ms(ms);
+  return request;
+}
+
+void RecordAndStep(DeltaClient& client, int64_t id) {
+  ASSERT_TRUE(client.Record({{{"t", at::tensor({id}, at::kLong), {}}}}).ok());
+  ASSERT_TRUE(client.Step().ok());
+}
+
+TEST(SubscribeTest, PushesEveryNStepsEachBatchOnce) {
+  ServerProcess server({"--consumers=s"});
+  ASSERT_GT(server.port(), 0);
+  auto producer = DeltaClient::Create(server.target());
+  Subscriber subscriber(server.target(), Every("s", 2, 0));
+  ASSERT_TRUE(subscriber.WaitForEnd(0));  // the first push: what is unread
+  for (int64_t batch = 0; batch < 6; ++batch) {
+    RecordAndStep(*producer, 100 + batch);
+    if (batch % 2 == 1) ASSERT_TRUE(subscriber.WaitForEnd(batch + 1));
+  }
+  EXPECT_TRUE(subscriber.Stop().ok());
+  std::vector<Pushed> pushed = subscriber.pushed();
+  ASSERT_EQ(pushed.size(), 4u);
+  for (size_t i = 0; i < pushed.size(); ++i) {
+    EXPECT_EQ(pushed[i].end_batch, static_cast<int64_t>(2 * i));
+  }
+  EXPECT_EQ(pushed[1].ids, (std::vector<int64_t>{100, 101}));
+  EXPECT_EQ(pushed[2].ids, (std::vector<int64_t>{102, 103}));
+  EXPECT_EQ(pushed[3].ids, (std::vector<int64_t>{104, 105}));
+}
+
+TEST(SubscribeTest, PushesAfterTMillisecondsWhenABatchClosed) {
+  ServerProcess server({"--consumers=s"});
+  ASSERT_GT(server.port(), 0);
+  auto producer = DeltaClient::Create(server.target());
+  Subscriber subscriber(server.target(), Every("s", 1000, 150));
+  ASSERT_TRUE(subscriber.WaitForEnd(0));
+  // No step: no push however long we wait.
+  std::this_thread::sleep_for(milliseconds(400));
+  EXPECT_EQ(subscriber.pushed().size(), 1u);
+  const auto stepped = steady_clock::now();
+  RecordAndStep(*producer, 7);
+  ASSERT_TRUE(subscriber.WaitForEnd(1));
+  EXPECT_LT(steady_clock::now() - stepped, std::chrono::seconds(2));
+  EXPECT_EQ(subscriber.pushed().back().ids, std::vector<int64_t>{7});
+}
+
+TEST(SubscribeTest, UnknownConsumerOrBadRequestIsAnError) {
+  ServerProcess server({"--consumers=s"});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  auto never = [](ReceivedDelta&&) { return true; };
+  EXPECT_EQ(client->Subscribe(Every("nobody", 1, 0), never).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(client->Subscribe(Every("s", -1, 0), never).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SubscribeTest, DeltactlSubscribeAndServerShutdown) {
+  ServerProcess server({"--consumers=s,t"});
+  ASSERT_GT(server.port(), 0);
+  auto producer = DeltaClient::Create(server.target());
+  CommandResult cli;
+  std::atomic<bool> cli_done{false};
+  std::thread cli_thread([&] {
+    cli = RunCommand(RunfilePath("clients/deltactl") +
+                     " --target=" + server.target() +
+                     " subscribe --json --consumer=s --count=2");
+    cli_done = true;
+  });
+  // Steps until the CLI's second delta arrived and it exited.
+  for (int64_t i = 0; i < 100 && !cli_done; ++i) {
+    RecordAndStep(*producer, i);
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  cli_thread.join();
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_EQ(std::count(cli.out.begin(), cli.out.end(), '\n'), 2) << cli.out;
+  EXPECT_NE(cli.out.find("\"end_batch\""), std::string::npos) << cli.out;
+
+  // A running subscription does not hold the server up at shutdown.
+  Subscriber subscriber(server.target(), Every("t", 1, 0));
+  ASSERT_TRUE(subscriber.WaitForEnd(producer->Status()->current_batch()));
+  const auto stopping = steady_clock::now();
+  EXPECT_EQ(server.Stop(SIGTERM), 0);
+  EXPECT_LT(steady_clock::now() - stopping, std::chrono::seconds(3));
+  absl::Status ended = subscriber.Stop();
+  EXPECT_EQ(ended.code(), absl::StatusCode::kUnavailable) << ended;
+}
+
+}  // namespace
+}  // namespace deltastream

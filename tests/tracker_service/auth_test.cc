@@ -1,0 +1,43 @@
+#include "tracker_service/auth.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+namespace deltastream {
+namespace {
+
+TEST(TokenAuthorizerTest, ParsesGrantsAndRefusesMalformedLines) {
+  auto parsed = TokenAuthorizer::Parse(
+      "# comment\n\n  admin-token-0123456789 admin\n"
+      "producer-token-012345\tproducer\n"
+      "consumer-token-012345 consumer a,b\n"
+      "every-consumer-token-0 consumer *\n");
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+
+  for (const char* bad : {
+           "short admin\n",                       // too short
+           "admin-token-0123456789\n",            // no role
+           "admin-token-0123456789 root\n",       // unknown role
+           "consumer-token-012345 consumer\n",    // no names
+           "producer-token-012345 producer a\n",  // names
+           "admin-token-0123456789 admin\nadmin-token-0123456789 admin\n",
+           "# nothing\n",
+       }) {
+    auto result = TokenAuthorizer::Parse(bad);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  auto second_line = TokenAuthorizer::Parse(
+      "admin-token-0123456789 admin\nx-token-0123456789 king\n");
+  EXPECT_NE(second_line.status().message().find("line 2"), std::string::npos);
+}
+
+TEST(TokenAuthorizerTest, MissingFileIsAClearError) {
+  auto result = TokenAuthorizer::FromFile("/nonexistent/tokens");
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("/nonexistent/tokens"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace deltastream
