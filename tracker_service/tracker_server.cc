@@ -107,6 +107,11 @@ int Main() {
   // reuse: the server's footprint then stays at its peak, as a cache would.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // gRPC serves calls on many threads; each would get a malloc arena of its
+  // own, whose heaps are capped at 64 MiB: a delta's buffers would then come
+  // from fresh mmaps every time. One arena keeps them in the reused heap
+  // (stream_bench: one consumer 0.18 -> 0.75 GB/s; 16 at once unchanged).
+  mallopt(M_ARENA_MAX, 1);
 
   // Signals are taken by a thread of their own: blocked before any other
   // thread starts (gRPC's and RocksDB's inherit the mask).

@@ -57,6 +57,7 @@ int Main() {
   // in fresh pages for every delta (see tracker_server.cc).
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_ARENA_MAX, 1);  // as tracker_server.cc, which says why
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int64_t dim = absl::GetFlag(FLAGS_dim);
   const int consumers = absl::GetFlag(FLAGS_consumers);
