@@ -2,7 +2,8 @@
 # The README's main job: installs what is missing, builds, then runs the store
 # benchmark on DESIGN.md's workload (8 tables x 100 batches x 4096 Zipf(1.05)
 # IDs over 1M rows, dim 64) in every update mode, a short tracker demo, and the
-# standalone server driven by deltactl on loopback.
+# standalone server driven by deltactl on loopback, killed and restarted from
+# its RocksDB snapshot.
 # Later issues turn this into the end-to-end trainer run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,17 +30,30 @@ echo "(TorchRec's Python DeltaStore on this workload: ~11 s ID_ONLY, ~115 s EMBE
 echo "== tracker demo =="
 ./bazel-bin/tracker_service/tracker_demo
 
-echo "== tracker_server + deltactl on loopback =="
-out=$(mktemp)
-./bazel-bin/tracker_service/tracker_server --listen=127.0.0.1:0 \
-  --mode=embedding --consumers=predictor,checkpoint >"$out" &
-server=$!
-trap 'kill $server 2>/dev/null; rm -f "$out"' EXIT
-for _ in $(seq 50); do grep -q listening "$out" && break; sleep 0.1; done
-target=$(sed -nE 's/listening on (.*)/\1/p' "$out")
+echo "== tracker_server + deltactl on loopback, snapshots in RocksDB =="
+work=$(mktemp -d)
+server=
+trap 'kill $server 2>/dev/null && wait $server 2>/dev/null; rm -rf "$work"' EXIT
+start_server() {
+  : >"$work/out"
+  ./bazel-bin/tracker_service/tracker_server --listen=127.0.0.1:0 \
+    --mode=embedding --consumers=predictor,checkpoint --db="$work/db" \
+    >"$work/out" &
+  server=$!
+  for _ in $(seq 100); do grep -q listening "$work/out" && break; sleep 0.1; done
+  target=$(sed -nE 's/listening on (.*)/\1/p' "$work/out")
+}
 ctl() { ./bazel-bin/clients/deltactl --target="$target" "$@"; }
+start_server
 echo '{"tables": {"sparse.items": {"ids": [3, 1, 3], "states": [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]}}}' |
   ctl push --json_file=-
 ctl step
 ctl get --consumer=predictor --json
+ctl snapshot
+echo "-- kill -9 the server, restart it on the same --db --"
+kill -9 "$server"
+wait "$server" 2>/dev/null || true
+start_server
 ctl status
+echo "-- the checkpoint consumer had not read: its rows survived --"
+ctl get --consumer=checkpoint --json
