@@ -15,7 +15,6 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <malloc.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -31,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "store/host_memory.h"
 #include "tracker_service/auth.h"
 #include "tracker_service/delta_tracker_service.h"
 #include "tracker_service/tracker.h"
@@ -101,17 +101,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() {
 }
 
 int Main() {
-  // Deltas are tens of MiB of fresh buffers per read. glibc returns every block
-  // over its mmap threshold to the kernel on free, so each read would fault
-  // its pages in again (microseconds each on VMs). Keep freed memory for
-  // reuse: the server's footprint then stays at its peak, as a cache would.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  // gRPC serves calls on many threads; each would get a malloc arena of its
-  // own, whose heaps are capped at 64 MiB: a delta's buffers would then come
-  // from fresh mmaps every time. One arena keeps them in the reused heap
-  // (stream_bench: one consumer 0.18 -> 0.75 GB/s; 16 at once unchanged).
-  mallopt(M_ARENA_MAX, 1);
+  // Deltas are tens of MiB of fresh buffers per read: reuse them.
+  KeepHostMemoryForReuse();
 
   // Signals are taken by a thread of their own: blocked before any other
   // thread starts (gRPC's and RocksDB's inherit the mask).

@@ -10,7 +10,6 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +22,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "store/host_memory.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
 
@@ -84,8 +84,7 @@ std::pair<double, double> FileBaseline(const std::string& dir, int64_t bytes) {
 }
 
 int Main() {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  KeepHostMemoryForReuse();  // as a long-running trainer or server
   const int64_t tables = absl::GetFlag(FLAGS_tables);
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int64_t dim = absl::GetFlag(FLAGS_dim);

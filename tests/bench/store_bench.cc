@@ -8,7 +8,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "store/delta_store.h"
+#include "store/host_memory.h"
 #include "tests/bench/zipf.h"
 
 ABSL_FLAG(std::string, mode, "first", "update mode: none, first or last");
@@ -153,13 +153,7 @@ int Main() {
     return 2;
   }
   at::set_num_threads(1);
-  // A trainer runs for hours, and its allocator reuses the memory of earlier
-  // steps. Keep freed memory in the heap (glibc would return every block over
-  // 32 MiB to the kernel) so that every run after the first measures that
-  // steady state, for the store and the plain copy alike: on VMs where a page
-  // fault costs microseconds, fresh memory would otherwise dominate both.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  KeepHostMemoryForReuse();  // as a long-running trainer or server
   const Workload w = MakeWorkload(*mode);
   const int64_t total_ids = absl::GetFlag(FLAGS_tables) *
                             absl::GetFlag(FLAGS_batches) *

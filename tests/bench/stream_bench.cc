@@ -1,12 +1,14 @@
 // Streaming throughput of the tracker service over loopback TCP, against the
 // ceiling of a bare gRPC server stream of raw bytes measured in the same run:
-// one consumer, then --consumers at once. Payload = IDs + states bytes.
+// one consumer, then --consumers at once. Payload = IDs + states bytes. The
+// tracker runs as tracker_server does by default (auto-compaction at every
+// step) and each delta is recorded over --steps batches, so a read streams
+// compacted rows; the compaction itself is store_bench's subject.
 //
 //   bazel run -c opt //tests/bench:stream_bench -- [--rows --dim --repeat]
 
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +21,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "clients/delta_client.h"
+#include "store/host_memory.h"
 #include "tests/bench/raw_stream.grpc.pb.h"
 #include "tracker_service/delta_tracker_service.h"
 
@@ -27,6 +30,7 @@ ABSL_FLAG(int64_t, dim, 64, "float32 state dim");
 ABSL_FLAG(int, consumers, 16, "consumers reading at once");
 ABSL_FLAG(int, repeat, 5, "runs; medians are reported");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "chunk size, both streams");
+ABSL_FLAG(int64_t, steps, 4, "batches each delta is recorded over");
 
 namespace deltastream {
 namespace {
@@ -53,16 +57,14 @@ double Median(std::vector<double> v) {
 }
 
 int Main() {
-  // As tracker_server does: keep freed memory for reuse instead of faulting
-  // in fresh pages for every delta (see tracker_server.cc).
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_ARENA_MAX, 1);  // as tracker_server.cc, which says why
+  KeepHostMemoryForReuse();  // as a long-running trainer or server
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int64_t dim = absl::GetFlag(FLAGS_dim);
   const int consumers = absl::GetFlag(FLAGS_consumers);
   TrackerOptions options;
   options.mode = TrackingMode::kEmbedding;
+  // tracker_server's default: Step compacts, reads stream what is compacted.
+  options.auto_compact = true;
   // c0 reads alone; c1..cN read at once.
   for (int c = 0; c <= consumers; ++c) {
     options.consumers.push_back("c" + std::to_string(c));
@@ -84,10 +86,21 @@ int Main() {
   const at::Tensor states = at::randn({rows, dim});
   const int64_t payload = ids.nbytes() + states.nbytes();
   auto client = DeltaClient::Create(target);
+  // The delta is recorded over --steps batches, as a trainer does between
+  // reads; auto-compaction at each step leaves one compacted lookup to read.
+  const int64_t steps = std::max<int64_t>(1, absl::GetFlag(FLAGS_steps));
   auto record = [&] {
-    if (!client->Record({{{"t", ids, states}}}).ok() || !client->Step().ok()) {
-      std::fprintf(stderr, "stream_bench: record failed\n");
-      std::exit(1);
+    for (int64_t step = 0; step < steps; ++step) {
+      const int64_t first = rows * step / steps;
+      const int64_t n = rows * (step + 1) / steps - first;
+      if (!client
+               ->Record({{{"t", ids.narrow(0, first, n),
+                           states.narrow(0, first, n)}}})
+               .ok() ||
+          !client->Step().ok()) {
+        std::fprintf(stderr, "stream_bench: record failed\n");
+        std::exit(1);
+      }
     }
   };
   auto channel =
