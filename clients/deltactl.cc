@@ -3,7 +3,8 @@
 //   deltactl --target=HOST:PORT <command> [flags]
 //
 // Commands: push --json_file=F (- = stdin) | step |
-//   get --consumer=C [--fqn=F,...] [--top_percentage=P] [--json] |
+//   get --consumer=C [--fqn=F,...] [--top_percentage=P] [--out=F.npz]
+//       [--json] |
 //   commit --consumer=C --end_batch=B | consumers list|add|remove [NAME] |
 //   status | compact | clear [--consumer=C] | snapshot |
 //   subscribe --consumer=C [--every_steps=N] [--every_ms=T] [--count=K] |
@@ -35,6 +36,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "clients/delta_client.h"
+#include "clients/npz_file.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "tracker server HOST:PORT");
 ABSL_FLAG(bool, json, false, "print JSON instead of tables");
@@ -51,6 +53,8 @@ ABSL_FLAG(std::string, token_file, "",
           "file whose first line is the bearer token to send");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM certificates to trust: connect with TLS");
+ABSL_FLAG(std::string, out, "",
+          "get: write the delta to this .npz file (see clients/npz_file.h)");
 ABSL_FLAG(int64_t, every_steps, 1, "subscribe: push every N steps");
 ABSL_FLAG(int64_t, every_ms, 0, "subscribe: or every T ms (0: steps only)");
 ABSL_FLAG(int64_t, count, 0, "subscribe: stop after K deltas (0: never)");
@@ -329,6 +333,27 @@ int Get(DeltaClient& client) {
   auto delta = client.GetDelta(ReadRequest("get"));
   if (!delta.ok()) return Fail(delta.status());
   const v1::DeltaHeader& header = delta->header;
+  if (const std::string file = absl::GetFlag(FLAGS_out); !file.empty()) {
+    if (absl::Status s = WriteDeltaNpz(file, *delta); !s.ok()) return Fail(s);
+    int64_t rows = 0;
+    for (const auto& [fqn, table] : delta->tables) rows += table.ids.numel();
+    if (absl::GetFlag(FLAGS_json)) {
+      std::printf("%s\n", json({{"file", file},
+                                {"start_batch", header.start_batch()},
+                                {"end_batch", header.end_batch()},
+                                {"tables", delta->tables.size()},
+                                {"rows", rows}})
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("wrote batches [%lld, %lld): %lld rows of %zu tables to %s\n",
+                  static_cast<long long>(header.start_batch()),
+                  static_cast<long long>(header.end_batch()),
+                  static_cast<long long>(rows), delta->tables.size(),
+                  file.c_str());
+    }
+    return 0;
+  }
   if (absl::GetFlag(FLAGS_json)) {
     json out = {{"consumer", header.consumer()},
                 {"batch", header.end_batch()},

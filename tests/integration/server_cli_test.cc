@@ -98,6 +98,34 @@ TEST(ServerCliTest, EveryCommandAgainstARealServer) {
   EXPECT_EQ(server.Stop(SIGTERM), 0);  // a clean exit
 }
 
+// get --out writes the delta as .npz, which NumPy loads without this project.
+TEST(ServerCliTest, GetWritesANumpyFile) {
+  ServerProcess server({"--mode=embedding", "--consumers=c"});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  ASSERT_TRUE(
+      client
+          ->Record({{{"sparse.t1", at::tensor({4, 2}, at::kLong),
+                      at::tensor({1.0f, 2.0f, 3.0f, 4.0f}).reshape({2, 2})}}})
+          .ok());
+  ASSERT_TRUE(client->Step().ok());
+  const std::string file = TestTempDir() + "/delta.npz";
+  CommandResult wrote =
+      RunCommand(Deltactl(server, "get --consumer=c --out=" + file));
+  EXPECT_EQ(wrote.exit_code, 0) << wrote.err;
+  EXPECT_NE(wrote.out.find("2 rows of 1 tables"), std::string::npos)
+      << wrote.out;
+  CommandResult loaded = RunCommand(
+      "/usr/bin/python3 -c \"import numpy as np; f = np.load('" + file +
+      "'); print(f['sparse.t1/ids'].tolist(), "
+      "f['sparse.t1/states'].tolist(), int(f['__delta__/end_batch']))\"");
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.err;
+  EXPECT_EQ(loaded.out, "[2, 4] [[3.0, 4.0], [1.0, 2.0]] 1\n");
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "get --consumer=c --out=/nonexistent/d.npz")),
+      "/nonexistent/d.npz");
+}
+
 TEST(ServerCliTest, ErrorsAreOneLineAndNonZero) {
   ServerProcess server({"--mode=id_only"});
   ASSERT_GT(server.port(), 0);

@@ -1,0 +1,183 @@
+// .npz files as NumPy reads them: the real numpy (Debian's python3-numpy)
+// loads what WriteNpz and WriteDeltaNpz write, and the ZIP structure is
+// checked byte by byte.
+
+#include "clients/npz_file.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace deltastream {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/npz_file_test." + name;
+}
+
+// Runs Python with NumPy on `script`; returns its stdout, fails the test
+// when it exits non-zero.
+std::string RunNumpy(const std::string& script) {
+  const std::string file = TempPath("script.py");
+  std::ofstream(file) << "import sys, numpy as np\n" << script;
+  FILE* pipe = popen(("/usr/bin/python3 " + file + " 2>&1").c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) {
+    out.append(buffer, n);
+  }
+  const int status = pclose(pipe);
+  EXPECT_EQ(status, 0) << "python3 with numpy failed (run "
+                          "deploy/install-deps.sh for python3-numpy):\n"
+                       << out;
+  return out;
+}
+
+TEST(NpzFileTest, NumpyLoadsEveryDtypeAndShape) {
+  const std::string path = TempPath("arrays.npz");
+  std::vector<std::pair<std::string, at::Tensor>> arrays = {
+      {"i64", at::arange(-3, 4, at::kLong)},
+      {"f32", at::arange(12, at::kFloat).reshape({3, 4}) / 8},
+      {"f16", at::arange(6, at::kFloat).reshape({2, 3}).to(at::kHalf)},
+      {"bf16", at::arange(4, at::kFloat).to(at::kBFloat16) * 2},
+      {"i32", at::arange(5, at::kInt)},
+      {"b", at::tensor({1, 0, 1}).to(at::kBool)},
+      {"u8", at::arange(3, at::kByte)},
+      {"scalar", at::scalar_tensor(42, at::kLong)},
+      {"empty", at::empty({0, 7})},
+      {"strided", at::arange(20, at::kFloat).reshape({4, 5}).t()},
+      {"dir/nested.name", at::ones({2, 2, 2})},
+  };
+  ASSERT_TRUE(WriteNpz(path, arrays).ok());
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  std::string out = RunNumpy(
+      "f = np.load(sys.argv[0].replace('script.py', 'arrays.npz'))\n"
+      "for k in sorted(f.files):\n"
+      "    a = f[k]\n"
+      "    print(k, a.dtype.str, a.shape, a.astype(np.float64).sum())\n"
+      "assert (f['strided'] == np.arange(20, dtype=np.float32)"
+      ".reshape(4, 5).T).all()\n"
+      "assert f['scalar'] == 42\n");
+  EXPECT_NE(out.find("i64 <i8 (7,) 0.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("f32 <f4 (3, 4) 8.25"), std::string::npos) << out;
+  EXPECT_NE(out.find("f16 <f2 (2, 3) 15.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("bf16 <f4 (4,) 12.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("i32 <i4 (5,) 10.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("b |b1 (3,) 2.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("u8 |u1 (3,) 3.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("scalar <i8 () 42.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("empty <f4 (0, 7) 0.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("strided <f4 (5, 4) 190.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("dir/nested.name <f4 (2, 2, 2) 8.0"), std::string::npos)
+      << out;
+}
+
+TEST(NpzFileTest, Zip64RecordsReadByNumpy) {
+  const std::string path = TempPath("zip64.npz");
+  ASSERT_TRUE(WriteNpz(path,
+                       {{"a", at::arange(10, at::kLong)}, {"b", at::ones({3})}},
+                       /*force_zip64=*/true)
+                  .ok());
+  std::string out = RunNumpy(
+      "f = np.load(sys.argv[0].replace('script.py', 'zip64.npz'))\n"
+      "print(int(f['a'].sum()), float(f['b'].sum()))\n");
+  EXPECT_EQ(out, "45 3.0\n");
+}
+
+uint32_t Le32(const std::string& s, size_t at) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
+}
+uint16_t Le16(const std::string& s, size_t at) {
+  return static_cast<uint16_t>(static_cast<uint8_t>(s[at]) |
+                               (static_cast<uint8_t>(s[at + 1]) << 8));
+}
+
+TEST(NpzFileTest, ZipStructureAndChecksums) {
+  const std::string path = TempPath("structure.npz");
+  ASSERT_TRUE(WriteNpz(path, {{"x", at::arange(100, at::kFloat)}}).ok());
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  const std::string zip = bytes.str();
+  // Local header, then the .npy entry.
+  ASSERT_EQ(Le32(zip, 0), 0x04034b50u);
+  EXPECT_EQ(Le16(zip, 8), 0);  // stored
+  const uint32_t crc = Le32(zip, 14);
+  const uint32_t size = Le32(zip, 18);
+  const uint16_t name_length = Le16(zip, 26);
+  EXPECT_EQ(zip.substr(30, name_length), "x.npy");
+  const size_t data = 30 + name_length + Le16(zip, 28);
+  EXPECT_EQ(zip.substr(data, 8), std::string("\x93NUMPY\x01\x00", 8));
+  const uint32_t preamble = 10 + Le16(zip, data + 8);
+  EXPECT_EQ(preamble % 64, 0u);  // aligned, as NumPy writes it
+  EXPECT_EQ(size, preamble + 400u);
+  EXPECT_EQ(crc,
+            crc32(0, reinterpret_cast<const Bytef*>(zip.data() + data), size));
+  // End of central directory: one entry, pointing at the directory.
+  const size_t end = zip.size() - 22;
+  ASSERT_EQ(Le32(zip, end), 0x06054b50u);
+  EXPECT_EQ(Le16(zip, end + 10), 1);
+  const uint32_t directory = Le32(zip, end + 16);
+  EXPECT_EQ(directory, data + size);
+  EXPECT_EQ(Le32(zip, directory), 0x02014b50u);
+  EXPECT_EQ(Le32(zip, directory + 16), crc);
+}
+
+TEST(NpzFileTest, UnwritablePathIsAnErrorAndLeavesNoFile) {
+  const std::string path = "/nonexistent-dir/delta.npz";
+  absl::Status status = WriteNpz(path, {{"x", at::ones({2})}});
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("/nonexistent-dir/delta.npz"),
+            std::string::npos)
+      << status;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  // An array NumPy has no dtype for: nothing is left behind either.
+  const std::string other = TempPath("bad_dtype.npz");
+  status = WriteNpz(other, {{"c", at::ones({2}, at::kComplexFloat)}});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_FALSE(std::filesystem::exists(other));
+  EXPECT_FALSE(std::filesystem::exists(other + ".tmp"));
+}
+
+TEST(NpzFileTest, DeltaLayoutAsDocumented) {
+  ReceivedDelta delta;
+  delta.header.set_consumer("predictor");
+  delta.header.set_start_batch(3);
+  delta.header.set_end_batch(7);
+  ReceivedTable& table = delta.tables["sparse.ec.t1"];
+  table.ids = at::tensor({2, 5, 9}, at::kLong);
+  table.states = at::arange(6, at::kFloat).reshape({3, 2});
+  table.scores = at::tensor({0.5f, 1.5f, 2.5f});
+  delta.tables["sparse.ec.t2"].ids = at::empty({0}, at::kLong);
+  const std::string path = TempPath("delta.npz");
+  ASSERT_TRUE(WriteDeltaNpz(path, delta).ok());
+  std::string out = RunNumpy(
+      "f = np.load(sys.argv[0].replace('script.py', 'delta.npz'))\n"
+      "print(sorted(f.files))\n"
+      "print(f['sparse.ec.t1/ids'].tolist(), f['sparse.ec.t1/states'].shape,"
+      " f['sparse.ec.t1/scores'].tolist(), f['sparse.ec.t2/ids'].shape)\n"
+      "print(int(f['__delta__/start_batch']), int(f['__delta__/end_batch']),"
+      " bool(f['__delta__/resync_required']),"
+      " f['__delta__/consumer'].tobytes().decode())\n");
+  EXPECT_EQ(out,
+            "['__delta__/consumer', '__delta__/end_batch', "
+            "'__delta__/resync_required', '__delta__/start_batch', "
+            "'sparse.ec.t1/ids', 'sparse.ec.t1/scores', "
+            "'sparse.ec.t1/states', 'sparse.ec.t2/ids']\n"
+            "[2, 5, 9] (3, 2) [0.5, 1.5, 2.5] (0,)\n"
+            "3 7 False predictor\n");
+}
+
+}  // namespace
+}  // namespace deltastream
