@@ -1,8 +1,12 @@
 #include "clients/delta_client.h"
 
 #include <ATen/ATen.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
+#include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "proto/tensor_codec.h"
@@ -26,6 +30,7 @@ DeltaClient::DeltaClient(std::string target, ClientOptions options,
                          std::shared_ptr<grpc::Channel> channel)
     : target_(std::move(target)),
       options_(options),
+      channel_(channel),
       stub_(v1::DeltaTracker::NewStub(channel)) {}
 
 void DeltaClient::Prepare(grpc::ClientContext& context, CallKind kind) const {
@@ -126,6 +131,13 @@ absl::StatusOr<int64_t> DeltaClient::Record(
   }
   writer->WritesDone();
   if (absl::Status s = ToStatus(writer->Finish()); !s.ok()) return s;
+  // gRPC's sync server ends a stream quietly at a message it cannot parse:
+  // the count tells.
+  if (response.records() != static_cast<int64_t>(messages.size())) {
+    return absl::DataLossError(absl::StrCat(
+        target_, " recorded ", response.records(), " of ", messages.size(),
+        " messages; the rest were not received whole"));
+  }
   return response.batch();
 }
 
@@ -153,37 +165,154 @@ absl::StatusOr<int64_t> DeltaClient::Step() {
 
 namespace {
 
-// Adds one chunk of a streamed delta to `delta`, rows in place.
-absl::Status AddChunk(const v1::DeltaChunk& chunk, ReceivedDelta& delta) {
-  if (chunk.has_header()) delta.header = chunk.header();
-  if (chunk.fqn().empty()) return absl::OkStatus();
-  ReceivedTable& table = delta.tables[chunk.fqn()];
-  for (auto [wire, out] : {std::pair{&chunk.ids(), &table.ids},
-                           std::pair{&chunk.states(), &table.states},
-                           std::pair{&chunk.values(), &table.values},
-                           std::pair{&chunk.scores(), &table.scores}}) {
-    if (wire->dtype() == v1::Tensor::DTYPE_UNSPECIFIED) continue;
-    absl::Status decoded =
-        DecodeRowsInto(*wire, chunk.row_offset(), chunk.table_rows(), out);
-    if (!decoded.ok()) {
-      return absl::DataLossError(absl::StrCat(
-          "bad chunk of table '", chunk.fqn(), "': ", decoded.message()));
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
+
+constexpr char kGetDelta[] = "/deltastream.v1.DeltaTracker/GetDelta";
+constexpr char kSubscribe[] = "/deltastream.v1.DeltaTracker/Subscribe";
+
+absl::Status Malformed(absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("malformed delta chunk: ", what));
+}
+
+// Reads one v1::Tensor message holding rows [row_offset, ...) of a table of
+// `table_rows` rows: its data goes from the received bytes straight into
+// `*table` (allocated on the first chunk).
+absl::Status ReadRowsInto(CodedInputStream& in, int64_t row_offset,
+                          int64_t table_rows, at::Tensor* table) {
+  uint32_t length = 0;
+  if (!in.ReadVarint32(&length)) return Malformed("tensor length");
+  const CodedInputStream::Limit limit = in.PushLimit(length);
+  uint64_t dtype = 0;
+  std::vector<int64_t> shape;
+  bool has_data = false;
+  while (const uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const auto wire = WireFormatLite::GetTagWireType(tag);
+    if (field == 1 && wire == WireFormatLite::WIRETYPE_VARINT) {
+      if (!in.ReadVarint64(&dtype)) return Malformed("dtype");
+    } else if (field == 2 &&
+               wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t packed = 0;
+      if (!in.ReadVarint32(&packed)) return Malformed("shape");
+      const CodedInputStream::Limit shape_limit = in.PushLimit(packed);
+      while (in.BytesUntilLimit() > 0) {
+        uint64_t size = 0;
+        if (!in.ReadVarint64(&size)) return Malformed("shape");
+        shape.push_back(static_cast<int64_t>(size));
+      }
+      in.PopLimit(shape_limit);
+    } else if (field == 2 && wire == WireFormatLite::WIRETYPE_VARINT) {
+      uint64_t size = 0;
+      if (!in.ReadVarint64(&size)) return Malformed("shape");
+      shape.push_back(static_cast<int64_t>(size));
+    } else if (field == 3 &&
+               wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes = 0;
+      if (!in.ReadVarint32(&bytes)) return Malformed("data length");
+      absl::StatusOr<WireLayout> layout =
+          CheckLayout(static_cast<int>(dtype), shape);
+      if (!layout.ok()) return Malformed(layout.status().message());
+      if (layout->bytes != bytes) {
+        return Malformed(absl::StrCat("data of ", bytes,
+                                      " bytes for a shape of ", layout->bytes));
+      }
+      absl::StatusOr<char*> destination =
+          RowsDestination(*layout, row_offset, table_rows, table);
+      if (!destination.ok()) return Malformed(destination.status().message());
+      if (bytes > 0 && !in.ReadRaw(*destination, static_cast<int>(bytes))) {
+        return Malformed("data");
+      }
+      has_data = true;
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return Malformed("unknown tensor field");
     }
+  }
+  if (!in.ConsumedEntireMessage()) return Malformed("tensor");
+  in.PopLimit(limit);
+  if (!has_data) {  // proto3 leaves out empty data: a chunk of no rows
+    absl::StatusOr<WireLayout> layout =
+        CheckLayout(static_cast<int>(dtype), shape);
+    if (!layout.ok()) return Malformed(layout.status().message());
+    if (layout->bytes != 0) return Malformed("data missing");
+    absl::StatusOr<char*> destination =
+        RowsDestination(*layout, row_offset, table_rows, table);
+    if (!destination.ok()) return Malformed(destination.status().message());
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
+absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
+                           bool* last) {
+  grpc::ProtoBufferReader stream(&buffer);
+  CodedInputStream in(&stream);
+  in.SetTotalBytesLimit(INT_MAX);
+  std::string fqn;
+  int64_t row_offset = 0;
+  int64_t table_rows = 0;
+  *last = false;
+  while (const uint32_t tag = in.ReadTag()) {
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const auto wire = WireFormatLite::GetTagWireType(tag);
+    const bool delimited = wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+    const bool varint = wire == WireFormatLite::WIRETYPE_VARINT;
+    uint64_t value = 0;
+    if (field == 1 && delimited) {
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length)) return Malformed("header");
+      const CodedInputStream::Limit limit = in.PushLimit(length);
+      if (!delta.header.ParseFromCodedStream(&in)) return Malformed("header");
+      in.PopLimit(limit);
+    } else if (field == 2 && delimited) {
+      if (!WireFormatLite::ReadString(&in, &fqn)) return Malformed("fqn");
+    } else if ((field == 3 || field == 4 || field == 9) && varint) {
+      if (!in.ReadVarint64(&value)) return Malformed("number");
+      if (field == 3) row_offset = static_cast<int64_t>(value);
+      if (field == 4) table_rows = static_cast<int64_t>(value);
+      if (field == 9) *last = value != 0;
+    } else if (field >= 5 && field <= 8 && delimited) {
+      if (fqn.empty()) return Malformed("rows before their table's name");
+      ReceivedTable& table = delta.tables[fqn];
+      at::Tensor* target[] = {&table.ids, &table.states, &table.values,
+                              &table.scores};
+      if (absl::Status s =
+              ReadRowsInto(in, row_offset, table_rows, target[field - 5]);
+          !s.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("table '", fqn, "': ", s.message()));
+      }
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return Malformed("unknown field");
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return Malformed("truncated");
+  if (!fqn.empty()) delta.tables[fqn];  // a table with no rows
+  return absl::OkStatus();
+}
+
+template <typename Request>
+std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> DeltaClient::ReadChunks(
+    const char* method, grpc::ClientContext* context, const Request& request) {
+  return std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel_.get(),
+          grpc::internal::RpcMethod(
+              method, grpc::internal::RpcMethod::SERVER_STREAMING, channel_),
+          context, request));
+}
+
 absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
     const v1::GetDeltaRequest& request) {
   grpc::ClientContext context;
   Prepare(context, CallKind::kStream);
-  auto reader = stub_->GetDelta(&context, request);
+  auto reader = ReadChunks(kGetDelta, &context, request);
   ReceivedDelta delta;
-  v1::DeltaChunk chunk;
+  grpc::ByteBuffer chunk;
+  bool last = false;
   while (reader->Read(&chunk)) {
-    if (absl::Status s = AddChunk(chunk, delta); !s.ok()) {
+    if (absl::Status s = AddDeltaChunk(chunk, delta, &last); !s.ok()) {
       context.TryCancel();
       reader->Finish();
       return s;
@@ -201,17 +330,18 @@ absl::Status DeltaClient::Subscribe(
   grpc::ClientContext& context =
       subscription != nullptr ? subscription->context_ : own.context_;
   Prepare(context, CallKind::kSubscription);
-  auto reader = stub_->Subscribe(&context, request);
+  auto reader = ReadChunks(kSubscribe, &context, request);
   ReceivedDelta delta;
-  v1::DeltaChunk chunk;
+  grpc::ByteBuffer chunk;
   bool stopped = false;
+  bool last = false;
   while (!stopped && reader->Read(&chunk)) {
-    if (absl::Status s = AddChunk(chunk, delta); !s.ok()) {
+    if (absl::Status s = AddDeltaChunk(chunk, delta, &last); !s.ok()) {
       context.TryCancel();
       reader->Finish();
       return s;
     }
-    if (!chunk.last()) continue;
+    if (!last) continue;
     stopped = !on_delta(std::move(delta));
     delta = ReceivedDelta();
   }

@@ -55,12 +55,9 @@ absl::Status EncodeTensor(const at::Tensor& tensor, v1::Tensor* out) {
   return absl::OkStatus();
 }
 
-// The wire tensor's dtype and shape, checked against its byte count.
-absl::Status CheckedLayout(const v1::Tensor& tensor, at::ScalarType* dtype_out,
-                           std::vector<int64_t>* shape_out) {
-  absl::StatusOr<at::ScalarType> dtype = HostDType(tensor.dtype());
-  if (!dtype.ok()) return dtype.status();
-  std::vector<int64_t> shape(tensor.shape().begin(), tensor.shape().end());
+absl::StatusOr<WireLayout> CheckLayout(int dtype, std::vector<int64_t> shape) {
+  absl::StatusOr<at::ScalarType> host = HostDType(dtype);
+  if (!host.ok()) return host.status();
   if (shape.size() > 8) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor of ", shape.size(), " dims: at most 8"));
@@ -73,33 +70,45 @@ absl::Status CheckedLayout(const v1::Tensor& tensor, at::ScalarType* dtype_out,
     }
     elements *= static_cast<uint64_t>(size);
   }
-  const uint64_t expected = elements * c10::elementSize(*dtype);
-  if (tensor.data().size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor of shape [", absl::StrJoin(shape, ", "), "] needs ", expected,
-        " bytes, got ", tensor.data().size()));
-  }
-  *dtype_out = *dtype;
-  *shape_out = std::move(shape);
-  return absl::OkStatus();
+  WireLayout layout;
+  layout.dtype = *host;
+  layout.bytes = elements * c10::elementSize(*host);
+  layout.shape = std::move(shape);
+  return layout;
 }
 
+namespace {
+
+// The wire tensor's layout, checked against its byte count.
+absl::StatusOr<WireLayout> CheckedLayout(const v1::Tensor& tensor) {
+  absl::StatusOr<WireLayout> layout = CheckLayout(
+      tensor.dtype(),
+      std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end()));
+  if (!layout.ok()) return layout.status();
+  if (tensor.data().size() != layout->bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor of shape [", absl::StrJoin(layout->shape, ", "), "] needs ",
+        layout->bytes, " bytes, got ", tensor.data().size()));
+  }
+  return layout;
+}
+
+}  // namespace
+
 absl::StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor) {
-  at::ScalarType dtype;
-  std::vector<int64_t> shape;
-  if (absl::Status s = CheckedLayout(tensor, &dtype, &shape); !s.ok()) return s;
-  at::Tensor out = at::empty(shape, dtype);
+  absl::StatusOr<WireLayout> layout = CheckedLayout(tensor);
+  if (!layout.ok()) return layout.status();
+  at::Tensor out = at::empty(layout->shape, layout->dtype);
   if (out.nbytes() > 0) {
     std::memcpy(out.data_ptr(), tensor.data().data(), out.nbytes());
   }
   return out;
 }
 
-absl::Status DecodeRowsInto(const v1::Tensor& tensor, int64_t row_offset,
-                            int64_t table_rows, at::Tensor* table) {
-  at::ScalarType dtype;
-  std::vector<int64_t> shape;
-  if (absl::Status s = CheckedLayout(tensor, &dtype, &shape); !s.ok()) return s;
+absl::StatusOr<char*> RowsDestination(const WireLayout& layout,
+                                      int64_t row_offset, int64_t table_rows,
+                                      at::Tensor* table) {
+  const std::vector<int64_t>& shape = layout.shape;
   if (shape.empty()) {
     return absl::InvalidArgumentError("a chunk of rows needs at least 1 dim");
   }
@@ -111,19 +120,32 @@ absl::Status DecodeRowsInto(const v1::Tensor& tensor, int64_t row_offset,
   std::vector<int64_t> table_shape = shape;
   table_shape[0] = table_rows;
   if (!table->defined()) {
-    *table = at::empty(table_shape, dtype);
-  } else if (table->scalar_type() != dtype ||
+    absl::StatusOr<WireLayout> whole =
+        CheckLayout(WireDType(layout.dtype).value(), table_shape);
+    if (!whole.ok()) return whole.status();
+    *table = at::empty(table_shape, layout.dtype);
+  } else if (table->scalar_type() != layout.dtype ||
              table->sizes() != at::IntArrayRef(table_shape)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk of ", c10::toString(dtype), " [", absl::StrJoin(shape, ", "),
-        "] does not fit a table of ", c10::toString(table->scalar_type()), " [",
-        absl::StrJoin(table->sizes(), ", "), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk of ", c10::toString(layout.dtype), " [",
+                     absl::StrJoin(shape, ", "), "] does not fit a table of ",
+                     c10::toString(table->scalar_type()), " [",
+                     absl::StrJoin(table->sizes(), ", "), "]"));
   }
   const int64_t row_bytes =
-      shape[0] > 0 ? static_cast<int64_t>(tensor.data().size()) / shape[0] : 0;
+      shape[0] > 0 ? static_cast<int64_t>(layout.bytes) / shape[0] : 0;
+  return static_cast<char*>(table->data_ptr()) + row_offset * row_bytes;
+}
+
+absl::Status DecodeRowsInto(const v1::Tensor& tensor, int64_t row_offset,
+                            int64_t table_rows, at::Tensor* table) {
+  absl::StatusOr<WireLayout> layout = CheckedLayout(tensor);
+  if (!layout.ok()) return layout.status();
+  absl::StatusOr<char*> destination =
+      RowsDestination(*layout, row_offset, table_rows, table);
+  if (!destination.ok()) return destination.status();
   if (!tensor.data().empty()) {
-    std::memcpy(static_cast<char*>(table->data_ptr()) + row_offset * row_bytes,
-                tensor.data().data(), tensor.data().size());
+    std::memcpy(*destination, tensor.data().data(), tensor.data().size());
   }
   return absl::OkStatus();
 }

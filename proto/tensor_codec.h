@@ -3,6 +3,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "proto/tensor.pb.h"
 
@@ -22,6 +24,26 @@ absl::Status EncodeTensor(const at::Tensor& tensor, v1::Tensor* out);
 // numbers, for an unknown dtype, a negative or overflowing shape, or a byte
 // count that does not match the shape.
 absl::StatusOr<at::Tensor> DecodeTensor(const v1::Tensor& tensor);
+
+// A wire tensor's layout: dtype, shape and the bytes its data must have.
+struct WireLayout {
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+};
+
+// Checks a wire dtype and shape (at most 8 dims, no negative or overflowing
+// size); InvalidArgument, with the numbers, otherwise.
+absl::StatusOr<WireLayout> CheckLayout(int dtype, std::vector<int64_t> shape);
+
+// Where rows [row_offset, row_offset + layout.shape[0]) of a table of
+// `table_rows` rows go in `*table`, allocating it on the first call
+// ([table_rows, shape[1:]...]); `layout.bytes` bytes may be written there.
+// InvalidArgument when the layout's dtype or row shape differs from the
+// table's, or its rows fall outside the table.
+absl::StatusOr<char*> RowsDestination(const WireLayout& layout,
+                                      int64_t row_offset, int64_t table_rows,
+                                      at::Tensor* table);
 
 // Reads a wire tensor holding rows [row_offset, row_offset + shape[0]) of a
 // table of `table_rows` rows into `*table`, allocating it on the first call
