@@ -46,6 +46,8 @@ ABSL_FLAG(std::string, fqn, "", "get: comma-separated tables (default all)");
 ABSL_FLAG(double, top_percentage, 0, "get: keep the top P% rows by score");
 ABSL_FLAG(int64_t, top_count, 0, "get: keep the top N rows by score");
 ABSL_FLAG(bool, scores, false, "get: include every row's score");
+ABSL_FLAG(bool, states, true, "get: include the tracked states");
+ABSL_FLAG(bool, values, true, "get: include the current values");
 ABSL_FLAG(int64_t, end_batch, -1, "commit: the read's end batch");
 ABSL_FLAG(int, interval_ms, 1000, "watch: refresh period");
 ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
@@ -326,6 +328,8 @@ v1::GetDeltaRequest ReadRequest(const std::string& command) {
     request.mutable_top_k()->set_count(absl::GetFlag(FLAGS_top_count));
   }
   request.set_include_scores(absl::GetFlag(FLAGS_scores));
+  request.set_omit_states(!absl::GetFlag(FLAGS_states));
+  request.set_omit_values(!absl::GetFlag(FLAGS_values));
   return request;
 }
 

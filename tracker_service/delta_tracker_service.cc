@@ -169,8 +169,10 @@ grpc::Status DeltaTrackerService::Step(grpc::ServerContext* context,
 }
 
 grpc::Status DeltaTrackerService::WriteDelta(
-    grpc::ServerContext* context, const Delta& delta, int64_t chunk_bytes,
+    grpc::ServerContext* context, const Delta& delta,
+    const v1::GetDeltaRequest& request,
     grpc::ServerWriterInterface<v1::DeltaChunk>* writer) {
+  const int64_t chunk_bytes = ChunkBytes(request);
   v1::DeltaChunk chunk;
   v1::DeltaHeader* header = chunk.mutable_header();
   header->set_consumer(delta.consumer);
@@ -184,8 +186,11 @@ grpc::Status DeltaTrackerService::WriteDelta(
     return writer->Write(chunk) ? grpc::Status::OK : kClientGone;
   }
   size_t tables_left = delta.tables.size();
-  for (const auto& [fqn, table] : delta.tables) {
+  for (const auto& [fqn, full_table] : delta.tables) {
     --tables_left;
+    TableDelta table = full_table;  // tensor handles: no copy
+    if (request.omit_states()) table.states = at::Tensor();
+    if (request.omit_values()) table.values = at::Tensor();
     const int64_t rows = table.ids.size(0);
     const int64_t rows_per_chunk =
         std::max<int64_t>(1, chunk_bytes / RowBytes(table));
@@ -230,7 +235,7 @@ grpc::Status DeltaTrackerService::GetDelta(
   if (!read.ok()) return ToGrpcStatus(read.status());
   absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
   if (!delta.ok()) return ToGrpcStatus(delta.status());
-  return WriteDelta(context, *delta, ChunkBytes(*request), writer);
+  return WriteDelta(context, *delta, *request, writer);
 }
 
 grpc::Status DeltaTrackerService::Subscribe(
@@ -252,7 +257,6 @@ grpc::Status DeltaTrackerService::Subscribe(
   const absl::Duration every = request->every_ms() > 0
                                    ? absl::Milliseconds(request->every_ms())
                                    : absl::InfiniteDuration();
-  const int64_t chunk_bytes = ChunkBytes(read_request);
   // Each push reads the batches closed since the last one.
   bool first = true;
   int64_t pushed_through = 0;
@@ -269,7 +273,7 @@ grpc::Status DeltaTrackerService::Subscribe(
         (current > pushed_through && now >= last_push + every)) {
       absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
       if (!delta.ok()) return ToGrpcStatus(delta.status());
-      if (grpc::Status s = WriteDelta(context, *delta, chunk_bytes, writer);
+      if (grpc::Status s = WriteDelta(context, *delta, read_request, writer);
           !s.ok()) {
         return s;
       }

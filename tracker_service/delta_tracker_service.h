@@ -88,9 +88,10 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
  private:
   grpc::Status Authorize(const grpc::ServerContext* context, Action action,
                          absl::string_view consumer = "") const;
-  // Streams `delta` in chunks of at most `chunk_bytes`; the last has `last`.
+  // Streams `delta` as `request` asks (chunk size, fields left out); the
+  // last chunk has `last`.
   grpc::Status WriteDelta(grpc::ServerContext* context, const Delta& delta,
-                          int64_t chunk_bytes,
+                          const v1::GetDeltaRequest& request,
                           grpc::ServerWriterInterface<v1::DeltaChunk>* writer);
   void FillStatus(v1::StatusResponse* response) const;
 

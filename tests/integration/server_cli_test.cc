@@ -100,7 +100,7 @@ TEST(ServerCliTest, EveryCommandAgainstARealServer) {
 
 // get --out writes the delta as .npz, which NumPy loads without this project.
 TEST(ServerCliTest, GetWritesANumpyFile) {
-  ServerProcess server({"--mode=embedding", "--consumers=c"});
+  ServerProcess server({"--mode=embedding", "--consumers=c,d"});
   ASSERT_GT(server.port(), 0);
   auto client = DeltaClient::Create(server.target());
   ASSERT_TRUE(
@@ -124,6 +124,12 @@ TEST(ServerCliTest, GetWritesANumpyFile) {
   ExpectCleanError(
       RunCommand(Deltactl(server, "get --consumer=c --out=/nonexistent/d.npz")),
       "/nonexistent/d.npz");
+  // IDs only, on request.
+  json ids_only = Json(
+      RunCommand(Deltactl(server, "get --json --consumer=d --states=false")));
+  EXPECT_EQ(ids_only["tables"]["sparse.t1"]["ids"], json({2, 4}));
+  EXPECT_FALSE(ids_only["tables"]["sparse.t1"].contains("states"))
+      << ids_only.dump();
 }
 
 TEST(ServerCliTest, ErrorsAreOneLineAndNonZero) {
