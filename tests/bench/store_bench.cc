@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "store/delta_store.h"
 #include "store/host_memory.h"
+#include "tests/bench/timing.h"
 #include "tests/bench/zipf.h"
 
 ABSL_FLAG(std::string, mode, "first", "update mode: none, first or last");
@@ -38,16 +39,9 @@ ABSL_FLAG(bool, json, false, "print one JSON line instead of a table");
 namespace deltastream {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using bench::Clock;
+using bench::Median;
+using bench::Seconds;
 
 struct Workload {
   std::vector<std::string> fqns;

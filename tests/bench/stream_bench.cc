@@ -23,6 +23,7 @@
 #include "clients/delta_client.h"
 #include "store/host_memory.h"
 #include "tests/bench/raw_stream.grpc.pb.h"
+#include "tests/bench/timing.h"
 #include "tracker_service/delta_tracker_service.h"
 
 ABSL_FLAG(int64_t, rows, 200000, "rows per delta");
@@ -35,7 +36,8 @@ ABSL_FLAG(int64_t, steps, 4, "batches each delta is recorded over");
 namespace deltastream {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::Median;
 
 class RawStreamService final : public bench::RawStream::Service {
  public:
@@ -50,11 +52,6 @@ class RawStreamService final : public bench::RawStream::Service {
     return grpc::Status::OK;
   }
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 int Main() {
   KeepHostMemoryForReuse();  // as a long-running trainer or server
