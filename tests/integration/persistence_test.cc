@@ -126,6 +126,18 @@ TEST(PersistenceTest, PeriodicAndShutdownSnapshots) {
       generation = client->Status()->last_snapshot().generation();
     }
     EXPECT_GE(generation, 1u) << "no periodic snapshot within 5 s";
+    // On demand, from the CLI; status shows it.
+    CommandResult snapshot =
+        RunCommand(RunfilePath("clients/deltactl") +
+                   " --target=" + server.target() + " snapshot --json");
+    EXPECT_EQ(snapshot.exit_code, 0) << snapshot.err;
+    EXPECT_NE(snapshot.out.find("\"batch\":1"), std::string::npos)
+        << snapshot.out;
+    CommandResult status =
+        RunCommand(RunfilePath("clients/deltactl") +
+                   " --target=" + server.target() + " status");
+    EXPECT_NE(status.out.find("db " + db + ": snapshot "), std::string::npos)
+        << status.out;
     RecordAndStep(*client, "t", {3}, 0.0f);  // only the final snapshot has it
     EXPECT_EQ(server.Stop(SIGTERM), 0);
   }
