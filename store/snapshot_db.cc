@@ -34,12 +34,6 @@ void AppendBigEndian(std::string& out, uint64_t value, int bytes) {
   }
 }
 
-uint64_t ReadBigEndian(absl::string_view in) {
-  uint64_t value = 0;
-  for (char c : in) value = (value << 8) | static_cast<uint8_t>(c);
-  return value;
-}
-
 std::string GenerationPrefix(uint64_t generation) {
   std::string key(kGenerationsBegin);
   AppendBigEndian(key, generation, 8);

@@ -1,9 +1,9 @@
 // The standalone (sidecar) tracker server, for producers that are not
 // in-process (for example a Python trainer): records come in over gRPC.
 //
-//   tracker_server --listen=127.0.0.1:50051 --mode=embedding \
-//       --consumers=predictor,checkpoint [--delete_on_read] [--auto_compact] \
-//       [--db=/var/lib/deltastream --snapshot_interval_s=60] \
+//   tracker_server --listen=127.0.0.1:50051 --mode=embedding
+//       --consumers=predictor,checkpoint [--delete_on_read] [--auto_compact]
+//       [--db=/var/lib/deltastream --snapshot_interval_s=60]
 //       [--auth_token_file=tokens] [--tls_cert=cert.pem --tls_key=key.pem]
 //
 // With --db it restores the database's latest snapshot before serving (the

@@ -50,7 +50,7 @@ class Subscriber {
           &subscription_);
     });
   }
-  ~Subscriber() { Stop(); }
+  ~Subscriber() { Stop().IgnoreError(); }
 
   absl::Status Stop() {
     subscription_.Cancel();
@@ -109,7 +109,9 @@ TEST(SubscribeTest, PushesEveryNStepsEachBatchOnce) {
   ASSERT_TRUE(subscriber.WaitForEnd(0));  // the first push: what is unread
   for (int64_t batch = 0; batch < 6; ++batch) {
     RecordAndStep(*producer, 100 + batch);
-    if (batch % 2 == 1) ASSERT_TRUE(subscriber.WaitForEnd(batch + 1));
+    if (batch % 2 == 1) {
+      ASSERT_TRUE(subscriber.WaitForEnd(batch + 1));
+    }
   }
   EXPECT_TRUE(subscriber.Stop().ok());
   std::vector<Pushed> pushed = subscriber.pushed();
