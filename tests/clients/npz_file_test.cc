@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -17,17 +18,25 @@
 namespace deltastream {
 namespace {
 
+// A path in a directory of this process's own (tests may run in parallel
+// processes without TEST_TMPDIR, as under ctest -j).
 std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/npz_file_test." + name;
+  static const std::string dir = [] {
+    const char* root = std::getenv("TEST_TMPDIR");
+    std::string pattern =
+        std::string(root != nullptr ? root : "/tmp") + "/npz_file_test.XXXXXX";
+    return std::string(mkdtemp(pattern.data()));
+  }();
+  return dir + "/" + name;
 }
 
-// Runs Python with NumPy on `script`; returns its stdout, fails the test
-// when it exits non-zero.
-std::string RunNumpy(const std::string& script) {
+// Runs Python with NumPy on `script`, with `npz` as sys.argv[1]; returns its
+// stdout, failing the test when it exits non-zero.
+std::string RunNumpy(const std::string& npz, const std::string& script) {
   const std::string file = TempPath("script.py");
   std::ofstream(file) << "import sys, numpy as np\n" << script;
-  FILE* pipe = popen(("/usr/bin/python3 " + file + " 2>&1").c_str(), "r");
+  FILE* pipe =
+      popen(("/usr/bin/python3 " + file + " " + npz + " 2>&1").c_str(), "r");
   std::string out;
   char buffer[4096];
   size_t n;
@@ -59,7 +68,8 @@ TEST(NpzFileTest, NumpyLoadsEveryDtypeAndShape) {
   ASSERT_TRUE(WriteNpz(path, arrays).ok());
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   std::string out = RunNumpy(
-      "f = np.load(sys.argv[0].replace('script.py', 'arrays.npz'))\n"
+      path,
+      "f = np.load(sys.argv[1])\n"
       "for k in sorted(f.files):\n"
       "    a = f[k]\n"
       "    print(k, a.dtype.str, a.shape, a.astype(np.float64).sum())\n"
@@ -86,9 +96,9 @@ TEST(NpzFileTest, Zip64RecordsReadByNumpy) {
                        {{"a", at::arange(10, at::kLong)}, {"b", at::ones({3})}},
                        /*force_zip64=*/true)
                   .ok());
-  std::string out = RunNumpy(
-      "f = np.load(sys.argv[0].replace('script.py', 'zip64.npz'))\n"
-      "print(int(f['a'].sum()), float(f['b'].sum()))\n");
+  std::string out = RunNumpy(path,
+                             "f = np.load(sys.argv[1])\n"
+                             "print(int(f['a'].sum()), float(f['b'].sum()))\n");
   EXPECT_EQ(out, "45 3.0\n");
 }
 
@@ -163,7 +173,8 @@ TEST(NpzFileTest, DeltaLayoutAsDocumented) {
   const std::string path = TempPath("delta.npz");
   ASSERT_TRUE(WriteDeltaNpz(path, delta).ok());
   std::string out = RunNumpy(
-      "f = np.load(sys.argv[0].replace('script.py', 'delta.npz'))\n"
+      path,
+      "f = np.load(sys.argv[1])\n"
       "print(sorted(f.files))\n"
       "print(f['sparse.ec.t1/ids'].tolist(), f['sparse.ec.t1/states'].shape,"
       " f['sparse.ec.t1/scores'].tolist(), f['sparse.ec.t2/ids'].shape)\n"
