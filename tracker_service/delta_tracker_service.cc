@@ -282,11 +282,13 @@ grpc::Status DeltaTrackerService::Subscribe(
       last_push = now;
       continue;
     }
-    // Wake for the step that makes a push due, the timer, or a periodic
-    // check of cancellation and shutdown.
+    // Wake for the step that makes a push due (once the timer has run out,
+    // any step), the timer, or a periodic check of cancellation and shutdown.
+    const bool timer_ran_out = now >= last_push + every;
+    const absl::Time check = now + absl::Milliseconds(100);
     tracker_->WaitForBatchAfter(
-        pushed_through + every_steps - 1,
-        std::min(now + absl::Milliseconds(100), last_push + every));
+        timer_ran_out ? pushed_through : pushed_through + every_steps - 1,
+        timer_ran_out ? check : std::min(check, last_push + every));
   }
 }
 
