@@ -443,13 +443,24 @@ absl::Status Tracker::FinishTable(const std::string& fqn,
     table.values = values->cpu();
   }
   const TrackingMode mode = options_.mode;
+  if (mode != TrackingMode::kIdOnly && !table.states.defined()) {
+    // A table with nothing recorded since the cursor: no rows, and states
+    // shaped like the values (or [0, 1]) so that scores and diffs compute.
+    table.states = at::empty(
+        {0, table.values.defined() ? table.values.size(1) : 1}, at::kFloat);
+  }
   if ((mode == TrackingMode::kMomentumDiff ||
        mode == TrackingMode::kRowwiseAdagrad) &&
       reader_ != nullptr) {
     absl::StatusOr<at::Tensor> latest =
         reader_->ReadOptimizerStates(fqn, table.ids);
     if (!latest.ok()) return latest.status();
-    at::Tensor now = latest->cpu().to(at::kFloat).reshape_as(table.states);
+    at::Tensor now = latest->cpu().to(at::kFloat);
+    if (table.ids.numel() == 0) {
+      now = now.reshape({0, now.dim() > 1 ? now.size(1) : 1});
+      table.states = table.states.reshape({0, now.size(1)});
+    }
+    now = now.reshape_as(table.states);
     table.states = now - table.states.to(at::kFloat);
   }
 

@@ -185,4 +185,17 @@ JaggedTensor JaggedTensor::To(c10::Device device, bool non_blocking) const {
                       std::move(weights));
 }
 
+absl::StatusOr<JaggedTensor> JaggedTensor::WithValues(at::Tensor values) const {
+  if (!values.defined() || values.dim() == 0 ||
+      values.size(0) != values_.size(0) || values.device() != device()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "values must have ", values_.size(0), " rows on ", device().str(),
+        ", got ",
+        values.defined() ? absl::StrCat("shape ", c10::str(values.sizes()),
+                                        " on ", values.device().str())
+                         : "an undefined tensor"));
+  }
+  return JaggedTensor(std::move(values), lengths_, offsets_, weights_);
+}
+
 }  // namespace deltastream

@@ -66,6 +66,12 @@ class JaggedTensor {
   // from pinned host memory, or device to host.
   JaggedTensor To(c10::Device device, bool non_blocking = false) const;
 
+  // The same lengths, offsets and weights around other `values` (e.g. the
+  // embedding rows of these IDs), checked on the host only: InvalidArgument
+  // unless `values` is defined, at least 1-D, with size(0) equal to
+  // values().size(0), on the same device. No synchronisation.
+  absl::StatusOr<JaggedTensor> WithValues(at::Tensor values) const;
+
  private:
   friend class KeyedJaggedTensor;
 

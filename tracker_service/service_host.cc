@@ -1,0 +1,124 @@
+#include "tracker_service/service_host.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tracker_service/auth.h"
+#include "tracker_service/delta_tracker_service.h"
+
+namespace deltastream {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
+    const ServiceHostOptions& options) {
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("a TLS certificate and key go together");
+  }
+  if (options.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  absl::StatusOr<std::string> cert_pem = ReadFile(options.tls_cert);
+  if (!cert_pem.ok()) return cert_pem.status();
+  absl::StatusOr<std::string> key_pem = ReadFile(options.tls_key);
+  if (!key_pem.ok()) return key_pem.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key_pem, *cert_pem});
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+std::string DescribeSnapshot(const SnapshotInfo& info) {
+  const double seconds = absl::ToDoubleSeconds(info.elapsed);
+  return absl::StrFormat(
+      "snapshot %d (batch %d, %.1f MiB in %.2f s, %.0f MB/s)", info.generation,
+      info.owner_batch, info.payload_bytes / 1048576.0, seconds,
+      seconds > 0 ? info.payload_bytes / seconds / 1e6 : 0.0);
+}
+
+absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
+    Tracker* tracker, ServiceHostOptions options, bool restore) {
+  if (options.snapshot_interval_s < 0 ||
+      (options.snapshot_interval_s > 0 && options.db.empty())) {
+    return absl::InvalidArgumentError(
+        "a snapshot interval needs a database and must be >= 0");
+  }
+  std::unique_ptr<ServiceHost> host(new ServiceHost());
+  if (!options.db.empty()) {
+    absl::StatusOr<std::unique_ptr<TrackerSnapshots>> opened =
+        TrackerSnapshots::Open(options.db, tracker);
+    if (!opened.ok()) return opened.status();
+    host->snapshots_ = *std::move(opened);
+    if (restore) {
+      absl::StatusOr<std::optional<SnapshotInfo>> restored =
+          host->snapshots_->Restore();
+      if (!restored.ok()) return restored.status();
+      host->restored_ = *restored;
+    }
+  }
+  if (!options.auth_token_file.empty()) {
+    absl::StatusOr<TokenAuthorizer> parsed =
+        TokenAuthorizer::FromFile(options.auth_token_file);
+    if (!parsed.ok()) return parsed.status();
+    host->auth_ = std::make_unique<TokenAuthorizer>(*std::move(parsed));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      Credentials(options);
+  if (!credentials.ok()) return credentials.status();
+
+  ServiceOptions service_options;
+  service_options.snapshots = host->snapshots_.get();
+  service_options.auth = host->auth_.get();
+  host->service_ =
+      std::make_unique<DeltaTrackerService>(tracker, service_options);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, *credentials, &port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             options.max_concurrent_streams);
+  builder.RegisterService(host->service_.get());
+  host->server_ = builder.BuildAndStart();
+  if (host->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options.listen));
+  }
+  host->address_ = absl::StrCat(
+      options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  if (host->snapshots_ != nullptr && options.snapshot_interval_s > 0) {
+    host->snapshots_->StartPeriodic(absl::Seconds(options.snapshot_interval_s));
+  }
+  return host;
+}
+
+ServiceHost::~ServiceHost() { Shutdown(); }
+
+void ServiceHost::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    if (server_ == nullptr) return;  // Start failed half way
+    service_->Stop();
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(5));
+    if (snapshots_ != nullptr) snapshots_->StopPeriodic();
+  });
+}
+
+void ServiceHost::Wait() { server_->Wait(); }
+
+}  // namespace deltastream

@@ -1,0 +1,87 @@
+#ifndef DELTASTREAM_TRACKER_SERVICE_SERVICE_HOST_H_
+#define DELTASTREAM_TRACKER_SERVICE_SERVICE_HOST_H_
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tracker_service/tracker.h"
+#include "tracker_service/tracker_snapshots.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace deltastream {
+
+class DeltaTrackerService;
+class TokenAuthorizer;
+
+// Where and how a process serves its tracker: what tracker_server's flags and
+// the trainer's config both say.
+struct ServiceHostOptions {
+  // HOST:PORT; port 0 picks a free one (see ServiceHost::address()).
+  std::string listen = "127.0.0.1:50051";
+  // RocksDB directory for snapshots; empty: none.
+  std::string db;
+  // Seconds between snapshots taken by a thread of the host's own (0: none).
+  // The trainer leaves it 0 and snapshots at step boundaries itself.
+  int snapshot_interval_s = 0;
+  // Bearer tokens with roles (tracker_service/auth.h); empty: no auth.
+  std::string auth_token_file;
+  // PEM certificate chain and key: serve TLS. Both or neither.
+  std::string tls_cert;
+  std::string tls_key;
+  int max_message_bytes = 64 << 20;
+  int max_concurrent_streams = 64;
+};
+
+// One tracker served over gRPC (health checks and reflection included), with
+// its snapshot database and authorizer. Thread-safe after Start.
+class ServiceHost {
+ public:
+  // Opens the database (restoring its latest snapshot into `tracker` when
+  // `restore`), reads the token file and TLS files, and starts serving.
+  // `tracker` must outlive the host. InvalidArgument for inconsistent options,
+  // NotFound for unreadable files, the database's errors (see
+  // TrackerSnapshots), Unavailable when it cannot listen.
+  static absl::StatusOr<std::unique_ptr<ServiceHost>> Start(
+      Tracker* tracker, ServiceHostOptions options, bool restore = true);
+
+  ~ServiceHost();
+
+  // "HOST:PORT" actually served (the port resolved when 0 was asked).
+  const std::string& address() const { return address_; }
+  // The snapshot restored at Start, if any.
+  const std::optional<SnapshotInfo>& restored() const { return restored_; }
+  // Null without a database.
+  TrackerSnapshots* snapshots() const { return snapshots_.get(); }
+
+  // Ends open streams and stops serving (waiting up to 5 s for calls in
+  // flight), stops periodic snapshots. Idempotent. Does not snapshot: the
+  // owner decides (tracker_server and the trainer take a final one).
+  void Shutdown();
+  // Blocks until Shutdown() has been called (by another thread).
+  void Wait();
+
+ private:
+  ServiceHost() = default;
+
+  std::unique_ptr<TrackerSnapshots> snapshots_;
+  std::unique_ptr<TokenAuthorizer> auth_;
+  std::unique_ptr<DeltaTrackerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::optional<SnapshotInfo> restored_;
+  std::once_flag shutdown_once_;
+};
+
+// "snapshot 3 (batch 120, 1.2 MiB in 0.01 s, 95 MB/s)", for logs.
+std::string DescribeSnapshot(const SnapshotInfo& info);
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRACKER_SERVICE_SERVICE_HOST_H_

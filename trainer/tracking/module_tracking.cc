@@ -1,0 +1,104 @@
+#include "trainer/tracking/module_tracking.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace deltastream {
+
+std::vector<TrackedModule> DescribeModules(
+    absl::Span<EmbeddingModule* const> modules) {
+  std::vector<TrackedModule> described;
+  for (const EmbeddingModule* module : modules) {
+    TrackedModule tracked{module->path(), module->pooled(), {}};
+    for (const EmbeddingTableConfig& table : module->tables()) {
+      tracked.tables.push_back({table.name, table.feature_names});
+    }
+    described.push_back(std::move(tracked));
+  }
+  return described;
+}
+
+absl::Status AttachTracker(Tracker& tracker,
+                           absl::Span<EmbeddingModule* const> modules) {
+  absl::flat_hash_set<std::string> tracked_paths;
+  for (const auto& [path, pooled] : tracker.feature_map().modules) {
+    tracked_paths.insert(path);
+  }
+  absl::flat_hash_set<std::string> fqns(tracker.feature_map().fqns.begin(),
+                                        tracker.feature_map().fqns.end());
+  for (EmbeddingModule* module : modules) {
+    if (!tracked_paths.contains(CleanFqn(module->path()))) continue;
+    for (size_t t = 0; t < module->tables().size(); ++t) {
+      const std::string fqn = CleanFqn(module->TableFqn(t));
+      if (!fqns.contains(fqn) &&
+          !IsSkipped(fqn, tracker.options().fqns_to_skip)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("table '", fqn, "' of module '", module->path(),
+                         "' is not in the tracker's options"));
+      }
+    }
+  }
+  for (EmbeddingModule* module : modules) {
+    if (!tracked_paths.contains(CleanFqn(module->path()))) continue;
+    module->AddPostLookupHook(
+        [&tracker](const EmbeddingModule& module, const ModuleLookup& lookup) {
+          std::vector<TableLookup> tables;
+          for (size_t t = 0; t < lookup.ids.size(); ++t) {
+            const std::string fqn = CleanFqn(module.TableFqn(t));
+            if (IsSkipped(fqn, tracker.options().fqns_to_skip)) continue;
+            TableLookup table;
+            table.fqn = fqn;
+            table.ids = lookup.ids[t];
+            if (tracker.options().mode == TrackingMode::kEmbedding) {
+              // The store keeps float, half or bfloat16 rows.
+              table.states = lookup.rows[t].scalar_type() == at::kDouble
+                                 ? lookup.rows[t].to(at::kFloat)
+                                 : lookup.rows[t];
+            }
+            tables.push_back(std::move(table));
+          }
+          return tracker.RecordTables(std::move(tables));
+        });
+    module->AddPostOutputHook(
+        [&tracker](const EmbeddingModule&) { tracker.TriggerCompaction(); });
+  }
+  return absl::OkStatus();
+}
+
+ModuleRowsReader::ModuleRowsReader(absl::Span<EmbeddingModule* const> modules) {
+  for (EmbeddingModule* module : modules) {
+    for (size_t t = 0; t < module->tables().size(); ++t) {
+      tables_[CleanFqn(module->TableFqn(t))] = {module,
+                                                static_cast<int64_t>(t)};
+    }
+  }
+}
+
+absl::StatusOr<ModuleRowsReader::Table> ModuleRowsReader::Find(
+    absl::string_view fqn) const {
+  auto it = tables_.find(fqn);
+  if (it == tables_.end()) {
+    return absl::NotFoundError(absl::StrCat("no embedding table '", fqn, "'"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<at::Tensor> ModuleRowsReader::ReadEmbeddings(
+    absl::string_view fqn, const at::Tensor& ids) {
+  absl::StatusOr<Table> table = Find(fqn);
+  if (!table.ok()) return table.status();
+  ReaderLock lock(&mu_);
+  return table->module->ReadRows(table->index, ids);
+}
+
+absl::StatusOr<at::Tensor> ModuleRowsReader::ReadOptimizerStates(
+    absl::string_view fqn, const at::Tensor& ids) {
+  absl::StatusOr<Table> table = Find(fqn);
+  if (!table.ok()) return table.status();
+  ReaderLock lock(&mu_);
+  return table->module->ReadOptimizerStates(table->index, ids);
+}
+
+}  // namespace deltastream

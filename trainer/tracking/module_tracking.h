@@ -1,0 +1,85 @@
+#ifndef DELTASTREAM_TRAINER_TRACKING_MODULE_TRACKING_H_
+#define DELTASTREAM_TRAINER_TRACKING_MODULE_TRACKING_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "store/shared_mutex.h"
+#include "tracker_service/live_rows_reader.h"
+#include "tracker_service/tracked_modules.h"
+#include "tracker_service/tracker.h"
+#include "trainer/modules/embedding_modules.h"
+
+namespace deltastream {
+
+// How the tracker meets the trainer's embedding modules (TorchRec's
+// ModelDeltaTracker wiring):
+//   1. DescribeModules(modules) -> TrackerOptions::modules;
+//   2. ModuleRowsReader reader(modules) -> Tracker::Create(options, &reader);
+//   3. AttachTracker(tracker, modules): every module the tracker tracks gets
+//      a post-lookup hook that records its lookup and a post-output hook that
+//      triggers auto-compaction. Modules skipped by fqns_to_skip get no hook
+//      and so never call one.
+//   4. The training loop holds reader.BeginUpdate() across backward (where
+//      the fused optimizers change rows), so service threads read rows and
+//      optimizer states at a step boundary, never half-updated.
+
+// The modules as the tracker sees them (path, pooled, tables and features).
+std::vector<TrackedModule> DescribeModules(
+    absl::Span<EmbeddingModule* const> modules);
+
+// Registers the hooks of step 3. The tracker must outlive the modules' use.
+// FailedPrecondition when a tracked module is not in the tracker's options
+// (it was created from other modules).
+absl::Status AttachTracker(Tracker& tracker,
+                           absl::Span<EmbeddingModule* const> modules);
+
+// The tracker's view of live rows (tracker_service/live_rows_reader.h) over
+// the trainer's modules, by table FQN. Results are on the modules' device.
+class ModuleRowsReader : public LiveRowsReader {
+ public:
+  // The modules must outlive the reader.
+  explicit ModuleRowsReader(absl::Span<EmbeddingModule* const> modules);
+
+  absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
+                                            const at::Tensor& ids) override;
+  absl::StatusOr<at::Tensor> ReadOptimizerStates(
+      absl::string_view fqn, const at::Tensor& ids) override;
+
+  // Held by the training loop around backward: reads wait until it ends.
+  // Reads from the training thread itself (a tracker recording optimizer
+  // states in forward) must not happen while it holds the guard.
+  class ABSL_SCOPED_LOCKABLE UpdateGuard {
+   public:
+    explicit UpdateGuard(ModuleRowsReader& reader)
+        ABSL_EXCLUSIVE_LOCK_FUNCTION(reader.mu_)
+        : lock_(&reader.mu_) {}
+    ~UpdateGuard() ABSL_UNLOCK_FUNCTION() = default;
+
+   private:
+    WriterLock lock_;
+  };
+
+ private:
+  struct Table {
+    EmbeddingModule* module;
+    int64_t index;
+  };
+  absl::StatusOr<Table> Find(absl::string_view fqn) const;
+
+  absl::flat_hash_map<std::string, Table> tables_;
+  SharedMutex mu_;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRAINER_TRACKING_MODULE_TRACKING_H_
