@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,8 +30,9 @@ absl::Status FeatureDict::Add(std::string feature, JaggedTensor values) {
     }
     if (values.has_weights() != first.has_weights()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "feature '", feature, "' is ", values.has_weights() ? "" : "not ",
-          "weighted, the others are ", first.has_weights() ? "" : "not"));
+          "feature '", feature, "' is ", values.has_weights() ? "" : "un",
+          "weighted but the others are ", first.has_weights() ? "" : "un",
+          "weighted"));
     }
     if (values.device() != first.device()) {
       return absl::InvalidArgumentError(
@@ -56,15 +60,20 @@ absl::StatusOr<KeyedJaggedTensor> FeatureDict::ToKeyedJaggedTensor() const {
   if (features_.empty()) return KeyedJaggedTensor();
   try {
     std::vector<at::Tensor> values, lengths, weights;
-    bool mixed_lengths = false;
+    values.reserve(features_.size());
+    lengths.reserve(features_.size());
+    bool all_int32 = true;
+    int64_t total = 0;  // Values of all features: a host number, no sync.
     for (const JaggedTensor& feature : features_) {
       values.push_back(feature.values());
       lengths.push_back(feature.lengths());
-      mixed_lengths = mixed_lengths || feature.lengths().scalar_type() !=
-                                           features_[0].lengths().scalar_type();
+      all_int32 = all_int32 && feature.lengths().scalar_type() == at::kInt;
+      total += feature.values().size(0);
       if (feature.has_weights()) weights.push_back(*feature.weights());
     }
-    if (mixed_lengths) {
+    // int64 lengths unless every feature's are int32 and int32 offsets hold
+    // the total (as KeyedJaggedTensor::Concat does); all int64 stay int64.
+    if (!all_int32 || total > std::numeric_limits<int32_t>::max()) {
       for (at::Tensor& l : lengths) l = l.to(at::kLong);
     }
     auto join = [](const std::vector<at::Tensor>& parts) {

@@ -48,8 +48,13 @@ class FeatureDict {
   const JaggedTensor& At(int64_t index) const { return features_[index]; }
 
   // One KeyedJaggedTensor, keys in insertion order, stride num_examples():
-  // values, lengths (int64 when the features' lengths dtypes differ) and
-  // weights concatenated on their device. An empty dict gives an empty KJT.
+  // values, lengths (int64 when the features' lengths dtypes differ, or when
+  // int32 offsets could not hold the total) and weights concatenated on their
+  // device. An empty dict gives an empty KJT. InvalidArgument when the result
+  // is not a valid KeyedJaggedTensor (e.g. values that are not 1-D int64 IDs,
+  // such as the embedding rows an EmbeddingCollection returns). Builds through
+  // KeyedJaggedTensor::FromLengths, so it reads lengths on the host once (a
+  // synchronisation on a GPU).
   absl::StatusOr<KeyedJaggedTensor> ToKeyedJaggedTensor() const;
 
   // Every key of `kjt`, in key order (views, no copy).

@@ -56,7 +56,8 @@ class KeyedTensor {
 
   // The keys of every part, in order, as one KeyedTensor (values
   // concatenated along key_dim). InvalidArgument when there are no parts,
-  // key_dims differ, a key appears twice, or the other dimensions differ.
+  // key_dims differ, a key appears twice, parts lie on different devices, or
+  // the other dimensions differ.
   static absl::StatusOr<KeyedTensor> Concat(absl::Span<const KeyedTensor> parts);
 
   // The blocks of `groups[j]` keys, concatenated in that order along key_dim,

@@ -1,0 +1,111 @@
+// Step time of the trainer with tracking off, ID_ONLY and EMBEDDING, measured
+// in one run: DESIGN.md bounds the overhead of recording lookups at 3%
+// (ID_ONLY) and 5% (EMBEDDING) of a training step.
+//
+//   bazel run -c opt //tests/bench:trainer_step_bench -- [--device=cuda]
+//       [--rounds=5] [--steps=40] [--batch_size=512]
+//
+// EMBEDDING mode needs sequence tables (a pooled DLRM refuses it), so the
+// default DLRM is measured off vs ID_ONLY and the sequence model off vs
+// ID_ONLY vs EMBEDDING. Every run is a fresh trainer on the embedded defaults
+// (auto-compaction on, one consumer that never reads: the store grows over
+// the run, the worst case), warmed up for 10 steps; configurations alternate
+// within each round; the table prints medians over rounds and each mode's
+// overhead against "off" of the same model.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "store/host_memory.h"
+#include "tests/bench/timing.h"
+#include "trainer/config.h"
+#include "trainer/trainer.h"
+
+ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
+ABSL_FLAG(int, rounds, 5, "rounds (each runs every configuration once)");
+ABSL_FLAG(int, steps, 40, "timed steps per run (after 10 warm-up steps)");
+ABSL_FLAG(int, batch_size, 512, "examples per step");
+
+namespace deltastream {
+namespace {
+
+struct Setup {
+  std::string model;  // dlrm or sequence
+  std::string mode;   // off, id_only, embedding
+};
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "trainer_step_bench: %s\n", status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// Seconds per step of one fresh trainer.
+double SecondsPerStep(const Setup& setup) {
+  v1::TrainerConfig config;
+  config.mutable_model()->set_kind(setup.model);
+  config.mutable_tracker()->set_mode(setup.mode);
+  config.mutable_data()->set_batch_size(absl::GetFlag(FLAGS_batch_size));
+  config.set_device(absl::GetFlag(FLAGS_device));
+  config.set_log_every_steps(0);
+  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(config);
+  Check(settings.status());
+  settings->eval_batches = 0;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(*settings, [](const std::string&) {});
+  Check(trainer.status());
+  std::atomic<bool> stop{false};
+  Check((*trainer)->Run(stop, 10).status());
+  absl::StatusOr<TrainerProgress> timed =
+      (*trainer)->Run(stop, absl::GetFlag(FLAGS_steps));
+  Check(timed.status());
+  return absl::ToDoubleSeconds(timed->elapsed) / timed->steps_this_run;
+}
+
+int Main() {
+  KeepHostMemoryForReuse();
+  const std::vector<Setup> setups = {{"dlrm", "off"},
+                                     {"dlrm", "id_only"},
+                                     {"sequence", "off"},
+                                     {"sequence", "id_only"},
+                                     {"sequence", "embedding"}};
+  std::map<std::string, std::vector<double>> times;
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    for (const Setup& setup : setups) {
+      times[setup.model + "/" + setup.mode].push_back(SecondsPerStep(setup));
+    }
+    std::fprintf(stderr, "round %d done\n", round + 1);
+  }
+  std::printf("device %s, batch %d, %d timed steps x %d rounds (medians)\n",
+              absl::GetFlag(FLAGS_device).c_str(),
+              absl::GetFlag(FLAGS_batch_size), absl::GetFlag(FLAGS_steps),
+              absl::GetFlag(FLAGS_rounds));
+  std::printf("%-22s %12s %10s %10s\n", "model/mode", "ms/step", "overhead",
+              "bound");
+  for (const Setup& setup : setups) {
+    const std::string key = setup.model + "/" + setup.mode;
+    const double step = bench::Median(times[key]);
+    const double off = bench::Median(times[setup.model + "/off"]);
+    const std::string bound = setup.mode == "id_only"     ? "3%"
+                              : setup.mode == "embedding" ? "5%"
+                                                          : "";
+    std::printf("%-22s %12.2f %9.1f%% %10s\n", key.c_str(), step * 1e3,
+                (step / off - 1) * 100, bound.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return deltastream::Main();
+}

@@ -1,0 +1,228 @@
+#include "trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace deltastream {
+namespace {
+
+constexpr char kPrefix[] = "checkpoint-";
+constexpr char kSuffix[] = ".pt";
+
+std::vector<std::string> CheckpointFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kPrefix, 0) == 0 && name.size() > sizeof(kSuffix) &&
+        name.compare(name.size() - 3, 3, kSuffix) == 0) {
+      files.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());  // fixed-width steps sort in order
+  return files;
+}
+
+absl::Status WriteDurably(const std::string& path,
+                          const std::vector<char>& bytes) {
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write '", temporary, "'"));
+  }
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n =
+        ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n <= 0) {
+      ::close(fd);
+      return absl::InternalError(
+          absl::StrCat("writing '", temporary, "' failed"));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0 ||
+      std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot finish '", path, "' (disk full?)"));
+  }
+  // The rename itself is durable once the directory is synced.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY); dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointInfo> SaveCheckpoint(
+    const std::string& dir, int64_t step, int64_t examples, RecModel& model,
+    torch::optim::Optimizer& dense_optimizer, int64_t keep) {
+  const absl::Time start = absl::Now();
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create '", dir, "': ", error.message()));
+  }
+  CheckpointInfo info;
+  info.step = step;
+  info.examples = examples;
+  info.path = absl::StrFormat("%s/%s%012d%s", dir, kPrefix, step, kSuffix);
+  std::vector<char> bytes;
+  try {
+    c10::Dict<std::string, at::Tensor> tensors;
+    tensors.insert("meta.step", at::scalar_tensor(step, at::kLong));
+    tensors.insert("meta.examples", at::scalar_tensor(examples, at::kLong));
+    for (const auto& item : model.dense().named_parameters()) {
+      tensors.insert("dense." + item.key(), item.value().detach().cpu());
+    }
+    torch::serialize::OutputArchive archive;
+    dense_optimizer.save(archive);
+    std::ostringstream optimizer_bytes;
+    archive.save_to(optimizer_bytes);
+    const std::string state = optimizer_bytes.str();
+    tensors.insert(
+        "dense_optimizer",
+        at::from_blob(const_cast<char*>(state.data()),
+                      {static_cast<int64_t>(state.size())}, at::kByte)
+            .clone());
+    for (EmbeddingModule* module : model.embedding_modules()) {
+      for (const auto& [name, tensor] : module->StateTensors()) {
+        tensors.insert(absl::StrCat("sparse.", module->path(), ".", name),
+                       tensor.cpu());
+      }
+    }
+    bytes = torch::pickle_save(tensors);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("checkpoint of step ", step, ": ",
+                                            e.what_without_backtrace()));
+  }
+  if (absl::Status status = WriteDurably(info.path, bytes); !status.ok()) {
+    return status;
+  }
+  info.bytes = static_cast<int64_t>(bytes.size());
+  std::vector<std::string> files = CheckpointFiles(dir);
+  for (size_t i = 0; i + keep < files.size(); ++i) {
+    std::filesystem::remove(files[i], error);
+  }
+  info.elapsed = absl::Now() - start;
+  return info;
+}
+
+std::optional<std::string> LatestCheckpoint(const std::string& dir) {
+  std::vector<std::string> files = CheckpointFiles(dir);
+  if (files.empty()) return std::nullopt;
+  return files.back();
+}
+
+absl::StatusOr<CheckpointInfo> LoadCheckpoint(
+    const std::string& path, RecModel& model,
+    torch::optim::Optimizer& dense_optimizer) {
+  const absl::Time start = absl::Now();
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  }
+  std::vector<char> bytes;
+  char buffer[1 << 16];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file)) > 0;) {
+    bytes.insert(bytes.end(), buffer, buffer + n);
+  }
+  std::fclose(file);
+
+  std::map<std::string, at::Tensor> tensors;
+  try {
+    c10::IValue loaded = torch::pickle_load(bytes);
+    for (const auto& entry : loaded.toGenericDict()) {
+      tensors[entry.key().toStringRef()] = entry.value().toTensor();
+    }
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(absl::StrCat(
+        "'", path,
+        "' is not a readable checkpoint: ", e.what_without_backtrace()));
+  }
+  auto take = [&](const std::string& name) -> absl::StatusOr<at::Tensor> {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' has no '", name,
+                       "': it is not a checkpoint of this model"));
+    }
+    at::Tensor tensor = it->second;
+    tensors.erase(it);
+    return tensor;
+  };
+
+  CheckpointInfo info;
+  info.path = path;
+  absl::StatusOr<at::Tensor> step = take("meta.step");
+  if (!step.ok()) return step.status();
+  absl::StatusOr<at::Tensor> examples = take("meta.examples");
+  if (!examples.ok()) return examples.status();
+  info.step = step->item<int64_t>();
+  info.examples = examples->item<int64_t>();
+  try {
+    torch::NoGradGuard no_grad;
+    for (auto& item : model.dense().named_parameters()) {
+      absl::StatusOr<at::Tensor> saved = take("dense." + item.key());
+      if (!saved.ok()) return saved.status();
+      if (saved->sizes() != item.value().sizes()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", path, "': dense.", item.key(), " is ",
+                         c10::str(saved->sizes()), ", the model's is ",
+                         c10::str(item.value().sizes())));
+      }
+      item.value().copy_(*saved);
+    }
+    absl::StatusOr<at::Tensor> optimizer_state = take("dense_optimizer");
+    if (!optimizer_state.ok()) return optimizer_state.status();
+    at::Tensor state_bytes = optimizer_state->contiguous();
+    std::istringstream stream(std::string(
+        static_cast<const char*>(state_bytes.data_ptr()), state_bytes.numel()));
+    torch::serialize::InputArchive archive;
+    archive.load_from(stream, model.device());
+    dense_optimizer.load(archive);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path, "' does not fit the model: ", e.what_without_backtrace()));
+  }
+  for (EmbeddingModule* module : model.embedding_modules()) {
+    std::vector<std::pair<std::string, at::Tensor>> states;
+    for (const auto& [name, live] : module->StateTensors()) {
+      absl::StatusOr<at::Tensor> saved =
+          take(absl::StrCat("sparse.", module->path(), ".", name));
+      if (!saved.ok()) return saved.status();
+      states.emplace_back(name, *saved);
+    }
+    if (absl::Status status = module->LoadStateTensors(states); !status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "': ", status.message()));
+    }
+  }
+  if (!tensors.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", path, "' holds '", tensors.begin()->first,
+                     "', which this model does not have"));
+  }
+  info.bytes = static_cast<int64_t>(bytes.size());
+  info.elapsed = absl::Now() - start;
+  return info;
+}
+
+}  // namespace deltastream

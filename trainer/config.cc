@@ -1,0 +1,333 @@
+#include "trainer/config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace deltastream {
+namespace {
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (!first_.empty()) return;
+    first_ =
+        absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+absl::Status Invalid(absl::string_view field, absl::string_view message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("config: ", field, ": ", message));
+}
+
+template <typename T>
+T Or(T value, T fallback) {
+  return value != T() ? value : fallback;
+}
+
+absl::StatusOr<std::vector<EmbeddingTableConfig>> Tables(const v1::Model& model,
+                                                         ModelKind kind) {
+  std::vector<EmbeddingTableConfig> tables;
+  if (model.tables().empty()) {
+    for (int t = 0; t < 8; ++t) {
+      EmbeddingTableConfig table;
+      table.name = absl::StrCat("t", t);
+      table.num_embeddings = 100000;
+      table.embedding_dim = 16;
+      table.feature_names = {absl::StrCat("cat_", t)};
+      tables.push_back(std::move(table));
+    }
+    return tables;
+  }
+  for (const v1::EmbeddingTable& in : model.tables()) {
+    EmbeddingTableConfig table;
+    table.name = in.name();
+    table.num_embeddings = in.num_embeddings();
+    table.embedding_dim = in.embedding_dim();
+    table.feature_names.assign(in.feature_names().begin(),
+                               in.feature_names().end());
+    if (table.feature_names.empty()) table.feature_names = {in.name()};
+    const std::string field = absl::StrCat("model.tables '", in.name(), "'");
+    if (in.pooling().empty() || in.pooling() == "sum") {
+      table.pooling = Pooling::kSum;
+    } else if (in.pooling() == "mean") {
+      table.pooling = Pooling::kMean;
+    } else {
+      return Invalid(field, absl::StrCat("pooling must be sum or mean, got '",
+                                         in.pooling(), "'"));
+    }
+    if (kind == ModelKind::kSequence && !in.pooling().empty()) {
+      return Invalid(field, "a sequence model's tables are not pooled");
+    }
+    if (in.dtype().empty() || in.dtype() == "float") {
+      table.dtype = c10::kFloat;
+    } else if (in.dtype() == "double") {
+      table.dtype = c10::kDouble;
+    } else {
+      return Invalid(field, absl::StrCat("dtype must be float or double, got '",
+                                         in.dtype(), "'"));
+    }
+    tables.push_back(std::move(table));
+  }
+  if (absl::Status status = ValidateTables(tables); !status.ok()) {
+    return Invalid("model.tables", status.message());
+  }
+  return tables;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TrainerConfig> ParseTrainerConfig(absl::string_view text) {
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  v1::TrainerConfig config;
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: ", errors.first().empty() ? "does not parse"
+                                                        : errors.first()));
+  }
+  return config;
+}
+
+absl::StatusOr<v1::TrainerConfig> ReadTrainerConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read config '", path, "'"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<v1::TrainerConfig> config = ParseTrainerConfig(text.str());
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
+    const v1::TrainerConfig& config) {
+  TrainerSettings settings;
+  const v1::Model& model = config.model();
+
+  // The model.
+  if (model.kind().empty() || model.kind() == "dlrm") {
+    settings.model_kind = ModelKind::kDlrm;
+  } else if (model.kind() == "sequence") {
+    settings.model_kind = ModelKind::kSequence;
+  } else {
+    return Invalid("model.kind",
+                   absl::StrCat("dlrm or sequence, got '", model.kind(), "'"));
+  }
+  absl::StatusOr<std::vector<EmbeddingTableConfig>> tables =
+      Tables(model, settings.model_kind);
+  if (!tables.ok()) return tables.status();
+  settings.tables = *std::move(tables);
+  if (model.num_dense() < 0) return Invalid("model.num_dense", "must be >= 0");
+  settings.num_dense = Or<int64_t>(model.num_dense(), 13);
+  const int64_t dim = settings.tables.front().embedding_dim;
+  settings.dense_arch.assign(model.dense_arch().begin(),
+                             model.dense_arch().end());
+  if (settings.dense_arch.empty()) settings.dense_arch = {64, dim};
+  settings.over_arch.assign(model.over_arch().begin(), model.over_arch().end());
+  if (settings.over_arch.empty()) settings.over_arch = {64, 32, 1};
+
+  const v1::SparseOptimizer& sparse = model.sparse_optimizer();
+  if (!sparse.type().empty()) {
+    absl::StatusOr<SparseOptimizerType> type =
+        ParseSparseOptimizer(sparse.type());
+    if (!type.ok())
+      return Invalid("model.sparse_optimizer", type.status().message());
+    settings.sparse_optimizer.type = *type;
+  }
+  settings.sparse_optimizer.learning_rate = Or(sparse.learning_rate(), 0.05);
+  settings.sparse_optimizer.eps = Or(sparse.eps(), 1e-8);
+  settings.sparse_optimizer.beta1 = Or(sparse.beta1(), 0.9);
+  settings.sparse_optimizer.beta2 = Or(sparse.beta2(), 0.999);
+  settings.sparse_optimizer.weight_decay = sparse.weight_decay();
+  settings.sparse_optimizer.initial_accumulator_value =
+      sparse.initial_accumulator_value();
+  if (absl::Status status = ValidateOptimizer(settings.sparse_optimizer);
+      !status.ok()) {
+    return Invalid("model.sparse_optimizer", status.message());
+  }
+  settings.dense_optimizer =
+      Or<std::string>(model.dense_optimizer().type(), "adagrad");
+  if (settings.dense_optimizer != "sgd" &&
+      settings.dense_optimizer != "adagrad" &&
+      settings.dense_optimizer != "adam") {
+    return Invalid("model.dense_optimizer.type",
+                   absl::StrCat("sgd, adagrad or adam, got '",
+                                settings.dense_optimizer, "'"));
+  }
+  settings.dense_learning_rate =
+      Or(model.dense_optimizer().learning_rate(), 0.05);
+  if (settings.dense_learning_rate < 0) {
+    return Invalid("model.dense_optimizer.learning_rate", "must be >= 0");
+  }
+
+  // The run.
+  settings.seed = config.seed();
+  settings.steps = Or<int64_t>(config.steps(), 300);
+  if (settings.steps < -1) return Invalid("steps", "must be >= -1");
+  settings.log_every_steps = Or<int64_t>(config.log_every_steps(), 50);
+  if (settings.log_every_steps < 0) {
+    return Invalid("log_every_steps", "must be >= 0");
+  }
+  const std::string device = Or<std::string>(config.device(), "cpu");
+  if (device == "cpu") {
+    settings.device = c10::Device(c10::kCPU);
+  } else if (device.rfind("cuda", 0) == 0) {
+    try {
+      settings.device = c10::Device(device);
+    } catch (const c10::Error&) {
+      return Invalid("device", absl::StrCat("cannot parse '", device, "'"));
+    }
+  } else {
+    return Invalid("device",
+                   absl::StrCat("cpu, cuda or cuda:N, got '", device, "'"));
+  }
+
+  // The data.
+  const v1::Data& data = config.data();
+  const int64_t batch_size = Or<int64_t>(data.batch_size(), 512);
+  if (batch_size <= 0) return Invalid("data.batch_size", "must be positive");
+  settings.eval_batches = Or<int64_t>(data.eval_batches(), 8);
+  if (settings.eval_batches < 0) {
+    return Invalid("data.eval_batches", "must be >= 0");
+  }
+  absl::flat_hash_set<std::string> data_features;
+  if (data.has_criteo()) {
+    settings.synthetic = false;
+    CriteoOptions& criteo = settings.criteo_data;
+    criteo.paths.assign(data.criteo().paths().begin(),
+                        data.criteo().paths().end());
+    if (criteo.paths.empty()) return Invalid("data.criteo.paths", "empty");
+    criteo.batch_size = batch_size;
+    criteo.max_malformed_fraction =
+        Or(data.criteo().max_malformed_fraction(), 0.01);
+    criteo.loop = data.criteo().loop();
+    // Each of the 26 features gets its table's row count (unused ones 1).
+    criteo.num_rows.assign(26, 1);
+    for (int f = 0; f < 26; ++f) {
+      data_features.insert(absl::StrCat("cat_", f));
+    }
+    for (const EmbeddingTableConfig& table : settings.tables) {
+      for (const std::string& feature : table.feature_names) {
+        for (int f = 0; f < 26; ++f) {
+          if (feature == absl::StrCat("cat_", f)) {
+            criteo.num_rows[f] = table.num_embeddings;
+          }
+        }
+      }
+    }
+    if (settings.num_dense != 13) {
+      return Invalid("model.num_dense", "Criteo data has 13 dense features");
+    }
+  } else {
+    SyntheticOptions& synthetic = settings.synthetic_data;
+    synthetic.batch_size = batch_size;
+    synthetic.num_dense = settings.num_dense;
+    synthetic.zipf_exponent = Or(data.synthetic().zipf_exponent(), 1.05);
+    synthetic.seed = settings.seed;
+    const int64_t min_length = Or<int64_t>(data.synthetic().min_length(), 1);
+    const int64_t max_length =
+        Or<int64_t>(data.synthetic().max_length(),
+                    settings.model_kind == ModelKind::kSequence ? 8 : 1);
+    for (const EmbeddingTableConfig& table : settings.tables) {
+      for (const std::string& feature : table.feature_names) {
+        synthetic.features.push_back(
+            {feature, table.num_embeddings, min_length, max_length});
+        data_features.insert(feature);
+      }
+    }
+  }
+  for (const EmbeddingTableConfig& table : settings.tables) {
+    for (const std::string& feature : table.feature_names) {
+      if (!data_features.contains(feature)) {
+        return Invalid(
+            "model.tables",
+            absl::StrCat("feature '", feature, "' of table '", table.name,
+                         "' is not in the data (Criteo features "
+                         "are cat_0..cat_25)"));
+      }
+    }
+  }
+
+  // Tracking and the service.
+  const v1::Tracker& tracker = config.tracker();
+  if (tracker.mode() == "off") {
+    settings.tracking = false;
+  } else {
+    absl::StatusOr<TrackingMode> mode =
+        ParseTrackingMode(Or<std::string>(tracker.mode(), "id_only"));
+    if (!mode.ok()) return Invalid("tracker.mode", mode.status().message());
+    settings.tracker.mode = *mode;
+    if (*mode == TrackingMode::kEmbedding &&
+        settings.model_kind == ModelKind::kDlrm) {
+      return Invalid("tracker.mode",
+                     "embedding tracking needs sequence tables (model.kind: "
+                     "sequence); a pooled (DLRM) model can track id_only or "
+                     "an optimizer mode");
+    }
+    const bool needs_row_state =
+        *mode != TrackingMode::kIdOnly && *mode != TrackingMode::kEmbedding;
+    if (needs_row_state &&
+        settings.sparse_optimizer.type == SparseOptimizerType::kSgd) {
+      return Invalid("tracker.mode",
+                     absl::StrCat(TrackingModeName(*mode),
+                                  " reads the optimizer's row state; sgd has "
+                                  "none"));
+    }
+    settings.tracker.consumers.assign(tracker.consumers().begin(),
+                                      tracker.consumers().end());
+    settings.tracker.delete_on_read = !tracker.keep_on_read();
+    settings.tracker.auto_compact = !tracker.no_auto_compact();
+    settings.tracker.acknowledged_reads = tracker.acknowledged_reads();
+    settings.tracker.fqns_to_skip.assign(tracker.fqns_to_skip().begin(),
+                                         tracker.fqns_to_skip().end());
+    settings.tracker.memory_cap_bytes = tracker.memory_cap_bytes();
+    settings.serve = !tracker.listen().empty();
+    settings.service.listen = tracker.listen();
+    settings.service.auth_token_file = tracker.auth_token_file();
+    settings.service.tls_cert = tracker.tls_cert();
+    settings.service.tls_key = tracker.tls_key();
+  }
+  if (!settings.tracking && !tracker.listen().empty()) {
+    return Invalid("tracker.listen", "a service needs tracking (mode is off)");
+  }
+
+  // Checkpoints.
+  const v1::Checkpoints& checkpoints = config.checkpoints();
+  settings.checkpoint_dir = checkpoints.dir();
+  settings.checkpoint_every_steps = checkpoints.every_steps();
+  settings.checkpoint_every_seconds = checkpoints.every_seconds();
+  settings.checkpoints_kept = Or<int64_t>(checkpoints.keep(), 2);
+  if (settings.checkpoint_every_steps < 0 ||
+      settings.checkpoint_every_seconds < 0 || settings.checkpoints_kept < 1) {
+    return Invalid("checkpoints",
+                   "every_steps and every_seconds must be >= 0, keep >= 1");
+  }
+  if (settings.checkpoint_dir.empty() &&
+      (settings.checkpoint_every_steps > 0 ||
+       settings.checkpoint_every_seconds > 0)) {
+    return Invalid("checkpoints", "a schedule needs a dir");
+  }
+  if (!settings.checkpoint_dir.empty() && settings.tracking) {
+    settings.service.db = settings.checkpoint_dir + "/db";
+  }
+  return settings;
+}
+
+}  // namespace deltastream

@@ -1,0 +1,77 @@
+#ifndef DELTASTREAM_TRAINER_CONFIG_H_
+#define DELTASTREAM_TRAINER_CONFIG_H_
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/trainer_config.pb.h"
+#include "tracker_service/service_host.h"
+#include "tracker_service/tracker.h"
+#include "trainer/data/criteo_tsv.h"
+#include "trainer/data/synthetic.h"
+#include "trainer/modules/embedding_config.h"
+#include "trainer/modules/sparse_optimizer.h"
+
+namespace deltastream {
+
+enum class ModelKind { kDlrm, kSequence };
+
+// A TrainerConfig with every default applied and every field checked and
+// typed: what the trainer runs on. See proto/trainer_config.proto for the
+// fields and their defaults.
+struct TrainerSettings {
+  ModelKind model_kind = ModelKind::kDlrm;
+  int64_t num_dense = 13;
+  std::vector<int64_t> dense_arch;
+  std::vector<int64_t> over_arch;
+  std::vector<EmbeddingTableConfig> tables;
+  SparseOptimizerConfig sparse_optimizer;
+  std::string dense_optimizer = "adagrad";  // sgd, adagrad or adam
+  double dense_learning_rate = 0.05;
+
+  // Exactly one of the two sources; the other has no features / no paths.
+  bool synthetic = true;
+  SyntheticOptions synthetic_data;
+  CriteoOptions criteo_data;
+  int64_t eval_batches = 8;
+
+  // Tracking: off, or the tracker's options (modules are filled in by the
+  // trainer from its model) and, when `serve`, where the service listens.
+  bool tracking = true;
+  TrackerOptions tracker;
+  bool serve = false;
+  ServiceHostOptions service;
+
+  std::string checkpoint_dir;  // empty: no snapshots or checkpoints
+  int64_t checkpoint_every_steps = 0;
+  double checkpoint_every_seconds = 0;
+  int64_t checkpoints_kept = 2;
+
+  int64_t steps = 300;  // -1: until the data ends or a stop is asked
+  c10::Device device = c10::Device(c10::kCPU);
+  uint64_t seed = 0;
+  int64_t log_every_steps = 50;
+};
+
+// Parses protobuf text format. InvalidArgument with "line L column C: ..."
+// for a syntax error or an unknown field.
+absl::StatusOr<v1::TrainerConfig> ParseTrainerConfig(absl::string_view text);
+// Reads and parses a file; NotFound when it cannot be read.
+absl::StatusOr<v1::TrainerConfig> ReadTrainerConfig(const std::string& path);
+
+// Applies defaults and checks everything (InvalidArgument naming the field):
+// unknown model kind, optimizer, pooling, dtype, tracking mode or device;
+// bad table, optimizer or data settings; a table feature the data does not
+// provide; embedding tracking on a pooled model; a checkpoint schedule
+// without a directory.
+absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
+    const v1::TrainerConfig& config);
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRAINER_CONFIG_H_

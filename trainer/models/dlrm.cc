@@ -1,0 +1,80 @@
+#include "trainer/models/dlrm.h"
+
+#include "trainer/models/architecture.h"
+
+namespace deltastream {
+
+struct Dlrm::Dense : torch::nn::Module {
+  Dense(const DlrmConfig& config, int64_t num_features) {
+    const int64_t dim = config.dense_arch.back();
+    const int64_t vectors = num_features + 1;
+    dense_arch = register_module(
+        "dense_arch", MakeMlp(config.num_dense, config.dense_arch, true));
+    over_arch = register_module(
+        "over_arch",
+        MakeMlp(dim + vectors * (vectors - 1) / 2, config.over_arch, false));
+  }
+  torch::nn::Sequential dense_arch{nullptr};
+  torch::nn::Sequential over_arch{nullptr};
+};
+
+Dlrm::Dlrm(DlrmConfig config) : config_(std::move(config)) {}
+Dlrm::~Dlrm() = default;
+
+absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(DlrmConfig config) {
+  if (absl::Status status = ValidateArchitecture(
+          config.num_dense, config.dense_arch, config.over_arch, config.tables);
+      !status.ok()) {
+    return status;
+  }
+  EmbeddingModuleOptions options;
+  options.path = "sparse_arch.embedding_bag_collection";
+  options.tables = config.tables;
+  options.optimizer = config.sparse_optimizer;
+  options.device = config.device;
+  options.seed = config.seed;
+  absl::StatusOr<std::unique_ptr<EmbeddingBagCollection>> ebc =
+      EmbeddingBagCollection::Create(std::move(options));
+  if (!ebc.ok()) return ebc.status();
+  std::unique_ptr<Dlrm> model(new Dlrm(std::move(config)));
+  model->ebc_ = *std::move(ebc);
+  absl::Status status = CatchModelErrors([&]() -> absl::Status {
+    const int64_t features =
+        static_cast<int64_t>(model->ebc_->feature_names().size());
+    // Dense parameters are drawn from the global generator: seed it so the
+    // same config gives the same model.
+    torch::manual_seed(model->config_.seed);
+    model->dense_ = std::make_shared<Dense>(model->config_, features);
+    model->dense_->to(model->config_.device);
+    at::Tensor pairs = at::triu_indices(features + 1, features + 1, 1);
+    model->interaction_index_ =
+        (pairs[0] * (features + 1) + pairs[1]).to(model->config_.device);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return model;
+}
+
+absl::StatusOr<at::Tensor> Dlrm::Forward(const Batch& batch) {
+  absl::StatusOr<KeyedTensor> pooled = ebc_->Forward(batch.sparse);
+  if (!pooled.ok()) return pooled.status();
+  return CatchModelErrors([&]() -> absl::StatusOr<at::Tensor> {
+    const int64_t b = batch.dense.size(0);
+    const int64_t dim = config_.dense_arch.back();
+    at::Tensor dense = dense_->dense_arch->forward(batch.dense);
+    at::Tensor sparse =
+        pooled->values().to(dense.scalar_type()).view({b, -1, dim});
+    at::Tensor vectors = at::cat({dense.unsqueeze(1), sparse}, 1);
+    at::Tensor dots = at::bmm(vectors, vectors.transpose(1, 2));
+    at::Tensor interactions =
+        dots.flatten(1).index_select(1, interaction_index_);
+    return dense_->over_arch->forward(at::cat({dense, interactions}, 1))
+        .squeeze(1);
+  });
+}
+
+std::vector<EmbeddingModule*> Dlrm::embedding_modules() { return {ebc_.get()}; }
+
+torch::nn::Module& Dlrm::dense() { return *dense_; }
+
+}  // namespace deltastream

@@ -1,0 +1,60 @@
+#ifndef DELTASTREAM_TRAINER_MODELS_DLRM_H_
+#define DELTASTREAM_TRAINER_MODELS_DLRM_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/models/model.h"
+#include "trainer/modules/embedding_config.h"
+#include "trainer/modules/embedding_modules.h"
+#include "trainer/modules/sparse_optimizer.h"
+
+namespace deltastream {
+
+struct DlrmConfig {
+  int64_t num_dense = 13;
+  // Bottom MLP over the dense features; its last width is the embedding dim
+  // every table must share.
+  std::vector<int64_t> dense_arch = {64, 16};
+  // Top MLP over the interactions; ends in 1 (the logit).
+  std::vector<int64_t> over_arch = {64, 32, 1};
+  std::vector<EmbeddingTableConfig> tables;
+  SparseOptimizerConfig sparse_optimizer;
+  c10::Device device = c10::Device(c10::kCPU);
+  // Dense parameters and tables start from this seed (same seed, same model).
+  uint64_t seed = 0;
+};
+
+// DLRM (Naumov et al., 2019): a bottom MLP turns the dense features into one
+// D-vector; an EmbeddingBagCollection ("sparse_arch.embedding_bag_collection")
+// pools one D-vector per sparse feature; the interaction takes the pairwise
+// dot products of those F + 1 vectors (i < j) next to the dense vector; a top
+// MLP maps them to a logit.
+class Dlrm : public RecModel {
+ public:
+  // InvalidArgument: bad tables or optimizer, tables of another dim than
+  // dense_arch's last width, empty or non-positive widths, over_arch not
+  // ending in 1, num_dense < 1.
+  static absl::StatusOr<std::unique_ptr<Dlrm>> Create(DlrmConfig config);
+  ~Dlrm() override;
+
+  absl::StatusOr<at::Tensor> Forward(const Batch& batch) override;
+  std::vector<EmbeddingModule*> embedding_modules() override;
+  torch::nn::Module& dense() override;
+  c10::Device device() const override { return config_.device; }
+
+ private:
+  struct Dense;
+  explicit Dlrm(DlrmConfig config);
+
+  DlrmConfig config_;
+  std::unique_ptr<EmbeddingBagCollection> ebc_;
+  std::shared_ptr<Dense> dense_;
+  at::Tensor interaction_index_;  // flat (i, j), i < j, of [F+1, F+1]
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRAINER_MODELS_DLRM_H_

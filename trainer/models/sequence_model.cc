@@ -1,0 +1,87 @@
+#include "trainer/models/sequence_model.h"
+
+#include "trainer/models/architecture.h"
+
+namespace deltastream {
+
+struct SequenceModel::Dense : torch::nn::Module {
+  Dense(const SequenceModelConfig& config, int64_t num_features) {
+    const int64_t dim = config.dense_arch.back();
+    dense_arch = register_module(
+        "dense_arch", MakeMlp(config.num_dense, config.dense_arch, true));
+    over_arch = register_module("over_arch", MakeMlp(dim * (num_features + 1),
+                                                     config.over_arch, false));
+  }
+  torch::nn::Sequential dense_arch{nullptr};
+  torch::nn::Sequential over_arch{nullptr};
+};
+
+SequenceModel::SequenceModel(SequenceModelConfig config)
+    : config_(std::move(config)) {}
+SequenceModel::~SequenceModel() = default;
+
+absl::StatusOr<std::unique_ptr<SequenceModel>> SequenceModel::Create(
+    SequenceModelConfig config) {
+  if (absl::Status status = ValidateArchitecture(
+          config.num_dense, config.dense_arch, config.over_arch, config.tables);
+      !status.ok()) {
+    return status;
+  }
+  EmbeddingModuleOptions options;
+  options.path = "sequence_arch.embedding_collection";
+  options.tables = config.tables;
+  options.optimizer = config.sparse_optimizer;
+  options.device = config.device;
+  options.seed = config.seed;
+  absl::StatusOr<std::unique_ptr<EmbeddingCollection>> ec =
+      EmbeddingCollection::Create(std::move(options));
+  if (!ec.ok()) return ec.status();
+  std::unique_ptr<SequenceModel> model(new SequenceModel(std::move(config)));
+  model->ec_ = *std::move(ec);
+  absl::Status status = CatchModelErrors([&]() -> absl::Status {
+    torch::manual_seed(model->config_.seed);
+    model->dense_ = std::make_shared<Dense>(
+        model->config_,
+        static_cast<int64_t>(model->ec_->feature_names().size()));
+    model->dense_->to(model->config_.device);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return model;
+}
+
+absl::StatusOr<at::Tensor> SequenceModel::Forward(const Batch& batch) {
+  absl::StatusOr<FeatureDict> sequences = ec_->Forward(batch.sparse);
+  if (!sequences.ok()) return sequences.status();
+  return CatchModelErrors([&]() -> absl::StatusOr<at::Tensor> {
+    at::Tensor query = dense_->dense_arch->forward(batch.dense);  // [B, D]
+    const int64_t b = query.size(0);
+    std::vector<at::Tensor> parts = {query};
+    for (int64_t f = 0; f < sequences->size(); ++f) {
+      const JaggedTensor& sequence = sequences->At(f);
+      at::Tensor rows = sequence.values().to(query.scalar_type());  // [n, D]
+      // The example of every row; the output size is known on the host, so
+      // nothing synchronises.
+      at::Tensor example =
+          at::repeat_interleave(sequence.lengths().to(at::kLong), rows.size(0));
+      at::Tensor scores = (rows * query.index_select(0, example)).sum(1);
+      // Softmax within each example (shifted by the global max for range).
+      at::Tensor weights =
+          rows.size(0) > 0 ? (scores - scores.max().detach()).exp() : scores;
+      at::Tensor totals =
+          at::zeros({b}, weights.options()).index_add(0, example, weights);
+      weights = weights / totals.index_select(0, example);
+      parts.push_back(at::zeros_like(query).index_add(
+          0, example, rows * weights.unsqueeze(1)));
+    }
+    return dense_->over_arch->forward(at::cat(parts, 1)).squeeze(1);
+  });
+}
+
+std::vector<EmbeddingModule*> SequenceModel::embedding_modules() {
+  return {ec_.get()};
+}
+
+torch::nn::Module& SequenceModel::dense() { return *dense_; }
+
+}  // namespace deltastream

@@ -1,0 +1,58 @@
+#ifndef DELTASTREAM_TRAINER_MODELS_SEQUENCE_MODEL_H_
+#define DELTASTREAM_TRAINER_MODELS_SEQUENCE_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/models/model.h"
+#include "trainer/modules/embedding_config.h"
+#include "trainer/modules/embedding_modules.h"
+#include "trainer/modules/sparse_optimizer.h"
+
+namespace deltastream {
+
+struct SequenceModelConfig {
+  int64_t num_dense = 13;
+  // Bottom MLP; its last width D is the query of the attention and the dim
+  // every table must share.
+  std::vector<int64_t> dense_arch = {64, 16};
+  std::vector<int64_t> over_arch = {64, 32, 1};
+  // Sequence features (each example a variable-length list of IDs).
+  std::vector<EmbeddingTableConfig> tables;
+  SparseOptimizerConfig sparse_optimizer;
+  c10::Device device = c10::Device(c10::kCPU);
+  uint64_t seed = 0;
+};
+
+// A sequence model over an EmbeddingCollection
+// ("sequence_arch.embedding_collection"): one row per ID; each feature's rows
+// of an example are attention-pooled against the dense vector (DIN-style:
+// softmax over the example's rows of <row, dense>, then the weighted sum; an
+// example without IDs pools to zeros); the dense vector and the pooled ones
+// go through a top MLP to a logit. All on the device, no host loops.
+class SequenceModel : public RecModel {
+ public:
+  // InvalidArgument as Dlrm::Create.
+  static absl::StatusOr<std::unique_ptr<SequenceModel>> Create(
+      SequenceModelConfig config);
+  ~SequenceModel() override;
+
+  absl::StatusOr<at::Tensor> Forward(const Batch& batch) override;
+  std::vector<EmbeddingModule*> embedding_modules() override;
+  torch::nn::Module& dense() override;
+  c10::Device device() const override { return config_.device; }
+
+ private:
+  struct Dense;
+  explicit SequenceModel(SequenceModelConfig config);
+
+  SequenceModelConfig config_;
+  std::unique_ptr<EmbeddingCollection> ec_;
+  std::shared_ptr<Dense> dense_;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRAINER_MODELS_SEQUENCE_MODEL_H_

@@ -1,0 +1,359 @@
+#include "trainer/trainer.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "trainer/checkpoint.h"
+#include "trainer/data/criteo_tsv.h"
+#include "trainer/data/synthetic.h"
+#include "trainer/models/dlrm.h"
+#include "trainer/models/metrics.h"
+#include "trainer/models/sequence_model.h"
+
+namespace deltastream {
+namespace {
+
+template <typename F>
+absl::Status CatchTorchErrors(F&& f) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(e.what_without_backtrace());
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RecModel>> MakeModel(
+    const TrainerSettings& settings) {
+  if (settings.model_kind == ModelKind::kDlrm) {
+    DlrmConfig config;
+    config.num_dense = settings.num_dense;
+    config.dense_arch = settings.dense_arch;
+    config.over_arch = settings.over_arch;
+    config.tables = settings.tables;
+    config.sparse_optimizer = settings.sparse_optimizer;
+    config.device = settings.device;
+    config.seed = settings.seed;
+    absl::StatusOr<std::unique_ptr<Dlrm>> model = Dlrm::Create(config);
+    if (!model.ok()) return model.status();
+    return std::unique_ptr<RecModel>(*std::move(model));
+  }
+  SequenceModelConfig config;
+  config.num_dense = settings.num_dense;
+  config.dense_arch = settings.dense_arch;
+  config.over_arch = settings.over_arch;
+  config.tables = settings.tables;
+  config.sparse_optimizer = settings.sparse_optimizer;
+  config.device = settings.device;
+  config.seed = settings.seed;
+  absl::StatusOr<std::unique_ptr<SequenceModel>> model =
+      SequenceModel::Create(config);
+  if (!model.ok()) return model.status();
+  return std::unique_ptr<RecModel>(*std::move(model));
+}
+
+std::unique_ptr<torch::optim::Optimizer> MakeDenseOptimizer(
+    const TrainerSettings& settings, torch::nn::Module& dense) {
+  std::vector<at::Tensor> parameters = dense.parameters();
+  const double lr = settings.dense_learning_rate;
+  if (settings.dense_optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(parameters,
+                                               torch::optim::SGDOptions(lr));
+  }
+  if (settings.dense_optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(parameters,
+                                                torch::optim::AdamOptions(lr));
+  }
+  return std::make_unique<torch::optim::Adagrad>(
+      parameters, torch::optim::AdagradOptions(lr));
+}
+
+absl::StatusOr<std::unique_ptr<BatchSource>> MakeSource(
+    const TrainerSettings& settings, uint64_t stream) {
+  if (settings.synthetic) {
+    SyntheticOptions options = settings.synthetic_data;
+    options.stream = stream;
+    absl::StatusOr<std::unique_ptr<SyntheticSource>> source =
+        SyntheticSource::Create(options);
+    if (!source.ok()) return source.status();
+    return std::unique_ptr<BatchSource>(*std::move(source));
+  }
+  absl::StatusOr<std::unique_ptr<CriteoTsvSource>> source =
+      CriteoTsvSource::Create(settings.criteo_data);
+  if (!source.ok()) return source.status();
+  return std::unique_ptr<BatchSource>(*std::move(source));
+}
+
+// The held-out synthetic stream: the training data's task, other draws.
+constexpr uint64_t kEvalStream = 1;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    TrainerSettings settings, std::function<void(const std::string&)> log) {
+  std::unique_ptr<Trainer> trainer(new Trainer());
+  trainer->settings_ = std::move(settings);
+  trainer->log_ = std::move(log);
+  const TrainerSettings& s = trainer->settings_;
+
+  absl::StatusOr<std::unique_ptr<RecModel>> model = MakeModel(s);
+  if (!model.ok()) return model.status();
+  trainer->model_ = *std::move(model);
+  trainer->dense_optimizer_ = MakeDenseOptimizer(s, trainer->model_->dense());
+
+  absl::StatusOr<std::unique_ptr<BatchSource>> source = MakeSource(s, 0);
+  if (!source.ok()) return source.status();
+  trainer->source_ = *std::move(source);
+  // Held out: another synthetic stream, or the first batches of the data.
+  std::unique_ptr<BatchSource> eval_source;
+  if (s.synthetic) {
+    absl::StatusOr<std::unique_ptr<BatchSource>> made =
+        MakeSource(s, kEvalStream);
+    if (!made.ok()) return made.status();
+    eval_source = *std::move(made);
+  }
+  BatchSource& held_out = eval_source ? *eval_source : *trainer->source_;
+  for (int64_t b = 0; b < s.eval_batches; ++b) {
+    absl::StatusOr<std::optional<Batch>> batch = held_out.Next();
+    if (!batch.ok()) return batch.status();
+    if (!batch->has_value()) break;
+    trainer->eval_batches_.push_back((*batch)->To(trainer->model_->device()));
+  }
+
+  if (s.tracking) {
+    std::vector<EmbeddingModule*> modules =
+        trainer->model_->embedding_modules();
+    trainer->rows_reader_ = std::make_unique<ModuleRowsReader>(modules);
+    TrackerOptions options = s.tracker;
+    options.modules = DescribeModules(modules);
+    absl::StatusOr<std::unique_ptr<Tracker>> tracker =
+        Tracker::Create(std::move(options), trainer->rows_reader_.get());
+    if (!tracker.ok()) return tracker.status();
+    trainer->tracker_ = *std::move(tracker);
+    if (absl::Status status = AttachTracker(*trainer->tracker_, modules);
+        !status.ok()) {
+      return status;
+    }
+  }
+  if (absl::Status status = trainer->RestoreOrStart(); !status.ok()) {
+    return status;
+  }
+  return trainer;
+}
+
+Trainer::~Trainer() { StopService(); }
+
+void Trainer::StopService() {
+  if (host_ != nullptr) host_->Shutdown();
+}
+
+std::string Trainer::service_address() const {
+  return host_ != nullptr ? host_->address() : "";
+}
+
+absl::Status Trainer::RestoreOrStart() {
+  const TrainerSettings& s = settings_;
+  std::optional<std::string> checkpoint;
+  if (!s.checkpoint_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(s.checkpoint_dir, error);
+    if (error) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot create '", s.checkpoint_dir, "': ", error.message()));
+    }
+    checkpoint = LatestCheckpoint(s.checkpoint_dir + "/checkpoints");
+  }
+  if (checkpoint.has_value()) {
+    absl::StatusOr<CheckpointInfo> loaded =
+        LoadCheckpoint(*checkpoint, *model_, *dense_optimizer_);
+    if (!loaded.ok()) return loaded.status();
+    step_ = loaded->step;
+    examples_ = loaded->examples;
+    log_(absl::StrFormat("restored checkpoint %s (step %d, %.1f MiB in %.2f s)",
+                         loaded->path, loaded->step, loaded->bytes / 1048576.0,
+                         absl::ToDoubleSeconds(loaded->elapsed)));
+    // The data resumes where the checkpoint's training stopped.
+    for (int64_t b = 0; b < step_; ++b) {
+      absl::StatusOr<std::optional<Batch>> skipped = source_->Next();
+      if (!skipped.ok()) return skipped.status();
+      if (!skipped->has_value()) break;
+    }
+  }
+  if (tracker_ == nullptr) return absl::OkStatus();
+
+  // Tracker snapshots: the service's database, or one of our own.
+  if (s.serve) {
+    absl::StatusOr<std::unique_ptr<ServiceHost>> host =
+        ServiceHost::Start(tracker_.get(), s.service, /*restore=*/true);
+    if (!host.ok()) return host.status();
+    host_ = *std::move(host);
+    snapshots_ = host_->snapshots();
+    if (host_->restored().has_value()) {
+      log_(absl::StrCat("restored tracker ",
+                        DescribeSnapshot(*host_->restored())));
+    }
+  } else if (!s.service.db.empty()) {
+    absl::StatusOr<std::unique_ptr<TrackerSnapshots>> opened =
+        TrackerSnapshots::Open(s.service.db, tracker_.get());
+    if (!opened.ok()) return opened.status();
+    own_snapshots_ = *std::move(opened);
+    snapshots_ = own_snapshots_.get();
+    absl::StatusOr<std::optional<SnapshotInfo>> restored =
+        snapshots_->Restore();
+    if (!restored.ok()) return restored.status();
+    if (restored->has_value()) {
+      log_(absl::StrCat("restored tracker ", DescribeSnapshot(**restored)));
+    }
+  }
+  // Snapshots and checkpoints are written together, so their steps agree;
+  // a tracker ahead of or behind the model (a crash between the two writes)
+  // is reported, and the tracker's batch follows the model's steps from here.
+  const int64_t batch = tracker_->current_batch();
+  if (batch != step_) {
+    log_(absl::StrFormat(
+        "warning: tracker snapshot is at batch %d but the model at step %d; "
+        "consumers may see rows of steps %d..%d twice or not at all: resync "
+        "them from the checkpoint",
+        batch, step_, std::min(batch, step_), std::max(batch, step_)));
+    while (tracker_->current_batch() < step_) tracker_->Step();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SaveState() {
+  if (settings_.checkpoint_dir.empty()) return absl::OkStatus();
+  absl::StatusOr<CheckpointInfo> saved = SaveCheckpoint(
+      settings_.checkpoint_dir + "/checkpoints", step_, examples_, *model_,
+      *dense_optimizer_, settings_.checkpoints_kept);
+  if (!saved.ok()) return saved.status();
+  std::string line = absl::StrFormat("checkpoint %s (%.1f MiB in %.2f s)",
+                                     saved->path, saved->bytes / 1048576.0,
+                                     absl::ToDoubleSeconds(saved->elapsed));
+  if (snapshots_ != nullptr) {
+    absl::StatusOr<SnapshotInfo> snapshot = snapshots_->Snapshot();
+    if (!snapshot.ok()) return snapshot.status();
+    absl::StrAppend(&line, "; tracker ", DescribeSnapshot(*snapshot));
+  }
+  log_(line);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Trainer::Evaluate() {
+  if (eval_batches_.empty()) return 0.5;
+  std::vector<at::Tensor> scores, labels;
+  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
+    torch::NoGradGuard no_grad;
+    for (const Batch& batch : eval_batches_) {
+      absl::StatusOr<at::Tensor> logits = model_->Forward(batch);
+      if (!logits.ok()) return logits.status();
+      scores.push_back(logits->cpu());
+      labels.push_back(batch.labels.cpu());
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return Auc(at::cat(scores), at::cat(labels));
+}
+
+absl::Status Trainer::TrainStep(Batch batch) {
+  return CatchTorchErrors([&]() -> absl::Status {
+    absl::StatusOr<at::Tensor> logits = model_->Forward(batch);
+    if (!logits.ok()) return logits.status();
+    at::Tensor loss = BinaryCrossEntropyWithLogits(*logits, batch.labels);
+    {
+      std::optional<ModuleRowsReader::UpdateGuard> guard;
+      if (rows_reader_ != nullptr) guard.emplace(*rows_reader_);
+      dense_optimizer_->zero_grad();
+      loss.backward();
+      dense_optimizer_->step();
+    }
+    if (tracker_ != nullptr) tracker_->Step();
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
+    ++loss_count_;
+    ++step_;
+    examples_ += batch.size();
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
+                                             int64_t steps) {
+  TrainerProgress progress;
+  const absl::Time start = absl::Now();
+  absl::Time last_line = start, last_save = start;
+  int64_t examples_at_last_line = 0;
+  auto report = [&]() -> absl::Status {
+    const absl::Time now = absl::Now();
+    progress.step = step_;
+    progress.elapsed = now - start;
+    const double seconds = absl::ToDoubleSeconds(now - last_line);
+    progress.examples_per_second =
+        seconds > 0
+            ? (progress.examples_this_run - examples_at_last_line) / seconds
+            : 0;
+    if (loss_count_ > 0) {
+      progress.loss = loss_sum_.item<double>() / loss_count_;
+    }
+    loss_sum_ = at::Tensor();
+    loss_count_ = 0;
+    absl::StatusOr<double> auc = Evaluate();
+    if (!auc.ok()) return auc.status();
+    progress.eval_auc = *auc;
+    std::string line = absl::StrFormat(
+        "step %d | %.0f ex/s | loss %.4f | eval auc %.4f", progress.step,
+        progress.examples_per_second, progress.loss, *auc);
+    if (tracker_ != nullptr) {
+      const TrackerStatus status = tracker_->Status();
+      absl::StrAppendFormat(&line, " | tracker batch %d, %d ids, %.1f MiB",
+                            status.current_batch, status.usage.total.ids,
+                            status.usage.total.bytes / 1048576.0);
+    }
+    log_(line);
+    last_line = now;
+    examples_at_last_line = progress.examples_this_run;
+    return absl::OkStatus();
+  };
+
+  const TrainerSettings& s = settings_;
+  while (!stop.load() && (steps < 0 || progress.steps_this_run < steps)) {
+    absl::StatusOr<std::optional<Batch>> next = source_->Next();
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) {
+      log_(absl::StrCat("data ended after step ", step_));
+      break;
+    }
+    const int64_t batch_size = (*next)->size();
+    if (absl::Status status = TrainStep((*next)->To(model_->device()));
+        !status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("step ", step_ + 1, ": ",
+                                                      status.message()));
+    }
+    ++progress.steps_this_run;
+    progress.examples_this_run += batch_size;
+    if (s.log_every_steps > 0 && step_ % s.log_every_steps == 0) {
+      if (absl::Status status = report(); !status.ok()) return status;
+    }
+    const bool save_by_steps =
+        s.checkpoint_every_steps > 0 && step_ % s.checkpoint_every_steps == 0;
+    const bool save_by_time =
+        s.checkpoint_every_seconds > 0 &&
+        absl::Now() - last_save >= absl::Seconds(s.checkpoint_every_seconds);
+    if (save_by_steps || save_by_time) {
+      if (absl::Status status = SaveState(); !status.ok()) return status;
+      last_save = absl::Now();
+    }
+  }
+  if (stop.load()) log_(absl::StrCat("stop requested at step ", step_));
+  if (loss_count_ > 0 || progress.steps_this_run == 0) {
+    if (absl::Status status = report(); !status.ok()) return status;
+  }
+  if (absl::Status status = SaveState(); !status.ok()) return status;
+  progress.step = step_;
+  progress.elapsed = absl::Now() - start;
+  return progress;
+}
+
+}  // namespace deltastream

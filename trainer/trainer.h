@@ -1,0 +1,114 @@
+#ifndef DELTASTREAM_TRAINER_TRAINER_H_
+#define DELTASTREAM_TRAINER_TRAINER_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tracker_service/service_host.h"
+#include "tracker_service/tracker.h"
+#include "tracker_service/tracker_snapshots.h"
+#include "trainer/config.h"
+#include "trainer/data/batch.h"
+#include "trainer/models/model.h"
+#include "trainer/tracking/module_tracking.h"
+
+namespace torch {
+namespace optim {
+class Optimizer;
+}  // namespace optim
+}  // namespace torch
+
+namespace deltastream {
+
+// What a run did, for the progress lines and the final summary.
+struct TrainerProgress {
+  int64_t step = 0;  // steps trained in total (restored ones too)
+  int64_t steps_this_run = 0;
+  int64_t examples_this_run = 0;
+  double examples_per_second = 0;  // since the previous progress line
+  double loss = 0;                 // mean training loss since then
+  std::optional<double> eval_auc;  // on the held-out batches
+  absl::Duration elapsed;          // of this run
+};
+
+// The training loop of one process: model, data, fused sparse optimizers,
+// dense optimizer, tracker (with the tracker service in-process), snapshots
+// and checkpoints.
+//
+// Each step: next batch -> device; forward (the embedding modules' hooks
+// record lookups into the tracker and trigger auto-compaction); loss;
+// backward under the rows reader's update guard (the fused sparse
+// optimizers change rows; the tracker service reads rows only between
+// steps); dense optimizer step; tracker Step(). With a checkpoint dir, a
+// tracker snapshot (RocksDB, <dir>/db) and a full checkpoint
+// (<dir>/checkpoints) are written together at the same step boundary on the
+// configured schedule and at the end; on start, the latest of both are
+// restored and the data is fast-forwarded past the steps already trained.
+class Trainer {
+ public:
+  // `log` receives human-readable lines (progress, restores, snapshots).
+  // Errors: the configuration's, the model's, a database or checkpoint that
+  // does not fit the model, a port that cannot be served.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      TrainerSettings settings, std::function<void(const std::string&)> log);
+  ~Trainer();
+
+  // Trains `steps` more steps (-1: until the data ends), or until `stop`
+  // becomes true (checked between steps); then writes the final snapshot and
+  // checkpoint (with a checkpoint dir). Returns the last progress. May be
+  // called again to continue.
+  absl::StatusOr<TrainerProgress> Run(const std::atomic<bool>& stop,
+                                      int64_t steps);
+  const TrainerSettings& settings() const { return settings_; }
+
+  // Stops the service (ends open streams). Called by the destructor too.
+  void StopService();
+
+  // The service's address ("HOST:PORT"), empty when not serving.
+  std::string service_address() const;
+  // Null when tracking is off.
+  Tracker* tracker() const { return tracker_.get(); }
+  RecModel& model() const { return *model_; }
+  int64_t step() const { return step_; }
+  // AUC of the model on the held-out batches (0.5 without any).
+  absl::StatusOr<double> Evaluate();
+
+ private:
+  Trainer() = default;
+  absl::Status RestoreOrStart();
+  absl::Status SaveState();
+  absl::Status TrainStep(Batch batch);
+
+  TrainerSettings settings_;
+  std::function<void(const std::string&)> log_;
+  std::unique_ptr<RecModel> model_;
+  std::unique_ptr<torch::optim::Optimizer> dense_optimizer_;
+  std::unique_ptr<BatchSource> source_;
+  std::vector<Batch> eval_batches_;
+  std::unique_ptr<ModuleRowsReader> rows_reader_;
+  std::unique_ptr<Tracker> tracker_;
+  // Exactly one of these holds the tracker's snapshots (with a dir).
+  std::unique_ptr<ServiceHost> host_;
+  std::unique_ptr<TrackerSnapshots> own_snapshots_;
+  TrackerSnapshots* snapshots_ = nullptr;
+
+  int64_t step_ = 0;
+  int64_t examples_ = 0;
+  // Sum of the losses since the last progress line, on the device (read only
+  // at progress lines: no synchronisation per step).
+  at::Tensor loss_sum_;
+  int64_t loss_count_ = 0;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRAINER_TRAINER_H_

@@ -1,0 +1,139 @@
+// The trainer: trains a recommendation model (DLRM or a sequence model) on
+// synthetic or Criteo data, records every embedding lookup into the tracker,
+// and serves the deltas in-process over gRPC.
+//
+//   trainer [--config=FILE] [--steps=N] [--listen=HOST:PORT] [--device=D]
+//           [--checkpoint_dir=DIR] [--mode=M] [--consumers=a,b]
+//
+// Without --config it runs the embedded defaults (proto/trainer_config.proto:
+// DLRM, 8 tables of 100000 x 16, synthetic Zipf data, CPU, 300 steps); flags
+// override the config's fields. Prints "listening on HOST:PORT" on stdout
+// once the service is up (port 0 picks a free one), progress lines on
+// stderr, and a summary on stdout at the end. SIGTERM or SIGINT ends the run
+// after the current step, with a final snapshot and checkpoint. Exit codes:
+// 0 done, 1 training failed, 2 bad config or flags.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "store/host_memory.h"
+#include "trainer/config.h"
+#include "trainer/trainer.h"
+
+ABSL_FLAG(std::string, config, "",
+          "trainer config, protobuf text format (empty: embedded defaults)");
+ABSL_FLAG(int64_t, steps, 0, "override: steps to train (-1: until stopped)");
+ABSL_FLAG(std::string, listen, "",
+          "override: tracker service address, HOST:PORT");
+ABSL_FLAG(std::string, device, "", "override: cpu, cuda or cuda:N");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "override: snapshots and checkpoints directory");
+ABSL_FLAG(std::string, mode, "", "override: tracking mode (or off)");
+ABSL_FLAG(std::string, consumers, "", "override: comma-separated consumers");
+
+namespace deltastream {
+namespace {
+
+int Fail(int code, absl::string_view message) {
+  std::fprintf(stderr, "trainer: %s\n", std::string(message).c_str());
+  return code;
+}
+
+int Main() {
+  KeepHostMemoryForReuse();
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  v1::TrainerConfig config;
+  if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
+    absl::StatusOr<v1::TrainerConfig> read = ReadTrainerConfig(path);
+    if (!read.ok()) return Fail(2, read.status().message());
+    config = *std::move(read);
+  }
+  if (int64_t steps = absl::GetFlag(FLAGS_steps); steps != 0) {
+    config.set_steps(steps);
+  }
+  if (std::string listen = absl::GetFlag(FLAGS_listen); !listen.empty()) {
+    config.mutable_tracker()->set_listen(listen);
+  }
+  if (std::string device = absl::GetFlag(FLAGS_device); !device.empty()) {
+    config.set_device(device);
+  }
+  if (std::string dir = absl::GetFlag(FLAGS_checkpoint_dir); !dir.empty()) {
+    config.mutable_checkpoints()->set_dir(dir);
+  }
+  if (std::string mode = absl::GetFlag(FLAGS_mode); !mode.empty()) {
+    config.mutable_tracker()->set_mode(mode);
+  }
+  if (std::string consumers = absl::GetFlag(FLAGS_consumers);
+      !consumers.empty()) {
+    config.mutable_tracker()->clear_consumers();
+    for (absl::string_view c :
+         absl::StrSplit(consumers, ',', absl::SkipEmpty())) {
+      config.mutable_tracker()->add_consumers(std::string(c));
+    }
+  }
+  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(config);
+  if (!settings.ok()) return Fail(2, settings.status().message());
+
+  auto log = [](const std::string& line) {
+    std::fprintf(stderr, "trainer: %s\n", line.c_str());
+  };
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(*std::move(settings), log);
+  if (!trainer.ok()) return Fail(2, trainer.status().message());
+  if (std::string address = (*trainer)->service_address(); !address.empty()) {
+    std::printf("listening on %s\n", address.c_str());
+    std::fflush(stdout);
+  }
+
+  std::atomic<bool> stop{false}, done{false};
+  std::thread stopper([&] {
+    const timespec tick{0, 100 * 1000 * 1000};
+    while (!done.load()) {
+      if (const int signal = sigtimedwait(&signals, nullptr, &tick);
+          signal > 0) {
+        log(absl::StrFormat("signal %d: stopping after this step", signal));
+        stop.store(true);
+      }
+    }
+  });
+  absl::StatusOr<TrainerProgress> progress =
+      (*trainer)->Run(stop, (*trainer)->settings().steps);
+  done.store(true);
+  stopper.join();
+  (*trainer)->StopService();
+  if (!progress.ok()) return Fail(1, progress.status().message());
+
+  const double seconds = absl::ToDoubleSeconds(progress->elapsed);
+  std::printf(
+      "trained %d steps (%d this run, %d examples in %.1f s, %.0f ex/s); "
+      "final loss %.4f, eval auc %.4f\n",
+      progress->step, progress->steps_this_run, progress->examples_this_run,
+      seconds, seconds > 0 ? progress->examples_this_run / seconds : 0.0,
+      progress->loss, progress->eval_auc.value_or(0.5));
+  return 0;
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "trains a recommendation model and serves its embedding deltas; see "
+      "--helpfull");
+  absl::ParseCommandLine(argc, argv);
+  return deltastream::Main();
+}
