@@ -63,7 +63,8 @@ absl::StatusOr<at::Tensor> SequenceModel::Forward(const Batch& batch) {
       // The example of every row; the output size is known on the host, so
       // nothing synchronises.
       at::Tensor example =
-          at::repeat_interleave(sequence.lengths().to(at::kLong), rows.size(0));
+          at::repeat_interleave(sequence.lengths().to(at::kLong),
+                                c10::optional<int64_t>(rows.size(0)));
       at::Tensor scores = (rows * query.index_select(0, example)).sum(1);
       // Softmax within each example (shifted by the global max for range).
       at::Tensor weights =
