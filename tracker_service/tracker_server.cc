@@ -98,6 +98,14 @@ int Main() {
   host_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   host_options.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_concurrent_streams);
+  // The service host checks these too; here they are named by their flags.
+  if (host_options.snapshot_interval_s < 0 ||
+      (host_options.snapshot_interval_s > 0 && host_options.db.empty())) {
+    return Fail("--snapshot_interval_s needs --db and must be >= 0");
+  }
+  if (host_options.tls_cert.empty() != host_options.tls_key.empty()) {
+    return Fail("--tls_cert and --tls_key go together");
+  }
   absl::StatusOr<std::unique_ptr<ServiceHost>> host =
       ServiceHost::Start(tracker->get(), host_options);
   if (!host.ok()) return Fail(host.status().message());

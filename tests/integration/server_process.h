@@ -27,20 +27,22 @@ inline std::string TestTempDir() {
   return dir != nullptr ? dir : "/tmp";
 }
 
-// The real tracker_server, started on a free loopback port; killed on
-// destruction.
+// The real tracker_server (or another serving binary of the workspace that
+// takes --listen and prints "listening on HOST:PORT" first, e.g. the
+// trainer), started on a free loopback port; killed on destruction.
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> flags) {
+  explicit ServerProcess(
+      std::vector<std::string> flags,
+      const std::string& binary = "tracker_service/tracker_server") {
     int out[2];
     if (pipe(out) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       dup2(out[1], STDOUT_FILENO);
       close(out[0]);
-      std::vector<std::string> argv = {
-          RunfilePath("tracker_service/tracker_server"),
-          "--listen=127.0.0.1:0"};
+      std::vector<std::string> argv = {RunfilePath(binary),
+                                       "--listen=127.0.0.1:0"};
       argv.insert(argv.end(), flags.begin(), flags.end());
       std::vector<char*> args;
       for (std::string& a : argv) args.push_back(a.data());

@@ -51,7 +51,8 @@ std::unique_ptr<SyntheticSource> Data(bool sequence, uint64_t stream,
   options.batch_size = 128;
   options.num_dense = 4;
   for (const char* name : {"cat_0", "cat_1", "cat_2"}) {
-    options.features.push_back({name, rows, sequence ? 0 : 1, sequence ? 5 : 1});
+    options.features.push_back(
+        {name, rows, sequence ? 0 : 1, sequence ? 5 : 1});
   }
   options.seed = 3;
   options.stream = stream;
@@ -129,8 +130,8 @@ void CheckLearns(bool sequence) {
       // Only the rows of table t0 that step 0 looked up changed.
       at::Tensor now = model->embedding_modules()[0]->weight(0);
       at::Tensor changed = (now != before).any(1).nonzero().reshape({-1});
-      at::Tensor expected = std::get<0>(at::_unique(
-          at::tensor(looked_up, at::kLong), /*sorted=*/true));
+      at::Tensor expected = std::get<0>(
+          at::_unique(at::tensor(looked_up, at::kLong), /*sorted=*/true));
       EXPECT_TRUE(at::equal(changed, expected)) << sequence;
     }
     if (step < 20) first_losses += loss.item<double>();
@@ -150,12 +151,12 @@ TEST(ModelsTest, SequenceModelLearns) { CheckLearns(true); }
 TEST(MetricsTest, AucAndBinaryCrossEntropy) {
   // Positives at 0.9 and 0.4, negatives at 0.4 and 0.1: pairs (0.9 > 0.4),
   // (0.9 > 0.1), (0.4 = 0.4: a half), (0.4 > 0.1) -> 3.5 / 4.
-  EXPECT_DOUBLE_EQ(Auc(at::tensor({0.9, 0.4, 0.4, 0.1}),
-                       at::tensor({1.0, 1.0, 0.0, 0.0})),
-                   3.5 / 4);
+  EXPECT_DOUBLE_EQ(
+      Auc(at::tensor({0.9, 0.4, 0.4, 0.1}), at::tensor({1.0, 1.0, 0.0, 0.0})),
+      3.5 / 4);
   EXPECT_DOUBLE_EQ(Auc(at::tensor({0.2, 0.3}), at::tensor({1.0, 1.0})), 0.5);
-  EXPECT_DOUBLE_EQ(Auc(at::tensor({0.1, 0.2, 0.3}), at::tensor({0.0, 0.0, 1.0})),
-                   1.0);
+  EXPECT_DOUBLE_EQ(
+      Auc(at::tensor({0.1, 0.2, 0.3}), at::tensor({0.0, 0.0, 1.0})), 1.0);
   at::Tensor logits = at::tensor({0.0, 2.0});
   at::Tensor labels = at::tensor({1.0, 0.0});
   const double expected = (std::log(2.0) + std::log(1 + std::exp(2.0))) / 2;
