@@ -1,6 +1,7 @@
 #include "trainer/modules/embedding_modules.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 
@@ -41,7 +42,7 @@ at::Tensor InitialRows(const EmbeddingTableConfig& table, uint64_t seed) {
 // rows.
 void ApplySparseGradient(SparseTableOptimizer& optimizer, at::Tensor weight,
                          const at::Tensor& ids, const at::Tensor& grad) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   if (ids.numel() == 0) return;
   auto [unique_ids, inverse, counts] =
       at::_unique2(ids, /*sorted=*/true, /*return_inverse=*/true,
@@ -131,7 +132,7 @@ std::string EmbeddingModule::TableFqn(int64_t index) const {
 absl::StatusOr<at::Tensor> EmbeddingModule::ReadRows(
     int64_t index, const at::Tensor& ids) const {
   return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     return weights_[index].index_select(0, ids.to(weights_[index].device()));
   });
 }
@@ -139,7 +140,7 @@ absl::StatusOr<at::Tensor> EmbeddingModule::ReadRows(
 absl::StatusOr<at::Tensor> EmbeddingModule::ReadOptimizerStates(
     int64_t index, const at::Tensor& ids) const {
   return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     return optimizers_[index]->RowStates(ids.to(weights_[index].device()));
   });
 }
@@ -201,7 +202,7 @@ absl::Status EmbeddingModule::LoadStateTensors(
         }
       }
     }
-    at::NoGradGuard no_grad;
+    c10::NoGradGuard no_grad;
     for (size_t t = 0; t < weights_.size(); ++t) {
       const std::string prefix = absl::StrCat(options_.tables[t].name, ".");
       weights_[t].copy_(given[prefix + "weight"]);
@@ -241,7 +242,7 @@ absl::StatusOr<EmbeddingModule::Lookup> EmbeddingModule::LookUp(
     lookup.features = std::move((*parts)[0]);
   }
   const KeyedJaggedTensor& features = lookup.features;
-  const bool train = at::GradMode::is_enabled();
+  const bool train = c10::GradMode::is_enabled();
   ModuleLookup hook_view{features, {}, {}};
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     for (size_t t = 0; t < weights_.size(); ++t) {
@@ -251,7 +252,7 @@ absl::StatusOr<EmbeddingModule::Lookup> EmbeddingModule::LookUp(
       at::Tensor ids = features.values().narrow(0, begin, end - begin);
       at::Tensor rows;
       {
-        at::NoGradGuard no_grad;
+        c10::NoGradGuard no_grad;
         rows = weights_[t].index_select(0, ids);
       }
       if (train) {
@@ -282,7 +283,7 @@ absl::StatusOr<EmbeddingModule::Lookup> EmbeddingModule::LookUp(
 }
 
 void EmbeddingModule::CallPostOutputHooks() const {
-  if (!at::GradMode::is_enabled()) return;
+  if (!c10::GradMode::is_enabled()) return;
   for (const PostOutputHook& hook : post_output_hooks_) hook(*this);
 }
 

@@ -39,7 +39,7 @@ struct ModuleLookup {
 
 // Called after every training lookup (a forward with gradients enabled),
 // before pooling; an error fails the forward with it. Evaluation forwards
-// (under at::NoGradGuard) change no row and call no hook.
+// (under c10::NoGradGuard) change no row and call no hook.
 using PostLookupHook =
     std::function<absl::Status(const EmbeddingModule&, const ModuleLookup&)>;
 // Called once a training forward's output exists (TorchRec's
@@ -65,10 +65,10 @@ struct EmbeddingModuleOptions {
 // sparse optimizer, hooks, and access to live rows.
 //
 // Training. The forward pass reads rows for the IDs of every table; when
-// gradients are enabled (at::GradMode), backward applies the table's
+// gradients are enabled (c10::GradMode), backward applies the table's
 // optimizer to the rows those IDs name, and only to them, as part of
 // loss.backward(): there is no separate optimizer step and no dense gradient
-// of a table. A forward under at::NoGradGuard (evaluation) updates nothing.
+// of a table. A forward under c10::NoGradGuard (evaluation) updates nothing.
 //
 // Threads. Forward and backward run on the training thread (backward on
 // autograd's threads). Rows change during backward: a reader on another

@@ -1,6 +1,7 @@
 #include "trainer/modules/sparse_optimizer.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 #include <map>
@@ -76,7 +77,7 @@ SparseTableOptimizer::SparseTableOptimizer(SparseOptimizerConfig config,
 
 void SparseTableOptimizer::Update(at::Tensor& weight, const at::Tensor& ids,
                                   const at::Tensor& grad_in) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   at::Tensor rows = weight.index_select(0, ids);
   at::Tensor grad = grad_in.to(weight.scalar_type());
   if (config_.weight_decay != 0) grad = grad + config_.weight_decay * rows;
@@ -164,7 +165,7 @@ absl::Status SparseTableOptimizer::LoadStateTensors(
               : "undefined"));
     }
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   if (momentum1_.defined()) momentum1_.copy_(given["momentum1"]);
   if (momentum2_.defined()) momentum2_.copy_(given["momentum2"]);
   if (config_.type == SparseOptimizerType::kAdam) {

@@ -65,10 +65,10 @@ absl::StatusOr<KeyedTensor> KeyedTensor::Create(
     }
     // 0 <= total <= size here, so this comparison cannot overflow.
     if (length_per_key[k] > size - total) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "lengths up to key '", keys[k], "' (position ", k, ", length ",
-          length_per_key[k], ") sum past the ", size,
-          " entries of values along dimension ", key_dim));
+      return absl::InvalidArgumentError(
+          absl::StrCat("lengths up to key '", keys[k], "' (position ", k,
+                       ", length ", length_per_key[k], ") sum past the ", size,
+                       " entries of values along dimension ", key_dim));
     }
     total += length_per_key[k];
   }

@@ -6,6 +6,7 @@
 #include "trainer/modules/embedding_modules.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -135,7 +136,7 @@ TEST(EmbeddingBagCollectionTest, EvaluationUnderNoGradUpdatesNothing) {
   });
   ebc->AddPostOutputHook([&](const EmbeddingModule&) { ++hooks; });
   const at::Tensor a0 = ebc->weight(0).clone();
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   KeyedTensor output = *ebc->Forward(Input());
   EXPECT_FALSE(output.values().requires_grad());
   EXPECT_TRUE(at::equal(ebc->weight(0), a0));
@@ -144,7 +145,7 @@ TEST(EmbeddingBagCollectionTest, EvaluationUnderNoGradUpdatesNothing) {
 
 TEST(EmbeddingBagCollectionTest, FeatureDictInputGivesIdenticalOutput) {
   auto ebc = *EmbeddingBagCollection::Create(Options(Pooling::kMean));
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const KeyedJaggedTensor kjt = Input();
   KeyedTensor from_kjt = *ebc->Forward(kjt);
   KeyedTensor from_dict =
@@ -266,7 +267,7 @@ TEST(EmbeddingCollectionTest, FeatureDictInputGivesIdenticalOutput) {
   EmbeddingModuleOptions options = Options();
   options.path = "seq.ec";
   auto ec = *EmbeddingCollection::Create(options);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   FeatureDict from_kjt = *ec->Forward(Input());
   FeatureDict from_dict =
       *ec->Forward(FeatureDict::FromKeyedJaggedTensor(Input()));
