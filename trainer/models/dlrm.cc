@@ -41,10 +41,12 @@ absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(DlrmConfig config) {
   absl::Status status = CatchModelErrors([&]() -> absl::Status {
     const int64_t features =
         static_cast<int64_t>(model->ebc_->feature_names().size());
-    // Dense parameters are drawn from the global generator: seed it so the
-    // same config gives the same model.
-    torch::manual_seed(model->config_.seed);
+    model->num_features_ = features;
     model->dense_ = std::make_shared<Dense>(model->config_, features);
+    // From a local generator (the global one is not reseeded), on the CPU,
+    // so every device starts from the same parameters.
+    InitializeLinearLayers(*model->dense_,
+                           DenseParameterSeed(model->config_.seed));
     model->dense_->to(model->config_.device);
     at::Tensor pairs = at::triu_indices(features + 1, features + 1, 1);
     model->interaction_index_ =
@@ -56,17 +58,26 @@ absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(DlrmConfig config) {
 }
 
 absl::StatusOr<at::Tensor> Dlrm::Forward(const Batch& batch) {
+  if (absl::Status status =
+          ValidateBatch(batch, config_.num_dense, config_.device);
+      !status.ok()) {
+    return status;
+  }
   absl::StatusOr<KeyedTensor> pooled = ebc_->Forward(batch.sparse);
   if (!pooled.ok()) return pooled.status();
   return CatchModelErrors([&]() -> absl::StatusOr<at::Tensor> {
     const int64_t b = batch.dense.size(0);
     const int64_t dim = config_.dense_arch.back();
-    at::Tensor dense = dense_->dense_arch->forward(batch.dense);
-    at::Tensor sparse =
-        pooled->values().to(dense.scalar_type()).view({b, -1, dim});
-    at::Tensor vectors = at::cat({dense.unsqueeze(1), sparse}, 1);
-    at::Tensor dots = at::bmm(vectors, vectors.transpose(1, 2));
-    at::Tensor interactions =
+    // [B, D]
+    const at::Tensor dense = dense_->dense_arch->forward(batch.dense);
+    // [B, F, D]: the KeyedTensor's blocks side by side, in feature order.
+    const at::Tensor sparse = pooled->values()
+                                  .to(dense.scalar_type())
+                                  .reshape({b, num_features_, dim});
+    // [B, F + 1, D] -> the dot products of the pairs i < j.
+    const at::Tensor vectors = at::cat({dense.unsqueeze(1), sparse}, 1);
+    const at::Tensor dots = at::bmm(vectors, vectors.transpose(1, 2));
+    const at::Tensor interactions =
         dots.flatten(1).index_select(1, interaction_index_);
     return dense_->over_arch->forward(at::cat({dense, interactions}, 1))
         .squeeze(1);

@@ -23,7 +23,9 @@ struct DlrmConfig {
   std::vector<EmbeddingTableConfig> tables;
   SparseOptimizerConfig sparse_optimizer;
   c10::Device device = c10::Device(c10::kCPU);
-  // Dense parameters and tables start from this seed (same seed, same model).
+  // Tables and dense parameters start from this seed: the same config and
+  // seed give bit-identical models, on any device, whatever the global
+  // generator's state (which Create does not reseed).
   uint64_t seed = 0;
 };
 
@@ -31,7 +33,8 @@ struct DlrmConfig {
 // D-vector; an EmbeddingBagCollection ("sparse_arch.embedding_bag_collection")
 // pools one D-vector per sparse feature; the interaction takes the pairwise
 // dot products of those F + 1 vectors (i < j) next to the dense vector; a top
-// MLP maps them to a logit.
+// MLP maps them to a logit. Dense parameters: "dense_arch.*" and
+// "over_arch.*" (torch::nn::Sequential of Linear and ReLU).
 class Dlrm : public RecModel {
  public:
   // InvalidArgument: bad tables or optimizer, tables of another dim than
@@ -52,6 +55,7 @@ class Dlrm : public RecModel {
   DlrmConfig config_;
   std::unique_ptr<EmbeddingBagCollection> ebc_;
   std::shared_ptr<Dense> dense_;
+  int64_t num_features_ = 0;      // F, the EBC's features
   at::Tensor interaction_index_;  // flat (i, j), i < j, of [F+1, F+1]
 };
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -18,6 +19,11 @@ double Auc(const at::Tensor& scores, const at::Tensor& labels) {
   at::Tensor s = scores.detach().to(at::kCPU, at::kDouble).contiguous();
   at::Tensor l = labels.detach().to(at::kCPU, at::kDouble).contiguous();
   const int64_t n = s.numel();
+  // Outside the contract: no meaningful AUC (and NaN would break the sort's
+  // ordering).
+  if (l.numel() != n || at::isnan(s).any().item<bool>()) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   const double* score = s.data_ptr<double>();
   const double* label = l.data_ptr<double>();
   std::vector<int64_t> order(n);

@@ -26,18 +26,35 @@ class RecModel {
  public:
   virtual ~RecModel() = default;
 
-  // Logits float [B] for a batch already on device(). In training (gradients
-  // enabled) the embedding modules call their hooks; errors are the
-  // modules' (a missing feature, an input on another device).
+  // Logits [B] (float for float dense features) for a batch already on
+  // device(). The batch's sparse features may carry keys the model does not
+  // read; they are ignored. Nothing is copied to the host and nothing
+  // synchronises with the device beyond the KJT's own host metadata.
+  //
+  // With gradients enabled (training), loss.backward() on a loss of these
+  // logits also applies the embedding modules' fused sparse optimizers to
+  // the rows this batch looked up, and the modules call their hooks; under
+  // c10::NoGradGuard (evaluation) no row changes. (The model's own backward
+  // does not synchronise either; the modules' fused update deduplicates IDs
+  // with at::_unique2, which does.)
+  //
+  // Errors: InvalidArgument when batch.dense is not a floating
+  // [B, num_dense] tensor on device() or the sparse stride is not B; the
+  // embedding modules' errors (NotFound for a missing feature,
+  // InvalidArgument for sparse features on another device); Internal for a
+  // LibTorch error.
   virtual absl::StatusOr<at::Tensor> Forward(const Batch& batch) = 0;
 
   // The model's embedding modules (owned by the model), their paths the
   // model's attribute paths, e.g. "sparse_arch.embedding_bag_collection".
   virtual std::vector<EmbeddingModule*> embedding_modules() = 0;
 
-  // Every dense parameter, for the dense optimizer and checkpoints.
+  // A module holding every dense parameter (everything but the embedding
+  // tables), on device(), for the dense optimizer (parameters()) and
+  // checkpoints (named_parameters(), e.g. "dense_arch.0.weight").
   virtual torch::nn::Module& dense() = 0;
 
+  // Where the parameters, the tables and the batches live.
   virtual c10::Device device() const = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "trainer/models/sequence_model.h"
 
 #include "trainer/models/architecture.h"
+#include "trainer/models/attention_pooling.h"
 
 namespace deltastream {
 
@@ -39,10 +40,13 @@ absl::StatusOr<std::unique_ptr<SequenceModel>> SequenceModel::Create(
   std::unique_ptr<SequenceModel> model(new SequenceModel(std::move(config)));
   model->ec_ = *std::move(ec);
   absl::Status status = CatchModelErrors([&]() -> absl::Status {
-    torch::manual_seed(model->config_.seed);
     model->dense_ = std::make_shared<Dense>(
         model->config_,
         static_cast<int64_t>(model->ec_->feature_names().size()));
+    // From a local generator (the global one is not reseeded), on the CPU,
+    // so every device starts from the same parameters.
+    InitializeLinearLayers(*model->dense_,
+                           DenseParameterSeed(model->config_.seed));
     model->dense_->to(model->config_.device);
     return absl::OkStatus();
   });
@@ -51,30 +55,25 @@ absl::StatusOr<std::unique_ptr<SequenceModel>> SequenceModel::Create(
 }
 
 absl::StatusOr<at::Tensor> SequenceModel::Forward(const Batch& batch) {
+  if (absl::Status status =
+          ValidateBatch(batch, config_.num_dense, config_.device);
+      !status.ok()) {
+    return status;
+  }
   absl::StatusOr<FeatureDict> sequences = ec_->Forward(batch.sparse);
   if (!sequences.ok()) return sequences.status();
   return CatchModelErrors([&]() -> absl::StatusOr<at::Tensor> {
-    at::Tensor query = dense_->dense_arch->forward(batch.dense);  // [B, D]
-    const int64_t b = query.size(0);
+    // [B, D]: the dense vector, also every feature's attention query.
+    const at::Tensor query = dense_->dense_arch->forward(batch.dense);
     std::vector<at::Tensor> parts = {query};
     for (int64_t f = 0; f < sequences->size(); ++f) {
       const JaggedTensor& sequence = sequences->At(f);
-      at::Tensor rows = sequence.values().to(query.scalar_type());  // [n, D]
-      // The example of every row; the output size is known on the host, so
-      // nothing synchronises.
-      at::Tensor example =
-          at::repeat_interleave(sequence.lengths().to(at::kLong),
-                                c10::optional<int64_t>(rows.size(0)));
-      at::Tensor scores = (rows * query.index_select(0, example)).sum(1);
-      // Softmax within each example (shifted by the global max for range).
-      at::Tensor weights =
-          rows.size(0) > 0 ? (scores - scores.max().detach()).exp() : scores;
-      at::Tensor totals =
-          at::zeros({b}, weights.options()).index_add(0, example, weights);
-      weights = weights / totals.index_select(0, example);
-      parts.push_back(at::zeros_like(query).index_add(
-          0, example, rows * weights.unsqueeze(1)));
+      absl::StatusOr<at::Tensor> pooled =
+          AttentionPool(sequence.values(), sequence.lengths(), query);
+      if (!pooled.ok()) return pooled.status();
+      parts.push_back(*std::move(pooled));
     }
+    // [B, (F + 1) D] -> [B]
     return dense_->over_arch->forward(at::cat(parts, 1)).squeeze(1);
   });
 }

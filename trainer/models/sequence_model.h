@@ -18,11 +18,13 @@ struct SequenceModelConfig {
   // Bottom MLP; its last width D is the query of the attention and the dim
   // every table must share.
   std::vector<int64_t> dense_arch = {64, 16};
+  // Top MLP over [dense, pooled features]; ends in 1 (the logit).
   std::vector<int64_t> over_arch = {64, 32, 1};
   // Sequence features (each example a variable-length list of IDs).
   std::vector<EmbeddingTableConfig> tables;
   SparseOptimizerConfig sparse_optimizer;
   c10::Device device = c10::Device(c10::kCPU);
+  // As DlrmConfig::seed: same config and seed, bit-identical model.
   uint64_t seed = 0;
 };
 
@@ -31,7 +33,9 @@ struct SequenceModelConfig {
 // of an example are attention-pooled against the dense vector (DIN-style:
 // softmax over the example's rows of <row, dense>, then the weighted sum; an
 // example without IDs pools to zeros); the dense vector and the pooled ones
-// go through a top MLP to a logit. All on the device, no host loops.
+// go through a top MLP to a logit (see AttentionPool in
+// trainer/models/attention_pooling.h). All on the device,
+// no host loops. Dense parameters: "dense_arch.*" and "over_arch.*".
 class SequenceModel : public RecModel {
  public:
   // InvalidArgument as Dlrm::Create.
