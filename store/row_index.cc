@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 namespace deltastream {
@@ -19,6 +20,11 @@ constexpr int64_t kFirstBlockMinRows = 16;
 // much as a hash slot takes), and always the first 2^20 IDs (128 KiB).
 constexpr int64_t kDenseBitsPerRow = 128;
 constexpr int64_t kDenseFreeBits = int64_t{1} << 20;
+
+// The slot array may span up to this many IDs per row held (16 bytes per row,
+// as much as a hash slot takes), and always the first 2^18 IDs (1 MiB).
+constexpr int64_t kDirectSlotsPerRow = 4;
+constexpr int64_t kDirectFreeSlots = int64_t{1} << 18;
 
 int BlockShift(int64_t row_bytes) {
   int shift = 0;
@@ -61,11 +67,57 @@ RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes)
     : mode_(mode),
       row_bytes_(mode == UpdateMode::kNone ? 0 : row_bytes),
       dense_(mode == UpdateMode::kNone),
+      direct_(mode != UpdateMode::kNone),
       block_shift_(BlockShift(row_bytes_)) {}
 
 bool RowIndex::DenseCanHold(int64_t id) const {
   return id >= 0 &&
          id < std::max(kDenseFreeBits, kDenseBitsPerRow * (rows_ + 1));
+}
+
+bool RowIndex::DirectCanHold(int64_t id) const {
+  return id >= 0 && rows_ < std::numeric_limits<int32_t>::max() &&
+         id < std::max(kDirectFreeSlots, kDirectSlotsPerRow * (rows_ + 1));
+}
+
+void RowIndex::Append(int64_t id, const uint8_t* state) {
+  if (row_bytes_ > 0) {
+    GrowStates();
+    std::memcpy(StateRow(size()), state, row_bytes_);
+  }
+  ids_.push_back(id);
+  ++rows_;
+}
+
+int64_t RowIndex::FoldDirect(const int64_t* ids, const uint8_t* states,
+                             int64_t from, int64_t count) {
+  for (int64_t i = from; i < count; ++i) {
+    const int64_t id = ids[i];
+    if (static_cast<uint64_t>(id) >= direct_slot_.size()) {
+      if (!DirectCanHold(id)) return i;
+      // Grow to the next power of two that covers the ID.
+      int64_t slots = std::max<int64_t>(direct_slot_.size(), 64);
+      while (slots <= id) slots *= 2;
+      direct_slot_.resize(slots, 0);
+    }
+    int32_t& slot = direct_slot_[id];
+    if (slot == 0) {
+      slot = static_cast<int32_t>(size() + 1);
+      Append(id, states + i * row_bytes_);
+    } else if (mode_ == UpdateMode::kLast) {
+      std::memcpy(StateRow(slot - 1), states + i * row_bytes_, row_bytes_);
+    }
+  }
+  return count;
+}
+
+void RowIndex::MakeHashed() {
+  slot_of_id_.reserve(rows_);
+  for (int64_t slot = 0; slot < rows_; ++slot) {
+    slot_of_id_.emplace(ids_[slot], slot);
+  }
+  direct_ = false;
+  std::vector<int32_t>().swap(direct_slot_);
 }
 
 int64_t RowIndex::FoldDense(const int64_t* ids, int64_t from, int64_t count) {
@@ -143,6 +195,10 @@ void RowIndex::Fold(const int64_t* ids, const uint8_t* states, int64_t count) {
     start = FoldDense(ids, 0, count);
     if (start == count) return;
     MakeSparse();
+  } else if (direct_) {
+    start = FoldDirect(ids, states, 0, count);
+    if (start == count) return;
+    MakeHashed();
   }
   // Hash probes miss the cache once the index outgrows it; prefetching the
   // slot of an ID a few positions ahead overlaps those misses.
@@ -153,12 +209,7 @@ void RowIndex::Fold(const int64_t* ids, const uint8_t* states, int64_t count) {
     }
     auto [it, inserted] = slot_of_id_.try_emplace(ids[i], size());
     if (inserted) {
-      if (row_bytes_ > 0) {
-        GrowStates();
-        std::memcpy(StateRow(size()), states + i * row_bytes_, row_bytes_);
-      }
-      ids_.push_back(ids[i]);
-      ++rows_;
+      Append(ids[i], states + i * row_bytes_);
     } else if (mode_ == UpdateMode::kLast) {
       std::memcpy(StateRow(it->second), states + i * row_bytes_, row_bytes_);
     }
@@ -189,7 +240,8 @@ int64_t RowIndex::bytes() const {
   // flat_hash_map stores one control byte and one slot per bucket.
   const int64_t index_bytes =
       static_cast<int64_t>(slot_of_id_.capacity()) *
-      static_cast<int64_t>(sizeof(std::pair<int64_t, int64_t>) + 1);
+          static_cast<int64_t>(sizeof(std::pair<int64_t, int64_t>) + 1) +
+      static_cast<int64_t>(direct_slot_.capacity() * sizeof(int32_t));
   const int64_t full_blocks =
       std::max<int64_t>(0, static_cast<int64_t>(state_blocks_.size()) - 1);
   const int64_t state_bytes =
@@ -208,9 +260,19 @@ UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
     ForEachId([&out](int64_t id) { *out++ = id; });
     return rows;
   }
-  std::vector<std::pair<int64_t, int64_t>> order(n);  // (ID, slot)
-  for (int64_t slot = 0; slot < n; ++slot) order[slot] = {ids_[slot], slot};
-  SortById(order);
+  std::vector<std::pair<int64_t, int64_t>> order;  // (ID, slot)
+  order.reserve(n);
+  if (direct_) {  // the slot array is in ID order
+    for (size_t id = 0; id < direct_slot_.size(); ++id) {
+      if (direct_slot_[id] != 0) {
+        order.emplace_back(static_cast<int64_t>(id), direct_slot_[id] - 1);
+      }
+    }
+  } else {
+    for (int64_t slot = 0; slot < n; ++slot)
+      order.emplace_back(ids_[slot], slot);
+    SortById(order);
+  }
 
   UniqueRows rows;
   rows.ids = at::empty({n}, at::kLong);

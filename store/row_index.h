@@ -20,11 +20,13 @@ namespace deltastream {
 // alike, kept in fixed-size blocks so that growing never moves rows already
 // held.
 //
-// In kNone, while the IDs are small non-negative numbers (row indices of a
-// table, as embedding lookups produce), the index is a bitmap of IDs instead:
-// a bit test per ID, an eighth of a byte per possible row, and sorted output
-// for free. It turns into the hash index when an ID is negative or too far
-// out for the rows held (see kDenseBitsPerRow).
+// While the IDs are small non-negative numbers (row indices of a table, as
+// embedding lookups produce), the index is direct instead of hashed: in kNone
+// a bitmap of IDs (a bit test per ID, an eighth of a byte per possible row),
+// in kFirst and kLast an array of slots indexed by ID (four bytes per
+// possible row); both give sorted output by a scan. Either turns into the
+// hash index when an ID is negative or too far out for the rows held (see
+// kDenseBitsPerRow, kDirectSlotsPerRow).
 //
 // Not thread-safe: the owning DeltaStore serialises access.
 class RowIndex {
@@ -70,6 +72,14 @@ class RowIndex {
   bool DenseCanHold(int64_t id) const;
   // Leaves bitmap mode: the IDs held move to ids_ and slot_of_id_.
   void MakeSparse();
+  // Direct-slot mode: as FoldDense, with state rows.
+  int64_t FoldDirect(const int64_t* ids, const uint8_t* states, int64_t from,
+                     int64_t count);
+  bool DirectCanHold(int64_t id) const;
+  // Leaves direct-slot mode: slots move to slot_of_id_.
+  void MakeHashed();
+  // Takes a new slot for `id` with the state row at `state`.
+  void Append(int64_t id, const uint8_t* state);
   // Calls f(id) for every ID held, ascending in bitmap mode, else by slot.
   template <typename F>
   void ForEachId(F&& f) const;
@@ -77,11 +87,13 @@ class RowIndex {
   UpdateMode mode_;
   int64_t row_bytes_;
   int64_t rows_ = 0;
-  bool dense_;                     // bitmap mode (kNone only)
-  std::vector<uint64_t> id_bits_;  // bitmap mode: bit i set = ID i held
-  int block_shift_;                // log2 of rows per full state block
-  int64_t first_block_rows_ = 0;   // rows allocated in state_blocks_[0]
-  std::vector<int64_t> ids_;       // slot -> ID
+  bool dense_;                        // bitmap mode (kNone only)
+  std::vector<uint64_t> id_bits_;     // bitmap mode: bit i set = ID i held
+  bool direct_;                       // direct-slot mode (kFirst, kLast)
+  std::vector<int32_t> direct_slot_;  // direct mode: ID -> slot + 1 (0: none)
+  int block_shift_;                   // log2 of rows per full state block
+  int64_t first_block_rows_ = 0;      // rows allocated in state_blocks_[0]
+  std::vector<int64_t> ids_;          // slot -> ID
   std::vector<std::unique_ptr<uint8_t[]>> state_blocks_;
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
 };

@@ -400,27 +400,48 @@ TEST(DeltaStoreTest, GetUniqueReadsAWindowOfBatches) {
 
 // In id_only mode small non-negative IDs are held in a bitmap that turns into
 // a hash index when an ID does not fit; answers must not change either way.
-TEST(DeltaStoreTest, IdOnlyHandlesEveryIdRange) {
-  std::mt19937_64 rng(3);
-  for (int64_t far : {int64_t{5}, int64_t{1} << 22, int64_t{1} << 40,
-                      int64_t{-7}, INT64_MAX, INT64_MIN}) {
-    DeltaStore store(UpdateMode::kNone);
-    std::vector<at::Tensor> recorded;
-    for (int64_t b = 0; b < 30; ++b) {
-      std::vector<int64_t> ids;
-      for (int i = 0; i < 50; ++i)
-        ids.push_back(static_cast<int64_t>(rng() % 3000));
-      if (b == 17) ids.push_back(far);  // late, after the bitmap grew
-      recorded.push_back(Ids(ids));
-      ASSERT_TRUE(store.Append(b, {{"t", recorded.back(), {}}}).ok());
-      store.Compact(-1, b);
+// Every mode starts with a direct index (a bitmap in kNone, a slot array in
+// kFirst/kLast) and must switch to a hash index, without losing or
+// reordering anything, when an ID is negative or far out.
+TEST(DeltaStoreTest, EveryModeHandlesEveryIdRange) {
+  for (UpdateMode mode :
+       {UpdateMode::kNone, UpdateMode::kFirst, UpdateMode::kLast}) {
+    std::mt19937_64 rng(3);
+    for (int64_t far : {int64_t{5}, int64_t{1} << 22, int64_t{1} << 40,
+                        int64_t{-7}, INT64_MAX, INT64_MIN}) {
+      DeltaStore store(mode);
+      std::vector<at::Tensor> recorded, states;
+      for (int64_t b = 0; b < 30; ++b) {
+        std::vector<int64_t> ids;
+        for (int i = 0; i < 50; ++i)
+          ids.push_back(static_cast<int64_t>(rng() % 3000));
+        if (b == 17) ids.push_back(far);  // late, after the index grew
+        recorded.push_back(Ids(ids));
+        states.push_back(
+            at::randn({static_cast<int64_t>(ids.size()), 4}, at::kFloat));
+        ASSERT_TRUE(
+            store
+                .Append(b, {{"t", recorded.back(),
+                             mode == UpdateMode::kNone ? at::Tensor()
+                                                       : states.back()}})
+                .ok());
+        store.Compact(-1, b);
+      }
+      UniqueRows expected = UniqueRowsOf(
+          recorded, mode == UpdateMode::kNone ? std::vector<at::Tensor>{}
+                                              : states,
+          mode);
+      for (int pass = 0; pass < 2; ++pass) {
+        UniqueRows got = store.GetUnique(-1)["t"];
+        EXPECT_TRUE(at::equal(got.ids, expected.ids))
+            << UpdateModeName(mode) << " far ID " << far;
+        if (mode != UpdateMode::kNone) {
+          EXPECT_TRUE(at::equal(got.states, expected.states))
+              << UpdateModeName(mode) << " far ID " << far;
+        }
+        store.Compact(-1, 30);
+      }
     }
-    UniqueRows expected = UniqueRowsOf(recorded, {}, UpdateMode::kNone);
-    EXPECT_TRUE(at::equal(store.GetUnique(-1)["t"].ids, expected.ids))
-        << "far ID " << far;
-    store.Compact(-1, 30);
-    EXPECT_TRUE(at::equal(store.GetUnique(-1)["t"].ids, expected.ids))
-        << "far ID " << far;
   }
 }
 

@@ -1,9 +1,9 @@
 #include "trainer/modules/embedding_modules.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 #include <map>
@@ -39,18 +39,27 @@ at::Tensor InitialRows(const EmbeddingTableConfig& table, uint64_t seed) {
 
 // The fused update a forward attaches to the rows it read: sums each ID's
 // gradient over its occurrences and applies the table's optimizer to those
-// rows.
+// rows. Every tensor keeps a size known on the host (the number of
+// occurrences n, not of distinct IDs), so nothing synchronises with a GPU:
+// the IDs are sorted, each run of equal IDs sums its gradients into one slot,
+// and every occurrence then carries its run's sum, so the optimizer computes
+// (and writes) the same new row once per occurrence.
 void ApplySparseGradient(SparseTableOptimizer& optimizer, at::Tensor weight,
                          const at::Tensor& ids, const at::Tensor& grad) {
   c10::NoGradGuard no_grad;
-  if (ids.numel() == 0) return;
-  auto [unique_ids, inverse, counts] =
-      at::_unique2(ids, /*sorted=*/true, /*return_inverse=*/true,
-                   /*return_counts=*/false);
-  at::Tensor summed =
-      at::zeros({unique_ids.size(0), grad.size(1)}, grad.options())
-          .index_add_(0, inverse, grad);
-  optimizer.Update(weight, unique_ids, summed);
+  const int64_t n = ids.numel();
+  if (n == 0) return;
+  auto [sorted_ids, order] = ids.sort();
+  at::Tensor run_starts = at::ones({n}, ids.options().dtype(at::kLong));
+  if (n > 1) {
+    run_starts.narrow(0, 1, n - 1)
+        .copy_(sorted_ids.narrow(0, 1, n - 1) !=
+               sorted_ids.narrow(0, 0, n - 1));
+  }
+  at::Tensor run = run_starts.cumsum(0).sub_(1);
+  at::Tensor run_sums = at::zeros({n, grad.size(1)}, grad.options())
+                            .index_add_(0, run, grad.index_select(0, order));
+  optimizer.Update(weight, sorted_ids, run_sums.index_select(0, run));
 }
 
 }  // namespace

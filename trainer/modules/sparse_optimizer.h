@@ -62,8 +62,11 @@ class SparseTableOptimizer {
 
   const SparseOptimizerConfig& config() const { return config_; }
 
-  // Applies one step to `weight` in place: `ids` int64 [u] distinct rows,
-  // `grad` [u, dim] their summed gradients. No host synchronisation.
+  // Applies one step to `weight` in place: `ids` int64 [n] rows, `grad`
+  // [n, dim] each row's gradient summed over the step. An ID may repeat when
+  // all its repeats carry the same gradient: every repeat computes and writes
+  // the same values (what lets the caller skip deduplication, whose size a
+  // GPU would have to report back). No host synchronisation.
   void Update(at::Tensor& weight, const at::Tensor& ids,
               const at::Tensor& grad);
 

@@ -187,6 +187,28 @@ TEST(SparseOptimizerTest, StateTensorsRoundTrip) {
   EXPECT_THAT(b.LoadStateTensors(states).message(), HasSubstr("momentum1"));
 }
 
+TEST(SparseOptimizerTest, RepeatedIdsWithTheirSumActLikeDistinctIds) {
+  for (SparseOptimizerType type :
+       {SparseOptimizerType::kSgd, SparseOptimizerType::kAdagrad,
+        SparseOptimizerType::kRowwiseAdagrad, SparseOptimizerType::kAdam}) {
+    SparseOptimizerConfig config{type, 0.1};
+    at::Tensor distinct = Table(), repeated = Table();
+    SparseTableOptimizer a(config, distinct), b(config, repeated);
+    a.Update(distinct, kIds, Grad(0));
+    // Row 1 three times, row 3 twice, each repeat carrying the row's sum.
+    at::Tensor ids = at::tensor({1, 1, 1, 3, 3}, at::kLong);
+    at::Tensor grad =
+        Grad(0).index_select(0, at::tensor({0, 0, 0, 1, 1}, at::kLong));
+    b.Update(repeated, ids, grad);
+    EXPECT_TRUE(at::equal(distinct, repeated)) << SparseOptimizerName(type);
+    if (a.has_row_state()) {
+      at::Tensor all = at::arange(kRows, at::kLong);
+      EXPECT_TRUE(at::equal(*a.RowStates(all), *b.RowStates(all)))
+          << SparseOptimizerName(type);
+    }
+  }
+}
+
 TEST(SparseOptimizerTest, ParsesNamesAndRejectsBadSettings) {
   EXPECT_EQ(*ParseSparseOptimizer("rowwise_adagrad"),
             SparseOptimizerType::kRowwiseAdagrad);
