@@ -2,30 +2,300 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace deltastream {
 namespace {
 
-uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ull;
+// Salts keep the seed's uses apart.
+constexpr uint64_t kStreamSalt = 0x5851F42D4C957F2Dull;
+constexpr uint64_t kDenseSalt = 0xD1B54A32D192ED03ull;
+constexpr uint64_t kScatterSalt = 0xA0761D6478BD642Full;
+constexpr uint64_t kScoreSalt = 0xE7037ED1A0B428DBull;
+// The most IDs one batch may hold.
+constexpr int64_t kMaxIdsPerBatch = int64_t{1} << 31;
+
+// splitmix64's finaliser: a bijective 64-bit mix.
+uint64_t Mix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
 
-// A fixed value in [-1, 1] for (seed, feature, id): the hidden click signal.
-double HiddenScore(uint64_t seed, size_t feature, int64_t id) {
-  const uint64_t h = Mix(seed ^ Mix(feature * 0x100000001B3ull + 1) ^
-                         Mix(static_cast<uint64_t>(id)));
-  return static_cast<double>(h >> 11) / static_cast<double>(1ull << 53) * 2 - 1;
+// FNV-1a: a stable hash of a feature name (absl::Hash is salted per process).
+uint64_t NameHash(const std::string& name) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001B3ull;
+  return Mix(h);
 }
 
+double ScoreOf(uint64_t seed_and_name, int64_t id) {
+  const uint64_t h = Mix(seed_and_name ^ Mix(static_cast<uint64_t>(id)));
+  return static_cast<double>(h >> 11) * 0x1.0p-53 * 2 - 1;
+}
+
+uint64_t SeedAndName(uint64_t seed, const std::string& name) {
+  return Mix(Mix(seed ^ kScoreSalt) ^ NameHash(name));
+}
+
+// splitmix64 as a generator, with its own (portable) distributions.
+class Random {
+ public:
+  explicit Random(uint64_t seed) : state_(seed) {}
+
+  uint64_t Bits() {
+    state_ += kGoldenGamma;
+    return Mix(state_);
+  }
+  // Uniform in [0, 1).
+  double Uniform() { return static_cast<double>(Bits() >> 11) * 0x1.0p-53; }
+  // Uniform in (0, 1].
+  double UniformNonZero() {
+    return static_cast<double>((Bits() >> 11) + 1) * 0x1.0p-53;
+  }
+  // Uniform in [low, high] (multiply-shift; the bias, below range / 2^64, is
+  // negligible).
+  int64_t UniformInt(int64_t low, int64_t high) {
+    const uint64_t range =
+        static_cast<uint64_t>(high) - static_cast<uint64_t>(low) + 1;
+    if (range == 0) return static_cast<int64_t>(Bits());  // the full range
+    const uint64_t offset = static_cast<uint64_t>(
+        (static_cast<unsigned __int128>(Bits()) * range) >> 64);
+    return static_cast<int64_t>(static_cast<uint64_t>(low) + offset);
+  }
+  // Standard normal (Box-Muller, both values used).
+  double Normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double radius = std::sqrt(-2 * std::log(UniformNonZero()));
+    const double angle = 2 * M_PI * Uniform();
+    spare_ = radius * std::sin(angle);
+    has_spare_ = true;
+    return radius * std::cos(angle);
+  }
+
+ private:
+  uint64_t state_;
+  bool has_spare_ = false;
+  double spare_ = 0;
+};
+
+// Zipf ranks in [1, n]: P(k) proportional to 1 / k^s, s > 0. Rejection-
+// inversion (W. Hörmann, G. Derflinger, "Rejection-inversion to generate
+// variates from monotone discrete distributions", 1996), as in Apache Commons
+// RNG: O(1) memory, and mostly one log1p and one exp per draw (the squeeze
+// accepts nearly every candidate).
+class ZipfRanks {
+ public:
+  ZipfRanks(int64_t n, double s) : n_(n), s_(s) {
+    h_integral_x1_ = HIntegral(1.5) - 1;
+    h_integral_n_ = HIntegral(static_cast<double>(n) + 0.5);
+    squeeze_ = 2 - HIntegralInverse(HIntegral(2.5) - H(2));
+  }
+
+  int64_t Draw(Random& random) const {
+    while (true) {
+      // In (h_integral_x1_, h_integral_n_].
+      const double u =
+          h_integral_n_ + random.Uniform() * (h_integral_x1_ - h_integral_n_);
+      const double x = HIntegralInverse(u);
+      // x >= 1 up to rounding; clamp before the cast (x may exceed int64).
+      const double rounded = std::max(x + 0.5, 1.0);
+      const int64_t k = rounded >= static_cast<double>(n_)
+                            ? n_
+                            : static_cast<int64_t>(rounded);
+      const double kd = static_cast<double>(k);
+      if (kd - x <= squeeze_ || u >= HIntegral(kd + 0.5) - H(kd)) return k;
+    }
+  }
+
+ private:
+  // h(x) = x^-s.
+  double H(double x) const { return std::exp(-s_ * std::log(x)); }
+  // The integral of h from 1 to x: (x^(1-s) - 1) / (1 - s), or log(x).
+  double HIntegral(double x) const {
+    const double log_x = std::log(x);
+    return ExpM1Over((1 - s_) * log_x) * log_x;
+  }
+  double HIntegralInverse(double x) const {
+    double t = x * (1 - s_);
+    if (t < -1) t = -1;  // rounding
+    return std::exp(Log1pOver(t) * x);
+  }
+  // log1p(x) / x and expm1(x) / x, continuous at 0.
+  static double Log1pOver(double x) {
+    if (std::abs(x) > 1e-8) return std::log1p(x) / x;
+    return 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x));
+  }
+  static double ExpM1Over(double x) {
+    if (std::abs(x) > 1e-8) return std::expm1(x) / x;
+    return 1 + x * 0.5 * (1 + x / 3 * (1 + 0.25 * x));
+  }
+
+  int64_t n_;
+  double s_;
+  double h_integral_x1_;
+  double h_integral_n_;
+  double squeeze_;
+};
+
+// A bijection of [0, n): rank -> (rank * multiplier + offset) mod n, with the
+// multiplier coprime to n.
+class Scatter {
+ public:
+  Scatter(int64_t n, uint64_t bits)
+      : n_(static_cast<uint64_t>(n)), multiplier_(1), offset_(0) {
+    if (n_ <= 1) return;
+    offset_ = Mix(bits) % n_;
+    multiplier_ = 1 + Mix(bits ^ kGoldenGamma) % (n_ - 1);
+    while (std::gcd(multiplier_, n_) != 1) {
+      multiplier_ = multiplier_ + 1 == n_ ? 1 : multiplier_ + 1;
+    }
+  }
+
+  int64_t operator()(int64_t rank) const {
+    const uint64_t r = static_cast<uint64_t>(rank);
+    if (n_ <= (uint64_t{1} << 32)) {  // no overflow: r, multiplier_ < 2^32
+      return static_cast<int64_t>((r * multiplier_ + offset_) % n_);
+    }
+    return static_cast<int64_t>(
+        (static_cast<unsigned __int128>(r) * multiplier_ + offset_) % n_);
+  }
+
+ private:
+  uint64_t n_;
+  uint64_t multiplier_;
+  uint64_t offset_;
+};
+
+struct FeatureDraws {
+  int64_t min_length;
+  int64_t max_length;
+  ZipfRanks ranks;
+  Scatter scatter;
+  uint64_t seed_and_name;  // for ScoreOf
+};
+
 }  // namespace
+
+class SyntheticSource::Impl {
+ public:
+  explicit Impl(const SyntheticOptions& options)
+      : random_(Mix(Mix(options.seed) ^ Mix(options.stream ^ kStreamSalt))) {
+    for (const SyntheticFeature& feature : options.features) {
+      keys_.push_back(feature.name);
+      features_.push_back(FeatureDraws{
+          feature.min_length, feature.max_length,
+          ZipfRanks(feature.num_rows, options.zipf_exponent),
+          Scatter(feature.num_rows,
+                  Mix(options.seed ^ kScatterSalt) ^ NameHash(feature.name)),
+          SeedAndName(options.seed, feature.name)});
+    }
+    Random weights_random(Mix(options.seed ^ kDenseSalt));
+    const double scale =
+        1 /
+        std::sqrt(static_cast<double>(std::max<int64_t>(options.num_dense, 1)));
+    for (int64_t d = 0; d < options.num_dense; ++d) {
+      dense_weights_.push_back(weights_random.Normal() * scale);
+    }
+  }
+
+  absl::StatusOr<Batch> Next(const SyntheticOptions& options) {
+    const int64_t b = options.batch_size;
+    const int64_t num_dense = options.num_dense;
+    const int64_t num_features = static_cast<int64_t>(features_.size());
+    std::vector<double> logits(b, 0.0);
+
+    at::Tensor dense = at::empty({b, num_dense}, at::kFloat);
+    float* dense_data = dense.data_ptr<float>();
+    for (int64_t i = 0; i < b; ++i) {
+      for (int64_t d = 0; d < num_dense; ++d) {
+        const double value = random_.Normal();
+        dense_data[i * num_dense + d] = static_cast<float>(value);
+        logits[i] += dense_weights_[d] * value;
+      }
+    }
+
+    at::Tensor lengths = at::empty({num_features * b}, at::kLong);
+    int64_t* length_data = lengths.data_ptr<int64_t>();
+    int64_t total = 0;
+    for (int64_t f = 0; f < num_features; ++f) {
+      const FeatureDraws& feature = features_[f];
+      for (int64_t i = 0; i < b; ++i) {
+        const int64_t n =
+            feature.min_length == feature.max_length
+                ? feature.min_length
+                : random_.UniformInt(feature.min_length, feature.max_length);
+        length_data[f * b + i] = n;
+        total += n;
+      }
+    }
+
+    at::Tensor values = at::empty({total}, at::kLong);
+    int64_t* value_data = values.data_ptr<int64_t>();
+    at::Tensor weights;
+    float* weight_data = nullptr;
+    if (options.weighted) {
+      weights = at::empty({total}, at::kFloat);
+      weight_data = weights.data_ptr<float>();
+    }
+    int64_t position = 0;
+    for (int64_t f = 0; f < num_features; ++f) {
+      const FeatureDraws& feature = features_[f];
+      for (int64_t i = 0; i < b; ++i) {
+        const int64_t n = length_data[f * b + i];
+        double signal = 0;
+        for (int64_t k = 0; k < n; ++k, ++position) {
+          const int64_t id = feature.scatter(feature.ranks.Draw(random_) - 1);
+          value_data[position] = id;
+          double weight = 1;
+          if (weight_data != nullptr) {
+            const float w = static_cast<float>(random_.UniformNonZero());
+            weight_data[position] = w;
+            weight = w;
+          }
+          signal += weight * ScoreOf(feature.seed_and_name, id);
+        }
+        if (n > 0) logits[i] += 2 * signal / static_cast<double>(n);
+      }
+    }
+
+    at::Tensor labels = at::empty({b}, at::kFloat);
+    float* label_data = labels.data_ptr<float>();
+    for (int64_t i = 0; i < b; ++i) {
+      const double p = 1 / (1 + std::exp(-logits[i]));
+      label_data[i] = random_.Uniform() < p ? 1.0f : 0.0f;
+    }
+
+    absl::StatusOr<KeyedJaggedTensor> sparse = KeyedJaggedTensor::FromLengths(
+        keys_, std::move(values), std::move(lengths),
+        options.weighted ? std::optional<at::Tensor>(std::move(weights))
+                         : std::nullopt,
+        b);
+    if (!sparse.ok()) return sparse.status();
+    Batch batch;
+    batch.dense = std::move(dense);
+    batch.sparse = *std::move(sparse);
+    batch.labels = std::move(labels);
+    return batch;
+  }
+
+ private:
+  Random random_;
+  std::vector<std::string> keys_;
+  std::vector<FeatureDraws> features_;
+  std::vector<double> dense_weights_;
+};
 
 std::vector<SyntheticFeature> CriteoLikeFeatures(int64_t num_features,
                                                  int64_t num_rows) {
@@ -36,35 +306,59 @@ std::vector<SyntheticFeature> CriteoLikeFeatures(int64_t num_features,
   return features;
 }
 
+double SyntheticSource::HiddenScore(uint64_t seed, const std::string& feature,
+                                    int64_t id) {
+  return ScoreOf(SeedAndName(seed, feature), id);
+}
+
 absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
     SyntheticOptions options) {
-  auto invalid = [](absl::string_view field, auto... message) {
+  auto invalid = [](auto... message) {
     return absl::InvalidArgumentError(
-        absl::StrCat("synthetic data: ", field, ": ", message...));
+        absl::StrCat("synthetic data: ", message...));
   };
   if (options.batch_size <= 0) {
-    return invalid("batch_size", "must be positive, got ", options.batch_size);
+    return invalid("batch_size must be positive, got ", options.batch_size);
   }
   if (options.num_dense < 0) {
-    return invalid("num_dense", "must be >= 0, got ", options.num_dense);
+    return invalid("num_dense must be >= 0, got ", options.num_dense);
   }
-  if (!(options.zipf_exponent > 0)) {
-    return invalid("zipf_exponent", "must be positive, got ",
+  if (!(options.zipf_exponent > 0) || !std::isfinite(options.zipf_exponent)) {
+    return invalid("zipf_exponent must be finite and positive, got ",
                    options.zipf_exponent);
   }
-  if (options.features.empty()) return invalid("features", "none given");
+  if (options.features.empty()) return invalid("features: none given");
   absl::flat_hash_set<std::string> names;
-  for (const SyntheticFeature& f : options.features) {
-    if (f.name.empty()) return invalid("features", "a name is empty");
-    if (!names.insert(f.name).second) {
-      return invalid("features", "'", f.name, "' appears twice");
+  // Sum of max_length, capped once past the limit (no overflow).
+  int64_t max_ids_per_example = 0;
+  for (size_t f = 0; f < options.features.size(); ++f) {
+    const SyntheticFeature& feature = options.features[f];
+    const std::string field = absl::StrCat("features[", f, "]");
+    if (feature.name.empty()) return invalid(field, ".name is empty");
+    if (!names.insert(feature.name).second) {
+      return invalid(field, ".name '", feature.name, "' appears twice");
     }
-    if (f.num_rows <= 0) {
-      return invalid(f.name, "num_rows must be positive, got ", f.num_rows);
+    const std::string named = absl::StrCat(" (feature '", feature.name, "')");
+    if (feature.num_rows <= 0) {
+      return invalid(field, ".num_rows must be positive, got ",
+                     feature.num_rows, named);
     }
-    if (f.min_length < 0 || f.max_length < f.min_length) {
-      return invalid(f.name, "need 0 <= min_length <= max_length, got ",
-                     f.min_length, " and ", f.max_length);
+    if (feature.min_length < 0) {
+      return invalid(field, ".min_length must be >= 0, got ",
+                     feature.min_length, named);
+    }
+    if (feature.max_length < feature.min_length) {
+      return invalid(field, ".max_length must be >= min_length (",
+                     feature.min_length, "), got ", feature.max_length, named);
+    }
+    max_ids_per_example =
+        std::min(kMaxIdsPerBatch + 1,
+                 max_ids_per_example +
+                     std::min(feature.max_length, kMaxIdsPerBatch + 1));
+    if (max_ids_per_example > kMaxIdsPerBatch / options.batch_size) {
+      return invalid(field, ".max_length ", feature.max_length, named,
+                     " allows more than 2^31 IDs in a batch of ",
+                     options.batch_size);
     }
   }
   return std::unique_ptr<SyntheticSource>(
@@ -72,104 +366,14 @@ absl::StatusOr<std::unique_ptr<SyntheticSource>> SyntheticSource::Create(
 }
 
 SyntheticSource::SyntheticSource(SyntheticOptions options)
-    : options_(std::move(options)),
-      random_(Mix(options_.seed) ^ Mix(~options_.stream)) {
-  for (size_t f = 0; f < options_.features.size(); ++f) {
-    // An odd multiplier coprime to num_rows: ID = rank * m mod num_rows is a
-    // bijection that scatters the popular ranks.
-    const uint64_t rows = static_cast<uint64_t>(options_.features[f].num_rows);
-    uint64_t m = (Mix(options_.seed + f) | 1) % std::max<uint64_t>(rows, 2);
-    while (rows > 1 && std::gcd(m, rows) != 1) m = (m + 1) % rows;
-    scatter_.push_back(rows > 1 ? m : 1);
-  }
-  std::normal_distribution<double> normal;
-  std::mt19937_64 weights_random(Mix(options_.seed ^ 0xD1B54A32D192ED03ull));
-  for (int64_t d = 0; d < options_.num_dense; ++d) {
-    dense_weights_.push_back(
-        normal(weights_random) /
-        std::sqrt(static_cast<double>(options_.num_dense)));
-  }
-}
+    : options_(std::move(options)), impl_(std::make_unique<Impl>(options_)) {}
 
-int64_t SyntheticSource::DrawId(const SyntheticFeature& feature,
-                                uint64_t scatter) {
-  // Inverse CDF of the continuous power law x^-s on [1, n + 1): rank - 1.
-  const double n = static_cast<double>(feature.num_rows);
-  const double s = options_.zipf_exponent;
-  const double u = std::uniform_real_distribution<double>(0, 1)(random_);
-  double x;
-  if (std::abs(s - 1) < 1e-9) {
-    x = std::exp(u * std::log(n + 1));
-  } else {
-    const double a = std::pow(n + 1, 1 - s);
-    x = std::pow(1 + u * (a - 1), 1 / (1 - s));
-  }
-  const int64_t rank =
-      std::min<int64_t>(feature.num_rows - 1, static_cast<int64_t>(x) - 1);
-  return static_cast<int64_t>(
-      (static_cast<unsigned __int128>(std::max<int64_t>(rank, 0)) * scatter) %
-      static_cast<uint64_t>(feature.num_rows));
-}
+SyntheticSource::~SyntheticSource() = default;
 
 absl::StatusOr<std::optional<Batch>> SyntheticSource::Next() {
-  const int64_t b = options_.batch_size;
-  const size_t num_features = options_.features.size();
-  std::normal_distribution<double> normal;
-  std::vector<float> dense(b * options_.num_dense);
-  std::vector<double> score(b, 0.0);
-  for (int64_t i = 0; i < b; ++i) {
-    for (int64_t d = 0; d < options_.num_dense; ++d) {
-      const double value = normal(random_);
-      dense[i * options_.num_dense + d] = static_cast<float>(value);
-      score[i] += dense_weights_[d] * value;
-    }
-  }
-  std::vector<std::string> keys;
-  std::vector<int64_t> ids, lengths;
-  std::vector<float> weights;
-  for (size_t f = 0; f < num_features; ++f) {
-    const SyntheticFeature& feature = options_.features[f];
-    keys.push_back(feature.name);
-    std::uniform_int_distribution<int64_t> length(feature.min_length,
-                                                  feature.max_length);
-    for (int64_t i = 0; i < b; ++i) {
-      const int64_t n = length(random_);
-      lengths.push_back(n);
-      double signal = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        const int64_t id = DrawId(feature, scatter_[f]);
-        ids.push_back(id);
-        signal += HiddenScore(options_.seed, f, id);
-        if (options_.weighted) {
-          weights.push_back(static_cast<float>(
-              1 - std::uniform_real_distribution<double>(0, 1)(random_)));
-        }
-      }
-      // Scaled so the sparse signal dominates, as in click data.
-      if (n > 0) score[i] += 2.0 * signal / n;
-    }
-  }
-  std::vector<float> labels(b);
-  for (int64_t i = 0; i < b; ++i) {
-    const double p = 1 / (1 + std::exp(-score[i]));
-    labels[i] = std::uniform_real_distribution<double>(0, 1)(random_) < p;
-  }
-  auto tensor = [](auto& values, at::ScalarType type) {
-    return at::from_blob(values.data(), {static_cast<int64_t>(values.size())},
-                         type)
-        .clone();
-  };
-  std::optional<at::Tensor> weight_tensor;
-  if (options_.weighted) weight_tensor = tensor(weights, at::kFloat);
-  absl::StatusOr<KeyedJaggedTensor> sparse = KeyedJaggedTensor::FromLengths(
-      std::move(keys), tensor(ids, at::kLong), tensor(lengths, at::kLong),
-      weight_tensor, b);
-  if (!sparse.ok()) return sparse.status();
-  Batch batch;
-  batch.dense = tensor(dense, at::kFloat).view({b, options_.num_dense});
-  batch.sparse = *std::move(sparse);
-  batch.labels = tensor(labels, at::kFloat);
-  return batch;
+  absl::StatusOr<Batch> batch = impl_->Next(options_);
+  if (!batch.ok()) return batch.status();
+  return std::optional<Batch>(*std::move(batch));
 }
 
 }  // namespace deltastream
