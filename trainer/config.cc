@@ -194,6 +194,8 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     } catch (const c10::Error&) {
       return Invalid("device", absl::StrCat("cannot parse '", device, "'"));
     }
+    // "cuda" means the first device: tensors report a concrete index.
+    if (!settings.device.has_index()) settings.device.set_index(0);
   } else {
     return Invalid("device",
                    absl::StrCat("cpu, cuda or cuda:N, got '", device, "'"));
