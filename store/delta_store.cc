@@ -247,6 +247,26 @@ void DeltaStore::CompactTable(absl::string_view fqn, int64_t start_idx,
   if (Table* table = FindTable(fqn)) CompactLocked(*table, start_idx, end_idx);
 }
 
+void DeltaStore::CompactTableTiered(absl::string_view fqn, int64_t start_idx,
+                                    int64_t end_idx) {
+  WriterLock lock(&mu_);
+  Table* table = FindTable(fqn);
+  if (table == nullptr) return;
+  if (table->device.is_cpu()) {
+    CompactLocked(*table, start_idx, end_idx);
+    return;
+  }
+  while (start_idx < end_idx) {
+    auto first = table->LowerBound(start_idx);
+    auto last = table->LowerBound(end_idx);
+    if (last - first < 2) return;
+    const Lookup& older = *(last - 2);
+    const Lookup& newer = *(last - 1);
+    if (2 * newer.id_count() < older.id_count()) return;
+    CompactLocked(*table, older.batch_idx, newer.batch_idx + 1);
+  }
+}
+
 UniqueRows DeltaStore::UniqueRowsIn(const Table& table, int64_t from_idx,
                                     int64_t to_idx) const {
   auto first = table.LowerBound(from_idx);

@@ -365,7 +365,7 @@ void Tracker::TriggerCompaction() {
   WriterLock lock(&mu_);
   if (curr_compact_index_ >= curr_batch_) return;  // once per step
   for (const std::string& fqn : store_.Fqns()) {
-    store_.CompactTable(fqn, MaxCursor(fqn), curr_batch_);
+    store_.CompactTableTiered(fqn, MaxCursor(fqn), curr_batch_);
   }
   curr_compact_index_ = curr_batch_;
 }

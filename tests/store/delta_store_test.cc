@@ -428,9 +428,8 @@ TEST(DeltaStoreTest, EveryModeHandlesEveryIdRange) {
         store.Compact(-1, b);
       }
       UniqueRows expected = UniqueRowsOf(
-          recorded, mode == UpdateMode::kNone ? std::vector<at::Tensor>{}
-                                              : states,
-          mode);
+          recorded,
+          mode == UpdateMode::kNone ? std::vector<at::Tensor>{} : states, mode);
       for (int pass = 0; pass < 2; ++pass) {
         UniqueRows got = store.GetUnique(-1)["t"];
         EXPECT_TRUE(at::equal(got.ids, expected.ids))
@@ -466,6 +465,37 @@ TEST(DeltaStoreCudaTest, DeviceLookupsMatchHostLookups) {
     EXPECT_TRUE(at::equal(actual.ids.cpu(), expected.ids));
     if (mode != UpdateMode::kNone) {
       EXPECT_TRUE(at::equal(actual.states.cpu(), expected.states));
+    }
+  }
+}
+
+// Auto-compaction's tiered form keeps few device lookups and answers as a
+// full compaction does, from every cursor.
+TEST(DeltaStoreCudaTest, TieredCompactionAnswersAsFullCompaction) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  for (UpdateMode mode :
+       {UpdateMode::kNone, UpdateMode::kFirst, UpdateMode::kLast}) {
+    DeltaStore host(mode), device(mode);
+    for (int64_t b = 0; b < 100; ++b) {
+      at::Tensor ids = at::randint(0, 500, {64}, at::kLong);
+      at::Tensor states = at::randn({64, 4});
+      ASSERT_TRUE(host.Append(b, {{"t", ids, states}}).ok());
+      ASSERT_TRUE(device.Append(b, {{"t", ids.cuda(), states.cuda()}}).ok());
+      host.Compact(40, b);  // a cursor at 40: windows never cross it
+      host.Compact(-1, std::min<int64_t>(b, 40));
+      device.CompactTableTiered("t", 40, b);
+      device.CompactTableTiered("t", -1, std::min<int64_t>(b, 40));
+    }
+    EXPECT_LE(device.BatchIndices("t").size(), 16u) << UpdateModeName(mode);
+    for (int64_t from : {-1, 40}) {
+      UniqueRows expected = host.GetUnique(from)["t"];
+      UniqueRows actual = device.GetUnique(from)["t"];
+      EXPECT_TRUE(at::equal(actual.ids.cpu(), expected.ids))
+          << UpdateModeName(mode) << " from " << from;
+      if (mode != UpdateMode::kNone) {
+        EXPECT_TRUE(at::equal(actual.states.cpu(), expected.states))
+            << UpdateModeName(mode) << " from " << from;
+      }
     }
   }
 }
