@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}"
 status=0
-for source in store/*.cc tracker_service/*.cc; do
+for source in store/*.cc tracker_service/*.cc trainer/tracking/*.cc; do
   [[ "$source" == *_demo.cc ]] && continue
   if ! clang++ -std=c++17 -fsyntax-only -I. \
       -isystem /usr/include/torch/csrc/api/include \
