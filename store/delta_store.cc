@@ -3,12 +3,19 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace deltastream {
+namespace {
+
+// Auto-compaction merges device lookups this many at a time.
+constexpr int64_t kDeviceMergeFanIn = 8;
+
+}  // namespace
 
 struct DeltaStore::Lookup {
   int64_t batch_idx = 0;
@@ -256,9 +263,20 @@ void DeltaStore::CompactTableTiered(absl::string_view fqn, int64_t start_idx,
     CompactLocked(*table, start_idx, end_idx);
     return;
   }
-  while (start_idx < end_idx) {
-    auto first = table->LowerBound(start_idx);
-    auto last = table->LowerBound(end_idx);
+  if (start_idx >= end_idx) return;
+  auto window = [&] {
+    return std::make_pair(table->LowerBound(start_idx),
+                          table->LowerBound(end_idx));
+  };
+  // Batches arrive one lookup each: merge them kDeviceMergeFanIn at a time
+  // (one device `unique` per that many steps), then carry the result into
+  // older runs while it is at least half their size.
+  auto [first, last] = window();
+  if (last - first <= kDeviceMergeFanIn) return;
+  CompactLocked(*table, (last - kDeviceMergeFanIn)->batch_idx,
+                (last - 1)->batch_idx + 1);
+  while (true) {
+    std::tie(first, last) = window();
     if (last - first < 2) return;
     const Lookup& older = *(last - 2);
     const Lookup& newer = *(last - 1);

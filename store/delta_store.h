@@ -132,11 +132,12 @@ class DeltaStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Auto-compaction's form of CompactTable, for a window compacted at every
   // step: host tables compact fully (their row index makes that cost the new
-  // IDs only); device tables, which re-unique what they merge, merge only the
-  // window's newest lookups, while the newer holds at least half as many IDs
-  // as the older (a binary counter): the window keeps O(log n) lookups and
-  // each ID is merged O(log n) times, not once per step. Reads answer the
-  // same either way.
+  // IDs only); device tables, which re-unique what they merge (a
+  // synchronising `unique` on the device), merge their newest lookups 8 at a
+  // time and then carry the result into older runs while it holds at least
+  // half as many IDs: the window keeps O(8 + log n) lookups and each ID is
+  // merged O(log n) times, not once per step. Reads answer the same either
+  // way.
   void CompactTableTiered(absl::string_view fqn, int64_t start_idx,
                           int64_t end_idx) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -486,7 +486,7 @@ TEST(DeltaStoreCudaTest, TieredCompactionAnswersAsFullCompaction) {
       device.CompactTableTiered("t", 40, b);
       device.CompactTableTiered("t", -1, std::min<int64_t>(b, 40));
     }
-    EXPECT_LE(device.BatchIndices("t").size(), 16u) << UpdateModeName(mode);
+    EXPECT_LE(device.BatchIndices("t").size(), 24u) << UpdateModeName(mode);
     for (int64_t from : {-1, 40}) {
       UniqueRows expected = host.GetUnique(from)["t"];
       UniqueRows actual = device.GetUnique(from)["t"];
