@@ -181,6 +181,30 @@ TEST(ModuleTrackingTest, EmbeddingStatesAreRowsBeforeTheirFirstChange) {
   }
 }
 
+TEST(ModuleTrackingTest, TopKKeepsTheRowsThatChangedMost) {
+  Harness h(/*pooled=*/false, TrackingMode::kEmbedding,
+            SparseOptimizerType::kAdagrad);
+  std::vector<at::Tensor> before = {h.module().weight(0).clone(),
+                                    h.module().weight(1).clone()};
+  for (int64_t step = 0; step < 4; ++step) h.Train(step);
+  DeltaRequest request = Read("predictor");
+  request.top_k = TopK::Count(5);
+  Delta delta = *h.tracker().GetDelta(request);
+  for (int64_t t = 0; t < 2; ++t) {
+    const TableDelta& table = delta.tables.at(h.module().TableFqn(t));
+    ASSERT_EQ(table.ids.numel(), 5);
+    // Scores are ||current - first||_2 of the live rows...
+    at::Tensor change =
+        (h.module().weight(t) - before[t]).to(at::kFloat).norm(2, {1});
+    EXPECT_TRUE(at::allclose(table.scores, change.index_select(0, table.ids),
+                             1e-5, 1e-6));
+    // ...and no row left out changed more than the least kept.
+    at::Tensor left_out = change.clone();
+    left_out.index_fill_(0, table.ids, 0);
+    EXPECT_LE(left_out.max().item<float>(), table.scores.min().item<float>());
+  }
+}
+
 TEST(ModuleTrackingTest, EmbeddingModeOnAPooledModuleIsRefused) {
   auto ebc = *EmbeddingBagCollection::Create(
       ModuleOptions("sparse.ebc", SparseOptimizerType::kSgd, 1));
