@@ -72,7 +72,7 @@ grep -E "step [0-9]+ \||checkpoint" "$work/log" | tail -4
 cat "$work/out" | grep trained
 echo "-- restart from the checkpoint and snapshot; train 100 more steps --"
 start_trainer
-echo "  resumed at step $(batch)"
+grep -E "restored" "$work/log" | sed 's/^trainer: /  /'
 resumed=$(batch)
 wait_batch $((resumed + 100))
 echo "-- the checkpoint consumer never read: its delta covers the whole run --"
