@@ -35,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "clients/checkpoint_chain.h"
 #include "clients/delta_client.h"
 #include "clients/npz_file.h"
 
@@ -60,6 +61,7 @@ ABSL_FLAG(std::string, out, "",
 ABSL_FLAG(int64_t, every_steps, 1, "subscribe: push every N steps");
 ABSL_FLAG(int64_t, every_ms, 0, "subscribe: or every T ms (0: steps only)");
 ABSL_FLAG(int64_t, count, 0, "subscribe: stop after K deltas (0: never)");
+ABSL_FLAG(std::string, dir, "", "chain: a checkpoint chain's directory");
 
 namespace deltastream {
 namespace {
@@ -456,8 +458,50 @@ int ShowStatus(const absl::StatusOr<v1::StatusResponse>& status) {
   return 0;
 }
 
+// The links of a checkpoint chain (clients/checkpoint_chain.h), the batches
+// they cover, their sizes, and any gap or overlap. Offline: no server.
+int ShowChain() {
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  if (dir.empty()) throw UsageError("chain needs --dir=D");
+  absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
+  if (!links.ok()) return Fail(links.status());
+  const std::vector<std::string> problems = ChainProblems(*links);
+  int64_t bytes = 0;
+  for (const ChainLink& link : *links) bytes += link.bytes;
+  if (absl::GetFlag(FLAGS_json)) {
+    json out = {{"dir", dir},
+                {"links", json::array()},
+                {"problems", problems},
+                {"bytes", bytes}};
+    for (const ChainLink& link : *links) {
+      out["links"].push_back({{"kind", link.full ? "full" : "increment"},
+                              {"start_batch", link.start_batch},
+                              {"end_batch", link.end_batch},
+                              {"bytes", link.bytes}});
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return problems.empty() ? 0 : 1;
+  }
+  std::printf("%-10s %12s %12s %12s\n", "KIND", "FROM_BATCH", "TO_BATCH",
+              "BYTES");
+  for (const ChainLink& link : *links) {
+    std::printf("%-10s %12lld %12lld %12lld\n",
+                link.full ? "full" : "increment",
+                static_cast<long long>(link.start_batch),
+                static_cast<long long>(link.end_batch - 1),
+                static_cast<long long>(link.bytes));
+  }
+  std::printf("%zu links, %.1f MiB%s\n", links->size(), bytes / 1048576.0,
+              problems.empty() ? ", no gaps" : "");
+  for (const std::string& problem : problems) {
+    std::printf("problem: %s\n", problem.c_str());
+  }
+  return problems.empty() ? 0 : 1;
+}
+
 int Run(const std::vector<std::string>& args) {
   if (args.empty()) throw UsageError("no command; see --help");
+  if (args[0] == "chain") return ShowChain();
   ClientOptions options;
   options.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
@@ -536,7 +580,8 @@ int Run(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "deltactl --target=HOST:PORT <push|step|get|commit|consumers|status|"
-      "compact|clear|snapshot|subscribe|watch> [flags]");
+      "compact|clear|snapshot|subscribe|watch> [flags]\n"
+      "deltactl chain --dir=D [--json]   (a checkpoint chain; no server)");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(positional.begin() + 1, positional.end());
   try {

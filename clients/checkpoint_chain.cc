@@ -1,0 +1,336 @@
+#include "clients/checkpoint_chain.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/tensor_codec.h"
+
+namespace deltastream {
+namespace {
+
+constexpr char kMagic[8] = {'D', 'S', 'C', 'H', 'A', 'I', 'N', '1'};
+constexpr size_t kHeaderBytes = 8 + 8 + 4;
+
+std::string LinkName(bool full, int64_t start, int64_t end) {
+  return absl::StrFormat("%s-%012d-%012d.ckpt", full ? "full" : "incr", start,
+                         end);
+}
+
+absl::Status WriteDurably(const std::string& path, const std::string& bytes) {
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write '", temporary, "'"));
+  }
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n =
+        ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n <= 0) {
+      ::close(fd);
+      return absl::InternalError(
+          absl::StrCat("writing '", temporary, "' failed (disk full?)"));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0 ||
+      std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot finish '", path, "'"));
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY); dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CheckpointLink> ReadLink(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string bytes = buffer.str();
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  if (bytes.size() < kHeaderBytes ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("'", path, "' is not a checkpoint link"));
+  }
+  std::memcpy(&size, bytes.data() + 8, 8);
+  std::memcpy(&crc, bytes.data() + 16, 4);
+  if (bytes.size() - kHeaderBytes != size) {
+    return absl::DataLossError(
+        absl::StrCat("'", path, "' is truncated: ", bytes.size() - kHeaderBytes,
+                     " of ", size, " payload bytes"));
+  }
+  const auto* payload =
+      reinterpret_cast<const Bytef*>(bytes.data() + kHeaderBytes);
+  if (crc32(crc32(0, nullptr, 0), payload, static_cast<uInt>(size)) != crc) {
+    return absl::DataLossError(
+        absl::StrCat("'", path, "' fails its checksum: corrupt"));
+  }
+  v1::CheckpointLink link;
+  if (!link.ParseFromArray(bytes.data() + kHeaderBytes,
+                           static_cast<int>(size))) {
+    return absl::DataLossError(absl::StrCat("'", path, "' does not parse"));
+  }
+  return link;
+}
+
+absl::StatusOr<ChainLink> WriteLink(const std::string& dir, bool full,
+                                    int64_t start, int64_t end,
+                                    const std::string& consumer,
+                                    const ChainTables& tables) {
+  if (start < 0 || end <= start) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a link covers a non-empty range of batches, got [", start,
+                     ", ", end, ")"));
+  }
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  v1::CheckpointLink link;
+  link.set_full(full);
+  link.set_start_batch(start);
+  link.set_end_batch(end);
+  link.set_consumer(consumer);
+  link.set_written_unix_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  for (const auto& [fqn, table] : tables) {
+    v1::CheckpointTable* out = link.add_tables();
+    out->set_fqn(fqn);
+    if (absl::Status s = EncodeTensor(table.ids, out->mutable_ids()); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = EncodeTensor(table.values, out->mutable_values());
+        !s.ok()) {
+      return s;
+    }
+  }
+  const std::string payload = link.SerializeAsString();
+  const uint64_t size = payload.size();
+  const uint32_t crc = crc32(crc32(0, nullptr, 0),
+                             reinterpret_cast<const Bytef*>(payload.data()),
+                             static_cast<uInt>(payload.size()));
+  std::string bytes(kMagic, sizeof(kMagic));
+  bytes.append(reinterpret_cast<const char*>(&size), 8);
+  bytes.append(reinterpret_cast<const char*>(&crc), 4);
+  bytes += payload;
+  ChainLink written{dir + "/" + LinkName(full, start, end), full, start, end,
+                    static_cast<int64_t>(bytes.size())};
+  if (absl::Status s = WriteDurably(written.path, bytes); !s.ok()) return s;
+  return written;
+}
+
+// The links a load applies: the newest full one and everything after it.
+std::vector<ChainLink> FromNewestFull(const std::vector<ChainLink>& links) {
+  size_t base = links.size();
+  for (size_t i = 0; i < links.size(); ++i) {
+    if (links[i].full &&
+        (base == links.size() || links[i].end_batch >= links[base].end_batch)) {
+      base = i;
+    }
+  }
+  if (base == links.size()) return links;
+  std::vector<ChainLink> chain = {links[base]};
+  for (const ChainLink& link : links) {
+    if (!link.full && link.end_batch > links[base].end_batch) {
+      chain.push_back(link);
+    }
+  }
+  return chain;
+}
+
+std::string Name(const ChainLink& link) {
+  return std::filesystem::path(link.path).filename().string();
+}
+
+}  // namespace
+
+ChainTables MergeTables(const ChainTables& base, const ChainTables& later) {
+  ChainTables merged = base;
+  for (const auto& [fqn, table] : later) {
+    auto it = merged.find(fqn);
+    if (it == merged.end() || it->second.ids.numel() == 0) {
+      merged[fqn] = table;
+      continue;
+    }
+    if (table.ids.numel() == 0) continue;
+    at::Tensor ids = at::cat({it->second.ids, table.ids});
+    at::Tensor values = at::cat({it->second.values, table.values});
+    // A stable sort keeps equal IDs in order: the last of a run is the newer.
+    at::Tensor order = std::get<1>(ids.sort(/*stable=*/true, 0, false));
+    at::Tensor sorted = ids.index_select(0, order);
+    const int64_t n = sorted.numel();
+    at::Tensor last = at::ones({n}, at::kBool);
+    if (n > 1) {
+      last.narrow(0, 0, n - 1)
+          .copy_(sorted.narrow(0, 0, n - 1) != sorted.narrow(0, 1, n - 1));
+    }
+    at::Tensor keep = order.masked_select(last);
+    merged[fqn] = {ids.index_select(0, keep), values.index_select(0, keep)};
+  }
+  return merged;
+}
+
+absl::StatusOr<ChainLink> WriteChainLink(const std::string& dir,
+                                         const ReceivedDelta& delta,
+                                         bool full) {
+  if (delta.header.resync_required()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the service dropped ", delta.header.lost_rows(),
+        " rows this consumer had not read: an increment would miss them; "
+        "resync from a full checkpoint"));
+  }
+  ChainTables tables;
+  for (const auto& [fqn, table] : delta.tables) {
+    if (table.ids.numel() > 0 && !table.values.defined()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", fqn,
+          "' came without values: checkpoints need a tracker served by the "
+          "trainer (live rows)"));
+    }
+    tables[fqn] = {table.ids, table.values.defined()
+                                  ? table.values
+                                  : at::empty({0, 0}, at::kFloat)};
+  }
+  return WriteLink(dir, full, std::max<int64_t>(delta.header.start_batch(), 0),
+                   delta.header.end_batch(), delta.header.consumer(), tables);
+}
+
+absl::StatusOr<std::vector<ChainLink>> ListChain(const std::string& dir) {
+  std::vector<ChainLink> links;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() < 5 || name.compare(name.size() - 5, 5, ".ckpt") != 0) {
+      continue;  // temporaries and other files
+    }
+    std::vector<std::string> parts =
+        absl::StrSplit(name.substr(0, name.size() - 5), '-');
+    ChainLink link;
+    link.path = entry.path().string();
+    if (parts.size() != 3 || (parts[0] != "full" && parts[0] != "incr") ||
+        !absl::SimpleAtoi(parts[1], &link.start_batch) ||
+        !absl::SimpleAtoi(parts[2], &link.end_batch)) {
+      return absl::DataLossError(
+          absl::StrCat("'", link.path, "' is not a checkpoint link name"));
+    }
+    link.full = parts[0] == "full";
+    link.bytes = static_cast<int64_t>(entry.file_size(error));
+    links.push_back(std::move(link));
+  }
+  std::sort(links.begin(), links.end(),
+            [](const ChainLink& a, const ChainLink& b) {
+              return std::tie(a.start_batch, a.end_batch, b.full) <
+                     std::tie(b.start_batch, b.end_batch, a.full);
+            });
+  return links;
+}
+
+std::vector<std::string> ChainProblems(const std::vector<ChainLink>& links) {
+  std::vector<std::string> problems;
+  std::vector<ChainLink> chain = FromNewestFull(links);
+  if (chain.empty()) return problems;
+  if (!chain.front().full) {
+    problems.push_back("no full checkpoint: the chain has no base");
+  }
+  for (size_t i = 1; i < chain.size(); ++i) {
+    const ChainLink& previous = chain[i - 1];
+    const ChainLink& link = chain[i];
+    if (link.start_batch > previous.end_batch) {
+      problems.push_back(absl::StrCat("batches ", previous.end_batch, "..",
+                                      link.start_batch - 1, " missing between ",
+                                      Name(previous), " and ", Name(link)));
+    } else if (link.start_batch < previous.end_batch) {
+      problems.push_back(absl::StrCat(
+          Name(link), " overlaps ", Name(previous),
+          link.start_batch == previous.start_batch ? " (a duplicate)" : "",
+          ": batches ", link.start_batch, "..", previous.end_batch - 1,
+          " twice"));
+    }
+  }
+  return problems;
+}
+
+absl::StatusOr<LoadedChain> LoadChain(const std::string& dir) {
+  absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
+  if (!links.ok()) return links.status();
+  if (links->empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", dir, "' holds no checkpoint"));
+  }
+  if (std::vector<std::string> problems = ChainProblems(*links);
+      !problems.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the checkpoint chain in '", dir,
+                     "' is broken: ", absl::StrJoin(problems, "; ")));
+  }
+  LoadedChain loaded;
+  for (const ChainLink& link : FromNewestFull(*links)) {
+    absl::StatusOr<v1::CheckpointLink> read = ReadLink(link.path);
+    if (!read.ok()) return read.status();
+    if (read->full() != link.full || read->start_batch() != link.start_batch ||
+        read->end_batch() != link.end_batch) {
+      return absl::DataLossError(
+          absl::StrCat("'", link.path, "' holds batches [", read->start_batch(),
+                       ", ", read->end_batch(), "), not what its name says"));
+    }
+    ChainTables tables;
+    for (const v1::CheckpointTable& table : read->tables()) {
+      absl::StatusOr<at::Tensor> ids = DecodeTensor(table.ids());
+      absl::StatusOr<at::Tensor> values = DecodeTensor(table.values());
+      if (!ids.ok() || !values.ok() ||
+          (ids->numel() > 0 && values->size(0) != ids->numel())) {
+        return absl::DataLossError(absl::StrCat(
+            "'", link.path, "': table '", table.fqn(), "' does not decode"));
+      }
+      tables[table.fqn()] = {*ids, *values};
+    }
+    loaded.tables =
+        link.full ? std::move(tables) : MergeTables(loaded.tables, tables);
+    loaded.end_batch = link.end_batch;
+    loaded.links.push_back(link);
+  }
+  return loaded;
+}
+
+absl::StatusOr<ChainLink> CompactChain(const std::string& dir) {
+  absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
+  if (!loaded.ok()) return loaded.status();
+  if (loaded->links.size() == 1) return loaded->links.front();
+  absl::StatusOr<ChainLink> full =
+      WriteLink(dir, true, 0, loaded->end_batch, "compaction", loaded->tables);
+  if (!full.ok()) return full.status();
+  absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
+  if (!links.ok()) return links.status();
+  std::error_code error;
+  for (const ChainLink& link : *links) {
+    if (link.path != full->path && link.end_batch <= full->end_batch) {
+      std::filesystem::remove(link.path, error);
+    }
+  }
+  return full;
+}
+
+}  // namespace deltastream
