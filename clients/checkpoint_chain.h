@@ -37,13 +37,15 @@ struct ChainTable {
 };
 using ChainTables = std::map<std::string, ChainTable>;
 
-// Writes one read of a consumer as a link: full when `full` (a bootstrap or a
-// compaction), else an increment. Needs the delta's values (a tracker served
-// by the trainer sends them). A consumer's first read (start_batch -1) starts
-// at 0. FailedPrecondition when the service dropped rows the consumer had not
-// read (resync_required: an increment would silently miss them) or a table
-// has no values; InvalidArgument for an empty range; errors naming the path
-// when the file cannot be written.
+// Writes one read of a consumer as a link: full when `full` (a consumer's
+// read from batch 0, or a compaction), else an increment. A "full" link holds
+// every row changed since its start: rows never changed keep the values the
+// trainer started with (its initial checkpoint holds them). Needs the delta's
+// values (a tracker served by the trainer sends them). A consumer's first read
+// (start_batch -1) starts at 0. FailedPrecondition when the service dropped
+// rows the consumer had not read (resync_required: an increment would silently
+// miss them) or a table has no values; InvalidArgument for an empty range;
+// errors naming the path when the file cannot be written.
 absl::StatusOr<ChainLink> WriteChainLink(const std::string& dir,
                                          const ReceivedDelta& delta,
                                          bool full = false);
