@@ -3,7 +3,8 @@
 # trainer on its embedded defaults (DLRM, 8 tables of 100000 x 16, synthetic
 # Zipf data, CPU) with the tracker service in-process, pulls deltas with
 # deltactl while it trains, stops it with SIGTERM (final snapshot and
-# checkpoint), restarts it from them, and prints a summary. Also the store
+# checkpoint), restarts it from them, runs the checkpoint job for a few
+# incremental checkpoints, and prints a summary. Also the store
 # benchmark on DESIGN.md's workload. A few minutes on 2 cores after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ bash deploy/install-deps.sh
 echo "== building (bazel, opt) =="
 log=$(mktemp)
 if ! bazel build -c opt //tests/bench:store_bench //trainer:trainer \
-    //clients:deltactl >"$log" 2>&1; then
+    //clients:deltactl //clients:checkpoint_job >"$log" 2>&1; then
   grep -v linux-sandbox "$log" | tail -30
   exit 1
 fi
@@ -75,12 +76,14 @@ start_trainer
 grep -E "restored" "$work/log" | sed 's/^trainer: /  /'
 resumed=$(batch)
 wait_batch $((resumed + 100))
-echo "-- the checkpoint consumer never read: its delta covers the whole run --"
-ctl get --consumer=checkpoint --json | summarize
+echo "-- the checkpoint job: the checkpoint consumer never read, so its first link covers the whole run --"
+$bin/clients/checkpoint_job --target="$target" --consumer=checkpoint \
+  --dir="$work/chain" --every_ms=300 --count=3 2>/dev/null | sed 's/^/  /'
+ctl chain --dir="$work/chain"
 kill -TERM "$trainer"
 wait "$trainer"
 trainer=
 echo "== summary =="
 grep -E "restored|step [0-9]+ \|" "$work/log" | tail -3
 grep trained "$work/out"
-du -sh "$work/run/checkpoints" "$work/run/db" | sed 's/^/  /'
+du -sh "$work/run/checkpoints" "$work/run/db" "$work/chain" | sed 's/^/  /'
