@@ -36,9 +36,10 @@ class KeyedTensor {
   // key_dim + 1 dimensions; key_dim is negative; keys and length_per_key
   // differ in size; a key is empty or repeats; a length is negative; the
   // lengths do not sum to values.size(key_dim).
-  static absl::StatusOr<KeyedTensor> Create(
-      std::vector<std::string> keys, std::vector<int64_t> length_per_key,
-      at::Tensor values, int64_t key_dim = 1);
+  static absl::StatusOr<KeyedTensor> Create(std::vector<std::string> keys,
+                                            std::vector<int64_t> length_per_key,
+                                            at::Tensor values,
+                                            int64_t key_dim = 1);
 
   const std::vector<std::string>& keys() const { return keys_; }
   int64_t num_keys() const { return static_cast<int64_t>(keys_.size()); }
@@ -58,7 +59,8 @@ class KeyedTensor {
   // concatenated along key_dim). InvalidArgument when there are no parts,
   // key_dims differ, a key appears twice, parts lie on different devices, or
   // the other dimensions differ.
-  static absl::StatusOr<KeyedTensor> Concat(absl::Span<const KeyedTensor> parts);
+  static absl::StatusOr<KeyedTensor> Concat(
+      absl::Span<const KeyedTensor> parts);
 
   // The blocks of `groups[j]` keys, concatenated in that order along key_dim,
   // one tensor per group (TorchRec's KeyedTensor.regroup). NotFound for an
