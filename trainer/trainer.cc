@@ -28,20 +28,7 @@ absl::Status CatchTorchErrors(F&& f) {
 
 absl::StatusOr<std::unique_ptr<RecModel>> MakeModel(
     const TrainerSettings& settings) {
-  if (settings.model_kind == ModelKind::kDlrm) {
-    DlrmConfig config;
-    config.num_dense = settings.num_dense;
-    config.dense_arch = settings.dense_arch;
-    config.over_arch = settings.over_arch;
-    config.tables = settings.tables;
-    config.sparse_optimizer = settings.sparse_optimizer;
-    config.device = settings.device;
-    config.seed = settings.seed;
-    absl::StatusOr<std::unique_ptr<Dlrm>> model = Dlrm::Create(config);
-    if (!model.ok()) return model.status();
-    return std::unique_ptr<RecModel>(*std::move(model));
-  }
-  SequenceModelConfig config;
+  RecModelConfig config;
   config.num_dense = settings.num_dense;
   config.dense_arch = settings.dense_arch;
   config.over_arch = settings.over_arch;
@@ -49,6 +36,11 @@ absl::StatusOr<std::unique_ptr<RecModel>> MakeModel(
   config.sparse_optimizer = settings.sparse_optimizer;
   config.device = settings.device;
   config.seed = settings.seed;
+  if (settings.model_kind == ModelKind::kDlrm) {
+    absl::StatusOr<std::unique_ptr<Dlrm>> model = Dlrm::Create(config);
+    if (!model.ok()) return model.status();
+    return std::unique_ptr<RecModel>(*std::move(model));
+  }
   absl::StatusOr<std::unique_ptr<SequenceModel>> model =
       SequenceModel::Create(config);
   if (!model.ok()) return model.status();

@@ -13,21 +13,8 @@
 
 namespace deltastream {
 
-struct DlrmConfig {
-  int64_t num_dense = 13;
-  // Bottom MLP over the dense features; its last width is the embedding dim
-  // every table must share.
-  std::vector<int64_t> dense_arch = {64, 16};
-  // Top MLP over the interactions; ends in 1 (the logit).
-  std::vector<int64_t> over_arch = {64, 32, 1};
-  std::vector<EmbeddingTableConfig> tables;
-  SparseOptimizerConfig sparse_optimizer;
-  c10::Device device = c10::Device(c10::kCPU);
-  // Tables and dense parameters start from this seed: the same config and
-  // seed give bit-identical models, on any device, whatever the global
-  // generator's state (which Create does not reseed).
-  uint64_t seed = 0;
-};
+// The fields are the same for every model (trainer/models/model.h).
+using DlrmConfig = RecModelConfig;
 
 // DLRM (Naumov et al., 2019): a bottom MLP turns the dense features into one
 // D-vector; an EmbeddingBagCollection ("sparse_arch.embedding_bag_collection")

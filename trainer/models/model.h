@@ -4,11 +4,14 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "trainer/data/batch.h"
+#include "trainer/modules/embedding_config.h"
 #include "trainer/modules/embedding_modules.h"
+#include "trainer/modules/sparse_optimizer.h"
 
 namespace torch {
 namespace nn {
@@ -17,6 +20,24 @@ class Module;
 }  // namespace torch
 
 namespace deltastream {
+
+// What every model is built from (Dlrm, SequenceModel).
+struct RecModelConfig {
+  int64_t num_dense = 13;
+  // Bottom MLP over the dense features; its last width D is the embedding dim
+  // every table must share (DLRM's interaction, the sequence model's query).
+  std::vector<int64_t> dense_arch = {64, 16};
+  // Top MLP; ends in 1 (the logit).
+  std::vector<int64_t> over_arch = {64, 32, 1};
+  // Pooled tables for DLRM, sequence features for the sequence model.
+  std::vector<EmbeddingTableConfig> tables;
+  SparseOptimizerConfig sparse_optimizer;
+  c10::Device device = c10::Device(c10::kCPU);
+  // Tables and dense parameters start from this seed: the same config and
+  // seed give bit-identical models, on any device, whatever the global
+  // generator's state (which Create does not reseed).
+  uint64_t seed = 0;
+};
 
 // A recommendation model as the trainer drives it: a click logit per example
 // from dense features and sparse IDs. Embedding tables live in embedding

@@ -13,20 +13,8 @@
 
 namespace deltastream {
 
-struct SequenceModelConfig {
-  int64_t num_dense = 13;
-  // Bottom MLP; its last width D is the query of the attention and the dim
-  // every table must share.
-  std::vector<int64_t> dense_arch = {64, 16};
-  // Top MLP over [dense, pooled features]; ends in 1 (the logit).
-  std::vector<int64_t> over_arch = {64, 32, 1};
-  // Sequence features (each example a variable-length list of IDs).
-  std::vector<EmbeddingTableConfig> tables;
-  SparseOptimizerConfig sparse_optimizer;
-  c10::Device device = c10::Device(c10::kCPU);
-  // As DlrmConfig::seed: same config and seed, bit-identical model.
-  uint64_t seed = 0;
-};
+// The fields are the same for every model (trainer/models/model.h).
+using SequenceModelConfig = RecModelConfig;
 
 // A sequence model over an EmbeddingCollection
 // ("sequence_arch.embedding_collection"): one row per ID; each feature's rows
