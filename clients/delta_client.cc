@@ -283,12 +283,35 @@ absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
         return absl::DataLossError(
             absl::StrCat("table '", fqn, "': ", s.message()));
       }
+    } else if (field == 10 && delimited) {
+      // A dense parameter: small next to the rows, parsed as a message.
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length)) return Malformed("dense parameter");
+      const CodedInputStream::Limit limit = in.PushLimit(length);
+      v1::NamedTensor named;
+      if (!named.ParseFromCodedStream(&in) || named.name().empty()) {
+        return Malformed("dense parameter");
+      }
+      in.PopLimit(limit);
+      absl::StatusOr<at::Tensor> tensor = DecodeTensor(named.tensor());
+      if (!tensor.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("dense parameter '", named.name(),
+                         "': ", tensor.status().message()));
+      }
+      delta.dense.emplace_back(named.name(), *std::move(tensor));
     } else if (!WireFormatLite::SkipField(&in, tag)) {
       return Malformed("unknown field");
     }
   }
   if (!in.ConsumedEntireMessage()) return Malformed("truncated");
   if (!fqn.empty()) delta.tables[fqn];  // a table with no rows
+  if (*last && static_cast<int64_t>(delta.dense.size()) !=
+                   delta.header.dense_parameters()) {
+    return Malformed(absl::StrCat("the delta ended with ", delta.dense.size(),
+                                  " of its ", delta.header.dense_parameters(),
+                                  " dense parameters"));
+  }
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,9 @@ struct ReceivedTable {
 struct ReceivedDelta {
   v1::DeltaHeader header;
   std::map<std::string, ReceivedTable> tables;
+  // The model's dense parameters at header.end_batch, in the model's order,
+  // when the read asked for them (include_dense); empty otherwise.
+  std::vector<std::pair<std::string, at::Tensor>> dense;
 };
 
 // Adds one serialized v1::DeltaChunk (a GetDelta or Subscribe message) to

@@ -85,6 +85,8 @@ absl::StatusOr<DeltaRequest> ToDeltaRequest(
   delta_request.consumer = request.consumer();
   delta_request.through_current_batch = false;
   delta_request.include_scores = request.include_scores();
+  delta_request.all_rows = request.all_rows();
+  delta_request.include_dense = request.include_dense();
   for (const std::string& fqn : request.fqns()) {
     if (absl::Status s = ValidateName("table FQN", fqn); !s.ok()) return s;
     delta_request.fqns.push_back(fqn);
@@ -181,11 +183,22 @@ grpc::Status DeltaTrackerService::WriteDelta(
   header->set_resync_required(delta.resync_required);
   header->set_lost_rows(delta.lost_rows);
   for (const auto& [fqn, table] : delta.tables) header->add_fqns(fqn);
-  if (delta.tables.empty()) {
+  if (delta.oldest_change != absl::InfinitePast()) {
+    header->set_oldest_change_unix_micros(
+        absl::ToUnixMicros(delta.oldest_change));
+    header->set_newest_change_unix_micros(
+        absl::ToUnixMicros(delta.newest_change));
+  }
+  header->set_all_rows(delta.all_rows);
+  header->set_dense_parameters(static_cast<int64_t>(delta.dense.size()));
+  header->set_run_id(delta.run_id);
+  header->set_run_start_batch(delta.run_start_batch);
+  if (delta.tables.empty() && delta.dense.empty()) {
     chunk.set_last(true);
     return writer->Write(chunk) ? grpc::Status::OK : kClientGone;
   }
-  size_t tables_left = delta.tables.size();
+  // Tables, then dense parameters; `last` marks the final chunk of all.
+  size_t tables_left = delta.tables.size() + delta.dense.size();
   for (const auto& [fqn, full_table] : delta.tables) {
     --tables_left;
     TableDelta table = full_table;  // tensor handles: no copy
@@ -221,6 +234,23 @@ grpc::Status DeltaTrackerService::WriteDelta(
       offset += n;
     } while (offset < rows);
   }
+  // One dense parameter per chunk (a parameter is not split: it must fit the
+  // message limit on its own).
+  v1::DeltaChunk dense_chunk;
+  if (chunk.has_header()) dense_chunk.mutable_header()->Swap(header);
+  for (const auto& [name, tensor] : delta.dense) {
+    --tables_left;
+    if (context->IsCancelled()) return kClientGone;
+    v1::NamedTensor* dense = dense_chunk.mutable_dense();
+    dense->set_name(name);
+    if (absl::Status s = EncodeTensor(tensor, dense->mutable_tensor());
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    dense_chunk.set_last(tables_left == 0);
+    if (!writer->Write(dense_chunk)) return kClientGone;
+    dense_chunk.Clear();
+  }
   return grpc::Status::OK;
 }
 
@@ -253,10 +283,20 @@ grpc::Status DeltaTrackerService::Subscribe(
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "every_steps and every_ms must be >= 0");
   }
+  if (request->dense_every_steps() < 0 || request->dense_every_ms() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "dense_every_steps and dense_every_ms must be >= 0");
+  }
   const int64_t every_steps = std::max<int64_t>(1, request->every_steps());
   const absl::Duration every = request->every_ms() > 0
                                    ? absl::Milliseconds(request->every_ms())
                                    : absl::InfiniteDuration();
+  // Dense parameters go with the first push, then once either period has
+  // passed since the last push that carried them (neither set: every push).
+  const bool dense_every_push =
+      request->dense_every_steps() == 0 && request->dense_every_ms() == 0;
+  int64_t dense_through = 0;
+  absl::Time last_dense = absl::InfinitePast();
   // Each push reads the batches closed since the last one.
   bool first = true;
   int64_t pushed_through = 0;
@@ -271,11 +311,23 @@ grpc::Status DeltaTrackerService::Subscribe(
     const absl::Time now = absl::Now();
     if (first || current >= pushed_through + every_steps ||
         (current > pushed_through && now >= last_push + every)) {
+      read->all_rows = read_request.all_rows() && first;
+      read->include_dense =
+          read_request.include_dense() &&
+          (first || dense_every_push ||
+           (request->dense_every_steps() > 0 &&
+            current >= dense_through + request->dense_every_steps()) ||
+           (request->dense_every_ms() > 0 &&
+            now >= last_dense + absl::Milliseconds(request->dense_every_ms())));
       absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
       if (!delta.ok()) return ToGrpcStatus(delta.status());
       if (grpc::Status s = WriteDelta(context, *delta, read_request, writer);
           !s.ok()) {
         return s;
+      }
+      if (read->include_dense) {
+        dense_through = delta->end_batch;
+        last_dense = now;
       }
       first = false;
       pushed_through = delta->end_batch;
@@ -399,6 +451,9 @@ void DeltaTrackerService::FillStatus(v1::StatusResponse* response) const {
   response->set_delete_on_read(status.delete_on_read);
   response->set_auto_compact(status.auto_compact);
   response->set_acknowledged_reads(status.acknowledged_reads);
+  response->set_run_id(status.run_id);
+  response->set_run_start_batch(status.run_start_batch);
+  response->set_serves_live_rows(status.serves_live_rows);
   for (const ConsumerStatus& c : status.consumers) {
     v1::ConsumerStatus* out = response->add_consumers();
     out->set_name(c.name);

@@ -3,11 +3,13 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <random>
 #include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace deltastream {
@@ -77,6 +79,15 @@ absl::Status ValidateIds(absl::string_view what, const at::Tensor& ids) {
   return absl::OkStatus();
 }
 
+// 16 random hex digits: tells one run of a tracker from another.
+std::string NewRunId() {
+  std::random_device device;
+  std::mt19937_64 generator(
+      (static_cast<uint64_t>(device()) << 32) ^ device() ^
+      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
+  return absl::StrFormat("%016x", generator());
+}
+
 UniqueRows EmptyRows() {
   UniqueRows rows;
   rows.ids = at::empty({0}, at::kLong);
@@ -127,6 +138,7 @@ Tracker::Tracker(TrackerOptions options, FeatureMap feature_map,
                  LiveRowsReader* reader)
     : options_(std::move(options)),
       feature_map_(std::move(feature_map)),
+      run_id_(NewRunId()),
       reader_(reader),
       store_(UpdateModeFor(options_.mode)) {
   batch_opened_[0] = absl::Now();
@@ -266,6 +278,8 @@ absl::Status Tracker::RecordLookup(absl::Span<const FeatureIds> features,
             rows.new_empty({0, rows.dim() == 2 ? rows.size(1) : 0});
       }
     }
+    LiveRowsReader::Pin pin(TracksOptimizerState(options_.mode) ? reader_
+                                                                : nullptr);
     WriterLock lock(&mu_);
     return RecordTablesLocked(std::move(tables));
   });
@@ -273,6 +287,8 @@ absl::Status Tracker::RecordLookup(absl::Span<const FeatureIds> features,
 
 absl::Status Tracker::RecordTables(std::vector<TableLookup> tables) {
   return CatchTorchErrors([&]() -> absl::Status {
+    LiveRowsReader::Pin pin(TracksOptimizerState(options_.mode) ? reader_
+                                                                : nullptr);
     WriterLock lock(&mu_);
     return RecordTablesLocked(std::move(tables));
   });
@@ -493,6 +509,17 @@ absl::Status Tracker::FinishTable(const std::string& fqn,
   return absl::OkStatus();
 }
 
+absl::Status Tracker::ReadWholeTable(const std::string& fqn,
+                                     TableDelta& table) {
+  absl::StatusOr<int64_t> rows = reader_->NumRows(fqn);
+  if (!rows.ok()) return rows.status();
+  table.ids = at::arange(*rows, at::kLong);
+  absl::StatusOr<at::Tensor> values = reader_->ReadEmbeddings(fqn, table.ids);
+  if (!values.ok()) return values.status();
+  table.values = values->cpu();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   // Everything that can be refused is checked before any cursor moves.
   std::vector<const TopK*> specs;
@@ -517,6 +544,19 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
     }
   }
 
+  if (request.all_rows && !specs.empty()) {
+    return absl::InvalidArgumentError(
+        "top-k selects changed rows; a read of all rows takes every row");
+  }
+  if ((request.all_rows || request.include_dense) && reader_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "reads of whole tables and dense parameters need the trainer's live "
+        "model, which this tracker cannot read (no LiveRowsReader: not running "
+        "inside a trainer)");
+  }
+
+  // Rows stay still from here to the end of the read (see LiveRowsReader).
+  LiveRowsReader::Pin pin(reader_);
   WriterLock lock(&mu_);
   Consumer* consumer = FindConsumer(request.consumer);
   if (consumer == nullptr) {
@@ -524,6 +564,7 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
         absl::StrCat("unknown consumer '", request.consumer, "'"));
   }
   std::vector<std::string> fqns = store_.Fqns();
+  if (request.all_rows && !feature_map_.fqns.empty()) fqns = feature_map_.fqns;
   if (!request.fqns.empty()) {
     for (const std::string& fqn : request.fqns) {
       const bool known =
@@ -559,17 +600,37 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
       // as TorchRec does, means the consumers that read later find one
       // merged lookup instead of re-uniquing the same batches each.
       CompactBetweenCursorsLocked(fqn);
+      TableDelta& table = delta.tables[fqn];
+      if (request.all_rows) {
+        absl::Status status = ReadWholeTable(fqn, table);
+        if (!status.ok()) return status;
+        continue;
+      }
       absl::StatusOr<UniqueRows> rows =
           from < end ? store_.GetUniqueTable(fqn, from, end) : EmptyRows();
       if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet
-      TableDelta& table = delta.tables[fqn];
       table.ids = std::move(rows->ids);
       table.states = std::move(rows->states);
       if (absl::Status s = FinishTable(fqn, request, table); !s.ok()) return s;
     }
+    if (request.include_dense) {
+      absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> dense =
+          reader_->ReadDense();
+      if (!dense.ok()) return dense.status();
+      delta.dense = *std::move(dense);
+    }
   } catch (const c10::Error& e) {
     return absl::InvalidArgumentError(e.what_without_backtrace());
   }
+  delta.all_rows = request.all_rows;
+  const int64_t oldest = std::max<int64_t>(delta.start_batch, 0);
+  if (oldest < end) {
+    // Batch b was closed when batch b + 1 was opened.
+    delta.oldest_change = OpenedAt(oldest + 1);
+    delta.newest_change = OpenedAt(end);
+  }
+  delta.run_id = run_id_;
+  delta.run_start_batch = run_start_batch_;
 
   delta.resync_required = consumer->resync_required;
   delta.lost_rows = consumer->lost_ids;
@@ -705,6 +766,9 @@ TrackerStatus Tracker::Status() const {
   status.dropped_ids = dropped_ids_;
   status.dropped_bytes = dropped_bytes_;
   status.warnings = feature_map_.warnings;
+  status.run_id = run_id_;
+  status.run_start_batch = run_start_batch_;
+  status.serves_live_rows = reader_ != nullptr;
   const std::vector<std::string> fqns = store_.Fqns();
   const absl::Time now = absl::Now();
   for (const auto& [name, consumer] : consumers_) {
@@ -807,9 +871,15 @@ absl::Status Tracker::RestoreState(TrackerState state) {
     dropped_bytes_ = state.dropped_bytes;
     batch_opened_.clear();
     batch_opened_[curr_batch_] = absl::Now();
+    run_start_batch_ = curr_batch_;
   }
   PublishBatch(state.current_batch);
   return absl::OkStatus();
+}
+
+void Tracker::MarkRunStart(int64_t batch) {
+  WriterLock lock(&mu_);
+  run_start_batch_ = batch;
 }
 
 }  // namespace deltastream

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -70,6 +71,14 @@ struct DeltaRequest {
   // only batches closed by Step() are read (end = curr): what a concurrent
   // reader uses so that it never sees half a batch.
   bool through_current_batch = true;
+  // Every row of every table read (all tracked tables when `fqns` is empty),
+  // not only the changed ones: the live tables at the end batch, with values
+  // and without states or scores. The cursor moves as for any read. Needs a
+  // LiveRowsReader that knows table sizes; top-k does not apply.
+  bool all_rows = false;
+  // Also read the model's dense parameters (LiveRowsReader::ReadDense), at
+  // the same step boundary as the rows' values.
+  bool include_dense = false;
 };
 
 // One table's rows in a delta; every tensor is on the host, row i for ids[i].
@@ -100,6 +109,17 @@ struct Delta {
   // IDs dropped (repeats included).
   bool resync_required = false;
   int64_t lost_rows = 0;
+  // Every row of the tables (DeltaRequest::all_rows).
+  bool all_rows = false;
+  // The model's dense parameters at end_batch (DeltaRequest::include_dense).
+  std::vector<std::pair<std::string, at::Tensor>> dense;
+  // When the oldest batch read (start_batch, or 0) and the newest (end_batch
+  // - 1) were closed; InfinitePast when the read covers no batch.
+  absl::Time oldest_change = absl::InfinitePast();
+  absl::Time newest_change = absl::InfinitePast();
+  // The tracker's run (see Tracker::run_id()).
+  std::string run_id;
+  int64_t run_start_batch = 0;
 };
 
 struct ConsumerStatus {
@@ -129,6 +149,10 @@ struct TrackerStatus {
   int64_t dropped_ids = 0;
   int64_t dropped_bytes = 0;
   std::vector<std::string> warnings;
+  std::string run_id;
+  int64_t run_start_batch = 0;
+  // A LiveRowsReader is attached: values, all_rows and dense reads work.
+  bool serves_live_rows = false;
 };
 
 // A consumer's position, for snapshots.
@@ -187,7 +211,10 @@ struct TrackerState {
 // Errors are values; a rejected call changes nothing, and a read that fails
 // moves no cursor. Thread safety: every method may be called from any thread;
 // calls are serialised, so a read blocks recording while it compacts, gathers
-// and reads live rows (see LiveRowsReader for what that asks of the trainer).
+// and reads live rows. Calls that read rows pin them first
+// (LiveRowsReader::PinRows), then take the tracker's lock: the trainer
+// neither changes rows nor closes a batch during such a read, so the values
+// it returns are exactly the tables after its end batch.
 class Tracker {
  public:
   static constexpr absl::string_view kDefaultConsumer = "default";
@@ -280,6 +307,15 @@ class Tracker {
   // name or table (see DeltaStore::Import).
   absl::Status RestoreState(TrackerState state) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // This run of the tracker: a random id drawn at Create, and the batch the
+  // run started at (0, the batch of a restored state, or what the owner
+  // marks). Every delta carries both, so that a consumer holding rows newer
+  // than run_start_batch from another run knows they were lost in a restart.
+  const std::string& run_id() const { return run_id_; }
+  // Marks the batch this run continues from (e.g. a trainer whose model
+  // checkpoint is older than the tracker's snapshot).
+  void MarkRunStart(int64_t batch) ABSL_LOCKS_EXCLUDED(mu_);
+
   // The feature -> table FQN map and tracked table FQNs.
   const FeatureMap& feature_map() const { return feature_map_; }
   const TrackerOptions& options() const { return options_; }
@@ -327,15 +363,19 @@ class Tracker {
   absl::Time OpenedAt(int64_t batch) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status FinishTable(const std::string& fqn, const DeltaRequest& request,
                            TableDelta& table);
+  // Every row of `fqn`, with its current value (DeltaRequest::all_rows).
+  absl::Status ReadWholeTable(const std::string& fqn, TableDelta& table);
 
   const TrackerOptions options_;
   const FeatureMap feature_map_;
+  const std::string run_id_;
   LiveRowsReader* const reader_;
   DeltaStore store_;
 
   mutable SharedMutex mu_;
   int64_t curr_batch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t curr_compact_index_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t run_start_batch_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::unique_ptr<Consumer>, std::less<>> consumers_
       ABSL_GUARDED_BY(mu_);
   int64_t cap_compactions_ ABSL_GUARDED_BY(mu_) = 0;

@@ -32,6 +32,10 @@ class DemoTable : public LiveRowsReader {
   DemoTable(int64_t rows, int64_t dim) : weights_(at::randn({rows, dim})) {}
   at::Tensor& weights() { return weights_; }
 
+  absl::StatusOr<int64_t> NumRows(absl::string_view fqn) override {
+    if (fqn != kFqn) return absl::NotFoundError("unknown table");
+    return weights_.size(0);
+  }
   absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
                                             const at::Tensor& ids) override {
     if (fqn != kFqn) return absl::NotFoundError("unknown table");

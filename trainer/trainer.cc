@@ -79,6 +79,18 @@ absl::StatusOr<std::unique_ptr<BatchSource>> MakeSource(
   return std::unique_ptr<BatchSource>(*std::move(source));
 }
 
+// Host copies of the model's dense parameters, named as in checkpoints.
+std::vector<std::pair<std::string, at::Tensor>> DenseParameters(
+    RecModel& model) {
+  std::vector<std::pair<std::string, at::Tensor>> parameters;
+  for (const auto& item : model.dense().named_parameters()) {
+    parameters.emplace_back(
+        item.key(), item.value().detach().to(at::kCPU, /*non_blocking=*/false,
+                                             /*copy=*/true));
+  }
+  return parameters;
+}
+
 // The held-out synthetic stream: the training data's task, other draws.
 constexpr uint64_t kEvalStream = 1;
 
@@ -119,6 +131,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     std::vector<EmbeddingModule*> modules =
         trainer->model_->embedding_modules();
     trainer->rows_reader_ = std::make_unique<ModuleRowsReader>(modules);
+    trainer->rows_reader_->SetDenseParameters(
+        [model = trainer->model_.get()] { return DenseParameters(*model); });
     TrackerOptions options = s.tracker;
     options.modules = DescribeModules(modules);
     absl::StatusOr<std::unique_ptr<Tracker>> tracker =
@@ -256,13 +270,15 @@ absl::Status Trainer::TrainStep(Batch batch) {
     if (!logits.ok()) return logits.status();
     at::Tensor loss = BinaryCrossEntropyWithLogits(*logits, batch.labels);
     {
+      // Rows, dense parameters and the batch index change together: a read
+      // (which pins the rows) sees the model after a whole step or before it.
       std::optional<ModuleRowsReader::UpdateGuard> guard;
       if (rows_reader_ != nullptr) guard.emplace(*rows_reader_);
       dense_optimizer_->zero_grad();
       loss.backward();
       dense_optimizer_->step();
+      if (tracker_ != nullptr) tracker_->Step();
     }
-    if (tracker_ != nullptr) tracker_->Step();
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
     ++loss_count_;
     ++step_;

@@ -40,9 +40,28 @@ class TensorRowsReader : public LiveRowsReader {
     return optimizer_states_[fqn];
   }
 
+  absl::StatusOr<int64_t> NumRows(absl::string_view fqn) override {
+    auto it = embeddings_.find(std::string(fqn));
+    if (it == embeddings_.end() || !it->second.defined()) {
+      return absl::NotFoundError(absl::StrCat("no table '", fqn, "'"));
+    }
+    return it->second.size(0);
+  }
   absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
                                             const at::Tensor& ids) override {
     return Read(embeddings_, fqn, ids);
+  }
+  void SetDense(std::vector<std::pair<std::string, at::Tensor>> dense) {
+    dense_ = std::move(dense);
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadDense()
+      override {
+    if (dense_.empty()) return LiveRowsReader::ReadDense();
+    std::vector<std::pair<std::string, at::Tensor>> copies;
+    for (const auto& [name, tensor] : dense_) {
+      copies.emplace_back(name, tensor.clone());
+    }
+    return copies;
   }
   absl::StatusOr<at::Tensor> ReadOptimizerStates(
       absl::string_view fqn, const at::Tensor& ids) override {
@@ -64,6 +83,7 @@ class TensorRowsReader : public LiveRowsReader {
   }
   std::map<std::string, at::Tensor> embeddings_;
   std::map<std::string, at::Tensor> optimizer_states_;
+  std::vector<std::pair<std::string, at::Tensor>> dense_;
 };
 
 }  // namespace deltastream

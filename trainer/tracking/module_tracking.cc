@@ -85,11 +85,16 @@ absl::StatusOr<ModuleRowsReader::Table> ModuleRowsReader::Find(
   return it->second;
 }
 
+absl::StatusOr<int64_t> ModuleRowsReader::NumRows(absl::string_view fqn) {
+  absl::StatusOr<Table> table = Find(fqn);
+  if (!table.ok()) return table.status();
+  return table->module->tables()[table->index].num_embeddings;
+}
+
 absl::StatusOr<at::Tensor> ModuleRowsReader::ReadEmbeddings(
     absl::string_view fqn, const at::Tensor& ids) {
   absl::StatusOr<Table> table = Find(fqn);
   if (!table.ok()) return table.status();
-  ReaderLock lock(&mu_);
   return table->module->ReadRows(table->index, ids);
 }
 
@@ -97,8 +102,13 @@ absl::StatusOr<at::Tensor> ModuleRowsReader::ReadOptimizerStates(
     absl::string_view fqn, const at::Tensor& ids) {
   absl::StatusOr<Table> table = Find(fqn);
   if (!table.ok()) return table.status();
-  ReaderLock lock(&mu_);
   return table->module->ReadOptimizerStates(table->index, ids);
+}
+
+absl::StatusOr<ModuleRowsReader::DenseParameters>
+ModuleRowsReader::ReadDense() {
+  if (!dense_parameters_) return LiveRowsReader::ReadDense();
+  return dense_parameters_();
 }
 
 }  // namespace deltastream

@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,9 +30,12 @@ namespace deltastream {
 //      a post-lookup hook that records its lookup and a post-output hook that
 //      triggers auto-compaction. Modules skipped by fqns_to_skip get no hook
 //      and so never call one.
-//   4. The training loop holds reader.BeginUpdate() across backward (where
-//      the fused optimizers change rows), so service threads read rows and
-//      optimizer states at a step boundary, never half-updated.
+//   4. The training loop holds a ModuleRowsReader::UpdateGuard across
+//      backward (where the fused optimizers change rows), the dense
+//      optimizer's step and Tracker::Step(); the tracker pins the rows
+//      (LiveRowsReader::PinRows) around every read, so service threads read
+//      rows, optimizer states and dense parameters exactly at a step
+//      boundary: after the batches a read covers, before the next one.
 
 // The modules as the tracker sees them (path, pooled, tables and features).
 std::vector<TrackedModule> DescribeModules(
@@ -50,14 +54,27 @@ class ModuleRowsReader : public LiveRowsReader {
   // The modules must outlive the reader.
   explicit ModuleRowsReader(absl::Span<EmbeddingModule* const> modules);
 
+  void PinRows() override ABSL_SHARED_LOCK_FUNCTION(mu_) { mu_.ReaderLock(); }
+  void UnpinRows() override ABSL_UNLOCK_FUNCTION(mu_) { mu_.ReaderUnlock(); }
+  absl::StatusOr<int64_t> NumRows(absl::string_view fqn) override;
+  // These two take no lock: callers pin (LiveRowsReader).
   absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
                                             const at::Tensor& ids) override;
   absl::StatusOr<at::Tensor> ReadOptimizerStates(
       absl::string_view fqn, const at::Tensor& ids) override;
 
-  // Held by the training loop around backward: reads wait until it ends.
-  // Reads from the training thread itself (a tracker recording optimizer
-  // states in forward) must not happen while it holds the guard.
+  // The dense parameters ReadDense() copies (host copies, by name, in
+  // order); unset: ReadDense() is FailedPrecondition. Set before the tracker
+  // reads.
+  using DenseParameters = std::vector<std::pair<std::string, at::Tensor>>;
+  void SetDenseParameters(std::function<DenseParameters()> parameters) {
+    dense_parameters_ = std::move(parameters);
+  }
+  absl::StatusOr<DenseParameters> ReadDense() override;
+
+  // Held by the training loop from backward through Tracker::Step(): pins
+  // (reads) wait until it ends. The training thread must not pin while it
+  // holds the guard.
   class ABSL_SCOPED_LOCKABLE UpdateGuard {
    public:
     explicit UpdateGuard(ModuleRowsReader& reader)
@@ -77,6 +94,7 @@ class ModuleRowsReader : public LiveRowsReader {
   absl::StatusOr<Table> Find(absl::string_view fqn) const;
 
   absl::flat_hash_map<std::string, Table> tables_;
+  std::function<DenseParameters()> dense_parameters_;
   SharedMutex mu_;
 };
 
