@@ -529,6 +529,10 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   for (const TopK* spec : specs) {
     if (absl::Status status = spec->Validate(); !status.ok()) return status;
   }
+  if (request.all_rows && !specs.empty()) {
+    return absl::InvalidArgumentError(
+        "top-k selects changed rows; a read of all rows takes every row");
+  }
   if (!specs.empty() || request.include_scores) {
     const TrackingMode mode = options_.mode;
     if (mode == TrackingMode::kIdOnly) {
@@ -544,10 +548,6 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
     }
   }
 
-  if (request.all_rows && !specs.empty()) {
-    return absl::InvalidArgumentError(
-        "top-k selects changed rows; a read of all rows takes every row");
-  }
   if ((request.all_rows || request.include_dense) && reader_ == nullptr) {
     return absl::FailedPreconditionError(
         "reads of whole tables and dense parameters need the trainer's live "

@@ -385,6 +385,164 @@ TEST(TrackerTest, ConcurrentStyleReadSeesOnlyClosedBatches) {
   EXPECT_EQ(IdsOf(*delta, kT1), (std::vector<int64_t>{2, 3}));
 }
 
+TEST(TrackerTest, AllRowsReadsEveryRowAndMovesTheCursor) {
+  TensorRowsReader reader;
+  reader.SetTable(kT1, at::arange(20, at::kFloat).reshape({10, 2}));
+  reader.SetTable(kT2, at::arange(6, at::kFloat).reshape({3, 2}));
+  TrackerOptions options;
+  options.fqns_to_skip = {"ebc"};
+  auto tracker = MakeTracker(options, &reader);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({7})}}).ok());
+  tracker->Step();
+  DeltaRequest request;
+  request.all_rows = true;
+  request.through_current_batch = false;
+  auto delta = tracker->GetDelta(request);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_TRUE(delta->all_rows);
+  EXPECT_EQ(delta->end_batch, 1);
+  ASSERT_EQ(delta->tables.size(), 2u);  // every tracked table, read or not
+  EXPECT_EQ(ToIds(delta->tables[kT1].ids).size(), 10u);
+  EXPECT_TRUE(at::equal(delta->tables[kT1].values, reader.embeddings(kT1)));
+  EXPECT_TRUE(at::equal(delta->tables[kT2].values, reader.embeddings(kT2)));
+  EXPECT_FALSE(delta->tables[kT1].states.defined());
+  // The cursor moved: nothing is left to read.
+  request.all_rows = false;
+  delta = tracker->GetDelta(request);
+  ASSERT_TRUE(delta.ok());
+  EXPECT_TRUE(IdsOf(*delta, kT1).empty());
+
+  request.all_rows = true;
+  request.top_k = TopK::Percentage(10);
+  EXPECT_EQ(tracker->GetDelta(request).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A standalone tracker has no tables to read whole.
+  auto standalone = MakeTracker({});
+  request.top_k.reset();
+  EXPECT_EQ(standalone->GetDelta(request).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(TrackerTest, DenseParametersComeWithTheRowsOfTheSameStep) {
+  TensorRowsReader reader;
+  reader.SetTable(kT1, at::zeros({10, 2}));
+  TrackerOptions options;
+  options.fqns_to_skip = {"ebc", "t2"};
+  auto tracker = MakeTracker(options, &reader);
+  DeltaRequest request;
+  request.include_dense = true;
+  // No dense parameters given: refused, and the cursor stays.
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  EXPECT_EQ(tracker->GetDelta(request).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  reader.SetDense({{"bottom.weight", at::ones({2, 3})},
+                   {"bottom.bias", at::full({2}, 5.0)}});
+  auto delta = tracker->GetDelta(request);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(IdsOf(*delta, kT1), std::vector<int64_t>{1});
+  ASSERT_EQ(delta->dense.size(), 2u);
+  EXPECT_EQ(delta->dense[0].first, "bottom.weight");
+  EXPECT_TRUE(at::equal(delta->dense[1].second, at::full({2}, 5.0)));
+  request.include_dense = false;
+  EXPECT_TRUE(tracker->GetDelta(request)->dense.empty());
+  EXPECT_EQ(MakeTracker({})->GetDelta({}).status().code(),
+            absl::StatusCode::kOk);
+  DeltaRequest dense_only;
+  dense_only.include_dense = true;
+  EXPECT_EQ(MakeTracker({})->GetDelta(dense_only).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(TrackerTest, DeltasSayWhenTheirBatchesClosedAndWhichRun) {
+  auto tracker = MakeTracker({});
+  auto other = MakeTracker({});
+  EXPECT_EQ(tracker->run_id().size(), 16u);
+  EXPECT_NE(tracker->run_id(), other->run_id());
+  DeltaRequest request;
+  request.through_current_batch = false;
+  Delta delta = *tracker->GetDelta(request);
+  EXPECT_EQ(delta.oldest_change, absl::InfinitePast());  // no batch read
+  EXPECT_EQ(delta.run_id, tracker->run_id());
+  EXPECT_EQ(delta.run_start_batch, 0);
+
+  const absl::Time before = absl::Now();
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}}).ok());
+  tracker->Step();
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({2})}}).ok());
+  tracker->Step();
+  const absl::Time after = absl::Now();
+  delta = *tracker->GetDelta(request);
+  EXPECT_EQ(delta.start_batch, 0);
+  EXPECT_EQ(delta.end_batch, 2);
+  EXPECT_GE(delta.oldest_change, before);
+  EXPECT_GE(delta.newest_change - delta.oldest_change, absl::Milliseconds(15));
+  EXPECT_LE(delta.newest_change, after);
+
+  // A restored state starts a run at its batch; an owner may mark another.
+  ASSERT_TRUE(other->RestoreState(tracker->SaveState()).ok());
+  EXPECT_EQ(other->Status().run_start_batch, 2);
+  other->MarkRunStart(1);
+  EXPECT_EQ(other->GetDelta(request)->run_start_batch, 1);
+  EXPECT_FALSE(other->Status().serves_live_rows);
+}
+
+// Rows that change only under a writer lock, as the trainer's update guard
+// changes them: reads pin them (a reader lock) before the tracker's lock.
+class GuardedRowsReader : public TensorRowsReader {
+ public:
+  void PinRows() override { mu_.ReaderLock(); }
+  void UnpinRows() override { mu_.ReaderUnlock(); }
+  SharedMutex& mu() { return mu_; }
+
+ private:
+  SharedMutex mu_;
+};
+
+TEST(TrackerConcurrencyTest, ReadsSeeTheRowsOfTheirEndBatchExactly) {
+  GuardedRowsReader reader;
+  reader.SetTable(kT1, at::zeros({4, 1}));
+  TrackerOptions options;
+  options.fqns_to_skip = {"ebc", "t2"};
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options, &reader);
+  constexpr int kSteps = 2000;
+  std::atomic<bool> done{false};
+  std::thread trainer([&] {
+    for (int step = 0; step < kSteps; ++step) {
+      ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({step % 4})}}).ok());
+      tracker->TriggerCompaction();
+      // Step s sets every row to s + 1, then closes the batch, under the
+      // guard: a read ending at batch b must see b everywhere.
+      WriterLock guard(&reader.mu());
+      reader.embeddings(kT1).fill_(step + 1);
+      tracker->Step();
+    }
+    done.store(true);
+  });
+  DeltaRequest request;
+  request.through_current_batch = false;
+  request.all_rows = true;
+  int reads = 0, wrong = 0;
+  while (!done.load() || reads == 0) {
+    auto delta = tracker->GetDelta(request);
+    ASSERT_TRUE(delta.ok()) << delta.status();
+    const at::Tensor& rows = delta->tables[kT1].values;
+    const std::vector<float> values =
+        rows.defined() ? ToFloats(rows) : std::vector<float>{};
+    for (float v : values) {
+      if (v != delta->end_batch && wrong++ < 5) {
+        ADD_FAILURE() << "read " << reads << " through batch "
+                      << delta->end_batch << " saw a row of step " << v;
+      }
+    }
+    request.all_rows = (++reads % 2) == 0;
+  }
+  trainer.join();
+  EXPECT_EQ(wrong, 0);
+  EXPECT_GT(reads, 1);
+}
+
 TEST(TrackerTest, ClearOneConsumerMovesItToThePresent) {
   TrackerOptions options;
   options.consumers = {"a", "b"};
