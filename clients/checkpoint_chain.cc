@@ -2,6 +2,10 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -11,7 +15,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -96,10 +102,19 @@ absl::StatusOr<v1::CheckpointLink> ReadLink(const std::string& path) {
   return link;
 }
 
+// What a link holds besides its tables.
+struct LinkExtras {
+  std::string consumer;
+  const DenseParameters* dense = nullptr;
+  int64_t dense_batch = -1;
+  std::string run_id;
+  int64_t run_start_batch = 0;
+};
+
 absl::StatusOr<ChainLink> WriteLink(const std::string& dir, bool full,
                                     int64_t start, int64_t end,
-                                    const std::string& consumer,
-                                    const ChainTables& tables) {
+                                    const ChainTables& tables,
+                                    const LinkExtras& extras) {
   if (start < 0 || end <= start) {
     return absl::InvalidArgumentError(
         absl::StrCat("a link covers a non-empty range of batches, got [", start,
@@ -111,11 +126,13 @@ absl::StatusOr<ChainLink> WriteLink(const std::string& dir, bool full,
   link.set_full(full);
   link.set_start_batch(start);
   link.set_end_batch(end);
-  link.set_consumer(consumer);
+  link.set_consumer(extras.consumer);
   link.set_written_unix_ms(
       std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::system_clock::now().time_since_epoch())
           .count());
+  link.set_run_id(extras.run_id);
+  link.set_run_start_batch(extras.run_start_batch);
   for (const auto& [fqn, table] : tables) {
     v1::CheckpointTable* out = link.add_tables();
     out->set_fqn(fqn);
@@ -125,6 +142,18 @@ absl::StatusOr<ChainLink> WriteLink(const std::string& dir, bool full,
     if (absl::Status s = EncodeTensor(table.values, out->mutable_values());
         !s.ok()) {
       return s;
+    }
+  }
+  if (extras.dense != nullptr && !extras.dense->empty()) {
+    link.set_dense_batch(extras.dense_batch);
+    for (const auto& [name, tensor] : *extras.dense) {
+      v1::NamedTensor* out = link.add_dense();
+      out->set_name(name);
+      if (absl::Status s = EncodeTensor(tensor.cpu(), out->mutable_tensor());
+          !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dense parameter '", name, "': ", s.message()));
+      }
     }
   }
   const std::string payload = link.SerializeAsString();
@@ -194,13 +223,14 @@ ChainTables MergeTables(const ChainTables& base, const ChainTables& later) {
 }
 
 absl::StatusOr<ChainLink> WriteChainLink(const std::string& dir,
-                                         const ReceivedDelta& delta,
-                                         bool full) {
-  if (delta.header.resync_required()) {
+                                         const ReceivedDelta& delta) {
+  const v1::DeltaHeader& header = delta.header;
+  const bool full = header.all_rows();
+  if (header.resync_required() && !full) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the service dropped ", delta.header.lost_rows(),
+        "the service dropped ", header.lost_rows(),
         " rows this consumer had not read: an increment would miss them; "
-        "resync from a full checkpoint"));
+        "resync with a full read (all_rows)"));
   }
   ChainTables tables;
   for (const auto& [fqn, table] : delta.tables) {
@@ -214,8 +244,15 @@ absl::StatusOr<ChainLink> WriteChainLink(const std::string& dir,
                                   ? table.values
                                   : at::empty({0, 0}, at::kFloat)};
   }
-  return WriteLink(dir, full, std::max<int64_t>(delta.header.start_batch(), 0),
-                   delta.header.end_batch(), delta.header.consumer(), tables);
+  LinkExtras extras;
+  extras.consumer = header.consumer();
+  extras.dense = &delta.dense;
+  extras.dense_batch = header.end_batch();
+  extras.run_id = header.run_id();
+  extras.run_start_batch = header.run_start_batch();
+  return WriteLink(dir, full,
+                   full ? 0 : std::max<int64_t>(header.start_batch(), 0),
+                   header.end_batch(), tables, extras);
 }
 
 absl::StatusOr<std::vector<ChainLink>> ListChain(const std::string& dir) {
@@ -273,6 +310,90 @@ std::vector<std::string> ChainProblems(const std::vector<ChainLink>& links) {
   return problems;
 }
 
+std::vector<ChainLink> AppliedLinks(const std::vector<ChainLink>& links) {
+  return FromNewestFull(links);
+}
+
+absl::StatusOr<ChainLinkInfo> ReadChainLinkInfo(const std::string& path) {
+  namespace io = google::protobuf::io;
+  using google::protobuf::internal::WireFormatLite;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0)
+    return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  char header[kHeaderBytes];
+  size_t got = 0;
+  while (got < kHeaderBytes) {
+    const ssize_t n = ::read(fd, header + got, kHeaderBytes - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  struct stat file;
+  uint64_t size = 0;
+  if (got == kHeaderBytes) std::memcpy(&size, header + 8, 8);
+  if (got < kHeaderBytes || std::memcmp(header, kMagic, sizeof(kMagic)) != 0 ||
+      ::fstat(fd, &file) != 0) {
+    ::close(fd);
+    return absl::DataLossError(
+        absl::StrCat("'", path, "' is not a checkpoint link"));
+  }
+  if (static_cast<uint64_t>(file.st_size) - kHeaderBytes != size ||
+      size > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    ::close(fd);
+    return absl::DataLossError(
+        absl::StrCat("'", path, "' is truncated: ", file.st_size - kHeaderBytes,
+                     " of ", size, " payload bytes"));
+  }
+  ChainLinkInfo info;
+  int64_t dense_batch = 0;
+  bool parsed = true;
+  {
+    // Skipping a field seeks past it: the rows are never read.
+    io::FileInputStream raw(fd);
+    io::CodedInputStream in(&raw);
+    in.PushLimit(static_cast<int>(size));
+    uint64_t number = 0;
+    std::string text;
+    while (parsed) {
+      const uint32_t tag = in.ReadTag();
+      if (tag == 0) break;
+      const int field = WireFormatLite::GetTagFieldNumber(tag);
+      const auto wire = WireFormatLite::GetTagWireType(tag);
+      const bool varint = wire == WireFormatLite::WIRETYPE_VARINT;
+      const bool bytes = wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED;
+      switch (field) {
+        case 5:  // consumer
+        case 9:  // run_id
+          parsed = bytes && WireFormatLite::ReadString(&in, &text);
+          (field == 5 ? info.consumer : info.run_id) = text;
+          break;
+        case 6:   // written_unix_ms
+        case 8:   // dense_batch
+        case 10:  // run_start_batch
+          parsed = varint && in.ReadVarint64(&number);
+          (field == 6   ? info.written_unix_ms
+           : field == 8 ? dense_batch
+                        : info.run_start_batch) = static_cast<int64_t>(number);
+          break;
+        case 4:  // tables
+        case 7:  // dense
+          ++(field == 4 ? info.tables : info.dense_parameters);
+          parsed = bytes && WireFormatLite::SkipField(&in, tag);
+          break;
+        default:
+          parsed = WireFormatLite::SkipField(&in, tag);
+      }
+    }
+    parsed = parsed && in.ConsumedEntireMessage() &&
+             in.CurrentPosition() == static_cast<int>(size);
+  }
+  ::close(fd);
+  if (!parsed) {
+    return absl::DataLossError(absl::StrCat("'", path, "' does not parse"));
+  }
+  info.dense_batch = info.dense_parameters > 0 ? dense_batch : -1;
+  return info;
+}
+
 absl::StatusOr<LoadedChain> LoadChain(const std::string& dir) {
   absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
   if (!links.ok()) return links.status();
@@ -307,9 +428,25 @@ absl::StatusOr<LoadedChain> LoadChain(const std::string& dir) {
       }
       tables[table.fqn()] = {*ids, *values};
     }
+    if (read->dense_size() > 0) {
+      DenseParameters dense;
+      for (const v1::NamedTensor& parameter : read->dense()) {
+        absl::StatusOr<at::Tensor> tensor = DecodeTensor(parameter.tensor());
+        if (!tensor.ok()) {
+          return absl::DataLossError(
+              absl::StrCat("'", link.path, "': dense parameter '",
+                           parameter.name(), "' does not decode"));
+        }
+        dense.emplace_back(parameter.name(), *std::move(tensor));
+      }
+      loaded.dense = std::move(dense);
+      loaded.dense_batch = read->dense_batch();
+    }
     loaded.tables =
         link.full ? std::move(tables) : MergeTables(loaded.tables, tables);
     loaded.end_batch = link.end_batch;
+    loaded.run_id = read->run_id();
+    loaded.run_start_batch = read->run_start_batch();
     loaded.links.push_back(link);
   }
   return loaded;
@@ -319,8 +456,14 @@ absl::StatusOr<ChainLink> CompactChain(const std::string& dir) {
   absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
   if (!loaded.ok()) return loaded.status();
   if (loaded->links.size() == 1) return loaded->links.front();
+  LinkExtras extras;
+  extras.consumer = "compaction";
+  extras.dense = &loaded->dense;
+  extras.dense_batch = loaded->dense_batch;
+  extras.run_id = loaded->run_id;
+  extras.run_start_batch = loaded->run_start_batch;
   absl::StatusOr<ChainLink> full =
-      WriteLink(dir, true, 0, loaded->end_batch, "compaction", loaded->tables);
+      WriteLink(dir, true, 0, loaded->end_batch, loaded->tables, extras);
   if (!full.ok()) return full.status();
   absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
   if (!links.ok()) return links.status();
@@ -331,6 +474,40 @@ absl::StatusOr<ChainLink> CompactChain(const std::string& dir) {
     }
   }
   return full;
+}
+
+absl::StatusOr<std::vector<ChainLink>> TruncateChainAfter(
+    const std::string& dir, int64_t batch) {
+  absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
+  if (!links.ok()) return links.status();
+  std::vector<ChainLink> doomed;
+  for (const ChainLink& link : *links) {
+    if (link.end_batch > batch) doomed.push_back(link);
+  }
+  // Newest first: a crash midway leaves a shorter chain, not a hole.
+  std::stable_sort(doomed.begin(), doomed.end(),
+                   [](const ChainLink& a, const ChainLink& b) {
+                     return std::tie(a.end_batch, a.start_batch) >
+                            std::tie(b.end_batch, b.start_batch);
+                   });
+  std::vector<ChainLink> removed;
+  for (const ChainLink& link : doomed) {
+    std::error_code error;
+    std::filesystem::remove(link.path, error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("cannot remove '", link.path, "': ", error.message(),
+                       " (removed ", removed.size(), " links before it)"));
+    }
+    removed.push_back(link);
+  }
+  if (!removed.empty()) {
+    if (const int dir_fd = ::open(dir.c_str(), O_RDONLY); dir_fd >= 0) {
+      ::fsync(dir_fd);
+      ::close(dir_fd);
+    }
+  }
+  return removed;
 }
 
 }  // namespace deltastream

@@ -22,6 +22,8 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -30,6 +32,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -459,37 +462,72 @@ int ShowStatus(const absl::StatusOr<v1::StatusResponse>& status) {
 }
 
 // The links of a checkpoint chain (clients/checkpoint_chain.h), the batches
-// they cover, their sizes, and any gap or overlap. Offline: no server.
+// they cover, their sizes, whether they carry dense parameters, the trainer
+// run that served them, which are superseded by a newer full link, and any
+// gap or overlap (or unreadable link). Offline: no server.
 int ShowChain() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) throw UsageError("chain needs --dir=D");
   absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
   if (!links.ok()) return Fail(links.status());
-  const std::vector<std::string> problems = ChainProblems(*links);
+  std::vector<std::string> problems = ChainProblems(*links);
+  std::set<std::string> applied;
+  for (const ChainLink& link : AppliedLinks(*links)) applied.insert(link.path);
+  std::vector<std::optional<ChainLinkInfo>> infos;
   int64_t bytes = 0;
-  for (const ChainLink& link : *links) bytes += link.bytes;
+  for (const ChainLink& link : *links) {
+    bytes += link.bytes;
+    absl::StatusOr<ChainLinkInfo> info = ReadChainLinkInfo(link.path);
+    if (!info.ok()) problems.emplace_back(info.status().message());
+    infos.push_back(info.ok() ? std::optional<ChainLinkInfo>(*info)
+                              : std::nullopt);
+  }
   if (absl::GetFlag(FLAGS_json)) {
     json out = {{"dir", dir},
                 {"links", json::array()},
                 {"problems", problems},
                 {"bytes", bytes}};
-    for (const ChainLink& link : *links) {
-      out["links"].push_back({{"kind", link.full ? "full" : "increment"},
-                              {"start_batch", link.start_batch},
-                              {"end_batch", link.end_batch},
-                              {"bytes", link.bytes}});
+    for (size_t i = 0; i < links->size(); ++i) {
+      const ChainLink& link = (*links)[i];
+      json entry = {{"kind", link.full ? "full" : "increment"},
+                    {"start_batch", link.start_batch},
+                    {"end_batch", link.end_batch},
+                    {"bytes", link.bytes},
+                    {"superseded", applied.count(link.path) == 0}};
+      if (const std::optional<ChainLinkInfo>& info = infos[i]) {
+        entry["dense"] = info->dense_parameters;
+        entry["dense_batch"] = info->dense_batch;
+        entry["run_id"] = info->run_id;
+        entry["run_start_batch"] = info->run_start_batch;
+        entry["consumer"] = info->consumer;
+        entry["written_unix_ms"] = info->written_unix_ms;
+      }
+      out["links"].push_back(std::move(entry));
     }
     std::printf("%s\n", out.dump().c_str());
     return problems.empty() ? 0 : 1;
   }
-  std::printf("%-10s %12s %12s %12s\n", "KIND", "FROM_BATCH", "TO_BATCH",
-              "BYTES");
-  for (const ChainLink& link : *links) {
-    std::printf("%-10s %12lld %12lld %12lld\n",
+  std::printf("%-10s %12s %12s %12s %6s  %s\n", "KIND", "FROM_BATCH",
+              "TO_BATCH", "BYTES", "DENSE", "RUN");
+  for (size_t i = 0; i < links->size(); ++i) {
+    const ChainLink& link = (*links)[i];
+    const std::optional<ChainLinkInfo>& info = infos[i];
+    std::string run = "?";
+    if (info.has_value()) {
+      run = info->run_id.empty() ? "-"
+                                 : absl::StrCat(info->run_id, " (from batch ",
+                                                info->run_start_batch, ")");
+    }
+    std::printf("%-10s %12lld %12lld %12lld %6s  %s%s\n",
                 link.full ? "full" : "increment",
                 static_cast<long long>(link.start_batch),
                 static_cast<long long>(link.end_batch - 1),
-                static_cast<long long>(link.bytes));
+                static_cast<long long>(link.bytes),
+                !info.has_value()            ? "?"
+                : info->dense_parameters > 0 ? "yes"
+                                             : "no",
+                run.c_str(),
+                applied.count(link.path) == 0 ? "  superseded" : "");
   }
   std::printf("%zu links, %.1f MiB%s\n", links->size(), bytes / 1048576.0,
               problems.empty() ? ", no gaps" : "");

@@ -1,6 +1,8 @@
 // Checkpoint chains: base + increments load to the rows a replica would hold;
 // a missing, duplicated or overlapping increment, a corrupt or truncated file
-// are refused with a clear error; compaction gives the same tables.
+// are refused with a clear error; compaction gives the same tables; dense
+// parameters and run ids round-trip; a newer full link supersedes older
+// increments; truncation after a trainer's restart point.
 #include "clients/checkpoint_chain.h"
 
 #include <ATen/ATen.h>
@@ -13,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace deltastream {
 namespace {
@@ -43,6 +47,27 @@ ReceivedDelta Read(int64_t start, int64_t end, std::vector<int64_t> ids,
   return delta;
 }
 
+// An all_rows read ending at `end` (a full link).
+ReceivedDelta Full(int64_t end, std::vector<int64_t> ids, float v) {
+  ReceivedDelta delta = Read(/*start=*/7, end, std::move(ids), v);
+  delta.header.set_all_rows(true);
+  return delta;
+}
+
+// `delta` as a trainer's run `run`, started at batch `run_start`, serves it.
+ReceivedDelta InRun(ReceivedDelta delta, const std::string& run,
+                    int64_t run_start) {
+  delta.header.set_run_id(run);
+  delta.header.set_run_start_batch(run_start);
+  return delta;
+}
+
+// Dense parameters whose values say which read they came from.
+std::vector<std::pair<std::string, at::Tensor>> Dense(float v) {
+  return {{"bottom.0.weight", at::full({2, 3}, v)},
+          {"bottom.0.bias", at::full({3}, v + 0.5f)}};
+}
+
 std::vector<float> Column(const at::Tensor& values) {
   at::Tensor c = values.select(1, 0).contiguous();
   return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
@@ -54,7 +79,7 @@ std::vector<int64_t> Longs(const at::Tensor& t) {
 
 TEST(CheckpointChainTest, BaseAndIncrementsLoadNewestValues) {
   const std::string dir = FreshDir("chain");
-  ASSERT_TRUE(WriteChainLink(dir, Read(-1, 10, {1, 2, 3}, 0), true).ok());
+  ASSERT_TRUE(WriteChainLink(dir, Full(10, {1, 2, 3}, 0)).ok());
   ASSERT_TRUE(WriteChainLink(dir, Read(10, 20, {2, 5}, 1)).ok());
   ASSERT_TRUE(WriteChainLink(dir, Read(20, 25, {5, 0}, 2)).ok());
   absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
@@ -83,14 +108,14 @@ TEST(CheckpointChainTest, BaseAndIncrementsLoadNewestValues) {
 
 TEST(CheckpointChainTest, MissingDuplicatedOrOverlappingIncrementsAreRefused) {
   const std::string dir = FreshDir("gap");
-  ASSERT_TRUE(WriteChainLink(dir, Read(-1, 10, {1}, 0), true).ok());
+  ASSERT_TRUE(WriteChainLink(dir, Full(10, {1}, 0)).ok());
   ASSERT_TRUE(WriteChainLink(dir, Read(20, 30, {2}, 1)).ok());
   absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(loaded.status().message(), HasSubstr("batches 10..19 missing"));
 
   const std::string dup = FreshDir("dup");
-  ASSERT_TRUE(WriteChainLink(dup, Read(-1, 10, {1}, 0), true).ok());
+  ASSERT_TRUE(WriteChainLink(dup, Full(10, {1}, 0)).ok());
   ASSERT_TRUE(WriteChainLink(dup, Read(10, 20, {2}, 1)).ok());
   ASSERT_TRUE(WriteChainLink(dup, Read(15, 25, {3}, 1)).ok());
   EXPECT_THAT(LoadChain(dup).status().message(), HasSubstr("overlaps"));
@@ -103,8 +128,7 @@ TEST(CheckpointChainTest, MissingDuplicatedOrOverlappingIncrementsAreRefused) {
 
 TEST(CheckpointChainTest, CorruptOrTruncatedLinksAreDataLoss) {
   const std::string dir = FreshDir("corrupt");
-  absl::StatusOr<ChainLink> base =
-      WriteChainLink(dir, Read(-1, 10, {1, 2}, 0), true);
+  absl::StatusOr<ChainLink> base = WriteChainLink(dir, Full(10, {1, 2}, 0));
   ASSERT_TRUE(base.ok());
   std::string bytes;
   {
@@ -126,12 +150,209 @@ TEST(CheckpointChainTest, ReadsThatCannotMakeAnIncrementAreRefused) {
   dropped.header.set_lost_rows(7);
   EXPECT_THAT(WriteChainLink(dir, dropped).status().message(),
               HasSubstr("dropped 7 rows"));
+  // A read of every row is whole whatever was dropped before it.
+  ReceivedDelta resync = Full(10, {1}, 0);
+  resync.header.set_resync_required(true);
+  EXPECT_TRUE(WriteChainLink(dir, resync).ok());
   ReceivedDelta no_values = Read(-1, 10, {1}, 0);
   no_values.tables["t"].values = at::Tensor();
   EXPECT_THAT(WriteChainLink(dir, no_values).status().message(),
               HasSubstr("without values"));
   EXPECT_EQ(WriteChainLink(dir, Read(10, 10, {}, 0)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+bool SameDense(const std::vector<std::pair<std::string, at::Tensor>>& a,
+               const std::vector<std::pair<std::string, at::Tensor>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first || !at::equal(a[i].second, b[i].second)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(CheckpointChainTest, DenseParametersAndRunsRoundTrip) {
+  const std::string dir = FreshDir("dense");
+  ReceivedDelta base = InRun(Full(10, {1, 2}, 0), "run-a", 0);
+  base.dense = Dense(1);
+  ReceivedDelta second = InRun(Read(10, 20, {2}, 1), "run-a", 0);
+  second.dense = Dense(2);
+  // Another run, without dense parameters (--dense=false).
+  ReceivedDelta third = InRun(Read(20, 25, {1}, 2), "run-b", 18);
+  absl::StatusOr<ChainLink> first_link = WriteChainLink(dir, base);
+  ASSERT_TRUE(first_link.ok()) << first_link.status();
+  absl::StatusOr<ChainLink> second_link = WriteChainLink(dir, second);
+  ASSERT_TRUE(second_link.ok()) << second_link.status();
+  absl::StatusOr<ChainLink> third_link = WriteChainLink(dir, third);
+  ASSERT_TRUE(third_link.ok()) << third_link.status();
+
+  absl::StatusOr<ChainLinkInfo> info = ReadChainLinkInfo(first_link->path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->consumer, "checkpoint");
+  EXPECT_EQ(info->tables, 1);
+  EXPECT_EQ(info->dense_parameters, 2);
+  EXPECT_EQ(info->dense_batch, 10);
+  EXPECT_EQ(info->run_id, "run-a");
+  EXPECT_GT(info->written_unix_ms, 0);
+  info = ReadChainLinkInfo(third_link->path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->dense_parameters, 0);
+  EXPECT_EQ(info->dense_batch, -1);
+  EXPECT_EQ(info->run_id, "run-b");
+  EXPECT_EQ(info->run_start_batch, 18);
+
+  // The newest dense parameters of the chain, and the batch they are from:
+  // not the chain's end, since the last link carried none.
+  absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->end_batch, 25);
+  EXPECT_TRUE(SameDense(loaded->dense, Dense(2)));
+  EXPECT_EQ(loaded->dense_batch, 20);
+  EXPECT_EQ(loaded->run_id, "run-b");
+  EXPECT_EQ(loaded->run_start_batch, 18);
+
+  // Compaction keeps them, with their batch, and the newest run.
+  absl::StatusOr<ChainLink> compacted = CompactChain(dir);
+  ASSERT_TRUE(compacted.ok()) << compacted.status();
+  ASSERT_EQ(ListChain(dir)->size(), 1u);
+  info = ReadChainLinkInfo(compacted->path);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->consumer, "compaction");
+  EXPECT_EQ(info->dense_parameters, 2);
+  EXPECT_EQ(info->dense_batch, 20);
+  EXPECT_EQ(info->run_id, "run-b");
+  absl::StatusOr<LoadedChain> again = LoadChain(dir);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(SameDense(again->dense, Dense(2)));
+  EXPECT_EQ(again->dense_batch, 20);
+  EXPECT_EQ(again->run_id, "run-b");
+  EXPECT_TRUE(
+      at::equal(again->tables.at("t").values, loaded->tables.at("t").values));
+
+  // A link with dense parameters at the end: they match the chain's end.
+  ReceivedDelta fourth = Read(25, 30, {2}, 3);
+  fourth.dense = Dense(4);
+  ASSERT_TRUE(WriteChainLink(dir, fourth).ok());
+  loaded = LoadChain(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(SameDense(loaded->dense, Dense(4)));
+  EXPECT_EQ(loaded->dense_batch, loaded->end_batch);
+
+  // None anywhere: empty, -1.
+  const std::string plain = FreshDir("nodense");
+  ASSERT_TRUE(WriteChainLink(plain, Full(10, {1}, 0)).ok());
+  loaded = LoadChain(plain);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->dense.empty());
+  EXPECT_EQ(loaded->dense_batch, -1);
+  EXPECT_EQ(loaded->run_id, "");
+}
+
+TEST(CheckpointChainTest, ANewerFullLinkSupersedesOlderIncrements) {
+  const std::string dir = FreshDir("supersede");
+  ASSERT_TRUE(WriteChainLink(dir, Full(10, {1, 2, 3}, 0)).ok());
+  ASSERT_TRUE(WriteChainLink(dir, Read(10, 20, {2}, 1)).ok());
+  ASSERT_TRUE(WriteChainLink(dir, Read(20, 30, {3}, 2)).ok());
+  // A resync: a full read at the chain's end, then one after it.
+  ASSERT_TRUE(WriteChainLink(dir, Full(30, {1, 2, 3, 4}, 5)).ok());
+  std::vector<ChainLink> links = *ListChain(dir);
+  EXPECT_EQ(links.size(), 4u);
+  EXPECT_TRUE(ChainProblems(links).empty());
+  std::vector<ChainLink> applied = AppliedLinks(links);
+  ASSERT_EQ(applied.size(), 1u);
+  EXPECT_TRUE(applied[0].full);
+  EXPECT_EQ(applied[0].end_batch, 30);
+  absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->links.size(), 1u);
+  EXPECT_EQ(Column(loaded->tables.at("t").values),
+            (std::vector<float>{15, 25, 35, 45}));
+
+  // Increments ending after it apply; a later full read supersedes them all,
+  // the older full links included.
+  ASSERT_TRUE(WriteChainLink(dir, Read(30, 40, {9}, 6)).ok());
+  EXPECT_EQ(LoadChain(dir)->links.size(), 2u);
+  ASSERT_TRUE(WriteChainLink(dir, Full(45, {1}, 7)).ok());
+  loaded = LoadChain(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->links.size(), 1u);
+  EXPECT_EQ(loaded->end_batch, 45);
+  EXPECT_EQ(Longs(loaded->tables.at("t").ids), (std::vector<int64_t>{1}));
+
+  // A full link that ends before an increment does is not the newer one
+  // (names order links by batch, not by time): a trainer that went back must
+  // have the chain truncated first (TruncateChainAfter), or the load refuses.
+  const std::string back = FreshDir("back");
+  ASSERT_TRUE(WriteChainLink(back, Full(10, {1}, 0)).ok());
+  ASSERT_TRUE(WriteChainLink(back, Read(10, 30, {2}, 1)).ok());
+  ASSERT_TRUE(WriteChainLink(back, Full(25, {1, 2}, 2)).ok());
+  EXPECT_THAT(LoadChain(back).status().message(), HasSubstr("overlaps"));
+}
+
+TEST(CheckpointChainTest, TruncationRemovesTheLinksAfterARestartPoint) {
+  const std::string dir = FreshDir("truncate");
+  ASSERT_TRUE(WriteChainLink(dir, Full(10, {1, 2}, 0)).ok());
+  ASSERT_TRUE(WriteChainLink(dir, Read(10, 20, {2}, 1)).ok());
+  ASSERT_TRUE(WriteChainLink(dir, Read(20, 30, {1}, 2)).ok());
+  // The trainer restarted from batch 15: [10, 20) and [20, 30) hold changes
+  // it lost; the newest goes first.
+  absl::StatusOr<std::vector<ChainLink>> removed = TruncateChainAfter(dir, 15);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  ASSERT_EQ(removed->size(), 2u);
+  EXPECT_EQ((*removed)[0].start_batch, 20);
+  EXPECT_EQ((*removed)[1].start_batch, 10);
+  EXPECT_FALSE(std::filesystem::exists((*removed)[0].path));
+  absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->end_batch, 10);
+  EXPECT_EQ(Column(loaded->tables.at("t").values),
+            (std::vector<float>{10, 20}));
+  // The chain continues from its end; at or after the end nothing goes.
+  ASSERT_TRUE(WriteChainLink(dir, Read(10, 18, {2}, 3)).ok());
+  removed = TruncateChainAfter(dir, 18);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_TRUE(removed->empty());
+  EXPECT_EQ(LoadChain(dir)->end_batch, 18);
+  // Superseded links go as well; before the base, everything goes.
+  ASSERT_TRUE(WriteChainLink(dir, Full(18, {1}, 4)).ok());
+  removed = TruncateChainAfter(dir, 5);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(removed->size(), 3u);
+  EXPECT_TRUE(ListChain(dir)->empty());
+  // No directory: nothing to remove.
+  removed = TruncateChainAfter(FreshDir("none"), 0);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_TRUE(removed->empty());
+}
+
+TEST(CheckpointChainTest, LinkInfoOfBadFilesIsRefused) {
+  const std::string dir = FreshDir("info");
+  EXPECT_EQ(ReadChainLinkInfo(dir + "/missing.ckpt").status().code(),
+            absl::StatusCode::kNotFound);
+  ReceivedDelta base = Full(10, {1, 2}, 0);
+  base.dense = Dense(1);
+  absl::StatusOr<ChainLink> link = WriteChainLink(dir, base);
+  ASSERT_TRUE(link.ok());
+  std::string bytes;
+  {
+    std::ifstream in(link->path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::ofstream(link->path, std::ios::binary)
+      << bytes.substr(0, bytes.size() - 5);
+  EXPECT_THAT(ReadChainLinkInfo(link->path).status().message(),
+              HasSubstr("truncated"));
+  std::ofstream(link->path, std::ios::binary) << "not a link at all, no";
+  EXPECT_EQ(ReadChainLinkInfo(link->path).status().code(),
+            absl::StatusCode::kDataLoss);
+  // A payload of the right size that is not a link message.
+  std::string garbage = bytes;
+  for (size_t i = 20; i < garbage.size(); ++i) garbage[i] = '\xff';
+  std::ofstream(link->path, std::ios::binary) << garbage;
+  EXPECT_THAT(ReadChainLinkInfo(link->path).status().message(),
+              HasSubstr("does not parse"));
 }
 
 // deltactl chain: the operator's view of a chain.
@@ -153,7 +374,7 @@ std::string Deltactl(const std::string& args, int* exit_code) {
 
 TEST(CheckpointChainTest, DeltactlShowsLinksAndGaps) {
   const std::string dir = FreshDir("view");
-  ASSERT_TRUE(WriteChainLink(dir, Read(-1, 10, {1, 2}, 0), true).ok());
+  ASSERT_TRUE(WriteChainLink(dir, Full(10, {1, 2}, 0)).ok());
   ASSERT_TRUE(WriteChainLink(dir, Read(10, 20, {2}, 1)).ok());
   int code = -1;
   std::string out = Deltactl("chain --dir=" + dir, &code);
@@ -165,6 +386,29 @@ TEST(CheckpointChainTest, DeltactlShowsLinksAndGaps) {
   EXPECT_EQ(code, 1) << out;
   EXPECT_THAT(out, HasSubstr("batches 20..29 missing"));
   EXPECT_THAT(out, HasSubstr("\"kind\":\"increment\""));
+}
+
+TEST(CheckpointChainTest, DeltactlShowsDenseRunsAndSupersededLinks) {
+  const std::string dir = FreshDir("view_dense");
+  ReceivedDelta base = InRun(Full(10, {1, 2}, 0), "5f3a9c", 4);
+  base.dense = Dense(1);
+  ASSERT_TRUE(WriteChainLink(dir, base).ok());
+  ASSERT_TRUE(WriteChainLink(dir, Read(10, 20, {2}, 1)).ok());
+  ASSERT_TRUE(WriteChainLink(dir, Full(20, {1, 2}, 2)).ok());
+  int code = -1;
+  std::string out = Deltactl("chain --dir=" + dir, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("DENSE"));
+  EXPECT_THAT(out, HasSubstr("yes  5f3a9c (from batch 4)  superseded"));
+  EXPECT_THAT(out, HasSubstr("3 links"));
+  out = Deltactl("chain --json --dir=" + dir, &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("\"dense\":2"));
+  EXPECT_THAT(out, HasSubstr("\"dense_batch\":10"));
+  EXPECT_THAT(out, HasSubstr("\"run_id\":\"5f3a9c\""));
+  EXPECT_THAT(out, HasSubstr("\"run_start_batch\":4"));
+  EXPECT_THAT(out, HasSubstr("\"superseded\":true"));
+  EXPECT_THAT(out, HasSubstr("\"superseded\":false"));
 }
 
 }  // namespace

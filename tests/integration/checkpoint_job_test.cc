@@ -1,24 +1,40 @@
 // The checkpoint job against the real trainer on loopback: it writes a sound
-// chain (a full link, then increments with no gap or overlap) while the
-// trainer trains; after the trainer is killed (SIGKILL) and restarts from its
-// last snapshot, the tracker delivers batches the chain already has again,
-// and the job writes only what the chain lacks: still no gap, no overlap.
+// chain (a full link from a read of every row, then increments with no gap or
+// overlap) while the trainer trains. After the trainer is killed (SIGKILL)
+// and restarts from its last snapshot and checkpoint, the links holding
+// changes the trainer lost (after its restart point) are removed, the
+// redelivered batches fill the chain again, and after a SIGTERM (with
+// --drain_s the trainer serves until the job has read its last step) the
+// chain loads to the trainer's final checkpoint bit for bit: every table and
+// the dense parameters. A consumer that read before gets a full base; rows
+// dropped under the memory cap make the job write a full link again.
+#include <ATen/ATen.h>
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "clients/checkpoint_chain.h"
 #include "tests/integration/server_process.h"
 
 namespace deltastream {
 namespace {
 
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 json Chain(const std::string& dir) {
   CommandResult result = RunCommand(RunfilePath("clients/deltactl") +
@@ -26,58 +42,294 @@ json Chain(const std::string& dir) {
   return json::parse(result.out.empty() ? "{}" : result.out);
 }
 
-std::string Job(const ServerProcess& trainer, const std::string& dir,
-                int count) {
+std::string Job(const ServerProcess& trainer, const std::string& dir, int count,
+                const std::string& flags = "") {
   return RunfilePath("clients/checkpoint_job") +
          " --target=" + trainer.target() + " --dir=" + dir +
-         " --every_ms=100 --count=" + std::to_string(count);
+         " --every_ms=100 --count=" + std::to_string(count) + " " + flags;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A trainer config file in `work` (created).
+std::string WriteConfig(const std::string& work, const std::string& text) {
+  std::filesystem::create_directories(work);
+  const std::string path = work + "/trainer.textproto";
+  std::ofstream(path) << text;
+  return path;
+}
+
+// A command running in the background, stdout and stderr to files.
+class Background {
+ public:
+  Background(const std::string& command, const std::string& prefix)
+      : out_(prefix + ".out"), err_(prefix + ".err") {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int out = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, STDOUT_FILENO);
+      dup2(err, STDERR_FILENO);
+      const std::string line = "exec " + command;
+      execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Background() { Stop(SIGKILL); }
+
+  // Sends `signal`, waits; the exit code (-1 when killed by a signal).
+  int Stop(int signal) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, signal);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string out() const { return ReadText(out_); }
+  std::string err() const { return ReadText(err_); }
+
+ private:
+  pid_t pid_ = -1;
+  std::string out_;
+  std::string err_;
+};
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// The trainer's newest full checkpoint: its step and path (-1 when none).
+std::pair<int64_t, std::string> NewestCheckpoint(const std::string& dir) {
+  std::pair<int64_t, std::string> newest = {-1, ""};
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("checkpoint-", 0) != 0 || name.size() < 15 ||
+        name.compare(name.size() - 3, 3, ".pt") != 0) {
+      continue;
+    }
+    const int64_t step = std::stoll(name.substr(11, name.size() - 14));
+    if (step > newest.first) newest = {step, entry.path().string()};
+  }
+  return newest;
+}
+
+std::map<std::string, at::Tensor> LoadPickle(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  std::map<std::string, at::Tensor> tensors;
+  c10::IValue loaded = torch::jit::pickle_load(bytes);
+  for (const auto& entry : loaded.toGenericDict()) {
+    tensors[entry.key().toStringRef()] = entry.value().toTensor();
+  }
+  return tensors;
+}
+
+// Every key of a checkpoint, for messages.
+std::string Keys(const std::map<std::string, at::Tensor>& tensors) {
+  std::string keys;
+  for (const auto& [key, tensor] : tensors) keys += key + " ";
+  return keys;
+}
+
+// A chain's table FQN ("<module path>.embedding_bags.<table>", or
+// ".embeddings.") to its weight in the trainer's checkpoint
+// ("sparse.<module path>.<table>.weight").
+std::string WeightKey(const std::string& fqn) {
+  for (const std::string infix : {".embedding_bags.", ".embeddings."}) {
+    const size_t at = fqn.rfind(infix);
+    if (at != std::string::npos) {
+      return "sparse." + fqn.substr(0, at) + "." +
+             fqn.substr(at + infix.size()) + ".weight";
+    }
+  }
+  return "sparse." + fqn + ".weight";
+}
+
+// The chain in `dir` against the trainer's final checkpoint, bit for bit.
+void ExpectChainIsCheckpoint(const std::string& dir,
+                             const std::string& checkpoint) {
+  absl::StatusOr<LoadedChain> chain = LoadChain(dir);
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  const std::map<std::string, at::Tensor> saved = LoadPickle(checkpoint);
+  ASSERT_TRUE(saved.count("meta.step")) << Keys(saved);
+  EXPECT_EQ(chain->end_batch, saved.at("meta.step").item<int64_t>())
+      << "the chain does not end at the trainer's final step";
+  int tables = 0;
+  for (const auto& [key, tensor] : saved) {
+    tables += key.rfind("sparse.", 0) == 0 && key.size() > 7 &&
+              key.compare(key.size() - 7, 7, ".weight") == 0;
+  }
+  EXPECT_EQ(chain->tables.size(), static_cast<size_t>(tables));
+  for (const auto& [fqn, table] : chain->tables) {
+    const std::string key = WeightKey(fqn);
+    auto it = saved.find(key);
+    ASSERT_NE(it, saved.end())
+        << "table '" << fqn << "' has no '" << key
+        << "' in the checkpoint; its keys: " << Keys(saved);
+    const at::Tensor& weight = it->second;
+    ASSERT_EQ(table.ids.numel(), weight.size(0)) << fqn;
+    EXPECT_TRUE(at::equal(table.ids, at::arange(weight.size(0), at::kLong)))
+        << fqn;
+    ASSERT_EQ(table.values.sizes(), weight.sizes()) << fqn;
+    ASSERT_EQ(table.values.scalar_type(), weight.scalar_type()) << fqn;
+    const int64_t differ =
+        (table.values != weight).any(1).sum().item<int64_t>();
+    EXPECT_EQ(differ, 0) << fqn << ": " << differ << " of " << weight.size(0)
+                         << " rows differ from the trainer's final table";
+  }
+  ASSERT_FALSE(chain->dense.empty());
+  EXPECT_EQ(chain->dense_batch, chain->end_batch);
+  for (const auto& [name, tensor] : chain->dense) {
+    auto it = saved.find("dense." + name);
+    ASSERT_NE(it, saved.end())
+        << "dense parameter '" << name
+        << "' is not in the checkpoint; its keys: " << Keys(saved);
+    EXPECT_TRUE(at::equal(tensor, it->second)) << name;
+  }
 }
 
 TEST(CheckpointJobTest, SoundChainAcrossATrainerCrash) {
   const std::string work = TestTempDir() + "/checkpoint_job_test";
   std::filesystem::remove_all(work);
-  std::filesystem::create_directories(work);
-  const std::string config = work + "/trainer.textproto";
-  {
-    FILE* f = std::fopen(config.c_str(), "w");
-    std::fputs(
-        "tracker { consumers: \"checkpoint\" acknowledged_reads: true }\n"
-        "checkpoints { every_steps: 20 }\n"
-        "log_every_steps: 0\n",
-        f);
-    std::fclose(f);
-  }
-  const std::vector<std::string> flags = {"--config=" + config, "--steps=-1",
-                                          "--checkpoint_dir=" + work + "/run"};
+  const std::string config = WriteConfig(
+      work,
+      "tracker { consumers: \"checkpoint\" acknowledged_reads: true }\n"
+      "checkpoints { every_steps: 100 }\n"
+      "log_every_steps: 0\n");
+  const std::string checkpoints = work + "/run/checkpoints";
+  std::vector<std::string> flags = {"--config=" + config, "--steps=-1",
+                                    "--checkpoint_dir=" + work + "/run"};
   const std::string chain = work + "/chain";
+  int64_t chain_end = 0;
+  std::string first_run;
   {
     ServerProcess trainer(flags, "trainer/trainer");
     ASSERT_GT(trainer.port(), 0);
-    CommandResult job = RunCommand(Job(trainer, chain, 3));
-    ASSERT_EQ(job.exit_code, 0) << job.err;
+    Background job(Job(trainer, chain, 0, "--retry_s=60"), work + "/job1");
+    // A few links, then a crash shortly after a checkpoint (and its tracker
+    // snapshot) while the chain ends after it: the trainer restarts from
+    // there and loses the future the chain holds.
+    int64_t checkpoint = -1;
+    auto checkpoint_seen = std::chrono::steady_clock::now();
+    auto ChainEnd = [&] {
+      int64_t end = -1;
+      for (const ChainLink& link :
+           ListChain(chain).value_or(std::vector<ChainLink>())) {
+        end = std::max(end, link.end_batch);
+      }
+      return end;
+    };
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(180);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto now = std::chrono::steady_clock::now();
+      if (const int64_t newest = NewestCheckpoint(checkpoints).first;
+          newest != checkpoint) {
+        checkpoint = newest;
+        checkpoint_seen = now;
+      }
+      if (Count(job.out(), " batches ") >= 3 && checkpoint >= 0 &&
+          now - checkpoint_seen > std::chrono::milliseconds(300) &&
+          ChainEnd() > checkpoint) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    trainer.Stop(SIGKILL);  // the tracker loses what followed its snapshot
+    EXPECT_EQ(job.Stop(SIGTERM), 0) << job.err();
+    ASSERT_GE(Count(job.out(), " batches "), 3) << job.out() << job.err();
     json view = Chain(chain);
-    ASSERT_EQ(view["links"].size(), 3u) << view.dump();
     EXPECT_EQ(view["links"][0]["kind"], "full");
     EXPECT_EQ(view["links"][0]["start_batch"], 0);
     EXPECT_TRUE(view["problems"].empty()) << view.dump();
-    trainer.Stop(SIGKILL);  // the tracker loses what followed its snapshot
+    for (const json& link : view["links"]) {
+      EXPECT_GT(link["dense"].get<int64_t>(), 0) << view.dump();
+      EXPECT_FALSE(link["run_id"].get<std::string>().empty()) << view.dump();
+    }
+    chain_end = view["links"].back()["end_batch"].get<int64_t>();
+    first_run = view["links"].back()["run_id"].get<std::string>();
   }
+  const int64_t restored_step = NewestCheckpoint(checkpoints).first;
+  ASSERT_GE(restored_step, 0);
+
+  flags.push_back("--drain_s=120");
   ServerProcess trainer(flags, "trainer/trainer");
   ASSERT_GT(trainer.port(), 0);
-  CommandResult job = RunCommand(Job(trainer, chain, 2));
-  ASSERT_EQ(job.exit_code, 0) << job.err;
+  Background job(Job(trainer, chain, 0, "--retry_s=60"), work + "/job");
+  // Two links after the restart, then stop the trainer: it writes its final
+  // checkpoint and serves until the job has read through its last step.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  while (Count(job.out(), " batches ") < 2 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(Count(job.out(), " batches "), 2) << job.out() << job.err();
+  EXPECT_EQ(trainer.Stop(SIGTERM), 0);
+  EXPECT_EQ(job.Stop(SIGTERM), 0) << job.err();
+  const std::string out = job.out();
   json view = Chain(chain);
-  EXPECT_EQ(view["links"].size(), 5u) << view.dump();
   EXPECT_TRUE(view["problems"].empty()) << view.dump();
-  for (size_t i = 1; i < view["links"].size(); ++i) {
-    EXPECT_EQ(view["links"][i]["start_batch"],
-              view["links"][i - 1]["end_batch"])
+  // Where the second run started (it names it in its links): the model's
+  // checkpoint, or an older tracker snapshot.
+  int64_t restart = -1;
+  for (const json& link : view["links"]) {
+    if (link["run_id"] != first_run) {
+      restart = link["run_start_batch"].get<int64_t>();
+    }
+  }
+  ASSERT_GE(restart, 0) << view.dump();
+  std::printf(
+      "chain ended at batch %lld; the trainer restored step %lld, its run "
+      "starts at batch %lld; the job after the restart:\n%s",
+      static_cast<long long>(chain_end), static_cast<long long>(restored_step),
+      static_cast<long long>(restart), out.c_str());
+  if (chain_end > restart) {
+    EXPECT_THAT(out, HasSubstr(absl::StrCat("removing the links after batch ",
+                                            restart)));
+    EXPECT_THAT(out, HasSubstr("removed incr-"));
+  } else {
+    EXPECT_THAT(out, ::testing::Not(HasSubstr("removed")));
+  }
+  std::vector<json> applied;
+  for (const json& link : view["links"]) {
+    if (!link["superseded"].get<bool>()) applied.push_back(link);
+    // Nothing of the first run after the batch the second started from.
+    if (link["end_batch"].get<int64_t>() > restart) {
+      EXPECT_NE(link["run_id"], first_run) << view.dump();
+    }
+  }
+  ASSERT_FALSE(applied.empty()) << view.dump();
+  EXPECT_EQ(applied[0]["kind"], "full");
+  for (size_t i = 1; i < applied.size(); ++i) {
+    EXPECT_EQ(applied[i]["start_batch"], applied[i - 1]["end_batch"])
         << view.dump();
   }
-  EXPECT_EQ(trainer.Stop(SIGTERM), 0);
+  if (restart != restored_step) {
+    std::printf(
+        "the trainer restored its model at step %lld but its tracker at batch "
+        "%lld (killed between writing the two): the changes of the batches "
+        "between are in the model but were never recorded, so the service "
+        "must tell its consumers to resync\n",
+        static_cast<long long>(restored_step), static_cast<long long>(restart));
+  }
+  ExpectChainIsCheckpoint(chain, NewestCheckpoint(checkpoints).second);
 }
 
-TEST(CheckpointJobTest, AConsumerThatReadBeforeHasNoBase) {
+TEST(CheckpointJobTest, AConsumerThatReadBeforeGetsAFullBase) {
   const std::string work = TestTempDir() + "/checkpoint_job_nobase";
   std::filesystem::remove_all(work);
   ServerProcess trainer({"--steps=-1", "--consumers=checkpoint"},
@@ -90,8 +342,51 @@ TEST(CheckpointJobTest, AConsumerThatReadBeforeHasNoBase) {
             0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   CommandResult job = RunCommand(Job(trainer, work, 1));
-  EXPECT_EQ(job.exit_code, 1);
-  EXPECT_THAT(job.err, ::testing::HasSubstr("no base"));
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  EXPECT_THAT(job.out, HasSubstr("full batches 0.."));
+  absl::StatusOr<LoadedChain> chain = LoadChain(work);
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  ASSERT_EQ(chain->links.size(), 1u);
+  EXPECT_TRUE(chain->links[0].full);
+  // Every row of every table: the defaults are 8 tables of 100000 x 16.
+  ASSERT_EQ(chain->tables.size(), 8u);
+  for (const auto& [fqn, table] : chain->tables) {
+    EXPECT_EQ(table.ids.numel(), 100000) << fqn;
+    EXPECT_TRUE(at::equal(table.ids, at::arange(100000, at::kLong))) << fqn;
+    EXPECT_EQ(table.values.sizes(), (std::vector<int64_t>{100000, 16})) << fqn;
+  }
+  EXPECT_FALSE(chain->dense.empty());
+  EXPECT_EQ(chain->dense_batch, chain->end_batch);
+  EXPECT_FALSE(chain->run_id.empty());
+}
+
+TEST(CheckpointJobTest, RowsDroppedUnderTheMemoryCapMakeAFullLink) {
+  const std::string work = TestTempDir() + "/checkpoint_job_resync";
+  std::filesystem::remove_all(work);
+  // A cap every recorded batch exceeds: the job's unread rows are dropped.
+  const std::string config = WriteConfig(
+      work,
+      "tracker { consumers: \"checkpoint\" acknowledged_reads: true "
+      "memory_cap_bytes: 1 }\n"
+      "log_every_steps: 0\n");
+  ServerProcess trainer({"--config=" + config, "--steps=-1"},
+                        "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  const std::string chain = work + "/chain";
+  CommandResult job = RunCommand(Job(trainer, chain, 2, "--dense=false"));
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  EXPECT_THAT(job.out, HasSubstr("resync: the service dropped"));
+  EXPECT_EQ(Count(job.out, "full batches 0.."), 2) << job.out;
+  json view = Chain(chain);
+  EXPECT_TRUE(view["problems"].empty()) << view.dump();
+  ASSERT_EQ(view["links"].size(), 2u) << view.dump();
+  EXPECT_TRUE(view["links"][0]["superseded"].get<bool>()) << view.dump();
+  EXPECT_FALSE(view["links"][1]["superseded"].get<bool>()) << view.dump();
+  EXPECT_EQ(view["links"][1]["dense"], 0) << view.dump();
+  absl::StatusOr<LoadedChain> loaded = LoadChain(chain);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->links.size(), 1u);
+  EXPECT_TRUE(loaded->dense.empty());
 }
 
 }  // namespace
