@@ -882,4 +882,9 @@ void Tracker::MarkRunStart(int64_t batch) {
   run_start_batch_ = batch;
 }
 
+void Tracker::RequireResync() {
+  WriterLock lock(&mu_);
+  for (auto& [name, consumer] : consumers_) consumer->resync_required = true;
+}
+
 }  // namespace deltastream

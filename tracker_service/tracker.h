@@ -315,6 +315,10 @@ class Tracker {
   // Marks the batch this run continues from (e.g. a trainer whose model
   // checkpoint is older than the tracker's snapshot).
   void MarkRunStart(int64_t batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Tells every consumer, on its next read, that rows may be missing
+  // (Delta::resync_required): for a trainer whose model and tracker were
+  // restored from different steps, so that changes were never recorded.
+  void RequireResync() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The feature -> table FQN map and tracked table FQNs.
   const FeatureMap& feature_map() const { return feature_map_; }

@@ -305,6 +305,10 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     settings.service.auth_token_file = tracker.auth_token_file();
     settings.service.tls_cert = tracker.tls_cert();
     settings.service.tls_key = tracker.tls_key();
+    settings.drain_seconds = tracker.drain_seconds();
+    if (settings.drain_seconds < 0) {
+      return Invalid("tracker.drain_seconds", "must be >= 0");
+    }
   }
   if (!settings.tracking && !tracker.listen().empty()) {
     return Invalid("tracker.listen", "a service needs tracking (mode is off)");
@@ -316,6 +320,7 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   settings.checkpoint_every_steps = checkpoints.every_steps();
   settings.checkpoint_every_seconds = checkpoints.every_seconds();
   settings.checkpoints_kept = Or<int64_t>(checkpoints.keep(), 2);
+  settings.restore_chain = checkpoints.restore_chain();
   if (settings.checkpoint_every_steps < 0 ||
       settings.checkpoint_every_seconds < 0 || settings.checkpoints_kept < 1) {
     return Invalid("checkpoints",

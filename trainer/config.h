@@ -46,11 +46,13 @@ struct TrainerSettings {
   TrackerOptions tracker;
   bool serve = false;
   ServiceHostOptions service;
+  double drain_seconds = 0;  // see v1::Tracker.drain_seconds
 
   std::string checkpoint_dir;  // empty: no snapshots or checkpoints
   int64_t checkpoint_every_steps = 0;
   double checkpoint_every_seconds = 0;
   int64_t checkpoints_kept = 2;
+  std::string restore_chain;  // see v1::Checkpoints.restore_chain
 
   int64_t steps = 300;  // -1: until the data ends or a stop is asked
   c10::Device device = c10::Device(c10::kCPU);

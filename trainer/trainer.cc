@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "clients/checkpoint_chain.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data/criteo_tsv.h"
 #include "trainer/data/synthetic.h"
@@ -80,7 +82,7 @@ absl::StatusOr<std::unique_ptr<BatchSource>> MakeSource(
 }
 
 // Host copies of the model's dense parameters, named as in checkpoints.
-std::vector<std::pair<std::string, at::Tensor>> DenseParameters(
+std::vector<std::pair<std::string, at::Tensor>> CopyDenseParameters(
     RecModel& model) {
   std::vector<std::pair<std::string, at::Tensor>> parameters;
   for (const auto& item : model.dense().named_parameters()) {
@@ -131,8 +133,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     std::vector<EmbeddingModule*> modules =
         trainer->model_->embedding_modules();
     trainer->rows_reader_ = std::make_unique<ModuleRowsReader>(modules);
-    trainer->rows_reader_->SetDenseParameters(
-        [model = trainer->model_.get()] { return DenseParameters(*model); });
+    trainer->rows_reader_->SetDenseParameters([model = trainer->model_.get()] {
+      return CopyDenseParameters(*model);
+    });
     TrackerOptions options = s.tracker;
     options.modules = DescribeModules(modules);
     absl::StatusOr<std::unique_ptr<Tracker>> tracker =
@@ -172,6 +175,7 @@ absl::Status Trainer::RestoreOrStart() {
     }
     checkpoint = LatestCheckpoint(s.checkpoint_dir + "/checkpoints");
   }
+  bool from_chain = false;
   if (checkpoint.has_value()) {
     absl::StatusOr<CheckpointInfo> loaded =
         LoadCheckpoint(*checkpoint, *model_, *dense_optimizer_);
@@ -181,6 +185,11 @@ absl::Status Trainer::RestoreOrStart() {
     log_(absl::StrFormat("restored checkpoint %s (step %d, %.1f MiB in %.2f s)",
                          loaded->path, loaded->step, loaded->bytes / 1048576.0,
                          absl::ToDoubleSeconds(loaded->elapsed)));
+  } else if (!s.restore_chain.empty()) {
+    if (absl::Status status = RestoreFromChain(); !status.ok()) return status;
+    from_chain = true;
+  }
+  if (step_ > 0) {
     // The data resumes where the checkpoint's training stopped.
     for (int64_t b = 0; b < step_; ++b) {
       absl::StatusOr<std::optional<Batch>> skipped = source_->Next();
@@ -218,15 +227,120 @@ absl::Status Trainer::RestoreOrStart() {
   // a tracker ahead of or behind the model (a crash between the two writes)
   // is reported, and the tracker's batch follows the model's steps from here.
   const int64_t batch = tracker_->current_batch();
-  if (batch != step_) {
+  if (from_chain && batch < step_) {
+    // A fresh tracker: its batches follow the model's steps.
+    while (tracker_->current_batch() < step_) tracker_->Step();
+  } else if (batch != step_) {
+    // Changes of steps between the two were never recorded (or recorded but
+    // lost with the model): no delta can carry them.
     log_(absl::StrFormat(
         "warning: tracker snapshot is at batch %d but the model at step %d; "
-        "consumers may see rows of steps %d..%d twice or not at all: resync "
-        "them from the checkpoint",
-        batch, step_, std::min(batch, step_), std::max(batch, step_)));
+        "the tracker did not record steps %d..%d: every consumer is told to "
+        "resync",
+        batch, step_, std::min(batch, step_), std::max(batch, step_) - 1));
+    tracker_->RequireResync();
     while (tracker_->current_batch() < step_) tracker_->Step();
   }
+  // Consumers that hold rows of later steps (from before a crash) hold
+  // changes this run lost: deltas tell them where this run starts.
+  tracker_->MarkRunStart(std::min(batch, step_));
   return absl::OkStatus();
+}
+
+absl::Status Trainer::RestoreFromChain() {
+  const std::string& dir = settings_.restore_chain;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<LoadedChain> chain = LoadChain(dir);
+  if (!chain.ok()) {
+    return absl::Status(
+        chain.status().code(),
+        absl::StrCat("restore_chain '", dir, "': ", chain.status().message()));
+  }
+  // Tables by FQN, as the tracker names them.
+  std::map<std::string, std::pair<EmbeddingModule*, int64_t>> tables;
+  for (EmbeddingModule* module : model_->embedding_modules()) {
+    for (size_t t = 0; t < module->tables().size(); ++t) {
+      tables[CleanFqn(module->TableFqn(t))] = {module, static_cast<int64_t>(t)};
+    }
+  }
+  int64_t rows = 0;
+  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
+    torch::NoGradGuard no_grad;
+    for (const auto& [fqn, table] : chain->tables) {
+      auto it = tables.find(fqn);
+      if (it == tables.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("restore_chain '", dir, "' holds table '", fqn,
+                         "', which this model does not have"));
+      }
+      const at::Tensor& weight = it->second.first->weight(it->second.second);
+      if (table.ids.numel() == 0) continue;
+      if (table.values.dim() != 2 || table.values.size(1) != weight.size(1) ||
+          table.ids.max().item<int64_t>() >= weight.size(0) ||
+          table.ids.min().item<int64_t>() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "restore_chain '", dir, "': table '", fqn, "' of ", weight.size(0),
+            " x ", weight.size(1), " does not fit the chain's rows (",
+            c10::str(table.values.sizes()), ", IDs up to ",
+            table.ids.max().item<int64_t>(), ")"));
+      }
+      weight.index_copy_(0, table.ids.to(weight.device()),
+                         table.values.to(weight.device(), weight.dtype()));
+      rows += table.ids.numel();
+    }
+    if (chain->dense_batch == chain->end_batch) {
+      std::map<std::string, at::Tensor> dense(chain->dense.begin(),
+                                              chain->dense.end());
+      for (auto& item : model_->dense().named_parameters()) {
+        auto it = dense.find(item.key());
+        if (it == dense.end() ||
+            !it->second.sizes().equals(item.value().sizes())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("restore_chain '", dir, "': dense parameter '",
+                           item.key(), "' is missing or has another shape"));
+        }
+        item.value().copy_(it->second);
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  step_ = chain->end_batch;
+  log_(absl::StrFormat(
+      "restored checkpoint chain %s: %d links through batch %d, %d rows%s, in "
+      "%.2f s; optimizer states start fresh",
+      dir, chain->links.size(), chain->end_batch, rows,
+      chain->dense_batch == chain->end_batch
+          ? " and the dense parameters"
+          : " (no dense parameters at its end: they start fresh)",
+      absl::ToDoubleSeconds(absl::Now() - start)));
+  return absl::OkStatus();
+}
+
+void Trainer::DrainConsumers() {
+  if (host_ == nullptr || settings_.drain_seconds <= 0) return;
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(settings_.drain_seconds);
+  std::vector<std::string> behind;
+  do {
+    behind.clear();
+    const TrackerStatus status = tracker_->Status();
+    for (const ConsumerStatus& consumer : status.consumers) {
+      if (consumer.cursor < status.current_batch ||
+          consumer.pending_end.has_value()) {
+        behind.push_back(absl::StrCat(consumer.name, " at batch ",
+                                      std::max<int64_t>(consumer.cursor, 0)));
+      }
+    }
+    if (behind.empty()) {
+      log_(absl::StrCat("drained: every consumer has read through batch ",
+                        status.current_batch));
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  } while (absl::Now() < deadline);
+  log_(absl::StrCat("drain ended after ", settings_.drain_seconds,
+                    " s with consumers behind: ", absl::StrJoin(behind, ", ")));
 }
 
 absl::Status Trainer::SaveState() {
@@ -359,6 +473,7 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
     if (absl::Status status = report(); !status.ok()) return status;
   }
   if (absl::Status status = SaveState(); !status.ok()) return status;
+  DrainConsumers();
   progress.step = step_;
   progress.elapsed = absl::Now() - start;
   return progress;

@@ -85,6 +85,11 @@ class Trainer {
  private:
   Trainer() = default;
   absl::Status RestoreOrStart();
+  // Tables (and dense parameters) from settings_.restore_chain.
+  absl::Status RestoreFromChain();
+  // Keeps serving until every consumer has read the final batch, or
+  // settings_.drain_seconds pass.
+  void DrainConsumers();
   absl::Status SaveState();
   absl::Status TrainStep(Batch batch);
 

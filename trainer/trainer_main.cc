@@ -39,6 +39,12 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "override: snapshots and checkpoints directory");
 ABSL_FLAG(std::string, mode, "", "override: tracking mode (or off)");
 ABSL_FLAG(std::string, consumers, "", "override: comma-separated consumers");
+ABSL_FLAG(double, drain_s, -1,
+          "override: seconds to keep serving after training until every "
+          "consumer has read the final batch");
+ABSL_FLAG(std::string, restore_chain, "",
+          "override: checkpoint chain to start from when the checkpoint dir "
+          "has no checkpoint of its own");
 
 namespace deltastream {
 namespace {
@@ -84,6 +90,12 @@ int Main() {
          absl::StrSplit(consumers, ',', absl::SkipEmpty())) {
       config.mutable_tracker()->add_consumers(std::string(c));
     }
+  }
+  if (const double drain = absl::GetFlag(FLAGS_drain_s); drain >= 0) {
+    config.mutable_tracker()->set_drain_seconds(drain);
+  }
+  if (std::string chain = absl::GetFlag(FLAGS_restore_chain); !chain.empty()) {
+    config.mutable_checkpoints()->set_restore_chain(chain);
   }
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(config);
   if (!settings.ok()) return Fail(2, settings.status().message());
