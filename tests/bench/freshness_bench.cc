@@ -1,0 +1,347 @@
+// Freshness of predictors following a trainer that runs at full speed, and
+// the replica's apply and lookup throughput.
+//
+// 1. The real trainer (embedded defaults, --steps=-1, rowwise_adagrad,
+//    consumers p100 and p1000) and two real predictors at once, publishing
+//    every 100 ms and every 1000 ms. Once both are ready, a window of
+//    --seconds; then each predictor's Status (proto/predictor.proto):
+//    freshness (apply completion minus the oldest change a push carried),
+//    versions and rows applied in the window, lag; and the trainer's steps/s
+//    over the window (the tracker's current_batch). DESIGN.md's bound: p99
+//    within 1 s at a 100 ms interval. Freshness covers every push since the
+//    bootstrap: the first carries changes made during the full read.
+// 2. In process (clients/replica.h), in memory and RocksDB: increments of
+//    --rows rows (over --tables tables, dim 16 float32, sorted unique random
+//    IDs over 1M) applied --repeat times; median rows/s and MB/s (IDs +
+//    values), and Lookup of 4096 IDs the replica holds, per table.
+// The processes' stderr goes to --child_log.
+//
+//   bazel run -c opt //tests/bench:freshness_bench -- [--seconds=30 --json]
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "clients/delta_client.h"
+#include "clients/replica.h"
+#include "proto/predictor.grpc.pb.h"
+#include "tests/bench/timing.h"
+
+ABSL_FLAG(int, seconds, 30, "measured window once the predictors are ready");
+ABSL_FLAG(int64_t, rows, 100000, "rows per applied delta (all tables)");
+ABSL_FLAG(int, tables, 8, "tables per delta");
+ABSL_FLAG(int, repeat, 5, "applies per backend; medians are reported");
+ABSL_FLAG(bool, json, false, "also print one JSON line per row");
+ABSL_FLAG(std::string, child_log, "/tmp/freshness_bench.log",
+          "stderr of the trainer and the predictors");
+
+namespace deltastream {
+namespace {
+
+using bench::Clock;
+using bench::Median;
+using bench::Seconds;
+
+constexpr double kBoundP99Ms = 1000;  // DESIGN.md, at a 100 ms interval
+constexpr int64_t kIdSpace = 1000000;
+constexpr int64_t kDim = 16;
+constexpr int64_t kLookupIds = 4096;
+
+std::string runfiles;  // the workspace's runfiles; empty: the working dir
+
+// `bazel run` sets no TEST_SRCDIR: RUNFILES_DIR or this binary's runfiles.
+// Found none, paths are relative to the working directory (bazel run's is
+// the workspace's runfiles; CMake's build dir holds trainer/trainer).
+void FindRunfiles(const char* argv0) {
+  for (const char* dir :
+       {std::getenv("TEST_SRCDIR"), std::getenv("RUNFILES_DIR")}) {
+    if (dir == nullptr) continue;
+    runfiles = std::string(dir) + "/deltastream/";
+    return;
+  }
+  const std::string dir = std::string(argv0) + ".runfiles/deltastream/";
+  if (std::filesystem::exists(dir + "trainer/trainer")) runfiles = dir;
+}
+
+// tests/integration/server_process.h's ServerProcess (a private library),
+// with the child's stderr to `log`: a binary printing "listening on
+// HOST:PORT" first, on a free loopback port; killed on destruction.
+class Process {
+ public:
+  Process(const std::string& binary, std::vector<std::string> flags, int log) {
+    flags.insert(flags.begin(), {runfiles + binary, "--listen=127.0.0.1:0"});
+    int out[2];
+    if (pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(out[1], STDOUT_FILENO);
+      if (log >= 0) dup2(log, STDERR_FILENO);
+      close(out[0]);
+      std::vector<char*> args;
+      for (std::string& a : flags) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(out[1]);
+    stream_ = fdopen(out[0], "r");
+    char line[256];
+    if (stream_ != nullptr &&
+        std::fgets(line, sizeof(line), stream_) != nullptr &&
+        absl::StartsWith(line, "listening on ")) {
+      target_ = std::string(absl::StripAsciiWhitespace(line + 13));
+    }
+  }
+  ~Process() {
+    if (pid_ > 0 && kill(pid_, SIGKILL) == 0) waitpid(pid_, nullptr, 0);
+    if (stream_ != nullptr) std::fclose(stream_);
+  }
+  const std::string& target() const { return target_; }  // empty: failed
+
+ private:
+  pid_t pid_ = -1;
+  FILE* stream_ = nullptr;
+  std::string target_;
+};
+
+std::optional<v1::PredictorStatus> StatusOf(v1::ReplicaLookup::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
+  v1::PredictorStatus status;
+  if (!stub.Status(&context, v1::PredictorStatusRequest(), &status).ok()) {
+    return std::nullopt;
+  }
+  return status;
+}
+
+struct Predictor {
+  int64_t every_ms;
+  std::unique_ptr<Process> process;
+  std::unique_ptr<v1::ReplicaLookup::Stub> stub;
+  v1::PredictorStatus start;
+};
+
+int Fail(const std::string& message) {
+  absl::FPrintF(stderr, "freshness_bench: %s\n", message);
+  return 1;
+}
+
+int Freshness() {
+  for (const char* bin : {"trainer/trainer", "clients/predictor"}) {
+    if (access((runfiles + bin).c_str(), X_OK) != 0) {
+      return Fail("no " + runfiles + bin);
+    }
+  }
+  // The children's stderr (progress lines, summaries) goes to the log.
+  const std::string log_path = absl::GetFlag(FLAGS_child_log);
+  const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  Process trainer(
+      "trainer/trainer",
+      {"--steps=-1", "--mode=rowwise_adagrad", "--consumers=p100,p1000"}, log);
+  std::vector<Predictor> predictors;
+  for (int64_t every_ms : {100, 1000}) {
+    predictors.push_back({every_ms});
+    predictors.back().process = std::make_unique<Process>(
+        "clients/predictor",
+        std::vector<std::string>{"--target=" + trainer.target(),
+                                 absl::StrFormat("--consumer=p%d", every_ms),
+                                 absl::StrFormat("--every_ms=%d", every_ms)},
+        log);
+  }
+  if (log >= 0) close(log);
+  for (Predictor& p : predictors) {
+    if (trainer.target().empty() || p.process->target().empty()) {
+      return Fail("a process did not start; see " + log_path);
+    }
+    p.stub = v1::ReplicaLookup::NewStub(grpc::CreateChannel(
+        p.process->target(), grpc::InsecureChannelCredentials()));
+  }
+
+  // Ready: the replica holds a version (after its bootstrap).
+  const auto deadline = Clock::now() + std::chrono::seconds(180);
+  for (Predictor& p : predictors) {
+    std::optional<v1::PredictorStatus> status;
+    while (!(status = StatusOf(*p.stub)).has_value() || !status->ready()) {
+      if (Clock::now() > deadline) {
+        return Fail(absl::StrFormat(
+            "predictor p%d not ready after 180 s (last error: %s); see %s",
+            p.every_ms, status ? status->last_error() : "no status", log_path));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  auto tracker = DeltaClient::Create(trainer.target());
+  auto batch0 = tracker->Status();
+  const auto t0 = Clock::now();
+  for (Predictor& p : predictors) p.start = StatusOf(*p.stub).value_or(p.start);
+  std::this_thread::sleep_for(
+      std::chrono::seconds(absl::GetFlag(FLAGS_seconds)));
+  auto batch1 = tracker->Status();
+  const double window_s = Seconds(t0);
+  if (!batch0.ok() || !batch1.ok()) return Fail("tracker status failed");
+  const double steps_per_s =
+      (batch1->current_batch() - batch0->current_batch()) / window_s;
+
+  absl::PrintF(
+      "freshness: trainer (embedded defaults, rowwise_adagrad, --steps=-1) "
+      "and 2 predictors at once, %.1f s window, trainer %.1f steps/s\n",
+      window_s, steps_per_s);
+  absl::PrintF(
+      "  interval  p50 ms  p99 ms  max ms  p99 bound  samples  versions  "
+      "rows applied  lag_steps\n");
+  int failed = 0;
+  for (Predictor& p : predictors) {
+    std::optional<v1::PredictorStatus> s = StatusOf(*p.stub);
+    if (!s.has_value()) {
+      absl::PrintF("  %5d ms  no status\n", p.every_ms);
+      ++failed;
+      continue;
+    }
+    // Applies and rows in the window; freshness over the last 10000 pushes.
+    const int64_t versions = s->applied_deltas() - p.start.applied_deltas();
+    const int64_t rows = s->applied_rows() - p.start.applied_rows();
+    const bool bounded = p.every_ms == 100;
+    const bool ok = s->freshness_p99_ms() <= kBoundP99Ms;
+    absl::PrintF(
+        "  %5d ms  %6.1f  %6.1f  %6.1f  %9s  %7d  %8d  %12d  %9d\n", p.every_ms,
+        s->freshness_p50_ms(), s->freshness_p99_ms(), s->freshness_max_ms(),
+        bounded ? absl::StrFormat("%.0f %s", kBoundP99Ms, ok ? "ok" : "OVER")
+                : "-",
+        s->freshness_samples(), versions, rows, s->lag_steps());
+    if (!s->last_error().empty()) {
+      absl::PrintF("    last error: %s\n", s->last_error());
+    }
+    if (absl::GetFlag(FLAGS_json)) {
+      absl::PrintF(
+          "{\"bench\":\"freshness\",\"every_ms\":%d,\"p50_ms\":%.2f,"
+          "\"p99_ms\":%.2f,\"max_ms\":%.2f,\"bound_p99_ms\":%s,"
+          "\"samples\":%d,\"versions\":%d,\"rows\":%d,\"lag_steps\":%d,"
+          "\"trainer_steps_per_s\":%.2f,\"window_s\":%.2f}\n",
+          p.every_ms, s->freshness_p50_ms(), s->freshness_p99_ms(),
+          s->freshness_max_ms(), bounded ? "1000" : "null",
+          s->freshness_samples(), versions, rows, s->lag_steps(), steps_per_s,
+          window_s);
+    }
+  }
+  return failed;
+}
+
+// An increment as a predictor receives it: per table sorted unique IDs and
+// their float32 values.
+ReceivedDelta MakeDelta(int64_t version) {
+  const int tables = absl::GetFlag(FLAGS_tables);
+  ReceivedDelta delta;
+  delta.header.set_start_batch(version - 1);
+  delta.header.set_end_batch(version);
+  for (int t = 0; t < tables; ++t) {
+    const std::string fqn = absl::StrFormat("t%d", t);
+    ReceivedTable& table = delta.tables[fqn];
+    table.ids = std::get<0>(at::_unique(
+        at::randint(kIdSpace, {absl::GetFlag(FLAGS_rows) / tables}, at::kLong),
+        /*sorted=*/true));
+    table.values = at::randn({table.ids.numel(), kDim});
+    delta.header.add_fqns(fqn);
+  }
+  return delta;
+}
+
+int ReplicaThroughput(const std::string& backend) {
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          absl::StrFormat("freshness_bench.%d", getpid());
+  std::filesystem::remove_all(dir);
+  ReplicaOptions options;
+  if (backend == "rocksdb") options.db_path = dir;
+  absl::StatusOr<std::unique_ptr<Replica>> replica = Replica::Open(options);
+  if (!replica.ok()) return Fail(replica.status().ToString());
+  // Version 0 creates the tables; increments 1..repeat are timed.
+  if (absl::Status s = (*replica)->Reset({MakeDelta(0)}, 0, "bench"); !s.ok()) {
+    return Fail(s.ToString());
+  }
+  std::vector<double> rows_per_s, mb_per_s, lookups_per_s;
+  for (int64_t v = 1; v <= absl::GetFlag(FLAGS_repeat); ++v) {
+    const ReceivedDelta delta = MakeDelta(v);
+    int64_t rows = 0, bytes = 0;
+    std::vector<at::Tensor> held;  // 4096 of this increment's IDs per table
+    for (const auto& [fqn, table] : delta.tables) {
+      rows += table.ids.numel();
+      bytes += table.ids.nbytes() + table.values.nbytes();
+      held.push_back(table.ids.index_select(
+          0, at::randint(table.ids.numel(), {kLookupIds}, at::kLong)));
+    }
+    auto start = Clock::now();
+    if (absl::Status s = (*replica)->Apply({delta}, v, "bench"); !s.ok()) {
+      return Fail(s.ToString());
+    }
+    const double apply_s = Seconds(start);
+    rows_per_s.push_back(rows / apply_s);
+    mb_per_s.push_back(bytes / apply_s / 1e6);
+
+    int64_t found = 0;
+    size_t i = 0;
+    start = Clock::now();
+    for (const auto& [fqn, table] : delta.tables) {
+      absl::StatusOr<ReplicaRows> got = (*replica)->Lookup(fqn, held[i++]);
+      if (!got.ok()) return Fail(got.status().ToString());
+      found += got->found.sum().item<int64_t>();
+    }
+    lookups_per_s.push_back(kLookupIds * held.size() / Seconds(start));
+    if (found != kLookupIds * static_cast<int64_t>(held.size())) {
+      return Fail(backend + ": a lookup missed IDs the replica holds");
+    }
+  }
+  absl::PrintF("  %-8s  %13.3f  %10.1f  %14.3f\n", backend,
+               Median(rows_per_s) / 1e6, Median(mb_per_s),
+               Median(lookups_per_s) / 1e6);
+  if (absl::GetFlag(FLAGS_json)) {
+    absl::PrintF(
+        "{\"bench\":\"replica\",\"backend\":\"%s\",\"rows\":%d,\"tables\":%d,"
+        "\"dim\":%d,\"apply_rows_per_s\":%.0f,\"apply_mb_per_s\":%.1f,"
+        "\"lookups_per_s\":%.0f}\n",
+        backend, absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_tables), kDim,
+        Median(rows_per_s), Median(mb_per_s), Median(lookups_per_s));
+  }
+  replica->reset();
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+int Main() {
+  int failed = Freshness();
+  absl::PrintF(
+      "replica: increments of %d rows (%d tables, dim %d float32, IDs over "
+      "1M), median of %d; Lookup of %d held IDs per table\n",
+      absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_tables), kDim,
+      absl::GetFlag(FLAGS_repeat), kLookupIds);
+  absl::PrintF("  backend   apply Mrows/s  apply MB/s  lookup M IDs/s\n");
+  for (const char* backend : {"memory", "rocksdb"}) {
+    failed += ReplicaThroughput(backend);
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  deltastream::FindRunfiles(argv[0]);
+  return deltastream::Main();
+}
