@@ -636,11 +636,13 @@ void Predictor::PollTrainer() {
     for (const v1::TableRowCount& table : status.tables()) rows += table.rows();
     Log(absl::StrFormat(
         "version %d (lag %d), %d rows in %d tables, %d applies, freshness "
-        "p50 %.0f ms p99 %.0f ms (%d samples), %d resyncs, %d reconnects%s",
+        "p50 %.0f ms p99 %.0f ms (%d samples), %d resyncs, %d reconnects, %d "
+        "superseded commits%s",
         status.version(), status.lag_steps(), rows, status.tables_size(),
         status.applied_deltas(), status.freshness_p50_ms(),
         status.freshness_p99_ms(), status.freshness_samples(), status.resyncs(),
-        status.reconnects(), status.ready() ? "" : ", not ready"));
+        status.reconnects(), status.superseded_commits(),
+        status.ready() ? "" : ", not ready"));
   }
 }
 
