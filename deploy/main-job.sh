@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
-# The README's main job: installs what is missing, builds, then runs the
-# trainer on its embedded defaults (DLRM, 8 tables of 100000 x 16, synthetic
-# Zipf data, CPU) with the tracker service in-process, pulls deltas with
-# deltactl while it trains, stops it with SIGTERM (final snapshot and
-# checkpoint), restarts it from them, runs the checkpoint job for a few
-# incremental checkpoints, and prints a summary. Also the store
-# benchmark on DESIGN.md's workload. A few minutes on 2 cores after the build.
+# The README's main job: installs what is missing, builds, runs the store
+# benchmark on DESIGN.md's workload, then the whole loop on loopback:
+#   - the trainer on its embedded defaults (DLRM, 8 tables of 100000 x 16,
+#     synthetic Zipf data, CPU) with the tracker service in-process;
+#   - a predictor (clients:predictor) keeping a live replica of the tables and
+#     dense parameters, pushed every 100 ms;
+#   - a checkpoint job (clients:checkpoint_job) writing a full checkpoint and
+#     then one increment per second;
+#   - midway, the trainer is stopped (SIGTERM: final snapshot and checkpoint)
+#     and restarted from them on the same address; the predictor and the job
+#     carry on;
+#   - at the end, the trainer drains (keeps serving until both consumers have
+#     read its final batch), and trainer:verify_model compares the replica and
+#     the checkpoint chain with the trainer's final checkpoint, bit for bit.
+# Ends with a summary. A few minutes on 2 cores after the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+STEPS_FIRST_RUN=${STEPS_FIRST_RUN:-300}
+STEPS_TOTAL=${STEPS_TOTAL:-600}
 
 bash deploy/install-deps.sh
 echo "== building (bazel, opt) =="
 log=$(mktemp)
 if ! bazel build -c opt //tests/bench:store_bench //trainer:trainer \
-    //clients:deltactl //clients:checkpoint_job >"$log" 2>&1; then
+    //trainer:verify_model //clients:deltactl //clients:checkpoint_job \
+    //clients:predictor >"$log" 2>&1; then
   grep -v linux-sandbox "$log" | tail -30
   exit 1
 fi
@@ -31,59 +43,99 @@ done
 echo "(TorchRec's Python DeltaStore on this workload: ~11 s ID_ONLY, ~115 s EMBEDDING)"
 
 work=$(mktemp -d)
-trainer=
-trap 'kill $trainer 2>/dev/null && wait $trainer 2>/dev/null; rm -rf "$work"' EXIT
+trainer= predictor= job=
+cleanup() {
+  for pid in $trainer $predictor $job; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+cat >"$work/trainer.textproto" <<'EOF'
+tracker {
+  mode: "rowwise_adagrad"
+  consumers: "predictor"
+  consumers: "checkpoint"
+  acknowledged_reads: true
+  drain_seconds: 60
+}
+checkpoints { every_steps: 100 }
+log_every_steps: 100
+EOF
+
+listen=127.0.0.1:0
 start_trainer() {
-  : >"$work/out"
-  $bin/trainer/trainer --listen=127.0.0.1:0 --steps=-1 \
-    --mode=rowwise_adagrad --consumers=predictor,checkpoint \
-    --checkpoint_dir="$work/run" >"$work/out" 2>>"$work/log" &
+  : >"$work/trainer.out"
+  $bin/trainer/trainer --config="$work/trainer.textproto" --steps=-1 \
+    --listen="$listen" --checkpoint_dir="$work/run" \
+    >"$work/trainer.out" 2>>"$work/trainer.log" &
   trainer=$!
-  for _ in $(seq 300); do grep -q listening "$work/out" && break; sleep 0.1; done
-  target=$(sed -nE 's/listening on (.*)/\1/p' "$work/out")
-  [ -n "$target" ] || { cat "$work/log"; exit 1; }
+  for _ in $(seq 300); do grep -q listening "$work/trainer.out" && break; sleep 0.1; done
+  target=$(sed -nE 's/listening on (.*)/\1/p' "$work/trainer.out")
+  [ -n "$target" ] || { cat "$work/trainer.log"; exit 1; }
+  listen=$target  # a restart serves on the same address
 }
 ctl() { $bin/clients/deltactl --target="$target" "$@"; }
-batch() { ctl status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["current_batch"])'; }
+batch() { ctl status --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["current_batch"])' 2>/dev/null || echo -1; }
 wait_batch() { while [ "$(batch)" -lt "$1" ]; do sleep 0.5; done; }
-summarize() {  # a GetDelta's JSON on stdin
-  python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-tables = d["tables"].values()
-rows = sum(len(t["ids"]) for t in tables)
-mib = sum(len(t["ids"]) * len(t["values"][0]) * 4 for t in tables if t["ids"]) / 2**20
-print("  consumer %s read through batch %d: %d tables, %d changed rows, %.1f MiB of current values"
-      % (d["consumer"], d["batch"], len(d["tables"]), rows, mib))'
+stop_trainer() {
+  kill -TERM "$trainer"
+  wait "$trainer"
+  trainer=
 }
 
-echo "== trainer (embedded defaults, rowwise Adagrad tracking) with deltactl reading while it trains =="
+echo "== trainer + predictor + checkpoint job on loopback =="
 start_trainer
-wait_batch 300
-echo "-- at step $(batch): the predictor pulls its first delta --"
-ctl get --consumer=predictor --json | summarize
-wait_batch 600
-echo "-- at step $(batch): the predictor pulls again (only rows changed since) --"
-ctl get --consumer=predictor --json | summarize
-ctl status
-echo "-- SIGTERM: the trainer finishes its step, snapshots and checkpoints --"
-kill -TERM "$trainer"
-wait "$trainer"
-grep -E "step [0-9]+ \||checkpoint" "$work/log" | tail -4
-cat "$work/out" | grep trained
-echo "-- restart from the checkpoint and snapshot; train 100 more steps --"
-start_trainer
-grep -E "restored" "$work/log" | sed 's/^trainer: /  /'
-resumed=$(batch)
-wait_batch $((resumed + 100))
-echo "-- the checkpoint job: the checkpoint consumer never read, so its first link covers the whole run --"
+echo "trainer serving on $target"
+$bin/clients/predictor --target="$target" --consumer=predictor --every_ms=100 \
+  --apply_log="$work/predictor.applied" >"$work/predictor.out" 2>"$work/predictor.log" &
+predictor=$!
+for _ in $(seq 300); do grep -q listening "$work/predictor.out" && break; sleep 0.1; done
+predictor_api=$(sed -nE 's/listening on (.*)/\1/p' "$work/predictor.out")
+[ -n "$predictor_api" ] || { cat "$work/predictor.log"; exit 1; }
+echo "predictor lookup API on $predictor_api"
 $bin/clients/checkpoint_job --target="$target" --consumer=checkpoint \
-  --dir="$work/chain" --every_ms=300 --count=3 2>/dev/null | sed 's/^/  /'
-ctl chain --dir="$work/chain"
-kill -TERM "$trainer"
-wait "$trainer"
-trainer=
+  --dir="$work/chain" --every_ms=1000 --retry_s=60 >"$work/job.out" 2>"$work/job.log" &
+job=$!
+
+wait_batch "$STEPS_FIRST_RUN"
+echo "-- at step $(batch): SIGTERM; the trainer finishes its step, checkpoints, drains its consumers --"
+stop_trainer
+grep -E "drain|checkpoint /" "$work/trainer.log" | tail -2 | sed 's/^trainer: /  /'
+echo "-- restart from the checkpoint and snapshot, on $listen --"
+start_trainer
+grep -E "restored" "$work/trainer.log" | tail -2 | sed 's/^trainer: /  /'
+wait_batch "$STEPS_TOTAL"
+echo "-- at step $(batch): SIGTERM; final checkpoint, drain --"
+stop_trainer
+grep -E "drain" "$work/trainer.log" | tail -1 | sed 's/^trainer: /  /'
+kill -TERM "$job" 2>/dev/null || true
+wait "$job" 2>/dev/null || true
+job=
+
+echo "== checkpoint chain =="
+$bin/clients/deltactl chain --dir="$work/chain" | sed 's/^/  /'
+echo "== verification: replica and chain against the trainer's final checkpoint =="
+verified=0
+$bin/trainer/verify_model --checkpoint_dir="$work/run/checkpoints" \
+  --predictors="$predictor_api" --chain="$work/chain" | tee "$work/verify.out" |
+  sed 's/^/  /' || verified=$?
+
 echo "== summary =="
-grep -E "restored|step [0-9]+ \|" "$work/log" | tail -3
-grep trained "$work/out"
-du -sh "$work/run/checkpoints" "$work/run/db" "$work/chain" | sed 's/^/  /'
+grep -E "^trained" "$work/trainer.out" | sed 's/^/  trainer (second run): /'
+grep -E "step [0-9]+ \|" "$work/trainer.log" | tail -1 | sed 's/^trainer: /  last progress: /'
+grep -E "^predictor" "$work/verify.out" | sed 's/^/  /'
+printf '  checkpoint chain: %s links, %s on disk; trainer checkpoints: %s\n' \
+  "$(ls "$work/chain" | grep -c ckpt)" "$(du -sh "$work/chain" | cut -f1)" \
+  "$(du -sh "$work/run/checkpoints" | cut -f1)"
+if grep -q "^replica of predictor.*matches the trainer: yes" "$work/verify.out" &&
+   grep -q "^checkpoint chain.*matches the trainer: yes" "$work/verify.out"; then
+  echo "  replica matches trainer: yes; checkpoint chain matches trainer: yes"
+else
+  echo "  replica or chain DIFFERS from the trainer (see above)"
+  exit 1
+fi
+kill -TERM "$predictor" 2>/dev/null || true
+wait "$predictor" 2>/dev/null || true
+predictor=
+exit "$verified"

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -131,10 +132,8 @@ std::optional<std::string> LatestCheckpoint(const std::string& dir) {
   return files.back();
 }
 
-absl::StatusOr<CheckpointInfo> LoadCheckpoint(
-    const std::string& path, RecModel& model,
-    torch::optim::Optimizer& dense_optimizer) {
-  const absl::Time start = absl::Now();
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
+    const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
     return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
@@ -157,6 +156,48 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
         "'", path,
         "' is not a readable checkpoint: ", e.what_without_backtrace()));
   }
+  return tensors;
+}
+
+std::string CheckpointTableName(absl::string_view fqn) {
+  std::string name(fqn);
+  for (const std::string part : {".embedding_bags.", ".embeddings."}) {
+    const size_t at = name.find(part);
+    if (at != std::string::npos) return name.replace(at, part.size(), ".");
+  }
+  return name;
+}
+
+absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path) {
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
+      ReadCheckpointTensors(path);
+  if (!tensors.ok()) return tensors.status();
+  CheckpointModel model;
+  constexpr absl::string_view kSparse = "sparse.", kWeight = ".weight",
+                              kDense = "dense.";
+  for (auto& [key, tensor] : *tensors) {
+    if (key == "meta.step") model.step = tensor.item<int64_t>();
+    if (absl::StartsWith(key, kDense)) {
+      model.dense[key.substr(kDense.size())] = tensor;
+    } else if (absl::StartsWith(key, kSparse) && absl::EndsWith(key, kWeight)) {
+      model.tables[key.substr(kSparse.size(), key.size() - kSparse.size() -
+                                                  kWeight.size())] = tensor;
+    }
+  }
+  if (model.step < 0) {
+    return absl::DataLossError(absl::StrCat("'", path, "' has no meta.step"));
+  }
+  return model;
+}
+
+absl::StatusOr<CheckpointInfo> LoadCheckpoint(
+    const std::string& path, RecModel& model,
+    torch::optim::Optimizer& dense_optimizer) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::map<std::string, at::Tensor>> read =
+      ReadCheckpointTensors(path);
+  if (!read.ok()) return read.status();
+  std::map<std::string, at::Tensor>& tensors = *read;
   auto take = [&](const std::string& name) -> absl::StatusOr<at::Tensor> {
     auto it = tensors.find(name);
     if (it == tensors.end()) {
@@ -220,7 +261,8 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
         absl::StrCat("'", path, "' holds '", tensors.begin()->first,
                      "', which this model does not have"));
   }
-  info.bytes = static_cast<int64_t>(bytes.size());
+  std::error_code error;
+  info.bytes = static_cast<int64_t>(std::filesystem::file_size(path, error));
   info.elapsed = absl::Now() - start;
   return info;
 }

@@ -1,11 +1,15 @@
 #ifndef DELTASTREAM_TRAINER_CHECKPOINT_H_
 #define DELTASTREAM_TRAINER_CHECKPOINT_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "trainer/models/model.h"
 
@@ -54,6 +58,27 @@ std::optional<std::string> LatestCheckpoint(const std::string& dir);
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(
     const std::string& path, RecModel& model,
     torch::optim::Optimizer& dense_optimizer);
+
+// The tensors of a checkpoint file by key (the layout above). NotFound when
+// it cannot be read; DataLoss when it does not parse.
+absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
+    const std::string& path);
+
+// What a checkpoint holds of the model, read without one: what a predictor's
+// replica or a checkpoint chain of the same step must equal.
+struct CheckpointModel {
+  int64_t step = -1;
+  // Embedding tables by CheckpointTableName: "<module path>.<table>".
+  std::map<std::string, at::Tensor> tables;
+  // Dense parameters by name (as the tracker service publishes them).
+  std::map<std::string, at::Tensor> dense;
+};
+// Errors as ReadCheckpointTensors; DataLoss without a step.
+absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path);
+
+// A tracker table FQN ("<module path>.embedding_bags.<table>" or
+// ".embeddings.") as a checkpoint names the table: "<module path>.<table>".
+std::string CheckpointTableName(absl::string_view fqn);
 
 }  // namespace deltastream
 
