@@ -30,16 +30,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "clients/checkpoint_chain.h"
 #include "clients/delta_client.h"
@@ -69,14 +66,6 @@ void OnSignal(int) { stopping.store(true); }
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "checkpoint_job: %s\n", message.c_str());
   return code;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // Where the chain on disk ends, and the trainer run its last link came from.
@@ -119,16 +108,11 @@ int Main() {
         2, "--every_ms, --count, --compact_every and --retry_s must be >= 0");
   }
   ClientOptions options;
-  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(file);
-    if (!text.ok()) return Fail(2, std::string(text.status().message()));
-    options.auth_token = std::string(absl::StripAsciiWhitespace(
-        absl::string_view(*text).substr(0, text->find('\n'))));
-  }
-  if (const std::string file = absl::GetFlag(FLAGS_tls_ca); !file.empty()) {
-    absl::StatusOr<std::string> pem = ReadFile(file);
-    if (!pem.ok()) return Fail(2, std::string(pem.status().message()));
-    options.tls_root_certs_pem = *pem;
+  if (absl::Status read =
+          ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
+                              absl::GetFlag(FLAGS_tls_ca), options);
+      !read.ok()) {
+    return Fail(2, std::string(read.message()));
   }
   std::unique_ptr<DeltaClient> client =
       DeltaClient::Create(absl::GetFlag(FLAGS_target), options);

@@ -67,6 +67,14 @@ struct ClientOptions {
   std::string tls_root_certs_pem;
 };
 
+// Fills `options` from the credential files the CLI, the predictor and the
+// checkpoint job take: `token_file`'s first line (whitespace trimmed) as the
+// bearer token, `tls_ca_file` as the PEM roots. An empty path leaves its
+// field alone. NotFound, naming the file, when one cannot be read.
+absl::Status ReadCredentialFiles(const std::string& token_file,
+                                 const std::string& tls_ca_file,
+                                 ClientOptions& options);
+
 // Lets another thread end a running DeltaClient::Subscribe.
 class Subscription {
  public:

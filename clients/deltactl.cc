@@ -82,14 +82,6 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot read " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 std::string Bytes(int64_t bytes) {
   if (bytes >= (int64_t{1} << 30))
     return absl::StrFormat("%.1f GiB", bytes / 1073741824.0);
@@ -542,16 +534,11 @@ int Run(const std::vector<std::string>& args) {
   if (args[0] == "chain") return ShowChain();
   ClientOptions options;
   options.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(file);
-    if (!text.ok()) return Fail(text.status());
-    options.auth_token = std::string(absl::StripAsciiWhitespace(
-        absl::string_view(*text).substr(0, text->find('\n'))));
-  }
-  if (const std::string file = absl::GetFlag(FLAGS_tls_ca); !file.empty()) {
-    absl::StatusOr<std::string> pem = ReadFile(file);
-    if (!pem.ok()) return Fail(pem.status());
-    options.tls_root_certs_pem = *pem;
+  if (absl::Status read =
+          ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
+                              absl::GetFlag(FLAGS_tls_ca), options);
+      !read.ok()) {
+    return Fail(read);
   }
   auto client = DeltaClient::Create(absl::GetFlag(FLAGS_target), options);
   const std::string& command = args[0];

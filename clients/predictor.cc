@@ -46,9 +46,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -58,7 +56,6 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -789,14 +786,6 @@ std::string CommandLineError(int argc, char** argv) {
   return "";
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 int Main() {
   PredictorOptions options;
   options.target = absl::GetFlag(FLAGS_target);
@@ -820,16 +809,11 @@ int Main() {
                 absl::StrCat("--listen must be HOST:PORT, not '", listen, "'"));
   }
   ClientOptions client_options;
-  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(file);
-    if (!text.ok()) return Fail(2, text.status().message());
-    client_options.auth_token = std::string(absl::StripAsciiWhitespace(
-        absl::string_view(*text).substr(0, text->find('\n'))));
-  }
-  if (const std::string file = absl::GetFlag(FLAGS_tls_ca); !file.empty()) {
-    absl::StatusOr<std::string> pem = ReadFile(file);
-    if (!pem.ok()) return Fail(2, pem.status().message());
-    client_options.tls_root_certs_pem = *pem;
+  if (absl::Status read =
+          ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
+                              absl::GetFlag(FLAGS_tls_ca), client_options);
+      !read.ok()) {
+    return Fail(2, read.message());
   }
   FILE* apply_log = nullptr;
   if (const std::string path = absl::GetFlag(FLAGS_apply_log); !path.empty()) {

@@ -12,7 +12,6 @@
 // delete-on-read, and checks that the store stays bounded by the slowest
 // consumer's lag.
 #include <ATen/ATen.h>
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -35,40 +34,6 @@
 
 namespace deltastream {
 namespace {
-
-// A background process whose output goes to a file (the checkpoint job).
-class Background {
- public:
-  Background(const std::string& command, const std::string& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      execl("/bin/sh", "sh", "-c", ("exec " + command).c_str(), nullptr);
-      _exit(127);
-    }
-  }
-  ~Background() { Stop(SIGKILL); }
-  int Stop(int signal) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, signal);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-};
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
@@ -211,11 +176,11 @@ TEST_F(EndToEndTest, ReplicaAndChainEqualTheTrainerAcrossCrashes) {
       std::make_unique<ServerProcess>(trainer_flags, "trainer/trainer");
   ASSERT_GT(trainer->port(), 0);
   std::string target = trainer->target();
-  const std::string job_log = work_ + "/job.log";
   auto predictor = std::make_unique<ServerProcess>(
       PredictorFlags(target, "predictor", 100), "clients/predictor");
   ASSERT_GT(predictor->port(), 0);
-  auto job = std::make_unique<Background>(JobCommand(target, 300), job_log);
+  auto job =
+      std::make_unique<Background>(JobCommand(target, 300), work_ + "/job1");
 
   // Run 1: killed without warning after its snapshot at step 80.
   ASSERT_TRUE(WaitForBatch(target, 110));
@@ -230,7 +195,7 @@ TEST_F(EndToEndTest, ReplicaAndChainEqualTheTrainerAcrossCrashes) {
   trainer = std::make_unique<ServerProcess>(trainer_flags, "trainer/trainer");
   ASSERT_GT(trainer->port(), 0);
   ASSERT_EQ(trainer->target(), target);
-  job = std::make_unique<Background>(JobCommand(target, 300), job_log);
+  job = std::make_unique<Background>(JobCommand(target, 300), work_ + "/job2");
   ASSERT_TRUE(WaitForBatch(target, 200));
   // The predictor restarts again mid-run, on the same trainer.
   predictor->Stop(SIGKILL);
@@ -258,7 +223,7 @@ TEST_F(EndToEndTest, ReplicaAndChainEqualTheTrainerAcrossCrashes) {
   EXPECT_GT(status.freshness_p99_ms(), 0);
   ExpectApplyLogContiguous(work_ + "/predictor.applied", model.step);
   absl::StatusOr<Verified> chain = VerifyChain(model, work_ + "/chain");
-  EXPECT_TRUE(chain.ok()) << chain.status() << "\n" << ReadText(job_log);
+  EXPECT_TRUE(chain.ok()) << chain.status() << "\n" << job->out() << job->err();
 }
 
 TEST_F(EndToEndTest, ConsumersAtDifferentRatesKeepTheStoreBounded) {
@@ -272,7 +237,7 @@ TEST_F(EndToEndTest, ConsumersAtDifferentRatesKeepTheStoreBounded) {
   ServerProcess slow(PredictorFlags(target, "slow", 1000), "clients/predictor");
   ASSERT_GT(fast.port(), 0);
   ASSERT_GT(slow.port(), 0);
-  Background job(JobCommand(target, 2000), work_ + "/job.log");
+  Background job(JobCommand(target, 2000), work_ + "/job");
 
   // Sample the store while the trainer runs 300 steps.
   auto client = DeltaClient::Create(target);
@@ -318,8 +283,7 @@ TEST_F(EndToEndTest, ConsumersAtDifferentRatesKeepTheStoreBounded) {
     EXPECT_TRUE(replica.ok()) << replica.status();
   }
   absl::StatusOr<Verified> chain = VerifyChain(model, work_ + "/chain");
-  EXPECT_TRUE(chain.ok()) << chain.status() << "\n"
-                          << ReadText(work_ + "/job.log");
+  EXPECT_TRUE(chain.ok()) << chain.status() << "\n" << job.out() << job.err();
   std::printf(
       "%lld samples: store at most %lld bytes, slowest lag %lld steps\n",
       static_cast<long long>(samples), static_cast<long long>(worst_bytes),

@@ -1,12 +1,15 @@
 #ifndef DELTASTREAM_TESTS_INTEGRATION_SERVER_PROCESS_H_
 #define DELTASTREAM_TESTS_INTEGRATION_SERVER_PROCESS_H_
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -114,6 +117,50 @@ inline CommandResult RunCommand(const std::string& command) {
   }
   return result;
 }
+
+// The whole text of a file; empty when it cannot be read.
+inline std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A command running in the background, stdout and stderr to files.
+class Background {
+ public:
+  Background(const std::string& command, const std::string& prefix)
+      : out_(prefix + ".out"), err_(prefix + ".err") {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int out = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, STDOUT_FILENO);
+      dup2(err, STDERR_FILENO);
+      const std::string line = "exec " + command;
+      execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~Background() { Stop(SIGKILL); }
+
+  // Sends `signal`, waits; the exit code (-1 when killed by a signal).
+  int Stop(int signal) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, signal);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string out() const { return ReadText(out_); }
+  std::string err() const { return ReadText(err_); }
+
+ private:
+  pid_t pid_ = -1;
+  std::string out_;
+  std::string err_;
+};
 
 }  // namespace deltastream
 
