@@ -166,7 +166,10 @@ json StatusJson(const v1::StatusResponse& s) {
                      {"lag_steps", c.lag_steps()},
                      {"lag_seconds", c.lag_seconds()},
                      {"resync_required", c.resync_required()}};
-    if (c.has_pending_read()) consumer["pending_end"] = c.pending_end();
+    if (c.has_pending_read()) {
+      consumer["pending_end"] = c.pending_end();
+      consumer["pending_reads"] = c.pending_reads();
+    }
     out["consumers"].push_back(consumer);
   }
   for (const v1::TableStatus& t : s.tables()) {
@@ -206,7 +209,11 @@ void PrintStatus(const v1::StatusResponse& s) {
     consumers.push_back(
         {c.name(), std::to_string(c.cursor()),
          absl::StrFormat("%d steps, %.1f s", c.lag_steps(), c.lag_seconds()),
-         c.has_pending_read() ? absl::StrCat("end ", c.pending_end()) : "-",
+         !c.has_pending_read() ? "-"
+         : c.pending_reads() > 1
+             ? absl::StrCat(c.pending_reads(), " reads, newest end ",
+                            c.pending_end())
+             : absl::StrCat("end ", c.pending_end()),
          c.resync_required() ? "yes" : "no"});
   }
   PrintTable(consumers);

@@ -595,9 +595,9 @@ bool Predictor::OnPush(ReceivedDelta&& delta) {
 void Predictor::Commit(int64_t end_batch) {
   if (!acknowledged_) return;
   absl::Status status = client_->Commit(options_.consumer, end_batch);
-  // FailedPrecondition: the subscription read again before this commit (the
-  // pending read is a newer one); the next push brings these rows again and
-  // its commit covers them.
+  // FailedPrecondition: the read is no longer pending (a later commit covered
+  // it, or more than Tracker::kMaxPendingReads reads were delivered since);
+  // its rows come again in the next push, whose commit covers them.
   if (status.code() == absl::StatusCode::kFailedPrecondition) {
     std::lock_guard<std::mutex> lock(mu_);
     ++superseded_commits_;

@@ -461,6 +461,7 @@ void DeltaTrackerService::FillStatus(v1::StatusResponse* response) const {
     out->set_lag_steps(c.lag_steps);
     out->set_has_pending_read(c.pending_end.has_value());
     out->set_pending_end(c.pending_end.value_or(0));
+    out->set_pending_reads(c.pending_reads);
     out->set_resync_required(c.resync_required);
     out->set_lag_seconds(absl::ToDoubleSeconds(c.lag));
   }

@@ -20,21 +20,22 @@ struct Tracker::Consumer {
   int64_t cursor = -1;
   // Tables read on their own (a DeltaRequest naming a subset of tables).
   absl::flat_hash_map<std::string, int64_t> table_cursors;
-  // Acknowledged mode: the latest uncommitted read, over `pending_fqns`
-  // (empty: all tables).
-  std::optional<int64_t> pending_end;
-  std::vector<std::string> pending_fqns;
+  // Acknowledged mode: reads delivered and not committed, oldest first.
+  std::vector<PendingRead> pending;
   bool resync_required = false;
   int64_t lost_ids = 0;
 
-  std::optional<int64_t> PendingEnd(const std::string& fqn) const {
-    if (!pending_end.has_value()) return std::nullopt;
-    if (pending_fqns.empty() ||
-        std::find(pending_fqns.begin(), pending_fqns.end(), fqn) !=
-            pending_fqns.end()) {
-      return pending_end;
+  static bool Reads(const PendingRead& read, const std::string& fqn) {
+    return read.fqns.empty() || std::find(read.fqns.begin(), read.fqns.end(),
+                                          fqn) != read.fqns.end();
+  }
+  // The ends of the pending reads of `fqn`.
+  std::vector<int64_t> PendingEnds(const std::string& fqn) const {
+    std::vector<int64_t> ends;
+    for (const PendingRead& read : pending) {
+      if (Reads(read, fqn)) ends.push_back(read.end);
     }
-    return std::nullopt;
+    return ends;
   }
 };
 
@@ -168,7 +169,9 @@ int64_t Tracker::MaxCursor(const std::string& fqn) const {
   int64_t result = INT64_MIN;
   for (const auto& [name, consumer] : consumers_) {
     result = std::max(result, CursorOf(*consumer, fqn));
-    result = std::max(result, consumer->PendingEnd(fqn).value_or(INT64_MIN));
+    for (int64_t end : consumer->PendingEnds(fqn)) {
+      result = std::max(result, end);
+    }
   }
   return result;
 }
@@ -404,8 +407,8 @@ void Tracker::CompactBetweenCursorsLocked(const std::string& fqn) {
   std::set<int64_t> bounds = {curr_batch_};
   for (const auto& [name, consumer] : consumers_) {
     bounds.insert(std::min(CursorOf(*consumer, fqn), curr_batch_));
-    if (auto end = consumer->PendingEnd(fqn)) {
-      bounds.insert(std::min(*end, curr_batch_));
+    for (int64_t end : consumer->PendingEnds(fqn)) {
+      bounds.insert(std::min(end, curr_batch_));
     }
   }
   for (auto it = bounds.begin(); std::next(it) != bounds.end(); ++it) {
@@ -437,7 +440,7 @@ void Tracker::EnforceMemoryCapLocked() {
       if (lost == 0) continue;
       for (auto& [name, consumer] : consumers_) {
         if (CursorOf(*consumer, fqn) <= *oldest) {
-          consumer->resync_required = true;
+          MarkLostLocked(*consumer, *oldest);
           consumer->lost_ids += lost;
         }
       }
@@ -635,9 +638,17 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   delta.resync_required = consumer->resync_required;
   delta.lost_rows = consumer->lost_ids;
   if (options_.acknowledged_reads) {
-    consumer->pending_end = end;
-    consumer->pending_fqns = request.fqns;
+    std::vector<PendingRead>& pending = consumer->pending;
+    // The same read again (a poll with nothing new) replaces the first.
+    if (!pending.empty() && pending.back().end == end &&
+        pending.back().fqns == request.fqns) {
+      pending.pop_back();
+    }
+    pending.push_back(PendingRead{end, request.fqns, INT64_MIN});
+    if (pending.size() > kMaxPendingReads) pending.erase(pending.begin());
   } else {
+    consumer->resync_required = false;  // told
+    consumer->lost_ids = 0;
     AdvanceLocked(*consumer, request.fqns, end);
   }
   return delta;
@@ -659,18 +670,33 @@ void Tracker::AdvanceLocked(Consumer& consumer,
   } else {
     for (const std::string& fqn : only_fqns) SetCursor(consumer, fqn, end);
   }
-  consumer.pending_end.reset();
-  consumer.pending_fqns.clear();
-  consumer.resync_required = false;
-  consumer.lost_ids = 0;
+  const auto covered = [&](const PendingRead& read) {
+    if (read.end > end) return false;
+    if (only_fqns.empty()) return true;
+    if (read.fqns.empty()) return false;
+    return std::all_of(
+        read.fqns.begin(), read.fqns.end(), [&](const std::string& fqn) {
+          return std::find(only_fqns.begin(), only_fqns.end(), fqn) !=
+                 only_fqns.end();
+        });
+  };
+  consumer.pending.erase(
+      std::remove_if(consumer.pending.begin(), consumer.pending.end(), covered),
+      consumer.pending.end());
   if (options_.delete_on_read) DeleteUnneededLocked();
+}
+
+void Tracker::MarkLostLocked(Consumer& consumer, int64_t batch) {
+  consumer.resync_required = true;
+  for (PendingRead& read : consumer.pending) {
+    read.lost_through = std::max(read.lost_through, batch);
+  }
 }
 
 void Tracker::MoveToPresentLocked(Consumer& consumer) {
   consumer.cursor = curr_batch_ + 1;
   consumer.table_cursors.clear();
-  consumer.pending_end.reset();
-  consumer.pending_fqns.clear();
+  consumer.pending.clear();
 }
 
 absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {
@@ -683,16 +709,29 @@ absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {
     return absl::FailedPreconditionError(
         "commit needs acknowledged reads, which this tracker does not use");
   }
-  if (consumer->pending_end != end_batch) {
+  // The newest read ending there (a later read of other tables may end at the
+  // same batch).
+  auto read =
+      std::find_if(consumer->pending.rbegin(), consumer->pending.rend(),
+                   [&](const PendingRead& r) { return r.end == end_batch; });
+  if (read == consumer->pending.rend()) {
+    std::vector<int64_t> ends;
+    for (const PendingRead& r : consumer->pending) ends.push_back(r.end);
     return absl::FailedPreconditionError(absl::StrCat(
-        "consumer '", name, "' has no pending read ending at batch ", end_batch,
-        consumer->pending_end.has_value()
-            ? absl::StrCat(" (its latest read ends at ", *consumer->pending_end,
-                           ")")
-            : " (no read is pending)"));
+        "consumer '", name, "' has no uncommitted read ending at batch ",
+        end_batch,
+        ends.empty() ? " (no read is pending)"
+                     : absl::StrCat(" (uncommitted reads end at ",
+                                    absl::StrJoin(ends, ", "), ")")));
   }
-  const std::vector<std::string> fqns = consumer->pending_fqns;
-  AdvanceLocked(*consumer, fqns, end_batch);
+  const PendingRead committed = *read;
+  if (committed.lost_through < committed.end) {
+    // Everything dropped before its delivery, the read said; everything
+    // dropped since lay below its end, so the read held it.
+    consumer->resync_required = false;
+    consumer->lost_ids = 0;
+  }
+  AdvanceLocked(*consumer, committed.fqns, committed.end);
   return absl::OkStatus();
 }
 
@@ -782,7 +821,9 @@ TrackerStatus Tracker::Status() const {
         std::max<int64_t>(0, curr_batch_ - std::max<int64_t>(0, c.cursor));
     c.lag = c.lag_steps > 0 ? now - OpenedAt(std::max<int64_t>(0, c.cursor))
                             : absl::ZeroDuration();
-    c.pending_end = consumer->pending_end;
+    if (!consumer->pending.empty())
+      c.pending_end = consumer->pending.back().end;
+    c.pending_reads = static_cast<int>(consumer->pending.size());
     c.resync_required = consumer->resync_required;
     status.consumers.push_back(std::move(c));
   }
@@ -801,8 +842,7 @@ TrackerState Tracker::SaveState() const {
     c.cursor = consumer->cursor;
     c.table_cursors.insert(consumer->table_cursors.begin(),
                            consumer->table_cursors.end());
-    c.pending_end = consumer->pending_end;
-    c.pending_fqns = consumer->pending_fqns;
+    c.pending_reads = consumer->pending;
     c.resync_required = consumer->resync_required;
     c.lost_ids = consumer->lost_ids;
   }
@@ -840,8 +880,7 @@ absl::Status Tracker::RestoreState(TrackerState state) {
     consumer->cursor = c.cursor;
     consumer->table_cursors.insert(c.table_cursors.begin(),
                                    c.table_cursors.end());
-    consumer->pending_end = c.pending_end;
-    consumer->pending_fqns = std::move(c.pending_fqns);
+    consumer->pending = std::move(c.pending_reads);
     consumer->resync_required = c.resync_required;
     consumer->lost_ids = c.lost_ids;
     if (!consumers.emplace(c.name, std::move(consumer)).second) {
@@ -884,7 +923,9 @@ void Tracker::MarkRunStart(int64_t batch) {
 
 void Tracker::RequireResync() {
   WriterLock lock(&mu_);
-  for (auto& [name, consumer] : consumers_) consumer->resync_required = true;
+  for (auto& [name, consumer] : consumers_) {
+    MarkLostLocked(*consumer, INT64_MAX);
+  }
 }
 
 }  // namespace deltastream

@@ -39,6 +39,8 @@ struct TrackerOptions {
   bool auto_compact = false;
   // A read is final only when the consumer commits it (Commit()); until then
   // the consumer's next read returns the same rows again, plus newer ones.
+  // Reads delivered and not yet committed stay committable (Commit()), so a
+  // consumer may read ahead of its commits.
   bool acknowledged_reads = false;
   // Module path components and table names not to track.
   std::vector<std::string> fqns_to_skip;
@@ -130,7 +132,8 @@ struct ConsumerStatus {
   // it has read every closed batch. Batches restored from a snapshot count
   // as opened at the restore.
   absl::Duration lag;
-  std::optional<int64_t> pending_end;  // an uncommitted read's end
+  std::optional<int64_t> pending_end;  // the newest uncommitted read's end
+  int pending_reads = 0;               // uncommitted reads
   bool resync_required = false;
 };
 
@@ -155,15 +158,25 @@ struct TrackerStatus {
   bool serves_live_rows = false;
 };
 
+// A read delivered in acknowledged mode and not yet committed.
+struct PendingRead {
+  int64_t end = 0;
+  std::vector<std::string> fqns;  // empty: every table
+  // Rows of batches up to this one were dropped (memory cap, RequireResync)
+  // after the read was delivered, so it did not tell the consumer: committing
+  // it ends the consumer's resync only when this is below `end` (what was
+  // dropped below `end`, the read held). INT64_MIN: nothing dropped since.
+  int64_t lost_through = INT64_MIN;
+};
+
 // A consumer's position, for snapshots.
 struct ConsumerState {
   std::string name;
   int64_t cursor = -1;
   // Tables read on their own, with their cursors.
   std::map<std::string, int64_t> table_cursors;
-  // An uncommitted read (acknowledged mode) and its tables (empty: all).
-  std::optional<int64_t> pending_end;
-  std::vector<std::string> pending_fqns;
+  // Uncommitted reads, oldest first (acknowledged mode).
+  std::vector<PendingRead> pending_reads;
   bool resync_required = false;
   int64_t lost_ids = 0;
 };
@@ -218,6 +231,9 @@ struct TrackerState {
 class Tracker {
  public:
   static constexpr absl::string_view kDefaultConsumer = "default";
+  // Uncommitted reads kept per consumer (acknowledged mode); an older one can
+  // no longer be committed, and its rows are delivered again.
+  static constexpr int kMaxPendingReads = 64;
 
   // InvalidArgument for a bad option (consumer name, duplicate consumer,
   // module description); FailedPrecondition for kEmbedding on a pooled module.
@@ -274,9 +290,14 @@ class Tracker {
   absl::StatusOr<Delta> GetDelta(const DeltaRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Acknowledged mode: makes the consumer's pending read ending at `end_batch`
-  // final. FailedPrecondition when no such read is pending (or not in
-  // acknowledged mode); NotFound for an unknown consumer.
+  // Acknowledged mode: makes the consumer's read ending at `end_batch` final:
+  // its cursors move to `end_batch`, and the reads it delivered earlier over
+  // the same tables are final too. Reads delivered after it stay pending, so
+  // a consumer that applies one read while the next is in flight commits each
+  // in turn. The newest kMaxPendingReads reads are kept. FailedPrecondition
+  // when no uncommitted read ends at `end_batch` (committed already, or
+  // superseded by a later commit), or when not in acknowledged mode; NotFound
+  // for an unknown consumer.
   absl::Status Commit(absl::string_view consumer, int64_t end_batch)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -345,10 +366,14 @@ class Tracker {
   void SetCursor(Consumer& consumer, const std::string& fqn, int64_t cursor)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the consumer's cursors to `end` (for `only_fqns`, or every table when
-  // empty), ends its pending read and deletes what no one needs
-  // (delete_on_read).
+  // empty), ends the pending reads it covers (over those tables, ending at
+  // `end` or before) and deletes what no one needs (delete_on_read).
   void AdvanceLocked(Consumer& consumer,
                      const std::vector<std::string>& only_fqns, int64_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rows of batches up to `batch` that `consumer` had not read were dropped:
+  // it must resync, and no read it holds uncommitted told it so.
+  void MarkLostLocked(Consumer& consumer, int64_t batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Clear(): the consumer has read everything up to now.
   void MoveToPresentLocked(Consumer& consumer)

@@ -21,10 +21,11 @@ std::string EncodeTrackerState(const TrackerState& state,
     consumer->set_cursor(c.cursor);
     consumer->mutable_table_cursors()->insert(c.table_cursors.begin(),
                                               c.table_cursors.end());
-    consumer->set_has_pending_read(c.pending_end.has_value());
-    consumer->set_pending_end(c.pending_end.value_or(0));
-    for (const std::string& fqn : c.pending_fqns) {
-      consumer->add_pending_fqns(fqn);
+    for (const PendingRead& read : c.pending_reads) {
+      v1::PendingRead* out_read = consumer->add_pending_reads();
+      out_read->set_end(read.end);
+      for (const std::string& fqn : read.fqns) out_read->add_fqns(fqn);
+      out_read->set_lost_through(read.lost_through);
     }
     consumer->set_resync_required(c.resync_required);
     consumer->set_lost_ids(c.lost_ids);
@@ -60,9 +61,19 @@ absl::Status DecodeTrackerState(absl::string_view bytes, TrackerState* state) {
     consumer.cursor = c.cursor();
     consumer.table_cursors.insert(c.table_cursors().begin(),
                                   c.table_cursors().end());
-    if (c.has_pending_read()) consumer.pending_end = c.pending_end();
-    consumer.pending_fqns.assign(c.pending_fqns().begin(),
-                                 c.pending_fqns().end());
+    for (const v1::PendingRead& read : c.pending_reads()) {
+      consumer.pending_reads.push_back(
+          PendingRead{read.end(),
+                      {read.fqns().begin(), read.fqns().end()},
+                      read.lost_through()});
+    }
+    if (c.pending_reads().empty() && c.has_pending_read()) {
+      // Written before pending_reads: the one newest uncommitted read.
+      consumer.pending_reads.push_back(
+          PendingRead{c.pending_end(),
+                      {c.pending_fqns().begin(), c.pending_fqns().end()},
+                      INT64_MIN});
+    }
     consumer.resync_required = c.resync_required();
     consumer.lost_ids = c.lost_ids();
   }

@@ -32,18 +32,25 @@ inline std::string TestTempDir() {
 
 // The real tracker_server (or another serving binary of the workspace that
 // takes --listen and prints "listening on HOST:PORT" first, e.g. the
-// trainer), started on a free loopback port; killed on destruction.
+// trainer), started on a free loopback port; killed on destruction. Its
+// stderr goes to `stderr_path` when given, else to the test's.
 class ServerProcess {
  public:
   explicit ServerProcess(
       std::vector<std::string> flags,
-      const std::string& binary = "tracker_service/tracker_server") {
+      const std::string& binary = "tracker_service/tracker_server",
+      const std::string& stderr_path = "") {
     int out[2];
     if (pipe(out) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       dup2(out[1], STDOUT_FILENO);
       close(out[0]);
+      if (!stderr_path.empty()) {
+        const int err =
+            open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (err >= 0) dup2(err, STDERR_FILENO);
+      }
       std::vector<std::string> argv = {RunfilePath(binary),
                                        "--listen=127.0.0.1:0"};
       argv.insert(argv.end(), flags.begin(), flags.end());

@@ -10,7 +10,9 @@
 #include <thread>
 
 #include "absl/time/clock.h"
+#include "proto/snapshot.pb.h"
 #include "tests/tracker_service/tracker_test_util.h"
+#include "tracker_service/tracker_snapshots.h"
 
 namespace deltastream {
 namespace {
@@ -604,15 +606,102 @@ TEST(TrackerTest, AcknowledgedReadIsRepeatedUntilCommitted) {
   // The consumer crashed before committing: it gets batch 0 again, plus 1.
   Delta again = Read(*tracker);
   EXPECT_EQ(IdsOf(again, kT1), (std::vector<int64_t>{1, 2}));
-  EXPECT_EQ(tracker->Commit("default", first.end_batch).code(),
-            absl::StatusCode::kFailedPrecondition);  // superseded
-  EXPECT_EQ(tracker->Status().usage.total.ids, 2);   // nothing deleted yet
+  EXPECT_EQ(tracker->Status().usage.total.ids, 2);  // nothing deleted yet
   ASSERT_TRUE(tracker->Commit("default", again.end_batch).ok());
   EXPECT_EQ(tracker->Status().usage.total.ids, 0);
+  // The later commit made the first read final too.
+  EXPECT_EQ(tracker->Commit("default", first.end_batch).code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(tracker->Commit("default", again.end_batch).code(),
             absl::StatusCode::kFailedPrecondition);  // nothing pending
   EXPECT_EQ(tracker->Commit("nobody", 1).code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(IdsOf(Read(*tracker), kT1).empty());
+}
+
+TEST(TrackerTest, ReadsAheadOfCommitsAreCommittedInTurn) {
+  // A subscriber applies one push while the next is in flight: each of its
+  // commits lands after the tracker delivered a newer read.
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options);
+  std::vector<Delta> reads;
+  for (int64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({id})}}).ok());
+    reads.push_back(Read(*tracker));
+    tracker->Step();
+  }
+  // Each read repeats the uncommitted ones: at least once, never lost.
+  EXPECT_EQ(IdsOf(reads[2], kT1), (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_EQ(tracker->Status().consumers.size(), 1u);
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads, 3);
+  EXPECT_EQ(tracker->Status().consumers[0].pending_end, reads[2].end_batch);
+
+  ASSERT_TRUE(tracker->Commit("default", reads[0].end_batch).ok());
+  EXPECT_EQ(tracker->Status().consumers[0].cursor, reads[0].end_batch);
+  EXPECT_EQ(tracker->Status().usage.total.ids, 2);  // batch 0 deleted
+  ASSERT_TRUE(tracker->Commit("default", reads[1].end_batch).ok());
+  EXPECT_EQ(tracker->Status().usage.total.ids, 1);
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads, 1);
+  // A read after a commit starts at the committed end.
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({4})}}).ok());
+  Delta next = Read(*tracker);
+  EXPECT_EQ(next.start_batch, reads[1].end_batch);
+  EXPECT_EQ(IdsOf(next, kT1), (std::vector<int64_t>{3, 4}));
+  // Committing the newest makes the older one final: it is gone.
+  ASSERT_TRUE(tracker->Commit("default", next.end_batch).ok());
+  absl::Status stale = tracker->Commit("default", reads[2].end_batch);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.message().find("no read is pending"), std::string::npos)
+      << stale;
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads, 0);
+  EXPECT_EQ(tracker->Status().usage.total.ids, 0);
+}
+
+TEST(TrackerTest, PendingReadsAreBounded) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options);
+  std::vector<int64_t> ends;
+  for (int i = 0; i < Tracker::kMaxPendingReads + 2; ++i) {
+    ends.push_back(Read(*tracker).end_batch);
+    tracker->Step();
+  }
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads,
+            Tracker::kMaxPendingReads);
+  // The oldest two are forgotten: their rows come again in any later read.
+  EXPECT_EQ(tracker->Commit("default", ends[1]).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(tracker->Commit("default", ends[10]).ok());
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads,
+            Tracker::kMaxPendingReads - 9);
+  // Reading again with nothing new replaces the newest read, not adds one.
+  Read(*tracker);
+  Read(*tracker);
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads,
+            Tracker::kMaxPendingReads - 8);
+}
+
+TEST(TrackerTest, PendingReadsOfTableSubsetsAreCommittedPerTable) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({1})}, {"f3", Ids({2})}}).ok());
+  DeltaRequest only_t1;
+  only_t1.fqns = {kT1};
+  auto t1 = tracker->GetDelta(only_t1);
+  ASSERT_TRUE(t1.ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordLookup({{"f3", Ids({3})}}).ok());
+  DeltaRequest only_t2;
+  only_t2.fqns = {kT2};
+  auto t2 = tracker->GetDelta(only_t2);
+  ASSERT_TRUE(t2.ok());
+  // Committing t2's later read leaves t1's pending: it covers other tables.
+  ASSERT_TRUE(tracker->Commit("default", t2->end_batch).ok());
+  ASSERT_TRUE(tracker->Commit("default", t1->end_batch).ok());
+  Delta all = Read(*tracker);
+  EXPECT_TRUE(IdsOf(all, kT1).empty());
+  EXPECT_TRUE(IdsOf(all, kT2).empty());
 }
 
 TEST(TrackerTest, AcknowledgedReadSurvivesCompactionByOthers) {
@@ -743,6 +832,63 @@ TEST(TrackerTest, MemoryCapDropsOldestAndTellsLaggingConsumers) {
   EXPECT_FALSE(Read(*tracker, "fast").resync_required);
 }
 
+// Memory cap with acknowledged reads: a commit ends a resync only when no
+// row the consumer lacks was dropped after the committed read was delivered.
+struct CappedAcknowledgedTracker {
+  std::unique_ptr<Tracker> tracker;
+  int64_t next_batch = 0;
+
+  CappedAcknowledgedTracker() {
+    TrackerOptions options;
+    options.acknowledged_reads = true;
+    options.memory_cap_bytes = 3 * 64 * 8 + 1;  // about three batches of IDs
+    tracker = MakeTracker(options);
+  }
+  // One batch of 64 IDs compaction cannot shrink.
+  void RecordBatch() {
+    const int64_t b = next_batch++;
+    ASSERT_TRUE(
+        tracker
+            ->RecordLookup(
+                {{"f1", at::arange(b * 64, (b + 1) * 64, at::kLong) * 1000003}})
+            .ok());
+    tracker->Step();
+  }
+  ConsumerStatus Consumer() { return tracker->Status().consumers.at(0); }
+};
+
+TEST(TrackerTest, CommitKeepsResyncForRowsDroppedAfterTheRead) {
+  CappedAcknowledgedTracker t;
+  t.RecordBatch();
+  Delta read = Read(*t.tracker);
+  EXPECT_FALSE(read.resync_required);
+  // Ten more batches push the read's own range and later ones out.
+  for (int i = 0; i < 10; ++i) t.RecordBatch();
+  ASSERT_GT(t.tracker->Status().cap_drops, 0);
+  ASSERT_TRUE(t.tracker->Commit("default", read.end_batch).ok());
+  EXPECT_TRUE(t.Consumer().resync_required);  // rows after its end are gone
+  Delta next = Read(*t.tracker);
+  EXPECT_TRUE(next.resync_required);
+  EXPECT_GT(next.lost_rows, 0);
+  ASSERT_TRUE(t.tracker->Commit("default", next.end_batch).ok());
+  EXPECT_FALSE(t.Consumer().resync_required);  // told, and committed
+}
+
+TEST(TrackerTest, CommitEndsResyncWhenOnlyRowsTheReadHeldWereDropped) {
+  CappedAcknowledgedTracker t;
+  t.RecordBatch();
+  t.RecordBatch();
+  Delta read = Read(*t.tracker);
+  ASSERT_EQ(t.tracker->Status().cap_drops, 0);
+  // Over the cap: the oldest batches go, which the read delivered.
+  while (t.tracker->Status().cap_drops == 0) t.RecordBatch();
+  ASSERT_LE(t.next_batch, 4);
+  EXPECT_TRUE(t.Consumer().resync_required);
+  ASSERT_TRUE(t.tracker->Commit("default", read.end_batch).ok());
+  EXPECT_FALSE(t.Consumer().resync_required);
+  EXPECT_FALSE(Read(*t.tracker).resync_required);
+}
+
 // An independent model of the semantics: every recorded (batch, id, state) in
 // order; a consumer's delta is the first (or last) state of each ID recorded
 // in [cursor, end). Compaction and deletion must never change an answer.
@@ -777,6 +923,65 @@ TEST(TrackerStateTest, RestoreRefusesAnotherModeOrUntrackedTables) {
   status = other_tables->RestoreState(state);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(other_tables->current_batch(), 0);  // unchanged
+}
+
+TEST(TrackerStateTest, PendingReadsSurviveSnapshots) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  options.fqns_to_skip = {"ebc"};
+  auto tracker = MakeTracker(options);
+  std::vector<int64_t> ends;
+  for (int64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({id})}}).ok());
+    ends.push_back(Read(*tracker).end_batch);
+    tracker->Step();
+  }
+  DeltaRequest only_t1;
+  only_t1.fqns = {kT1};
+  ASSERT_TRUE(tracker->GetDelta(only_t1).ok());
+  tracker->RequireResync();
+  TrackerState saved = tracker->SaveState();
+  ASSERT_EQ(saved.consumers.at(0).pending_reads.size(), 4u);
+
+  TrackerState decoded;
+  ASSERT_TRUE(
+      DecodeTrackerState(EncodeTrackerState(saved, options), &decoded).ok());
+  const std::vector<PendingRead>& reads = decoded.consumers.at(0).pending_reads;
+  ASSERT_EQ(reads.size(), 4u);
+  EXPECT_EQ(reads[3].fqns, std::vector<std::string>{kT1});
+  for (const PendingRead& read : reads) {
+    EXPECT_EQ(read.lost_through, INT64_MAX);
+  }
+
+  decoded.tables = std::move(saved.tables);  // stored beside the state
+  auto restored = MakeTracker(options);
+  ASSERT_TRUE(restored->RestoreState(std::move(decoded)).ok());
+  ASSERT_TRUE(restored->Commit("default", ends[1]).ok());
+  EXPECT_TRUE(restored->Status().consumers[0].resync_required);
+  Delta next = Read(*restored);
+  EXPECT_TRUE(next.resync_required);
+  EXPECT_EQ(IdsOf(next, kT1), std::vector<int64_t>{3});
+}
+
+TEST(TrackerStateTest, OlderSnapshotsPendingReadIsRestored) {
+  // Snapshots written before pending_reads held the newest read only.
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  v1::TrackerState old;
+  old.set_mode("id_only");
+  old.set_current_batch(5);
+  v1::ConsumerState* consumer = old.add_consumers();
+  consumer->set_name("default");
+  consumer->set_cursor(2);
+  consumer->set_has_pending_read(true);
+  consumer->set_pending_end(4);
+  TrackerState decoded;
+  ASSERT_TRUE(DecodeTrackerState(old.SerializeAsString(), &decoded).ok());
+  auto restored = MakeTracker(options);
+  ASSERT_TRUE(restored->RestoreState(std::move(decoded)).ok());
+  EXPECT_EQ(restored->Status().consumers[0].pending_end, 4);
+  ASSERT_TRUE(restored->Commit("default", 4).ok());
+  EXPECT_EQ(restored->Status().consumers[0].cursor, 4);
 }
 
 TEST(TrackerStateTest, RestoreAddsConfiguredConsumersAtTheRestoredBatch) {
