@@ -297,7 +297,9 @@ grpc::Status DeltaTrackerService::Subscribe(
       request->dense_every_steps() == 0 && request->dense_every_ms() == 0;
   int64_t dense_through = 0;
   absl::Time last_dense = absl::InfinitePast();
-  // Each push reads the batches closed since the last one.
+  // Each push reads the batches closed since the last one; in acknowledged
+  // mode too, from the previous push's end while that is uncommitted (a
+  // stream that ends before the commits comes again from the cursor).
   bool first = true;
   int64_t pushed_through = 0;
   absl::Time last_push = absl::Now();
@@ -312,6 +314,7 @@ grpc::Status DeltaTrackerService::Subscribe(
     if (first || current >= pushed_through + every_steps ||
         (current > pushed_through && now >= last_push + every)) {
       read->all_rows = read_request.all_rows() && first;
+      if (!first) read->continue_from = pushed_through;
       read->include_dense =
           read_request.include_dense() &&
           (first || dense_every_push ||

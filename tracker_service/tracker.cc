@@ -163,6 +163,19 @@ int64_t Tracker::CursorOf(const Consumer& consumer,
   return it == consumer.table_cursors.end() ? consumer.cursor : it->second;
 }
 
+int64_t Tracker::ReadFrom(const Consumer& consumer, const std::string& fqn,
+                          const DeltaRequest& request, int64_t end) const {
+  const int64_t cursor = CursorOf(consumer, fqn);
+  if (!request.continue_from.has_value() || request.all_rows) return cursor;
+  const int64_t from = *request.continue_from;
+  if (from <= cursor || from > end) return cursor;
+  // Pending ends are compaction bounds (CompactBetweenCursorsLocked): the
+  // batches from there on are still apart from those before.
+  const std::vector<int64_t> ends = consumer.PendingEnds(fqn);
+  return std::find(ends.begin(), ends.end(), from) != ends.end() ? from
+                                                                 : cursor;
+}
+
 int64_t Tracker::MaxCursor(const std::string& fqn) const {
   // A pending read's end counts: compacting across it would hide rows from the
   // consumer once it commits.
@@ -597,7 +610,7 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   delta.start_batch = end;
   try {
     for (const std::string& fqn : fqns) {
-      const int64_t from = CursorOf(*consumer, fqn);
+      const int64_t from = ReadFrom(*consumer, fqn, request, end);
       delta.start_batch = std::min(delta.start_batch, from);
       // Compacting between every pair of cursors, not only from the largest
       // as TorchRec does, means the consumers that read later find one

@@ -81,6 +81,13 @@ struct DeltaRequest {
   // Also read the model's dense parameters (LiveRowsReader::ReadDense), at
   // the same step boundary as the rows' values.
   bool include_dense = false;
+  // Acknowledged mode: start at this batch instead of the consumer's cursor
+  // in every table where it is the end of one of the consumer's pending reads
+  // (a subscription's previous push): the rows before it were delivered
+  // already, and until a commit they are still held for a redelivery. Where
+  // it is no such end (committed, forgotten, another table), the read starts
+  // at the cursor as usual. Not with all_rows.
+  std::optional<int64_t> continue_from;
 };
 
 // One table's rows in a delta; every tensor is on the host, row i for ids[i].
@@ -359,6 +366,10 @@ class Tracker {
   Consumer* FindConsumer(absl::string_view name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t CursorOf(const Consumer& consumer, const std::string& fqn) const;
+  // Where `request` reads `fqn` from: the cursor, or continue_from.
+  int64_t ReadFrom(const Consumer& consumer, const std::string& fqn,
+                   const DeltaRequest& request, int64_t end) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t MaxCursor(const std::string& fqn) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t MinCursor(const std::string& fqn) const

@@ -1,9 +1,11 @@
 // Freshness of predictors following a trainer that runs at full speed, and
 // the replica's apply and lookup throughput.
 //
-// 1. The real trainer (embedded defaults, --steps=-1, rowwise_adagrad,
-//    consumers p100 and p1000) and two real predictors at once, publishing
-//    every 100 ms and every 1000 ms. Once both are ready, a window of
+// 1. The real trainer (embedded defaults with acknowledged reads,
+//    --steps=-1, rowwise_adagrad) and three real predictors at once,
+//    committing what they apply: in memory publishing every 100 ms and every
+//    1000 ms, and with a RocksDB replica (synced writes) every 100 ms. Once
+//    all are ready, a window of
 //    --seconds; then each predictor's Status (proto/predictor.proto):
 //    freshness (apply completion minus the oldest change a push carried),
 //    versions and rows applied in the window, lag; and the trainer's steps/s
@@ -28,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +42,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "clients/delta_client.h"
 #include "clients/replica.h"
 #include "proto/predictor.grpc.pb.h"
@@ -133,7 +137,9 @@ std::optional<v1::PredictorStatus> StatusOf(v1::ReplicaLookup::Stub& stub) {
 }
 
 struct Predictor {
+  std::string name;  // its consumer name
   int64_t every_ms;
+  bool rocksdb;
   std::unique_ptr<Process> process;
   std::unique_ptr<v1::ReplicaLookup::Stub> stub;
   v1::PredictorStatus start;
@@ -153,18 +159,29 @@ int Freshness() {
   // The children's stderr (progress lines, summaries) goes to the log.
   const std::string log_path = absl::GetFlag(FLAGS_child_log);
   const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const std::string work = std::filesystem::temp_directory_path() /
+                           absl::StrFormat("freshness_bench.%d", getpid());
+  std::filesystem::remove_all(work);
+  std::filesystem::create_directories(work);
+  std::ofstream(work + "/trainer.textproto")
+      << "tracker { acknowledged_reads: true }\n";
+  std::vector<Predictor> predictors;
+  predictors.push_back({"p100", 100, false});
+  predictors.push_back({"p1000", 1000, false});
+  predictors.push_back({"p100_rocksdb", 100, true});
+  std::vector<std::string> names;
+  for (const Predictor& p : predictors) names.push_back(p.name);
   Process trainer(
       "trainer/trainer",
-      {"--steps=-1", "--mode=rowwise_adagrad", "--consumers=p100,p1000"}, log);
-  std::vector<Predictor> predictors;
-  for (int64_t every_ms : {100, 1000}) {
-    predictors.push_back({every_ms});
-    predictors.back().process = std::make_unique<Process>(
-        "clients/predictor",
-        std::vector<std::string>{"--target=" + trainer.target(),
-                                 absl::StrFormat("--consumer=p%d", every_ms),
-                                 absl::StrFormat("--every_ms=%d", every_ms)},
-        log);
+      {"--config=" + work + "/trainer.textproto", "--steps=-1",
+       "--mode=rowwise_adagrad", "--consumers=" + absl::StrJoin(names, ",")},
+      log);
+  for (Predictor& p : predictors) {
+    std::vector<std::string> flags = {
+        "--target=" + trainer.target(), "--consumer=" + p.name,
+        absl::StrFormat("--every_ms=%d", p.every_ms)};
+    if (p.rocksdb) flags.push_back("--replica_db=" + work + "/" + p.name);
+    p.process = std::make_unique<Process>("clients/predictor", flags, log);
   }
   if (log >= 0) close(log);
   for (Predictor& p : predictors) {
@@ -182,8 +199,8 @@ int Freshness() {
     while (!(status = StatusOf(*p.stub)).has_value() || !status->ready()) {
       if (Clock::now() > deadline) {
         return Fail(absl::StrFormat(
-            "predictor p%d not ready after 180 s (last error: %s); see %s",
-            p.every_ms, status ? status->last_error() : "no status", log_path));
+            "predictor %s not ready after 180 s (last error: %s); see %s",
+            p.name, status ? status->last_error() : "no status", log_path));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -201,46 +218,55 @@ int Freshness() {
       (batch1->current_batch() - batch0->current_batch()) / window_s;
 
   absl::PrintF(
-      "freshness: trainer (embedded defaults, rowwise_adagrad, --steps=-1) "
-      "and 2 predictors at once, %.1f s window, trainer %.1f steps/s\n",
+      "freshness: trainer (embedded defaults, acknowledged reads, "
+      "rowwise_adagrad, --steps=-1) and 3 predictors at once, %.1f s window, "
+      "trainer %.1f steps/s\n",
       window_s, steps_per_s);
   absl::PrintF(
-      "  interval  p50 ms  p99 ms  max ms  p99 bound  samples  versions  "
-      "rows applied  lag_steps\n");
+      "  predictor     interval  p50 ms  p99 ms  max ms  p99 bound  samples  "
+      "versions  rows applied  lag_steps  refused commits\n");
   int failed = 0;
   for (Predictor& p : predictors) {
     std::optional<v1::PredictorStatus> s = StatusOf(*p.stub);
     if (!s.has_value()) {
-      absl::PrintF("  %5d ms  no status\n", p.every_ms);
+      absl::PrintF("  %-12s  no status\n", p.name);
       ++failed;
       continue;
     }
     // Applies and rows in the window; freshness over the last 10000 pushes.
     const int64_t versions = s->applied_deltas() - p.start.applied_deltas();
     const int64_t rows = s->applied_rows() - p.start.applied_rows();
+    const int64_t refused =
+        s->superseded_commits() - p.start.superseded_commits();
     const bool bounded = p.every_ms == 100;
     const bool ok = s->freshness_p99_ms() <= kBoundP99Ms;
     absl::PrintF(
-        "  %5d ms  %6.1f  %6.1f  %6.1f  %9s  %7d  %8d  %12d  %9d\n", p.every_ms,
-        s->freshness_p50_ms(), s->freshness_p99_ms(), s->freshness_max_ms(),
+        "  %-12s  %5d ms  %6.1f  %6.1f  %6.1f  %9s  %7d  %8d  %12d  %9d  "
+        "%15d\n",
+        p.name, p.every_ms, s->freshness_p50_ms(), s->freshness_p99_ms(),
+        s->freshness_max_ms(),
         bounded ? absl::StrFormat("%.0f %s", kBoundP99Ms, ok ? "ok" : "OVER")
                 : "-",
-        s->freshness_samples(), versions, rows, s->lag_steps());
+        s->freshness_samples(), versions, rows, s->lag_steps(), refused);
     if (!s->last_error().empty()) {
       absl::PrintF("    last error: %s\n", s->last_error());
     }
     if (absl::GetFlag(FLAGS_json)) {
       absl::PrintF(
-          "{\"bench\":\"freshness\",\"every_ms\":%d,\"p50_ms\":%.2f,"
+          "{\"bench\":\"freshness\",\"predictor\":\"%s\",\"every_ms\":%d,"
+          "\"replica\":\"%s\",\"p50_ms\":%.2f,"
           "\"p99_ms\":%.2f,\"max_ms\":%.2f,\"bound_p99_ms\":%s,"
           "\"samples\":%d,\"versions\":%d,\"rows\":%d,\"lag_steps\":%d,"
+          "\"refused_commits\":%d,"
           "\"trainer_steps_per_s\":%.2f,\"window_s\":%.2f}\n",
-          p.every_ms, s->freshness_p50_ms(), s->freshness_p99_ms(),
-          s->freshness_max_ms(), bounded ? "1000" : "null",
-          s->freshness_samples(), versions, rows, s->lag_steps(), steps_per_s,
-          window_s);
+          p.name, p.every_ms, p.rocksdb ? "rocksdb" : "memory",
+          s->freshness_p50_ms(), s->freshness_p99_ms(), s->freshness_max_ms(),
+          bounded ? "1000" : "null", s->freshness_samples(), versions, rows,
+          s->lag_steps(), refused, steps_per_s, window_s);
     }
   }
+  predictors.clear();  // the RocksDB replica closes before its files go
+  std::filesystem::remove_all(work);
   return failed;
 }
 

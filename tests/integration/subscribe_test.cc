@@ -140,6 +140,37 @@ TEST(SubscribeTest, PushesAfterTMillisecondsWhenABatchClosed) {
   EXPECT_EQ(subscriber.pushed().back().ids, std::vector<int64_t>{7});
 }
 
+TEST(SubscribeTest, AcknowledgedPushesFollowEachOtherAndComeAgainAfterABreak) {
+  ServerProcess server({"--consumers=s", "--acknowledged_reads"});
+  ASSERT_GT(server.port(), 0);
+  auto producer = DeltaClient::Create(server.target());
+  {
+    // No commits: each push still brings only the batches after the last.
+    Subscriber subscriber(server.target(), Every("s", 1, 0));
+    ASSERT_TRUE(subscriber.WaitForEnd(0));
+    for (int64_t batch = 0; batch < 3; ++batch) {
+      RecordAndStep(*producer, 100 + batch);
+      ASSERT_TRUE(subscriber.WaitForEnd(batch + 1));
+    }
+    EXPECT_TRUE(subscriber.Stop().ok());
+    std::vector<Pushed> pushed = subscriber.pushed();
+    ASSERT_EQ(pushed.size(), 4u);
+    for (size_t i = 1; i < pushed.size(); ++i) {
+      EXPECT_EQ(pushed[i].start_batch, pushed[i - 1].end_batch);
+      EXPECT_EQ(pushed[i].ids, std::vector<int64_t>{99 + int64_t(i)});
+    }
+    // One commit in the middle: what follows it stays uncommitted.
+    ASSERT_TRUE(producer->Commit("s", pushed[1].end_batch).ok());
+  }
+  // A new stream: from the committed batch, every uncommitted row again.
+  Subscriber again(server.target(), Every("s", 1, 0));
+  ASSERT_TRUE(again.WaitForEnd(3));
+  EXPECT_TRUE(again.Stop().ok());
+  ASSERT_FALSE(again.pushed().empty());
+  EXPECT_EQ(again.pushed()[0].start_batch, 1);
+  EXPECT_EQ(again.pushed()[0].ids, (std::vector<int64_t>{101, 102}));
+}
+
 TEST(SubscribeTest, UnknownConsumerOrBadRequestIsAnError) {
   ServerProcess server({"--consumers=s"});
   ASSERT_GT(server.port(), 0);

@@ -657,6 +657,52 @@ TEST(TrackerTest, ReadsAheadOfCommitsAreCommittedInTurn) {
   EXPECT_EQ(tracker->Status().usage.total.ids, 0);
 }
 
+TEST(TrackerTest, ContinueFromReadsWhatFollowsAPendingRead) {
+  // A subscription's pushes: each from the previous push's end, while the
+  // consumer's commits lag behind; a new stream starts at the cursor again.
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  options.consumers = {"a", "b"};
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options);
+  DeltaRequest push;
+  push.consumer = "a";
+  push.through_current_batch = false;
+  std::vector<Delta> pushes;
+  for (int64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(tracker->RecordLookup({{"f1", Ids({id, 10})}}).ok());
+    tracker->TriggerCompaction();
+    tracker->Step();
+    if (!pushes.empty()) push.continue_from = pushes.back().end_batch;
+    auto delta = tracker->GetDelta(push);
+    ASSERT_TRUE(delta.ok()) << delta.status();
+    pushes.push_back(*std::move(delta));
+    Read(*tracker, "b");  // compacts and reads past a's pending ends
+  }
+  EXPECT_EQ(IdsOf(pushes[0], kT1), (std::vector<int64_t>{1, 10}));
+  EXPECT_EQ(pushes[1].start_batch, pushes[0].end_batch);
+  EXPECT_EQ(IdsOf(pushes[1], kT1), (std::vector<int64_t>{2, 10}));
+  EXPECT_EQ(IdsOf(pushes[2], kT1), (std::vector<int64_t>{3, 10}));
+
+  // A stream that broke before any commit: everything again, from the cursor.
+  DeltaRequest again = push;
+  again.continue_from.reset();
+  auto redelivered = tracker->GetDelta(again);
+  ASSERT_TRUE(redelivered.ok());
+  EXPECT_EQ(IdsOf(*redelivered, kT1), (std::vector<int64_t>{1, 2, 3, 10}));
+
+  // continue_from that is no pending end reads from the cursor.
+  ASSERT_TRUE(tracker->Commit("a", pushes[0].end_batch).ok());
+  again.continue_from = pushes[0].end_batch - 1;
+  auto from_cursor = tracker->GetDelta(again);
+  ASSERT_TRUE(from_cursor.ok());
+  EXPECT_EQ(from_cursor->start_batch, pushes[0].end_batch);
+  EXPECT_EQ(IdsOf(*from_cursor, kT1), (std::vector<int64_t>{2, 3, 10}));
+  // The newest commit makes every earlier push final.
+  ASSERT_TRUE(tracker->Commit("a", pushes[2].end_batch).ok());
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads, 0);
+}
+
 TEST(TrackerTest, PendingReadsAreBounded) {
   TrackerOptions options;
   options.acknowledged_reads = true;
