@@ -16,15 +16,6 @@
 #include <thread>
 #include <vector>
 
-// ThreadSanitizer: RocksDB's memtable is read and written concurrently by
-// design (lock-free, with atomics in Debian's uninstrumented librocksdb that
-// TSan cannot see), so its memcpy/memcmp on rows look like races. Our own
-// code's locking is still checked.
-extern "C" const char* __tsan_default_suppressions() {
-  return "called_from_lib:librocksdb.so\n"
-         "race:rocksdb::\n";
-}
-
 namespace deltastream {
 namespace {
 
