@@ -49,6 +49,12 @@ std::unique_ptr<DeltaClient> DeltaClient::Create(const std::string& target,
                                                  ClientOptions options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
+  const int max_backoff_ms =
+      static_cast<int>(options.max_reconnect_backoff.count());
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              std::min(100, max_backoff_ms));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::min(100, max_backoff_ms));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_backoff_ms);
   auto credentials = options.tls_root_certs_pem.empty()
                          ? grpc::InsecureChannelCredentials()
                          : grpc::SslCredentials(grpc::SslCredentialsOptions{

@@ -65,6 +65,11 @@ struct ClientOptions {
   std::string auth_token;
   // PEM root certificates to verify the server with: non-empty means TLS.
   std::string tls_root_certs_pem;
+  // How long the channel waits, at most, before it tries to connect again
+  // after failing to (gRPC's backoff starts at 100 ms here and grows to this).
+  // gRPC's own default grows to 120 s, so a client retrying a restarted
+  // trainer every second would fail fast for seconds after it is back.
+  std::chrono::milliseconds max_reconnect_backoff{1000};
 };
 
 // Fills `options` from the credential files the CLI, the predictor and the

@@ -226,6 +226,40 @@ TEST_F(EndToEndTest, ReplicaAndChainEqualTheTrainerAcrossCrashes) {
   EXPECT_TRUE(chain.ok()) << chain.status() << "\n" << job->out() << job->err();
 }
 
+TEST_F(EndToEndTest, PredictorBootstrappedFromTheChainEqualsTheTrainer) {
+  // A predictor (re)starting with an empty replica loads the checkpoint
+  // job's chain instead of a full read of the trainer, then follows the
+  // trainer from its consumer's cursor.
+  ServerProcess trainer(
+      TrainerFlags("consumers: \"predictor\" consumers: \"checkpoint\" "
+                   "acknowledged_reads: true"),
+      "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  const std::string target = trainer.target();
+  Background job(JobCommand(target, 300), work_ + "/job");
+  ASSERT_TRUE(WaitForBatch(target, 60));
+  std::vector<std::string> flags = PredictorFlags(target, "predictor", 100);
+  flags.push_back("--bootstrap_chain=" + work_ + "/chain");
+  ServerProcess predictor(flags, "clients/predictor", work_ + "/predictor.err");
+  ASSERT_GT(predictor.port(), 0);
+  ASSERT_TRUE(WaitForBatch(target, 150));
+
+  EXPECT_EQ(trainer.Stop(SIGTERM), 0);
+  job.Stop(SIGTERM);
+  const CheckpointModel model = FinalModel(work_ + "/run");
+  ASSERT_GE(model.step, 150);
+  PredictorClient lookup(predictor.port());
+  ASSERT_TRUE(lookup.WaitForVersion(model.step));
+  const std::string log = ReadText(work_ + "/predictor.err");
+  EXPECT_NE(log.find("rows from the chain in"), std::string::npos) << log;
+  EXPECT_EQ(log.find("full read"), std::string::npos) << log;
+  EXPECT_EQ(lookup.Status().resyncs(), 0);
+  absl::StatusOr<Verified> replica = VerifyReplica(model, predictor.target());
+  ASSERT_TRUE(replica.ok()) << replica.status();
+  EXPECT_EQ(replica->rows, 800000);
+  ExpectApplyLogContiguous(work_ + "/predictor.applied", model.step);
+}
+
 TEST_F(EndToEndTest, ConsumersAtDifferentRatesKeepTheStoreBounded) {
   std::vector<std::string> trainer_flags = TrainerFlags(
       "consumers: \"fast\" consumers: \"slow\" consumers: \"checkpoint\" "
