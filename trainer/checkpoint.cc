@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -26,9 +27,7 @@ std::vector<std::string> CheckpointFiles(const std::string& dir) {
   std::vector<std::string> files;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(kPrefix, 0) == 0 && name.size() > sizeof(kSuffix) &&
-        name.compare(name.size() - 3, 3, kSuffix) == 0) {
+    if (CheckpointStep(entry.path().string()).has_value()) {
       files.push_back(entry.path().string());
     }
   }
@@ -124,6 +123,21 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
   }
   info.elapsed = absl::Now() - start;
   return info;
+}
+
+std::optional<int64_t> CheckpointStep(const std::string& path) {
+  const std::string name = std::filesystem::path(path).filename().string();
+  const size_t prefix = sizeof(kPrefix) - 1, suffix = sizeof(kSuffix) - 1;
+  if (name.size() <= prefix + suffix || name.rfind(kPrefix, 0) != 0 ||
+      name.compare(name.size() - suffix, suffix, kSuffix) != 0) {
+    return std::nullopt;
+  }
+  int64_t step = 0;
+  if (!absl::SimpleAtoi(name.substr(prefix, name.size() - prefix - suffix),
+                        &step)) {
+    return std::nullopt;
+  }
+  return step;
 }
 
 std::optional<std::string> LatestCheckpoint(const std::string& dir) {

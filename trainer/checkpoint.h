@@ -51,6 +51,10 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
 // dir).
 std::optional<std::string> LatestCheckpoint(const std::string& dir);
 
+// The step in a checkpoint file's name ("checkpoint-<step>.pt", any
+// directory); nullopt for another name.
+std::optional<int64_t> CheckpointStep(const std::string& path);
+
 // Loads a checkpoint into `model` and `dense_optimizer` (on the model's
 // device). DataLoss for a file that does not parse; InvalidArgument, naming
 // the tensor, when it does not fit the model (another architecture or table

@@ -67,20 +67,11 @@ int Count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// The trainer's newest full checkpoint: its step and path (-1 when none).
+// The trainer's newest checkpoint: its step and path ({-1, ""}: none yet).
 std::pair<int64_t, std::string> NewestCheckpoint(const std::string& dir) {
-  std::pair<int64_t, std::string> newest = {-1, ""};
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("checkpoint-", 0) != 0 || name.size() < 15 ||
-        name.compare(name.size() - 3, 3, ".pt") != 0) {
-      continue;
-    }
-    const int64_t step = std::stoll(name.substr(11, name.size() - 14));
-    if (step > newest.first) newest = {step, entry.path().string()};
-  }
-  return newest;
+  const std::optional<std::string> path = LatestCheckpoint(dir);
+  if (!path.has_value()) return {-1, ""};
+  return {CheckpointStep(*path).value_or(-1), *path};
 }
 
 // The chain in `dir` against the trainer's final checkpoint, bit for bit
