@@ -5,6 +5,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
@@ -17,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "proto/predictor.pb.h"
@@ -305,7 +307,18 @@ constexpr absl::string_view kRowsEnd = "s";
 constexpr absl::string_view kTablesBegin = "t";
 constexpr absl::string_view kTablesEnd = "u";
 
+rocksdb::Slice ToSlice(absl::string_view s) {
+  return rocksdb::Slice(s.data(), s.size());
+}
+
 constexpr uint64_t kSignBit = uint64_t{1} << 63;
+constexpr size_t kIdBytes = 8;
+
+bool IsRowKey(const rocksdb::Slice& key) {
+  return key.size() >= kRowsBegin.size() + 2 + kIdBytes &&
+         key.starts_with(ToSlice(kRowsBegin)) &&
+         key[key.size() - kIdBytes - 1] == '\0';
+}
 
 std::string RowKey(absl::string_view fqn, int64_t id) {
   std::string key = absl::StrCat(kRowsBegin, fqn);
@@ -318,12 +331,17 @@ std::string RowKey(absl::string_view fqn, int64_t id) {
   return key;
 }
 
-std::string TableKey(absl::string_view fqn) {
-  return absl::StrCat(kTablesBegin, fqn);
+// The ID of a row key (IsRowKey).
+int64_t RowKeyId(const rocksdb::Slice& key) {
+  uint64_t value = 0;
+  for (size_t i = key.size() - kIdBytes; i < key.size(); ++i) {
+    value = value << 8 | static_cast<uint8_t>(key[i]);
+  }
+  return static_cast<int64_t>(value ^ kSignBit);
 }
 
-rocksdb::Slice ToSlice(absl::string_view s) {
-  return rocksdb::Slice(s.data(), s.size());
+std::string TableKey(absl::string_view fqn) {
+  return absl::StrCat(kTablesBegin, fqn);
 }
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
@@ -340,6 +358,10 @@ absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
 
 class RocksRowStore;
 
+// The IDs each table holds, by table name.
+using HeldIds =
+    std::map<std::string, absl::flat_hash_set<int64_t>, std::less<>>;
+
 class RocksStagedWrite : public StagedWrite {
  public:
   explicit RocksStagedWrite(RocksRowStore* store) : store_(store) {}
@@ -348,6 +370,8 @@ class RocksStagedWrite : public StagedWrite {
 
   rocksdb::WriteBatch batch;
   TableInfos infos_after;
+  bool reset = false;
+  HeldIds new_ids;  // by table: the IDs it did not hold before this write
 
  private:
   RocksRowStore* const store_;
@@ -375,6 +399,7 @@ class RocksRowStore : public Replica::RowStore {
   absl::StatusOr<std::unique_ptr<StagedWrite>> Stage(
       const ApplyPlan& plan, const DenseParameters& dense_after) override {
     auto staged = std::make_unique<RocksStagedWrite>(this);
+    staged->reset = plan.reset;
     TableInfos& infos = staged->infos_after;
     if (!plan.reset) infos = infos_;
     rocksdb::WriteBatch& batch = staged->batch;
@@ -390,9 +415,9 @@ class RocksRowStore : public Replica::RowStore {
     for (const TableWrite& write : plan.tables) {
       auto [it, added] = infos.try_emplace(write.fqn, write.info);
       if (added) it->second.rows = 0;
-      absl::StatusOr<int64_t> new_rows = CountNewRows(write, added);
-      if (!new_rows.ok()) return new_rows.status();
-      it->second.rows += *new_rows;
+      absl::flat_hash_set<int64_t>& new_ids = staged->new_ids[write.fqn];
+      NewIds(write, plan.reset, new_ids);
+      it->second.rows += static_cast<int64_t>(new_ids.size());
       for (const auto& [ids, values] : write.parts) {
         const int64_t* id = ids.data_ptr<int64_t>();
         const char* row = static_cast<const char*>(values.data_ptr());
@@ -470,6 +495,63 @@ class RocksRowStore : public Replica::RowStore {
   RocksRowStore(std::string path, std::unique_ptr<rocksdb::DB> db)
       : path_(std::move(path)), db_(std::move(db)) {}
 
+  // Reads every row's ID into held_ids_ (once, when opening), checking each
+  // row against its table's record: DataLoss for a row of a table without a
+  // record, a row of the wrong size, or a count that differs from the record.
+  absl::Status LoadHeldIds() {
+    auto corrupt = [this](absl::string_view what) {
+      return absl::DataLossError(
+          absl::StrCat("replica database '", path_, "': ", what));
+    };
+    rocksdb::ReadOptions options;
+    options.fill_cache = false;  // one pass over every row: keep the cache
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
+    absl::string_view fqn;  // the table of the rows read last
+    absl::flat_hash_set<int64_t>* held = nullptr;
+    size_t row_bytes = 0;
+    for (it->Seek(ToSlice(kRowsBegin));
+         it->Valid() && it->key().compare(ToSlice(kRowsEnd)) < 0; it->Next()) {
+      const rocksdb::Slice key = it->key();
+      if (!IsRowKey(key)) {
+        return corrupt(absl::StrCat(
+            "row key '", absl::CHexEscape(key.ToString()), "' is malformed"));
+      }
+      const absl::string_view key_fqn(
+          key.data() + kRowsBegin.size(),
+          key.size() - kRowsBegin.size() - kIdBytes - 1);
+      if (held == nullptr || key_fqn != fqn) {
+        auto info = infos_.find(key_fqn);
+        if (info == infos_.end()) {
+          return corrupt(absl::StrCat("rows of table '", key_fqn,
+                                      "', which has no table record"));
+        }
+        fqn = info->first;
+        held = &held_ids_[info->first];
+        row_bytes = static_cast<size_t>(RowBytes(info->second));
+      }
+      const int64_t id = RowKeyId(key);
+      if (it->value().size() != row_bytes) {
+        return corrupt(absl::StrCat("row ", id, " of table '", fqn, "' has ",
+                                    it->value().size(), " bytes, not ",
+                                    row_bytes));
+      }
+      held->insert(id);
+    }
+    if (!it->status().ok())
+      return FromRocks(it->status(), "cannot read", path_);
+    for (const auto& [name, info] : infos_) {
+      auto found = held_ids_.find(name);
+      const int64_t rows = found == held_ids_.end()
+                               ? 0
+                               : static_cast<int64_t>(found->second.size());
+      if (rows != info.rows) {
+        return corrupt(absl::StrCat("table '", name, "' records ", info.rows,
+                                    " rows but holds ", rows));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Lookups read the database as it is now: what a write persisted becomes
   // visible (called under the replica's writer lock).
   void ReadAtLatest() {
@@ -478,45 +560,28 @@ class RocksRowStore : public Replica::RowStore {
     if (previous != nullptr) db_->ReleaseSnapshot(previous);
   }
 
-  // The distinct IDs of `write` that the table does not hold yet (all of
-  // them for a table `created` by this write).
-  absl::StatusOr<int64_t> CountNewRows(const TableWrite& write, bool created) {
-    std::vector<int64_t> distinct;
+  // Adds to `new_ids` the IDs of `write` that its table does not hold (all
+  // of them when the write is a `reset`).
+  void NewIds(const TableWrite& write, bool reset,
+              absl::flat_hash_set<int64_t>& new_ids) const {
+    static const absl::flat_hash_set<int64_t> kNone;
+    auto found = held_ids_.find(write.fqn);
+    const absl::flat_hash_set<int64_t>& held =
+        reset || found == held_ids_.end() ? kNone : found->second;
     for (const auto& [ids, values] : write.parts) {
       const int64_t* id = ids.data_ptr<int64_t>();
-      distinct.insert(distinct.end(), id, id + ids.size(0));
-    }
-    // Sorted IDs make sorted keys: MultiGet then reads each block once.
-    std::sort(distinct.begin(), distinct.end(), [](int64_t a, int64_t b) {
-      return (static_cast<uint64_t>(a) ^ kSignBit) <
-             (static_cast<uint64_t>(b) ^ kSignBit);
-    });
-    distinct.erase(std::unique(distinct.begin(), distinct.end()),
-                   distinct.end());
-    if (created) return static_cast<int64_t>(distinct.size());
-    std::vector<std::string> keys;
-    keys.reserve(distinct.size());
-    for (int64_t id : distinct) keys.push_back(RowKey(write.fqn, id));
-    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
-    std::vector<rocksdb::PinnableSlice> values(keys.size());
-    std::vector<rocksdb::Status> statuses(keys.size());
-    db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(),
-                  keys.size(), slices.data(), values.data(), statuses.data(),
-                  /*sorted_input=*/true);
-    int64_t added = 0;
-    for (const rocksdb::Status& status : statuses) {
-      if (status.IsNotFound()) {
-        ++added;
-      } else if (!status.ok()) {
-        return FromRocks(status, "cannot read", path_);
+      for (int64_t i = 0; i < ids.size(0); ++i) {
+        if (!held.contains(id[i])) new_ids.insert(id[i]);
       }
     }
-    return added;
   }
 
   const std::string path_;
   const std::unique_ptr<rocksdb::DB> db_;
   TableInfos infos_;
+  // Every row's ID, so that a write counts the rows it adds without reading
+  // the database (a MultiGet of the written IDs took over half of an apply).
+  HeldIds held_ids_;
   // What lookups read: the database as of the last published write, so that
   // a write persisting meanwhile stays invisible until it is published.
   const rocksdb::Snapshot* snapshot_ = nullptr;
@@ -532,13 +597,34 @@ absl::Status RocksStagedWrite::Persist() {
 
 void RocksStagedWrite::Publish() {
   store_->infos_ = std::move(infos_after);
+  if (reset) store_->held_ids_.clear();
+  for (auto& [fqn, ids] : new_ids) {
+    absl::flat_hash_set<int64_t>& held = store_->held_ids_[fqn];
+    if (held.empty()) {
+      held = std::move(ids);
+    } else {
+      held.insert(ids.begin(), ids.end());
+    }
+  }
   store_->ReadAtLatest();
 }
+
+// The table part of a row key (RowKey without the ID); other keys have none.
+class RowKeyTable : public rocksdb::SliceTransform {
+ public:
+  const char* Name() const override { return "deltastream.RowKeyTable"; }
+  rocksdb::Slice Transform(const rocksdb::Slice& key) const override {
+    return rocksdb::Slice(key.data(), key.size() - kIdBytes);
+  }
+  bool InDomain(const rocksdb::Slice& key) const override {
+    return IsRowKey(key);
+  }
+};
 
 rocksdb::Options DbOptions(int64_t cache_bytes) {
   rocksdb::BlockBasedTableOptions table;
   table.block_cache = rocksdb::NewLRUCache(static_cast<size_t>(cache_bytes));
-  // Lookups and row counts probe single keys: a Bloom filter skips the files
+  // Lookups probe single keys: a Bloom filter skips the files
   // that cannot hold them.
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   rocksdb::Options options;
@@ -549,6 +635,11 @@ rocksdb::Options DbOptions(int64_t cache_bytes) {
   options.compression = rocksdb::kNoCompression;
   options.info_log_level = rocksdb::WARN_LEVEL;
   options.keep_log_file_num = 2;
+  // A write's rows of one table come in ID order: each insert into the
+  // memtable starts where the previous one of that table ended (apply 0.48
+  // to 0.65 M rows/s in freshness_bench).
+  options.memtable_insert_with_hint_prefix_extractor =
+      std::make_shared<RowKeyTable>();
   return options;
 }
 
@@ -641,6 +732,7 @@ absl::StatusOr<std::unique_ptr<RocksRowStore>> RocksRowStore::Open(
     info.rows = record.rows();
   }
   if (!it->status().ok()) return FromRocks(it->status(), "cannot read", path);
+  if (absl::Status s = store->LoadHeldIds(); !s.ok()) return s;
   store->ReadAtLatest();
   return store;
 }

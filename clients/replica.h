@@ -37,7 +37,12 @@ namespace deltastream {
 // sign bit flipped; the raw row bytes as value; the version, run id and dense
 // parameters under meta keys). A RocksDB apply is one synced WriteBatch:
 // atomic and durable when Apply returns. Opening an existing database
-// restores its version, run id, rows and dense parameters bit for bit.
+// restores its version, run id, rows and dense parameters bit for bit. The
+// RocksDB backend keeps every row's ID in memory (a hash set per table, about
+// 16 bytes a row, against the row's own dim * dtype bytes on disk) so that an
+// apply counts the rows it adds without reading the database; opening reads
+// every row once to rebuild it, and refuses (DataLoss) a database whose rows
+// disagree with their table's record (a count, a row size, a table missing).
 //
 // Thread safety: a Replica is safe for concurrent use without external
 // locking. Lookups never see half an apply, nor a new version's rows with the
@@ -52,7 +57,7 @@ namespace deltastream {
 struct ReplicaOptions {
   // RocksDB directory (created when missing); empty: in memory.
   std::string db_path;
-  // RocksDB's block cache: rows read recently (lookups, row counts) stay in
+  // RocksDB's block cache: rows read recently by lookups stay in
   // memory up to this many bytes.
   int64_t cache_bytes = int64_t{256} << 20;
 };

@@ -1,16 +1,18 @@
 // The replica's contracts (clients/replica.h) on both backends: applies and
 // lookups, dense parameters swapped with the rows, resets, reopening a
-// RocksDB replica bit for bit, bad input changing nothing, and lookups
-// running while applies install (run under TSan too).
+// RocksDB replica bit for bit (and refusing a damaged one), bad input changing
+// nothing, and lookups running while applies install (run under TSan too).
 #include "clients/replica.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <string>
 #include <thread>
@@ -393,6 +395,13 @@ TEST(RocksDbReplicaTest, ReopenKeepsEverythingBitForBit) {
   EXPECT_TRUE(SameBytes(dense.parameters[0].second, dense_w));
   EXPECT_EQ(dense.parameters[1].first, "b");
   EXPECT_TRUE(SameBytes(dense.parameters[1].second, dense_b));
+  // Rows counted after a reopen: IDs 4 and 5 are held, 10 and 11 are new.
+  ASSERT_TRUE((*replica)
+                  ->Apply({Delta({{"half", Ids({4, 10, 5, 11}),
+                                   half_rows.narrow(0, 0, 4)}})},
+                          131, "run-x")
+                  .ok());
+  EXPECT_EQ((*replica)->RowCount("half"), 8);
 
   // A reset survives a reopen too: nothing of the old contents comes back.
   ASSERT_TRUE((*replica)
@@ -404,9 +413,75 @@ TEST(RocksDbReplicaTest, ReopenKeepsEverythingBitForBit) {
   EXPECT_EQ((*replica)->Version(), 7);
   EXPECT_EQ((*replica)->RunId(), "y");
   EXPECT_EQ((*replica)->Tables().size(), 1u);
+  EXPECT_EQ((*replica)->RowCount("t"), 1);
   EXPECT_TRUE((*replica)->Dense().parameters.empty());
   EXPECT_EQ((*replica)->Lookup("big", big_ids).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// The key RocksDB holds row `id` of table `fqn` under (clients/replica.h).
+std::string RowKey(const std::string& fqn, int64_t id) {
+  std::string key = "r" + fqn;
+  key.push_back('\0');
+  const uint64_t value = static_cast<uint64_t>(id) ^ (uint64_t{1} << 63);
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    key.push_back(static_cast<char>((value >> shift) & 0xff));
+  }
+  return key;
+}
+
+// Opening checks every row against its table's record: rows lost, or rows
+// of the wrong size, are refused as DataLoss rather than served.
+TEST(RocksDbReplicaTest, ReopenRefusesRowsThatDisagreeWithTheirTable) {
+  struct Damage {
+    std::string name;
+    std::function<rocksdb::Status(rocksdb::DB&)> apply;
+    std::string message;
+  };
+  const std::vector<Damage> damages = {
+      {"lost",
+       [](rocksdb::DB& db) {
+         return db.Delete(rocksdb::WriteOptions(), RowKey("t", -2));
+       },
+       "table 't' records 3 rows but holds 2"},
+      {"short",
+       [](rocksdb::DB& db) {
+         return db.Put(rocksdb::WriteOptions(), RowKey("t", 7), "abc");
+       },
+       "row 7 of table 't' has 3 bytes, not 8"},
+      {"orphan",
+       [](rocksdb::DB& db) {
+         return db.Put(rocksdb::WriteOptions(), RowKey("gone", 1), "12345678");
+       },
+       "rows of table 'gone', which has no table record"},
+  };
+  for (const Damage& damage : damages) {
+    SCOPED_TRACE(damage.name);
+    const std::string dir = TempDir("damaged_" + damage.name);
+    {
+      absl::StatusOr<std::unique_ptr<Replica>> replica =
+          Replica::Open(AtPath(dir));
+      ASSERT_TRUE(replica.ok()) << replica.status();
+      ASSERT_TRUE(
+          (*replica)
+              ->Apply({Delta({{"t", Ids({-2, 7, 9}), Filled(3, 2, 1)}})}, 1,
+                      "run")
+              .ok());
+    }
+    {
+      rocksdb::DB* raw = nullptr;
+      ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), dir, &raw).ok());
+      std::unique_ptr<rocksdb::DB> db(raw);
+      ASSERT_TRUE(damage.apply(*db).ok());
+    }
+    absl::StatusOr<std::unique_ptr<Replica>> replica =
+        Replica::Open(AtPath(dir));
+    EXPECT_EQ(replica.status().code(), absl::StatusCode::kDataLoss)
+        << replica.status();
+    EXPECT_NE(replica.status().message().find(damage.message),
+              absl::string_view::npos)
+        << replica.status();
+  }
 }
 
 TEST(RocksDbReplicaTest, RefusesDirectoriesThatAreNotReplicas) {
