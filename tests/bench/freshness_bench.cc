@@ -16,14 +16,11 @@
 //    --rows rows (over --tables tables, dim 16 float32, sorted unique random
 //    IDs over 1M) applied --repeat times; median rows/s and MB/s (IDs +
 //    values), and Lookup of 4096 IDs the replica holds, per table.
-// The processes' stderr goes to --child_log.
+// The processes' stderr goes to --child_logs.<name>.log.
 //
 //   bazel run -c opt //tests/bench:freshness_bench -- [--seconds=30 --json]
 #include <ATen/ATen.h>
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -39,22 +36,22 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/delta_client.h"
 #include "clients/replica.h"
 #include "proto/predictor.grpc.pb.h"
 #include "tests/bench/timing.h"
+#include "tests/integration/server_process.h"
 
 ABSL_FLAG(int, seconds, 30, "measured window once the predictors are ready");
 ABSL_FLAG(int64_t, rows, 100000, "rows per applied delta (all tables)");
 ABSL_FLAG(int, tables, 8, "tables per delta");
 ABSL_FLAG(int, repeat, 5, "applies per backend; medians are reported");
 ABSL_FLAG(bool, json, false, "also print one JSON line per row");
-ABSL_FLAG(std::string, child_log, "/tmp/freshness_bench.log",
-          "stderr of the trainer and the predictors");
+ABSL_FLAG(std::string, child_logs, "/tmp/freshness_bench",
+          "stderr of the trainer and of each predictor goes to "
+          "<child_logs>.<trainer|predictor name>.log");
 
 namespace deltastream {
 namespace {
@@ -67,63 +64,6 @@ constexpr double kBoundP99Ms = 1000;  // DESIGN.md, at a 100 ms interval
 constexpr int64_t kIdSpace = 1000000;
 constexpr int64_t kDim = 16;
 constexpr int64_t kLookupIds = 4096;
-
-std::string runfiles;  // the workspace's runfiles; empty: the working dir
-
-// `bazel run` sets no TEST_SRCDIR: RUNFILES_DIR or this binary's runfiles.
-// Found none, paths are relative to the working directory (bazel run's is
-// the workspace's runfiles; CMake's build dir holds trainer/trainer).
-void FindRunfiles(const char* argv0) {
-  for (const char* dir :
-       {std::getenv("TEST_SRCDIR"), std::getenv("RUNFILES_DIR")}) {
-    if (dir == nullptr) continue;
-    runfiles = std::string(dir) + "/deltastream/";
-    return;
-  }
-  const std::string dir = std::string(argv0) + ".runfiles/deltastream/";
-  if (std::filesystem::exists(dir + "trainer/trainer")) runfiles = dir;
-}
-
-// tests/integration/server_process.h's ServerProcess (a private library),
-// with the child's stderr to `log`: a binary printing "listening on
-// HOST:PORT" first, on a free loopback port; killed on destruction.
-class Process {
- public:
-  Process(const std::string& binary, std::vector<std::string> flags, int log) {
-    flags.insert(flags.begin(), {runfiles + binary, "--listen=127.0.0.1:0"});
-    int out[2];
-    if (pipe(out) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      if (log >= 0) dup2(log, STDERR_FILENO);
-      close(out[0]);
-      std::vector<char*> args;
-      for (std::string& a : flags) args.push_back(a.data());
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-    close(out[1]);
-    stream_ = fdopen(out[0], "r");
-    char line[256];
-    if (stream_ != nullptr &&
-        std::fgets(line, sizeof(line), stream_) != nullptr &&
-        absl::StartsWith(line, "listening on ")) {
-      target_ = std::string(absl::StripAsciiWhitespace(line + 13));
-    }
-  }
-  ~Process() {
-    if (pid_ > 0 && kill(pid_, SIGKILL) == 0) waitpid(pid_, nullptr, 0);
-    if (stream_ != nullptr) std::fclose(stream_);
-  }
-  const std::string& target() const { return target_; }  // empty: failed
-
- private:
-  pid_t pid_ = -1;
-  FILE* stream_ = nullptr;
-  std::string target_;
-};
 
 std::optional<v1::PredictorStatus> StatusOf(v1::ReplicaLookup::Stub& stub) {
   grpc::ClientContext context;
@@ -140,7 +80,7 @@ struct Predictor {
   std::string name;  // its consumer name
   int64_t every_ms;
   bool rocksdb;
-  std::unique_ptr<Process> process;
+  std::unique_ptr<ServerProcess> process;
   std::unique_ptr<v1::ReplicaLookup::Stub> stub;
   v1::PredictorStatus start;
 };
@@ -152,13 +92,15 @@ int Fail(const std::string& message) {
 
 int Freshness() {
   for (const char* bin : {"trainer/trainer", "clients/predictor"}) {
-    if (access((runfiles + bin).c_str(), X_OK) != 0) {
-      return Fail("no " + runfiles + bin);
+    if (access(RunfilePath(bin).c_str(), X_OK) != 0) {
+      return Fail("no " + RunfilePath(bin));
     }
   }
-  // The children's stderr (progress lines, summaries) goes to the log.
-  const std::string log_path = absl::GetFlag(FLAGS_child_log);
-  const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // The children's stderr (progress lines, summaries) goes to their logs.
+  const std::string logs = absl::GetFlag(FLAGS_child_logs);
+  auto log_of = [&logs](const std::string& name) {
+    return logs + "." + name + ".log";
+  };
   const std::string work = std::filesystem::temp_directory_path() /
                            absl::StrFormat("freshness_bench.%d", getpid());
   std::filesystem::remove_all(work);
@@ -171,22 +113,21 @@ int Freshness() {
   predictors.push_back({"p100_rocksdb", 100, true});
   std::vector<std::string> names;
   for (const Predictor& p : predictors) names.push_back(p.name);
-  Process trainer(
-      "trainer/trainer",
+  ServerProcess trainer(
       {"--config=" + work + "/trainer.textproto", "--steps=-1",
        "--mode=rowwise_adagrad", "--consumers=" + absl::StrJoin(names, ",")},
-      log);
+      "trainer/trainer", log_of("trainer"));
   for (Predictor& p : predictors) {
     std::vector<std::string> flags = {
         "--target=" + trainer.target(), "--consumer=" + p.name,
         absl::StrFormat("--every_ms=%d", p.every_ms)};
     if (p.rocksdb) flags.push_back("--replica_db=" + work + "/" + p.name);
-    p.process = std::make_unique<Process>("clients/predictor", flags, log);
+    p.process = std::make_unique<ServerProcess>(flags, "clients/predictor",
+                                                log_of(p.name));
   }
-  if (log >= 0) close(log);
   for (Predictor& p : predictors) {
-    if (trainer.target().empty() || p.process->target().empty()) {
-      return Fail("a process did not start; see " + log_path);
+    if (trainer.port() == 0 || p.process->port() == 0) {
+      return Fail("a process did not start; see " + logs + ".*.log");
     }
     p.stub = v1::ReplicaLookup::NewStub(grpc::CreateChannel(
         p.process->target(), grpc::InsecureChannelCredentials()));
@@ -200,7 +141,8 @@ int Freshness() {
       if (Clock::now() > deadline) {
         return Fail(absl::StrFormat(
             "predictor %s not ready after 180 s (last error: %s); see %s",
-            p.name, status ? status->last_error() : "no status", log_path));
+            p.name, status ? status->last_error() : "no status",
+            log_of(p.name)));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -368,6 +310,5 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  deltastream::FindRunfiles(argv[0]);
   return deltastream::Main();
 }

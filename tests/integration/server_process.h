@@ -15,13 +15,26 @@
 
 namespace deltastream {
 
-// A binary of this workspace, from the test's runfiles.
+// A file of this workspace (a binary): from the runfiles of a test
+// (TEST_SRCDIR), or of a binary that `bazel run` started (RUNFILES_DIR) or
+// that was started by hand (the runfiles tree beside /proc/self/exe); else
+// `path` itself, relative to the working directory (the workspace root, or
+// CMake's build directory).
 inline std::string RunfilePath(const std::string& path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr) return path;  // run by hand from the workspace root
-  return std::string(srcdir) + "/" + (workspace ? workspace : "deltastream") +
-         "/" + path;
+  const std::string in_runfiles =
+      std::string("/") + (workspace ? workspace : "deltastream") + "/" + path;
+  for (const char* dir :
+       {std::getenv("TEST_SRCDIR"), std::getenv("RUNFILES_DIR")}) {
+    if (dir != nullptr) return dir + in_runfiles;
+  }
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    const std::string beside = std::string(exe, n) + ".runfiles" + in_runfiles;
+    if (access(beside.c_str(), F_OK) == 0) return beside;
+  }
+  return path;
 }
 
 // Scratch space: Bazel's TEST_TMPDIR, else /tmp.
