@@ -109,21 +109,30 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
-json TensorJson(const at::Tensor& tensor) {
-  if (tensor.scalar_type() == at::kLong) {
-    at::Tensor t = tensor.contiguous();
-    return std::vector<int64_t>(t.data_ptr<int64_t>(),
-                                t.data_ptr<int64_t>() + t.numel());
-  }
-  at::Tensor t = tensor.to(at::kFloat).contiguous();
-  const float* data = t.data_ptr<float>();
-  if (t.dim() == 1) return std::vector<float>(data, data + t.numel());
+// A 1-D tensor as a list, a 2-D one as a list of rows, of T.
+template <typename T>
+json NumbersJson(const at::Tensor& tensor, at::ScalarType as) {
+  at::Tensor t = tensor.to(as).contiguous();
+  const T* data = t.data_ptr<T>();
+  if (t.dim() == 1) return std::vector<T>(data, data + t.numel());
   json rows = json::array();
   const int64_t cols = t.numel() / std::max<int64_t>(1, t.size(0));
   for (int64_t r = 0; r < t.size(0); ++r) {
-    rows.push_back(std::vector<float>(data + r * cols, data + (r + 1) * cols));
+    rows.push_back(std::vector<T>(data + r * cols, data + (r + 1) * cols));
   }
   return rows;
+}
+
+// IDs as integers; float64 values as doubles; other floats as floats.
+json TensorJson(const at::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case at::kLong:
+      return NumbersJson<int64_t>(tensor, at::kLong);
+    case at::kDouble:
+      return NumbersJson<double>(tensor, at::kDouble);
+    default:
+      return NumbersJson<float>(tensor, at::kFloat);
+  }
 }
 
 json SnapshotJson(const v1::SnapshotInfo& info) {

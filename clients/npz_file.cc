@@ -26,6 +26,8 @@ absl::StatusOr<std::string> Descr(at::ScalarType dtype) {
       return std::string("<f4");
     case at::kHalf:
       return std::string("<f2");
+    case at::kDouble:
+      return std::string("<f8");
     case at::kBool:
       return std::string("|b1");
     case at::kByte:

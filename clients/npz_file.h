@@ -15,10 +15,11 @@ namespace deltastream {
 // Writes named arrays as a NumPy .npz file (what numpy.savez writes): a ZIP
 // archive, entries stored uncompressed, one "<name>.npy" per array in NPY
 // format 1.0, C order, little-endian. dtypes: int64 '<i8', int32 '<i4',
-// float32 '<f4', float16 '<f2', bool '|b1', uint8 '|u1'; bfloat16, which NumPy
-// lacks, is written as float32 (exact). ZIP64 records are written when an
-// entry or the archive passes 4 GiB (or always, with `force_zip64`). Device
-// or non-contiguous tensors are copied to contiguous host memory first.
+// float32 '<f4', float16 '<f2', float64 '<f8', bool '|b1', uint8 '|u1';
+// bfloat16, which NumPy lacks, is written as float32 (exact). ZIP64 records
+// are written when an entry or the archive passes 4 GiB (or always, with
+// `force_zip64`). Device or non-contiguous tensors are copied to contiguous
+// host memory first.
 // The file appears whole or not at all: written to "<path>.tmp", then
 // renamed. Errors name the path; no exception escapes.
 absl::Status WriteNpz(

@@ -28,8 +28,8 @@ namespace deltastream {
 // applying a delta overwrites rows, and applying one again is harmless.
 //
 // Tables are created by the first delta that brings rows for them; a table's
-// dtype (float32, float16, bfloat16 or int64) and row width (dim) are fixed
-// from then on, until Reset.
+// dtype (float32, float16, bfloat16, float64 or int64) and row width (dim) are
+// fixed from then on, until Reset.
 //
 // Backends (ReplicaOptions::db_path): in memory (per table a hash map from ID
 // to a slot of one contiguous row buffer), or RocksDB for tables larger than

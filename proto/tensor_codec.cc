@@ -22,6 +22,8 @@ absl::StatusOr<v1::Tensor::DType> WireDType(at::ScalarType dtype) {
       return v1::Tensor::FLOAT16;
     case at::kBFloat16:
       return v1::Tensor::BFLOAT16;
+    case at::kDouble:
+      return v1::Tensor::FLOAT64;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "tensors of ", c10::toString(dtype), " cannot go on the wire"));
@@ -38,6 +40,8 @@ absl::StatusOr<at::ScalarType> HostDType(int dtype) {
       return at::kHalf;
     case v1::Tensor::BFLOAT16:
       return at::kBFloat16;
+    case v1::Tensor::FLOAT64:
+      return at::kDouble;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown tensor dtype ", dtype));

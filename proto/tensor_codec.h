@@ -15,9 +15,9 @@ absl::StatusOr<v1::Tensor::DType> WireDType(at::ScalarType dtype);
 // The host dtype of a wire dtype; InvalidArgument for an unknown one.
 absl::StatusOr<at::ScalarType> HostDType(int dtype);
 
-// Writes `tensor` (int64, float32, float16 or bfloat16; any device, any
-// layout) as raw little-endian bytes with dtype and shape. InvalidArgument for
-// another dtype.
+// Writes `tensor` (int64, float32, float16, bfloat16 or float64; any device,
+// any layout) as raw little-endian bytes with dtype and shape. InvalidArgument
+// for another dtype.
 absl::Status EncodeTensor(const at::Tensor& tensor, v1::Tensor* out);
 
 // Reads a wire tensor into a new host tensor. InvalidArgument, with the

@@ -333,6 +333,11 @@ absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables) {
       if (!states.ok()) return states.status();
       table.states = *std::move(states);
     }
+    // The store keeps float32, float16 or bfloat16 states: those of a
+    // float64 table (its rows, or its optimizer's) are kept as float32.
+    if (table.states.defined() && table.states.scalar_type() == at::kDouble) {
+      table.states = table.states.to(at::kFloat);
+    }
     kept.push_back(std::move(table));
   }
   if (kept.empty()) return absl::OkStatus();

@@ -267,7 +267,9 @@ class Tracker {
   // e.g. over the network). `states` per mode: kEmbedding the embedding rows;
   // optimizer modes the optimizer row states (read through the LiveRowsReader
   // when absent). Skipped FQNs are ignored; with declared modules, an unknown
-  // FQN is NotFound.
+  // FQN is NotFound. Here and in RecordLookup, float64 states (a "double"
+  // table's rows or optimizer states) are kept as float32: they rank rows
+  // and report movement, while values are read from the table itself.
   absl::Status RecordTables(std::vector<TableLookup> tables)
       ABSL_LOCKS_EXCLUDED(mu_);
 

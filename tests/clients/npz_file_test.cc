@@ -57,6 +57,7 @@ TEST(NpzFileTest, NumpyLoadsEveryDtypeAndShape) {
       {"f32", at::arange(12, at::kFloat).reshape({3, 4}) / 8},
       {"f16", at::arange(6, at::kFloat).reshape({2, 3}).to(at::kHalf)},
       {"bf16", at::arange(4, at::kFloat).to(at::kBFloat16) * 2},
+      {"f64", at::arange(4, at::kDouble) / 3},
       {"i32", at::arange(5, at::kInt)},
       {"b", at::tensor({1, 0, 1}).to(at::kBool)},
       {"u8", at::arange(3, at::kByte)},
@@ -80,6 +81,7 @@ TEST(NpzFileTest, NumpyLoadsEveryDtypeAndShape) {
   EXPECT_NE(out.find("f32 <f4 (3, 4) 8.25"), std::string::npos) << out;
   EXPECT_NE(out.find("f16 <f2 (2, 3) 15.0"), std::string::npos) << out;
   EXPECT_NE(out.find("bf16 <f4 (4,) 12.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("f64 <f8 (4,) 2.0"), std::string::npos) << out;
   EXPECT_NE(out.find("i32 <i4 (5,) 10.0"), std::string::npos) << out;
   EXPECT_NE(out.find("b |b1 (3,) 2.0"), std::string::npos) << out;
   EXPECT_NE(out.find("u8 |u1 (3,) 3.0"), std::string::npos) << out;

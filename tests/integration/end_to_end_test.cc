@@ -10,7 +10,8 @@
 // apply log must show nothing missed and nothing applied twice. The second
 // runs 2 predictors and 1 checkpoint job reading at different rates with
 // delete-on-read, and checks that the store stays bounded by the slowest
-// consumer's lag.
+// consumer's lag. Others bootstrap a predictor from the chain, and stream
+// float64 tables.
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -140,10 +141,12 @@ class EndToEndTest : public ::testing::Test {
   }
 
   // The trainer on the embedded defaults (DLRM, 8 tables of 100000 x 16,
-  // row-wise Adagrad) with the given tracker settings.
-  std::vector<std::string> TrainerFlags(const std::string& tracker) {
+  // row-wise Adagrad), or on `model`, with the given tracker settings.
+  std::vector<std::string> TrainerFlags(const std::string& tracker,
+                                        const std::string& model = "") {
     const std::string config = work_ + "/trainer.textproto";
-    WriteText(config, "tracker { mode: \"rowwise_adagrad\" " + tracker +
+    WriteText(config, model + "\ntracker { mode: \"rowwise_adagrad\" " +
+                          tracker +
                           " drain_seconds: 60 }\n"
                           "checkpoints { every_steps: 40 }\n"
                           "log_every_steps: 100\n");
@@ -258,6 +261,50 @@ TEST_F(EndToEndTest, PredictorBootstrappedFromTheChainEqualsTheTrainer) {
   ASSERT_TRUE(replica.ok()) << replica.status();
   EXPECT_EQ(replica->rows, 800000);
   ExpectApplyLogContiguous(work_ + "/predictor.applied", model.step);
+}
+
+TEST_F(EndToEndTest, DoubleTablesStreamBitForBit) {
+  // Tables configured as "double" travel as float64 (proto/tensor.proto):
+  // replicas in memory and in RocksDB, and the chain, equal the trainer.
+  ServerProcess trainer(
+      TrainerFlags("consumers: \"memory\" consumers: \"rocksdb\" "
+                   "consumers: \"checkpoint\" acknowledged_reads: true",
+                   "model { tables { name: \"d\" num_embeddings: 20000 "
+                   "embedding_dim: 8 dtype: \"double\" } tables { name: \"f\" "
+                   "num_embeddings: 20000 embedding_dim: 8 } }"),
+      "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  const std::string target = trainer.target();
+  ServerProcess memory(PredictorFlags(target, "memory", 100),
+                       "clients/predictor");
+  std::vector<std::string> rocksdb_flags =
+      PredictorFlags(target, "rocksdb", 100);
+  rocksdb_flags.push_back("--replica_db=" + work_ + "/replica");
+  ServerProcess rocksdb(rocksdb_flags, "clients/predictor");
+  ASSERT_GT(memory.port(), 0);
+  ASSERT_GT(rocksdb.port(), 0);
+  Background job(JobCommand(target, 300), work_ + "/job");
+  ASSERT_TRUE(WaitForBatch(target, 150));
+
+  EXPECT_EQ(trainer.Stop(SIGTERM), 0);
+  job.Stop(SIGTERM);
+  const CheckpointModel model = FinalModel(work_ + "/run");
+  ASSERT_GE(model.step, 150);
+  int double_tables = 0;
+  for (const auto& [name, table] : model.tables) {
+    double_tables += table.scalar_type() == at::kDouble;
+  }
+  EXPECT_EQ(double_tables, 1);
+  for (ServerProcess* predictor : {&memory, &rocksdb}) {
+    PredictorClient lookup(predictor->port());
+    ASSERT_TRUE(lookup.WaitForVersion(model.step));
+    absl::StatusOr<Verified> replica =
+        VerifyReplica(model, predictor->target());
+    ASSERT_TRUE(replica.ok()) << replica.status();
+    EXPECT_EQ(replica->rows, 40000);
+  }
+  absl::StatusOr<Verified> chain = VerifyChain(model, work_ + "/chain");
+  EXPECT_TRUE(chain.ok()) << chain.status() << "\n" << job.out() << job.err();
 }
 
 TEST_F(EndToEndTest, ConsumersAtDifferentRatesKeepTheStoreBounded) {

@@ -8,7 +8,7 @@ namespace {
 
 TEST(TensorCodecTest, EveryDtypeRoundTripsAsRawBytes) {
   for (at::ScalarType dtype :
-       {at::kLong, at::kFloat, at::kHalf, at::kBFloat16}) {
+       {at::kLong, at::kFloat, at::kHalf, at::kBFloat16, at::kDouble}) {
     at::Tensor t = (at::arange(12) - 3).reshape({3, 4}).to(dtype);
     v1::Tensor wire;
     ASSERT_TRUE(EncodeTensor(t.t(), &wire).ok());  // non-contiguous input

@@ -305,6 +305,36 @@ TEST(TrackerTest, OptimizerModesWithoutReaderNeedStates) {
   EXPECT_TRUE(tracker->RecordTables({{kT1, Ids({2}), at::ones({1, 3})}}).ok());
 }
 
+TEST(TrackerTest, Float64StatesAreKeptAsFloat32) {
+  // A "double" table's rows (kEmbedding) or optimizer states: the store
+  // keeps them as float32, in every mode that keeps states.
+  for (TrackingMode mode :
+       {TrackingMode::kEmbedding, TrackingMode::kMomentumLast,
+        TrackingMode::kMomentumDiff}) {
+    SCOPED_TRACE(TrackingModeName(mode));
+    TrackerOptions options;
+    options.mode = mode;
+    options.fqns_to_skip = {"ebc"};  // pooled: not in embedding mode
+    auto tracker = MakeTracker(options);
+    const at::Tensor states =
+        at::tensor({0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, at::kDouble).reshape({2, 3});
+    ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({4, 2}), states}}).ok());
+    if (mode == TrackingMode::kEmbedding) {
+      ASSERT_TRUE(tracker->RecordLookup({{"f3", Ids({7})}}, states[0]).ok());
+    }
+    const Delta delta = Read(*tracker);
+    EXPECT_EQ(IdsOf(delta, kT1), (std::vector<int64_t>{2, 4}));
+    const TableDelta& table = delta.tables.at(kT1);
+    ASSERT_TRUE(table.states.defined());
+    EXPECT_EQ(table.states.scalar_type(), at::kFloat);
+    if (mode == TrackingMode::kEmbedding) {
+      EXPECT_TRUE(at::equal(
+          table.states, states.index_select(0, Ids({1, 0})).to(at::kFloat)));
+      EXPECT_EQ(IdsOf(delta, kT2), std::vector<int64_t>{7});
+    }
+  }
+}
+
 TEST(TrackerTest, TwoConsumersWithDeleteOnRead) {
   TrackerOptions options;
   options.consumers = {"a", "b"};

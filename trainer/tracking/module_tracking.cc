@@ -52,10 +52,7 @@ absl::Status AttachTracker(Tracker& tracker,
             table.fqn = fqn;
             table.ids = lookup.ids[t];
             if (tracker.options().mode == TrackingMode::kEmbedding) {
-              // The store keeps float, half or bfloat16 rows.
-              table.states = lookup.rows[t].scalar_type() == at::kDouble
-                                 ? lookup.rows[t].to(at::kFloat)
-                                 : lookup.rows[t];
+              table.states = lookup.rows[t];
             }
             tables.push_back(std::move(table));
           }
