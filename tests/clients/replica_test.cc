@@ -246,7 +246,7 @@ TEST_P(ReplicaTest, BadInputChangesNothing) {
       Delta({{"t", at::ones({1}, at::kInt), Filled(1, 2, 2)}}),
       Delta({{"t", Ids({2}), at::Tensor()}}),
       Delta({{"t", Ids({2, 3}), Filled(1, 2, 2)}}),
-      Delta({{"x", Ids({2}), at::ones({1, 2}, at::kDouble)}}),
+      Delta({{"x", Ids({2}), at::ones({1, 2}, at::kInt)}}),  // not a wire dtype
       Delta({{"", Ids({2}), Filled(1, 2, 2)}}),
       Delta({{std::string("a\0b", 3), Ids({2}), Filled(1, 2, 2)}}),
       Delta({}, {{"w", at::Tensor()}}),

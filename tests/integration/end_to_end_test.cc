@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "clients/checkpoint_chain.h"
 #include "clients/delta_client.h"
 #include "proto/predictor.grpc.pb.h"
 #include "tests/integration/server_process.h"
@@ -53,6 +55,20 @@ bool WaitForBatch(const std::string& target, int64_t batch,
       std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
     if (TrainerBatch(target) >= batch) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// Waits until the chain in `dir` has its full link (the checkpoint job
+// writes it from its first read, 800000 rows: it may finish after the
+// trainer ran on).
+bool WaitForFullLink(const std::string& dir, int timeout_s = 120) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
+    if (links.ok() && !links->empty() && links->front().full) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
@@ -241,17 +257,21 @@ TEST_F(EndToEndTest, PredictorBootstrappedFromTheChainEqualsTheTrainer) {
   const std::string target = trainer.target();
   Background job(JobCommand(target, 300), work_ + "/job");
   ASSERT_TRUE(WaitForBatch(target, 60));
+  ASSERT_TRUE(WaitForFullLink(work_ + "/chain")) << job.err();
   std::vector<std::string> flags = PredictorFlags(target, "predictor", 100);
   flags.push_back("--bootstrap_chain=" + work_ + "/chain");
   ServerProcess predictor(flags, "clients/predictor", work_ + "/predictor.err");
   ASSERT_GT(predictor.port(), 0);
-  ASSERT_TRUE(WaitForBatch(target, 150));
+  // Once bootstrapped, it follows the trainer for another 60 steps at least.
+  PredictorClient lookup(predictor.port());
+  ASSERT_TRUE(lookup.WaitForVersion(0));
+  const int64_t bootstrapped = TrainerBatch(target);
+  ASSERT_TRUE(WaitForBatch(target, std::max<int64_t>(bootstrapped, 90) + 60));
 
   EXPECT_EQ(trainer.Stop(SIGTERM), 0);
   job.Stop(SIGTERM);
   const CheckpointModel model = FinalModel(work_ + "/run");
   ASSERT_GE(model.step, 150);
-  PredictorClient lookup(predictor.port());
   ASSERT_TRUE(lookup.WaitForVersion(model.step));
   const std::string log = ReadText(work_ + "/predictor.err");
   EXPECT_NE(log.find("rows from the chain in"), std::string::npos) << log;
