@@ -581,6 +581,8 @@ class RocksRowStore : public Replica::RowStore {
   TableInfos infos_;
   // Every row's ID, so that a write counts the rows it adds without reading
   // the database (a MultiGet of the written IDs took over half of an apply).
+  // Only applies use it (Stage, and Persist once the write is durable), one
+  // at a time under the replica's apply mutex; lookups never do.
   HeldIds held_ids_;
   // What lookups read: the database as of the last published write, so that
   // a write persisting meanwhile stays invisible until it is published.
@@ -592,20 +594,23 @@ absl::Status RocksStagedWrite::Persist() {
   options.sync = true;  // durable when Apply returns
   rocksdb::Status status = store_->db_->Write(options, &batch);
   if (!status.ok()) return FromRocks(status, "cannot write", store_->path_);
-  return absl::OkStatus();
-}
-
-void RocksStagedWrite::Publish() {
-  store_->infos_ = std::move(infos_after);
-  if (reset) store_->held_ids_.clear();
+  // The IDs the database now holds (lookups never read them: no need to
+  // wait for the writer lock).
+  HeldIds& held_ids = store_->held_ids_;
+  if (reset) held_ids.clear();
   for (auto& [fqn, ids] : new_ids) {
-    absl::flat_hash_set<int64_t>& held = store_->held_ids_[fqn];
+    absl::flat_hash_set<int64_t>& held = held_ids[fqn];
     if (held.empty()) {
       held = std::move(ids);
     } else {
       held.insert(ids.begin(), ids.end());
     }
   }
+  return absl::OkStatus();
+}
+
+void RocksStagedWrite::Publish() {
+  store_->infos_ = std::move(infos_after);
   store_->ReadAtLatest();
 }
 
