@@ -30,7 +30,7 @@
 //    gap), when the trainer restarted behind the replica's version (another
 //    run whose start batch is below the replica's version), or when a push
 //    cannot be applied.
-//  - A failed subscription is retried with backoff (100 ms doubling to 5 s);
+//  - A failed subscription is retried with backoff (100 ms doubling to 1 s);
 //    lookups keep being served meanwhile.
 //
 // SIGTERM/SIGINT: cancels the subscription, stops serving, exits 0. Exit
@@ -95,8 +95,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Resubscribing waits 100 ms, doubling up to the channel's own reconnect
+// backoff (ClientOptions::max_reconnect_backoff, 1 s): a restarted trainer
+// is followed again within about a second of serving.
 constexpr std::chrono::milliseconds kFirstBackoff{100};
-constexpr std::chrono::milliseconds kLongestBackoff{5000};
+const std::chrono::milliseconds kLongestBackoff =
+    ClientOptions().max_reconnect_backoff;
 constexpr std::chrono::milliseconds kTrainerPoll{200};
 constexpr std::chrono::seconds kSummaryEvery{5};
 constexpr size_t kFreshnessSamples = 10000;
