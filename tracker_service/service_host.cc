@@ -5,25 +5,16 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file_io.h"
 #include "tracker_service/auth.h"
 #include "tracker_service/delta_tracker_service.h"
 
 namespace deltastream {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     const ServiceHostOptions& options) {
@@ -31,9 +22,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     return absl::InvalidArgumentError("a TLS certificate and key go together");
   }
   if (options.tls_cert.empty()) return grpc::InsecureServerCredentials();
-  absl::StatusOr<std::string> cert_pem = ReadFile(options.tls_cert);
+  absl::StatusOr<std::string> cert_pem = ReadSmallFile(options.tls_cert);
   if (!cert_pem.ok()) return cert_pem.status();
-  absl::StatusOr<std::string> key_pem = ReadFile(options.tls_key);
+  absl::StatusOr<std::string> key_pem = ReadSmallFile(options.tls_key);
   if (!key_pem.ok()) return key_pem.status();
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({*key_pem, *cert_pem});

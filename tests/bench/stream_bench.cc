@@ -21,7 +21,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "clients/delta_client.h"
-#include "store/host_memory.h"
+#include "base/host_memory.h"
 #include "tests/bench/raw_stream.grpc.pb.h"
 #include "tests/bench/timing.h"
 #include "tracker_service/delta_tracker_service.h"
