@@ -60,6 +60,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/grpc_server.h"
 #include "base/process.h"
 #include "clients/checkpoint_chain.h"
 #include "clients/delta_client.h"
@@ -843,16 +844,13 @@ int Main() {
 
   ReplicaLookupService service(&predictor);
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return Fail(1, absl::StrCat("cannot listen on ", listen));
-  }
-  std::printf("listening on %s:%d\n",
-              listen.substr(0, listen.rfind(':')).c_str(), port);
+  absl::StatusOr<StartedServer> started =
+      StartServer(builder, listen, grpc::InsecureServerCredentials());
+  if (!started.ok()) return Fail(kExitUsage, started.status());
+  std::unique_ptr<grpc::Server> server = std::move(started->server);
+  std::printf("listening on %s\n", started->address.c_str());
   std::fflush(stdout);
 
   std::atomic<bool> signalled{false};

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file_io.h"
+#include "base/grpc_server.h"
 #include "tracker_service/auth.h"
 #include "tracker_service/delta_tracker_service.h"
 
@@ -79,19 +80,15 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options.listen, *credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              options.max_concurrent_streams);
   builder.RegisterService(host->service_.get());
-  host->server_ = builder.BuildAndStart();
-  if (host->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.listen));
-  }
-  host->address_ = absl::StrCat(
-      options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  absl::StatusOr<StartedServer> started =
+      StartServer(builder, options.listen, *credentials);
+  if (!started.ok()) return started.status();
+  host->server_ = std::move(started->server);
+  host->address_ = std::move(started->address);
   if (host->snapshots_ != nullptr && options.snapshot_interval_s > 0) {
     host->snapshots_->StartPeriodic(absl::Seconds(options.snapshot_interval_s));
   }
