@@ -17,8 +17,8 @@ bool Applies(const TableSpec& table, v1::ShardingType type,
     case v1::DATA_PARALLEL:
     case v1::TABLE_WISE:
       return true;
-    case v1::ROW_WISE:
-      return topology.world_size > 1;
+    case v1::ROW_WISE:  // on one rank the same as TABLE_WISE, but allowed
+      return true;
     case v1::COLUMN_WISE:
       return table.dim >= 2 * min_partition;
     case v1::TABLE_ROW_WISE:

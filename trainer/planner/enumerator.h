@@ -13,8 +13,8 @@ namespace deltastream::planner {
 // Every allowed way to shard each table (TorchRec's EmbeddingEnumerator),
 // each shard with its storage and cost estimates.
 //
-// Sharding types: DATA_PARALLEL and TABLE_WISE always; ROW_WISE when there
-// is more than one rank; COLUMN_WISE when the table is at least two minimum
+// Sharding types: DATA_PARALLEL, TABLE_WISE and ROW_WISE always (on one
+// rank ROW_WISE is one shard, like TABLE_WISE); COLUMN_WISE when the table is at least two minimum
 // partitions wide; TABLE_ROW_WISE for pooled tables when the world spans
 // hosts. A table's `sharding_types` narrows these. Kernels: on CPUs FUSED;
 // on GPUs FUSED and FUSED_UVM_CACHING as the table's placement allows;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,8 +17,12 @@
 namespace deltastream::planner {
 namespace {
 
+// Bytes in the largest unit that keeps them above 1.
 std::string Gib(int64_t bytes) {
-  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  const double value = static_cast<double>(bytes);
+  if (value >= (1 << 30)) return absl::StrFormat("%.2f GiB", value / (1 << 30));
+  if (value >= (1 << 20)) return absl::StrFormat("%.2f MiB", value / (1 << 20));
+  return absl::StrFormat("%.2f KiB", value / (1 << 10));
 }
 
 int64_t Primary(const Storage& storage, const Topology& topology) {
@@ -50,18 +55,25 @@ std::pair<Partition, PartitionStrategy> PartitionEither(
           PartitionStrategy::kMemoryBalanced};
 }
 
-// Each table's option with the least storage in the deciding tier.
+// Each table's option whose largest shard is the smallest (in the deciding
+// tier), then the least storage in all, then the cheapest: the form most
+// likely to fit.
 Proposal SmallestProposal(const OptionsByTable& options,
                           const Topology& topology) {
+  const auto key = [&](const ShardingOption& option) {
+    int64_t largest = 0;
+    for (const ShardEstimate& shard : option.shards) {
+      largest = std::max(largest, Primary(shard.storage, topology));
+    }
+    return std::make_tuple(largest, Primary(option.total_storage, topology),
+                           option.total_cost);
+  };
   Proposal proposal(options.size(), 0);
   for (size_t t = 0; t < options.size(); ++t) {
     for (size_t j = 1; j < options[t].size(); ++j) {
-      const ShardingOption& a = options[t][j];
-      const ShardingOption& b = options[t][proposal[t]];
-      const auto key = [&](const ShardingOption& o) {
-        return std::make_pair(Primary(o.total_storage, topology), o.total_cost);
-      };
-      if (key(a) < key(b)) proposal[t] = static_cast<int>(j);
+      if (key(options[t][j]) < key(options[t][proposal[t]])) {
+        proposal[t] = static_cast<int>(j);
+      }
     }
   }
   return proposal;
@@ -104,18 +116,33 @@ absl::Status NothingFits(absl::Span<const TableSpec> tables,
   }
 
   absl::StrAppend(&message, "What would make it fit:\n");
+  // The least storage each table can take in all, and whether more ranks
+  // shrink its shards (row-wise forms do).
   int64_t total = 0;
   int64_t buffers = 0;
-  int64_t largest_fixed_shard = 0;  // a shard that more ranks do not shrink
+  int64_t unsplittable = 0;  // the largest shard more ranks do not shrink
   for (size_t t = 0; t < options.size(); ++t) {
-    const ShardingOption& option = options[t][smallest[t]];
-    total += Primary(option.total_storage, topology);
-    for (const ShardEstimate& shard : option.shards) {
-      buffers += shard.input_bytes + shard.output_bytes;
-      if (option.type != v1::ROW_WISE && option.type != v1::TABLE_ROW_WISE) {
-        largest_fixed_shard =
-            std::max(largest_fixed_shard, Primary(shard.storage, topology));
+    int64_t least = -1;
+    int64_t smallest_fixed = -1;
+    for (const ShardingOption& option : options[t]) {
+      const int64_t storage = Primary(option.total_storage, topology);
+      if (least < 0 || storage < least) least = storage;
+      if (option.type == v1::ROW_WISE || option.type == v1::TABLE_ROW_WISE) {
+        smallest_fixed = 0;
+        continue;
       }
+      int64_t largest = 0;
+      for (const ShardEstimate& shard : option.shards) {
+        largest = std::max(largest, Primary(shard.storage, topology));
+      }
+      if (smallest_fixed < 0 || largest < smallest_fixed) {
+        smallest_fixed = largest;
+      }
+    }
+    total += least;
+    unsplittable = std::max(unsplittable, smallest_fixed);
+    for (const ShardEstimate& shard : options[t][smallest[t]].shards) {
+      buffers += shard.input_bytes + shard.output_bytes;
     }
   }
   const int64_t per_rank = Primary(usable, topology);
@@ -125,19 +152,24 @@ absl::Status NothingFits(absl::Span<const TableSpec> tables,
                     tier, " (lower STORAGE_RESERVE_PERCENT, now ",
                     topology.storage_reserve_percent * 100,
                     "%, or a smaller batch for the KJT share)\n");
-  } else if (largest_fixed_shard > per_rank) {
-    absl::StrAppend(&message,
-                    "  - more memory per rank: a shard that is not "
-                    "row-wise needs ",
-                    Gib(largest_fixed_shard), " on one rank\n");
   } else {
     const int64_t ranks = (total + per_rank - 1) / per_rank;
     absl::StrAppend(&message, "  - more ranks: the tables need at least ",
-                    Gib(total), " of ", tier, " in their smallest form; about ",
+                    Gib(total), " of ", tier, " in all; about ",
                     std::max<int64_t>(ranks, topology.world_size + 1),
-                    " ranks of this size hold it\n");
+                    " ranks of this size hold that\n");
+    if (unsplittable > per_rank) {
+      absl::StrAppend(&message,
+                      "  - more memory per rank: a table that cannot be "
+                      "split row-wise needs ",
+                      Gib(unsplittable), " on one rank\n");
+    }
   }
-  if (buffers > 0) {
+  int64_t missing = 0;
+  for (const UnplacedShard& shard : partition.unplaced) {
+    missing += Primary(shard.missing, topology);
+  }
+  if (buffers > 0 && buffers * 100 >= missing) {
     absl::StrAppend(&message, "  - a smaller batch: I/O buffers take ",
                     Gib(buffers), " of it at batch size ", topology.batch_size,
                     " (halving it frees about ", Gib(buffers / 2), ")\n");
