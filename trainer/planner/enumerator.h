@@ -14,11 +14,11 @@ namespace deltastream::planner {
 // each shard with its storage and cost estimates.
 //
 // Sharding types: DATA_PARALLEL, TABLE_WISE and ROW_WISE always (on one
-// rank ROW_WISE is one shard, like TABLE_WISE); COLUMN_WISE when the table is at least two minimum
-// partitions wide; TABLE_ROW_WISE for pooled tables when the world spans
-// hosts. A table's `sharding_types` narrows these. Kernels: on CPUs FUSED;
-// on GPUs FUSED and FUSED_UVM_CACHING as the table's placement allows;
-// DENSE for data-parallel tables (device placement only).
+// rank ROW_WISE is one shard, like TABLE_WISE); COLUMN_WISE when the table is
+// at least two minimum partitions wide; TABLE_ROW_WISE for pooled tables when
+// the world spans hosts. A table's `sharding_types` narrows these. Kernels: on
+// CPUs FUSED; on GPUs FUSED and FUSED_UVM_CACHING as the table's placement
+// allows; DENSE for data-parallel tables (device placement only).
 //
 // Data-parallel and row-wise shards come with their ranks (rank order);
 // the others have rank -1 (table-row-wise shards: their position on the

@@ -47,6 +47,9 @@ class Placer {
     partition_.unplaced.push_back(UnplacedShard{
         options_[option]->table, static_cast<int>(shard), rank,
         estimate.storage, Missing(estimate.storage, FreeOn(rank))});
+    // Charged to the rank all the same, so that the next shard that does
+    // not fit goes elsewhere and `used` shows each rank's shortfall.
+    partition_.used[rank] += estimate.storage;
   }
 
   // The rank with the most room in the deciding tier (ties: lowest rank).

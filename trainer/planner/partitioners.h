@@ -25,7 +25,8 @@ enum class PartitionStrategy {
 absl::string_view PartitionStrategyName(PartitionStrategy strategy);
 
 // A shard that found no room: on `rank` (the one with the most room left,
-// or its fixed rank), `missing` bytes short.
+// or its fixed rank), `missing` bytes short when it was placed. It is
+// charged to that rank's `used` all the same.
 struct UnplacedShard {
   int table = 0;  // the option's table
   int shard = 0;  // index in the option's shards
@@ -38,7 +39,7 @@ struct UnplacedShard {
 struct Partition {
   // ranks[i][s]: the rank of shard s of options[i].
   std::vector<std::vector<int>> ranks;
-  std::vector<Storage> used;  // per rank
+  std::vector<Storage> used;  // per rank (over `usable` where shards failed)
   std::vector<Cost> cost;     // per rank
   std::vector<UnplacedShard> unplaced;
   double max_cost = 0;  // the largest per-rank total cost, ms

@@ -1,9 +1,9 @@
 #include "trainer/planner/planner.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <tuple>
 #include <utility>
 
@@ -94,27 +94,43 @@ absl::Status NothingFits(absl::Span<const TableSpec> tables,
       Gib(Primary(reservation.total, topology)),
       topology.storage_reserve_percent * 100, Gib(reservation.dense),
       Gib(reservation.kjt), Gib(Primary(usable, topology)));
-  absl::StrAppend(
-      &message, "Tables that cannot be placed, even in their smallest form:\n");
-  std::set<int> failing;
+  // Per table, the shards that found no room; per rank, what is missing
+  // with those shards put where there was most room.
+  std::map<int, int> failing;
+  for (const UnplacedShard& shard : partition.unplaced) ++failing[shard.table];
+  absl::StrAppend(&message,
+                  "Tables that cannot be placed, even in their smallest "
+                  "form:\n");
   constexpr int kMaxLines = 20;
   int lines = 0;
-  for (const UnplacedShard& shard : partition.unplaced) {
-    failing.insert(shard.table);
-    if (lines++ >= kMaxLines) continue;
-    const ShardingOption& option = options[shard.table][smallest[shard.table]];
+  for (const auto& [t, count] : failing) {
+    if (lines++ == kMaxLines) {
+      absl::StrAppend(&message, "  ... and ", failing.size() - kMaxLines,
+                      " more tables\n");
+    }
+    if (lines > kMaxLines) continue;
+    const ShardingOption& option = options[t][smallest[t]];
+    int64_t largest = 0;
+    for (const ShardEstimate& shard : option.shards) {
+      largest = std::max(largest, Primary(shard.storage, topology));
+    }
     absl::StrAppendFormat(
         &message,
-        "  table '%s' (%s shard %d of %d, %s %s): %s missing on rank %d\n",
-        tables[shard.table].name, ShardingTypeName(option.type), shard.shard,
-        option.shards.size(), Gib(Primary(shard.needed, topology)), tier,
-        Gib(Primary(shard.missing, topology)), shard.rank);
+        "  table '%s': %s, %d of its %d shards (up to %s %s) find no "
+        "room\n",
+        tables[t].name, ShardingTypeName(option.type), count,
+        option.shards.size(), Gib(largest), tier);
   }
-  if (lines > kMaxLines) {
-    absl::StrAppend(&message, "  ... and ", lines - kMaxLines,
-                    " more shards\n");
+  absl::StrAppend(&message, "Missing per rank:\n");
+  for (int rank = 0; rank < topology.world_size; ++rank) {
+    const int64_t needed = Primary(partition.used[rank], topology);
+    const int64_t has = Primary(usable, topology);
+    if (needed <= has) continue;
+    absl::StrAppendFormat(&message,
+                          "  rank %d: %s missing (its shards need %s, it has "
+                          "%s)\n",
+                          rank, Gib(needed - has), Gib(needed), Gib(has));
   }
-
   absl::StrAppend(&message, "What would make it fit:\n");
   // The least storage each table can take in all, and whether more ranks
   // shrink its shards (row-wise forms do).
@@ -174,7 +190,7 @@ absl::Status NothingFits(absl::Span<const TableSpec> tables,
                     Gib(buffers), " of it at batch size ", topology.batch_size,
                     " (halving it frees about ", Gib(buffers / 2), ")\n");
   }
-  for (int t : failing) {
+  for (const auto& [t, unused] : failing) {
     const TableSpec& table = tables[t];
     if (table.sharding_types.empty() && table.placement == Placement::kAny) {
       continue;

@@ -398,7 +398,7 @@ TEST(Planner, NothingFitsSaysWhichTablesRanksAndWhatWouldHelp) {
   ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
   const std::string message(plan.status().message());
   EXPECT_THAT(message, HasSubstr("table 'huge'"));
-  EXPECT_THAT(message, HasSubstr("missing on rank"));
+  EXPECT_THAT(message, HasSubstr("missing (its shards need"));
   EXPECT_THAT(message, HasSubstr("more ranks"));
   EXPECT_THAT(message, ::testing::Not(HasSubstr("a smaller batch")));
   EXPECT_THAT(message, ::testing::Not(HasSubstr("'small'")));
