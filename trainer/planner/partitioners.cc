@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
+#include <utility>
 
 namespace deltastream::planner {
 namespace {
@@ -102,28 +104,36 @@ class Placer {
     }
   }
 
-  void PlaceFree(size_t option, PartitionStrategy strategy) {
+  // What orders the ranks for a free shard: least cost first (greedy) or
+  // most room first (memory-balanced).
+  double RankKey(int rank, PartitionStrategy strategy) const {
+    return strategy == PartitionStrategy::kGreedyCost
+               ? partition_.cost[rank].total()
+               : -static_cast<double>(Primary(FreeOn(rank), topology_));
+  }
+
+  // Each shard onto the first rank in `ranked` order that has room; the
+  // set is kept ordered as ranks fill (ties: the lower rank).
+  void PlaceFree(size_t option, PartitionStrategy strategy,
+                 std::set<std::pair<double, int>>& ranked) {
     const ShardingOption& o = *options_[option];
     for (size_t s = 0; s < o.shards.size(); ++s) {
       const Storage& needed = o.shards[s].storage;
       int best = -1;
-      for (int rank = 0; rank < topology_.world_size; ++rank) {
-        if (!needed.FitsIn(FreeOn(rank))) continue;
-        if (best < 0) {
+      for (const auto& [key, rank] : ranked) {
+        if (needed.FitsIn(FreeOn(rank))) {
           best = rank;
-        } else if (strategy == PartitionStrategy::kGreedyCost
-                       ? partition_.cost[rank].total() <
-                             partition_.cost[best].total()
-                       : Primary(FreeOn(rank), topology_) >
-                             Primary(FreeOn(best), topology_)) {
-          best = rank;
+          break;
         }
       }
+      const int target = best >= 0 ? best : RoomiestRank();
+      ranked.erase({RankKey(target, strategy), target});
       if (best >= 0) {
-        Put(option, s, best);
+        Put(option, s, target);
       } else {
-        Unplaced(option, s, RoomiestRank());
+        Unplaced(option, s, target);
       }
+      ranked.insert({RankKey(target, strategy), target});
     }
   }
 
@@ -149,10 +159,14 @@ class Placer {
     for (size_t i : order) {
       if (options_[i]->type == v1::TABLE_ROW_WISE) PlaceOnHost(i);
     }
+    std::set<std::pair<double, int>> ranked;
+    for (int rank = 0; rank < topology_.world_size; ++rank) {
+      ranked.insert({RankKey(rank, strategy), rank});
+    }
     for (size_t i : order) {
       const v1::ShardingType type = options_[i]->type;
       if (type == v1::TABLE_WISE || type == v1::COLUMN_WISE) {
-        PlaceFree(i, strategy);
+        PlaceFree(i, strategy, ranked);
       }
     }
     for (const Cost& cost : partition_.cost) {

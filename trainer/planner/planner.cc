@@ -42,6 +42,14 @@ std::vector<const ShardingOption*> Chosen(const OptionsByTable& options,
   return chosen;
 }
 
+double TotalCost(const OptionsByTable& options, const Proposal& proposal) {
+  double total = 0;
+  for (size_t t = 0; t < proposal.size(); ++t) {
+    total += options[t][proposal[t]].total_cost;
+  }
+  return total;
+}
+
 // Partitions greedily by cost, then memory-balanced when that fails.
 std::pair<Partition, PartitionStrategy> PartitionEither(
     const std::vector<const ShardingOption*>& chosen, const Topology& topology,
@@ -296,10 +304,7 @@ absl::StatusOr<Plan> MakePlan(absl::Span<const TableSpec> tables,
     *counted = false;
     if (auto it = seen.find(proposal); it != seen.end()) return it->second;
     // No rank can carry less than the mean of the total cost.
-    double total = 0;
-    for (size_t t = 0; t < proposal.size(); ++t) {
-      total += options[t][proposal[t]].total_cost;
-    }
+    const double total = TotalCost(options, proposal);
     if (best && total / topology.world_size >= best->partition.max_cost) {
       return true;  // cannot beat the best (and greedy stops here)
     }
@@ -327,11 +332,36 @@ absl::StatusOr<Plan> MakePlan(absl::Span<const TableSpec> tables,
     }
     proposer->Load(options, topology, usable);
     int evaluated = 0;
-    while (evaluated < planner_options.max_proposals) {
-      std::optional<Proposal> proposal = proposer->Propose();
-      if (!proposal) break;
+    if (proposer->uses_feedback()) {
+      while (evaluated < planner_options.max_proposals) {
+        std::optional<Proposal> proposal = proposer->Propose();
+        if (!proposal) break;
+        bool counted = false;
+        proposer->Feedback(evaluate(*proposal, name, &counted));
+        evaluated += counted ? 1 : 0;
+      }
+      continue;
+    }
+    // A proposer that ignores feedback proposes the same plans in any
+    // order: take them all and partition them by their lower bound, the
+    // lowest first, until no later one can beat the best (branch and
+    // bound: the same best plan as partitioning every one).
+    std::vector<std::pair<double, Proposal>> proposals;
+    while (std::optional<Proposal> proposal = proposer->Propose()) {
+      proposals.emplace_back(TotalCost(options, *proposal),
+                             *std::move(proposal));
+      proposer->Feedback(true);
+    }
+    std::stable_sort(
+        proposals.begin(), proposals.end(),
+        [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [total, proposal] : proposals) {
+      if (evaluated >= planner_options.max_proposals) break;
+      if (best && total / topology.world_size >= best->partition.max_cost) {
+        break;
+      }
       bool counted = false;
-      proposer->Feedback(evaluate(*proposal, name, &counted));
+      evaluate(proposal, name, &counted);
       evaluated += counted ? 1 : 0;
     }
   }

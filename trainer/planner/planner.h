@@ -59,6 +59,11 @@ struct Plan {
 // EmbeddingShardingPlanner.plan): enumerates the options, runs every
 // proposer, partitions each proposal (greedy by cost, then memory-balanced
 // when that fails) and returns the plan with the lowest max-rank cost.
+// Proposals whose total cost over the world size (a lower bound of their
+// max-rank cost) cannot beat the best plan so far are not partitioned; the
+// proposals of proposers that ignore feedback (dp, uniform) are partitioned
+// in order of that bound, so that the search stops at the first that
+// cannot win.
 //
 // Errors: InvalidArgument for a bad topology, table or option; when no
 // proposal fits, ResourceExhausted whose message names the tables that

@@ -51,6 +51,8 @@ class GreedyProposer : public Proposer {
     return proposal;
   }
 
+  bool uses_feedback() const override { return true; }
+
   void Feedback(bool partitionable) override {
     if (partitionable) {
       done_ = true;

@@ -33,6 +33,9 @@ class Proposer {
   virtual std::optional<Proposal> Propose() = 0;
   // Whether the last proposal could be placed on the ranks.
   virtual void Feedback(bool partitionable) = 0;
+  // False when Feedback changes nothing but moving to the next proposal:
+  // the proposals can then be taken all at once and tried in any order.
+  virtual bool uses_feedback() const { return false; }
 };
 
 // TorchRec's GreedyProposer: each table starts at its cheapest option
