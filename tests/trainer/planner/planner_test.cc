@@ -6,6 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -334,6 +337,53 @@ TEST(Planner, AllProposersDoAtLeastAsWellAsEach) {
     if (one.ok()) {
       EXPECT_LE(all->max_cost, one->max_cost + 1e-12) << proposer;
     }
+  }
+}
+
+// Branch and bound finds the plan that partitioning every proposal finds.
+TEST(Planner, BoundedSearchFindsTheBestOfAllProposals) {
+  std::mt19937 random(23);
+  for (int round = 0; round < 6; ++round) {
+    const std::vector<TableSpec> tables = RandomTables(random, 12);
+    Topology topology = Cpu(4, 512 << 20);
+    topology.local_world_size = 2;
+    const StorageReservation reservation =
+        ReserveStorage(topology, tables, 0, 2);
+    const Storage usable = UsableStorage(topology, reservation);
+    absl::StatusOr<OptionsByTable> options =
+        EnumerateOptions(tables, OptimizerKind::kSgd, topology);
+    ASSERT_TRUE(options.ok());
+    std::unique_ptr<Proposer> dp = MakeDynamicProgrammingProposer();
+    dp->Load(*options, topology, usable);
+    double best = std::numeric_limits<double>::infinity();
+    while (std::optional<Proposal> proposal = dp->Propose()) {
+      std::vector<const ShardingOption*> chosen;
+      for (size_t t = 0; t < proposal->size(); ++t) {
+        chosen.push_back(&(*options)[t][(*proposal)[t]]);
+      }
+      for (PartitionStrategy strategy : {PartitionStrategy::kGreedyCost,
+                                         PartitionStrategy::kMemoryBalanced}) {
+        const Partition partition =
+            PartitionShards(chosen, topology, usable, strategy);
+        if (partition.ok()) {
+          // MakePlan tries memory-balanced only when greedy fails.
+          best = std::min(best, partition.max_cost);
+          break;
+        }
+      }
+      dp->Feedback(true);
+    }
+    PlannerOptions planner_options;
+    planner_options.proposers = {"dp"};
+    planner_options.max_proposals = 1 << 20;
+    absl::StatusOr<Plan> plan = MakePlan(tables, OptimizerKind::kSgd, topology,
+                                         reservation, planner_options);
+    if (best == std::numeric_limits<double>::infinity()) {
+      EXPECT_FALSE(plan.ok() && plan->proposer == "dp");
+      continue;
+    }
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_DOUBLE_EQ(plan->max_cost, best) << "round " << round;
   }
 }
 
