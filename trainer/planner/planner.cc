@@ -343,26 +343,20 @@ absl::StatusOr<Plan> MakePlan(absl::Span<const TableSpec> tables,
       continue;
     }
     // A proposer that ignores feedback proposes the same plans in any
-    // order: take them all and partition them by their lower bound, the
-    // lowest first, until no later one can beat the best (branch and
-    // bound: the same best plan as partitioning every one).
-    std::vector<std::pair<double, Proposal>> proposals;
-    while (std::optional<Proposal> proposal = proposer->Propose()) {
-      proposals.emplace_back(TotalCost(options, *proposal),
-                             *std::move(proposal));
-      proposer->Feedback(true);
-    }
-    std::stable_sort(
-        proposals.begin(), proposals.end(),
-        [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [total, proposal] : proposals) {
-      if (evaluated >= planner_options.max_proposals) break;
-      if (best && total / topology.world_size >= best->partition.max_cost) {
+    // order: the lowest lower bound first, until no later one can beat the
+    // best (branch and bound: the same best plan as partitioning them all).
+    proposer->OrderByTotalCost();
+    while (evaluated < planner_options.max_proposals) {
+      std::optional<Proposal> proposal = proposer->Propose();
+      if (!proposal) break;
+      if (best && TotalCost(options, *proposal) / topology.world_size >=
+                      best->partition.max_cost) {
         break;
       }
       bool counted = false;
-      evaluate(proposal, name, &counted);
+      evaluate(*proposal, name, &counted);
       evaluated += counted ? 1 : 0;
+      proposer->Feedback(true);
     }
   }
 

@@ -90,6 +90,7 @@ class UniformProposer : public Proposer {
 
   void Load(const OptionsByTable& options, const Topology&,
             const Storage&) override {
+    options_ = &options;
     proposals_.clear();
     next_ = 0;
     if (options.empty()) return;
@@ -118,7 +119,23 @@ class UniformProposer : public Proposer {
 
   void Feedback(bool) override { ++next_; }
 
+  void OrderByTotalCost() override {
+    auto total = [&](const Proposal& proposal) {
+      double sum = 0;
+      for (size_t t = 0; t < proposal.size(); ++t) {
+        sum += (*options_)[t][proposal[t]].total_cost;
+      }
+      return sum;
+    };
+    std::stable_sort(proposals_.begin() + static_cast<std::ptrdiff_t>(next_),
+                     proposals_.end(),
+                     [&](const Proposal& a, const Proposal& b) {
+                       return total(a) < total(b);
+                     });
+  }
+
  private:
+  const OptionsByTable* options_ = nullptr;
   std::vector<Proposal> proposals_;
   size_t next_ = 0;
 };
@@ -133,7 +150,8 @@ class DynamicProgrammingProposer : public Proposer {
 
   void Load(const OptionsByTable& options, const Topology& topology,
             const Storage& usable) override {
-    proposals_.clear();
+    program_.reset();
+    order_.clear();
     next_ = 0;
     if (options.empty()) return;
     bool uses_ddr_too = false;
@@ -147,7 +165,7 @@ class DynamicProgrammingProposer : public Proposer {
       }
     }
     const int64_t world = topology.world_size;
-    const int64_t bins = bins_per_device_ * world;
+    const int bins = static_cast<int>(bins_per_device_ * world);
     // Budgets are exclusive: a selection may use up to every rank's
     // usable storage.
     const int64_t hbm_budget = usable.hbm * world + 1;
@@ -157,35 +175,46 @@ class DynamicProgrammingProposer : public Proposer {
       for (auto& table : items) {
         for (DpItem& item : table) std::swap(item.hbm, item.ddr);
       }
-      proposals_ = DynamicProgrammingSelections(items, ddr_budget, 1,
-                                                static_cast<int>(bins), 1);
+      program_ = std::make_unique<DynamicProgram>(std::move(items), ddr_budget,
+                                                  1, bins, 1);
     } else if (!uses_ddr_too) {
       for (auto& table : items) {
         for (DpItem& item : table) item.ddr = 0;
       }
-      proposals_ = DynamicProgrammingSelections(items, hbm_budget, 1,
-                                                static_cast<int>(bins), 1);
+      program_ = std::make_unique<DynamicProgram>(std::move(items), hbm_budget,
+                                                  1, bins, 1);
     } else {
       const int64_t side = std::max<int64_t>(
           1,
           static_cast<int64_t>(std::sqrt(static_cast<double>(max_cells_2d_))));
-      const int per_axis = static_cast<int>(std::min(bins, side));
-      proposals_ = DynamicProgrammingSelections(items, hbm_budget, ddr_budget,
-                                                per_axis, per_axis);
+      const int per_axis = static_cast<int>(std::min<int64_t>(bins, side));
+      program_ = std::make_unique<DynamicProgram>(
+          std::move(items), hbm_budget, ddr_budget, per_axis, per_axis);
     }
+    order_.resize(program_->finals().size());
+    std::iota(order_.begin(), order_.end(), 0);
   }
 
   std::optional<Proposal> Propose() override {
-    if (next_ >= proposals_.size()) return std::nullopt;
-    return proposals_[next_];
+    if (next_ >= order_.size()) return std::nullopt;
+    return program_->Selection(program_->finals()[order_[next_]]);
   }
 
   void Feedback(bool) override { ++next_; }
 
+  void OrderByTotalCost() override {
+    if (!program_) return;
+    const std::vector<DynamicProgram::Final>& finals = program_->finals();
+    std::stable_sort(
+        order_.begin() + static_cast<std::ptrdiff_t>(next_), order_.end(),
+        [&](size_t a, size_t b) { return finals[a].cost < finals[b].cost; });
+  }
+
  private:
   const int bins_per_device_;
   const int64_t max_cells_2d_;
-  std::vector<Proposal> proposals_;
+  std::unique_ptr<DynamicProgram> program_;
+  std::vector<size_t> order_;  // indices into finals()
   size_t next_ = 0;
 };
 
@@ -213,27 +242,21 @@ absl::StatusOr<std::unique_ptr<Proposer>> MakeProposer(absl::string_view name) {
       "unknown proposer '", name, "' (dp, greedy, uniform or all)"));
 }
 
-std::vector<Proposal> DynamicProgrammingSelections(
-    const std::vector<std::vector<DpItem>>& items, int64_t hbm_budget,
-    int64_t ddr_budget, int hbm_bins, int ddr_bins) {
-  std::vector<Proposal> selections;
-  const size_t tables = items.size();
-  if (tables == 0 || hbm_budget <= 0 || ddr_budget <= 0) return selections;
-  hbm_bins = std::max(hbm_bins, 1);
-  ddr_bins = std::max(ddr_bins, 1);
-  const double hbm_bin = static_cast<double>(hbm_budget) / hbm_bins;
-  const double ddr_bin = static_cast<double>(ddr_budget) / ddr_bins;
-  const size_t cells = static_cast<size_t>(hbm_bins) * ddr_bins;
-  // The cell of a feasible total; -1 when over a budget.
-  auto cell_of = [&](int64_t hbm, int64_t ddr) -> int64_t {
-    if (hbm >= hbm_budget || ddr >= ddr_budget) return -1;
-    const int64_t h = std::min<int64_t>(
-        hbm_bins - 1, static_cast<int64_t>(static_cast<double>(hbm) / hbm_bin));
-    const int64_t d = std::min<int64_t>(
-        ddr_bins - 1, static_cast<int64_t>(static_cast<double>(ddr) / ddr_bin));
-    return h * ddr_bins + d;
-  };
-
+DynamicProgram::DynamicProgram(std::vector<std::vector<DpItem>> items,
+                               int64_t hbm_budget, int64_t ddr_budget,
+                               int hbm_bins, int ddr_bins)
+    : items_(std::move(items)),
+      hbm_budget_(hbm_budget),
+      ddr_budget_(ddr_budget),
+      hbm_bins_(std::max(hbm_bins, 1)),
+      ddr_bins_(std::max(ddr_bins, 1)),
+      per_hbm_byte_(hbm_budget > 0 ? hbm_bins_ / static_cast<double>(hbm_budget)
+                                   : 0),
+      per_ddr_byte_(ddr_budget > 0 ? ddr_bins_ / static_cast<double>(ddr_budget)
+                                   : 0),
+      cells_(static_cast<size_t>(hbm_bins_) * ddr_bins_) {
+  const size_t tables = items_.size();
+  if (tables == 0 || hbm_budget_ <= 0 || ddr_budget_ <= 0) return;
   struct State {
     double cost = kInfinity;
     int64_t hbm = 0;
@@ -241,19 +264,19 @@ std::vector<Proposal> DynamicProgrammingSelections(
   };
   // Two layers of states: `current` (the tables so far, reached in the
   // cells listed in `reached`) and `next`, all unreached.
-  std::vector<State> current(cells), next(cells);
-  // choice[t * cells + c]: the option of table t on the way to cell c.
-  // Predecessors follow from the exact storage of the state.
-  std::vector<uint8_t> choice(tables * cells, 0);
+  std::vector<State> current(cells_), next(cells_);
+  choice_.assign(tables * cells_, 0);
   std::vector<int> reached, next_reached;
 
   auto relax = [&](size_t t, const State& from, std::vector<State>& to_layer,
                    std::vector<int>& to_reached) {
-    for (size_t j = 0; j < items[t].size() && j < 255; ++j) {
-      const DpItem& item = items[t][j];
+    const std::vector<DpItem>& options = items_[t];
+    uint8_t* choice = &choice_[t * cells_];
+    for (size_t j = 0; j < options.size() && j < 255; ++j) {
+      const DpItem& item = options[j];
       const int64_t hbm = from.hbm + item.hbm;
       const int64_t ddr = from.ddr + item.ddr;
-      const int64_t to = cell_of(hbm, ddr);
+      const int64_t to = CellOf(hbm, ddr);
       if (to < 0) continue;
       const double cost = from.cost + item.cost;
       if (to_layer[to].cost > cost) {
@@ -261,7 +284,7 @@ std::vector<Proposal> DynamicProgrammingSelections(
           to_reached.push_back(static_cast<int>(to));
         }
         to_layer[to] = State{cost, hbm, ddr};
-        choice[t * cells + to] = static_cast<uint8_t>(j);
+        choice[to] = static_cast<uint8_t>(j);
       }
     }
   };
@@ -275,17 +298,44 @@ std::vector<Proposal> DynamicProgrammingSelections(
   }
   std::sort(reached.begin(), reached.end(), std::greater<int>());
   for (int c : reached) {
-    Proposal selection(tables);
-    int64_t hbm = current[c].hbm;
-    int64_t ddr = current[c].ddr;
-    for (size_t t = tables; t-- > 0;) {
-      const int64_t cell = cell_of(hbm, ddr);
-      const int j = choice[t * cells + cell];
-      selection[t] = j;
-      hbm -= items[t][j].hbm;
-      ddr -= items[t][j].ddr;
-    }
-    selections.push_back(std::move(selection));
+    finals_.push_back(Final{current[c].hbm, current[c].ddr, current[c].cost});
+  }
+}
+
+int64_t DynamicProgram::CellOf(int64_t hbm, int64_t ddr) const {
+  if (hbm >= hbm_budget_ || ddr >= ddr_budget_) return -1;
+  const int64_t h = std::min<int64_t>(
+      hbm_bins_ - 1,
+      static_cast<int64_t>(static_cast<double>(hbm) * per_hbm_byte_));
+  const int64_t d = std::min<int64_t>(
+      ddr_bins_ - 1,
+      static_cast<int64_t>(static_cast<double>(ddr) * per_ddr_byte_));
+  return h * ddr_bins_ + d;
+}
+
+Proposal DynamicProgram::Selection(const Final& final) const {
+  // A state's predecessor is the state its exact storage came from: the
+  // totals less the chosen option, in the cell of that.
+  Proposal selection(items_.size());
+  int64_t hbm = final.hbm;
+  int64_t ddr = final.ddr;
+  for (size_t t = items_.size(); t-- > 0;) {
+    const int j = choice_[t * cells_ + CellOf(hbm, ddr)];
+    selection[t] = j;
+    hbm -= items_[t][j].hbm;
+    ddr -= items_[t][j].ddr;
+  }
+  return selection;
+}
+
+std::vector<Proposal> DynamicProgrammingSelections(
+    const std::vector<std::vector<DpItem>>& items, int64_t hbm_budget,
+    int64_t ddr_budget, int hbm_bins, int ddr_bins) {
+  const DynamicProgram program(items, hbm_budget, ddr_budget, hbm_bins,
+                               ddr_bins);
+  std::vector<Proposal> selections;
+  for (const DynamicProgram::Final& final : program.finals()) {
+    selections.push_back(program.Selection(final));
   }
   return selections;
 }

@@ -34,8 +34,12 @@ class Proposer {
   // Whether the last proposal could be placed on the ranks.
   virtual void Feedback(bool partitionable) = 0;
   // False when Feedback changes nothing but moving to the next proposal:
-  // the proposals can then be taken all at once and tried in any order.
+  // the proposals can then be tried in any order.
   virtual bool uses_feedback() const { return false; }
+  // Proposers that ignore feedback: from now on, propose what is left in
+  // order of total cost (the sum of the options' costs), the cheapest first
+  // (ties keep their order). Others: no effect.
+  virtual void OrderByTotalCost() {}
 };
 
 // TorchRec's GreedyProposer: each table starts at its cheapest option
@@ -67,14 +71,47 @@ absl::StatusOr<std::unique_ptr<Proposer>> MakeProposer(absl::string_view name);
 // `cost`. A selection is feasible when its total hbm < hbm_budget and total
 // ddr < ddr_budget. The budgets are cut into hbm_bins x ddr_bins cells; a
 // state per cell keeps the cheapest selection reaching it (its exact
-// storage, not the cell's). Returns the selection of every reachable final
-// cell, from the highest (HBM bin, then DDR bin) down. With ddr_bins == 1
-// and every ddr 0 (ddr_budget 1) it is the seed's one-dimensional form.
+// storage, not the cell's). With ddr_bins == 1 and every ddr 0 (ddr_budget
+// 1) it is the seed's one-dimensional form. Memory: one byte per table and
+// cell. Immutable once built: safe to read from several threads.
 struct DpItem {
   int64_t hbm = 0;
   int64_t ddr = 0;
   double cost = 0;
 };
+class DynamicProgram {
+ public:
+  // Solves at once; at most 255 options per table are considered.
+  DynamicProgram(std::vector<std::vector<DpItem>> items, int64_t hbm_budget,
+                 int64_t ddr_budget, int hbm_bins, int ddr_bins);
+
+  // A reachable final state: the totals of the cheapest selection of its
+  // cell.
+  struct Final {
+    int64_t hbm = 0;
+    int64_t ddr = 0;
+    double cost = 0;
+  };
+  // Every final state, from the highest cell (HBM bin, then DDR bin) down;
+  // empty when nothing is feasible.
+  const std::vector<Final>& finals() const { return finals_; }
+  // The selection that reaches `final` (one of finals()), by backtracking.
+  Proposal Selection(const Final& final) const;
+
+ private:
+  int64_t CellOf(int64_t hbm, int64_t ddr) const;
+
+  std::vector<std::vector<DpItem>> items_;
+  int64_t hbm_budget_, ddr_budget_;
+  int hbm_bins_, ddr_bins_;
+  double per_hbm_byte_, per_ddr_byte_;  // bins per byte
+  size_t cells_;
+  // choice_[t * cells_ + c]: the option of table t on the way to cell c.
+  std::vector<uint8_t> choice_;
+  std::vector<Final> finals_;
+};
+
+// Every final state's selection, in finals() order.
 std::vector<Proposal> DynamicProgrammingSelections(
     const std::vector<std::vector<DpItem>>& items, int64_t hbm_budget,
     int64_t ddr_budget, int hbm_bins, int ddr_bins);

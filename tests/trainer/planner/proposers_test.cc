@@ -205,6 +205,45 @@ TEST(UniformProposer, OneProposalPerTypeEveryTableAllows) {
   EXPECT_FALSE(uniform->Propose().has_value());
 }
 
+TEST(DynamicProgrammingProposer, LargestBudgetFirstOrCheapestFirst) {
+  // Two tables, each with a big cheap and a small expensive option.
+  const OptionsByTable options = {
+      {Option(v1::TABLE_WISE, 1, 600), Option(v1::ROW_WISE, 4, 100)},
+      {Option(v1::TABLE_WISE, 2, 500), Option(v1::ROW_WISE, 3, 200)}};
+  const Topology topology = DefaultTopology(2, false);
+  auto storage = [&](const Proposal& p) {
+    return options[0][p[0]].total_storage.ddr +
+           options[1][p[1]].total_storage.ddr;
+  };
+  auto cost = [&](const Proposal& p) {
+    return options[0][p[0]].total_cost + options[1][p[1]].total_cost;
+  };
+  std::unique_ptr<Proposer> dp = MakeDynamicProgrammingProposer(50);
+  dp->Load(options, topology, Storage{0, 1000});
+  std::vector<Proposal> proposals;
+  while (std::optional<Proposal> proposal = dp->Propose()) {
+    proposals.push_back(*proposal);
+    dp->Feedback(false);
+  }
+  // Every combination fits in 2000 bytes: four, by storage descending.
+  ASSERT_EQ(proposals.size(), 4u);
+  for (size_t i = 1; i < proposals.size(); ++i) {
+    EXPECT_GT(storage(proposals[i - 1]), storage(proposals[i]));
+  }
+  EXPECT_EQ(proposals.front(), Proposal({0, 0}));  // 1100 bytes, cost 3
+  dp->Load(options, topology, Storage{0, 1000});
+  dp->OrderByTotalCost();
+  double previous = 0;
+  int count = 0;
+  while (std::optional<Proposal> proposal = dp->Propose()) {
+    EXPECT_GE(cost(*proposal), previous);
+    previous = cost(*proposal);
+    ++count;
+    dp->Feedback(true);
+  }
+  EXPECT_EQ(count, 4);
+}
+
 TEST(MakeProposer, KnowsTheThreeNames) {
   for (const char* name : {"dp", "greedy", "uniform"}) {
     absl::StatusOr<std::unique_ptr<Proposer>> proposer = MakeProposer(name);
