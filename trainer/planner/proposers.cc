@@ -12,6 +12,7 @@ namespace deltastream::planner {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
+constexpr int64_t kMaxChoiceBytes = int64_t{256} << 20;
 
 // Option indices of one table ordered by `less`.
 template <typename Less>
@@ -165,7 +166,12 @@ class DynamicProgrammingProposer : public Proposer {
       }
     }
     const int64_t world = topology.world_size;
-    const int bins = static_cast<int>(bins_per_device_ * world);
+    // The backtracking table takes a byte per table and cell: coarser bins
+    // keep it within kMaxChoiceBytes on very large worlds.
+    const int64_t tables = static_cast<int64_t>(options.size());
+    const int bins = static_cast<int>(std::max<int64_t>(
+        1,
+        std::min<int64_t>(bins_per_device_ * world, kMaxChoiceBytes / tables)));
     // Budgets are exclusive: a selection may use up to every rank's
     // usable storage.
     const int64_t hbm_budget = usable.hbm * world + 1;

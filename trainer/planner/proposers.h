@@ -55,7 +55,8 @@ std::unique_ptr<Proposer> MakeUniformProposer();
 
 // The dynamic-programming proposer of TorchEasyRec (seed 003): the
 // cheapest total cost for every total storage, the storage of all ranks
-// discretized into `bins_per_device` bins per rank; proposes the plan of
+// discretized into `bins_per_device` bins per rank (fewer when tables x
+// bins would pass 256 MiB of backtracking); proposes the plan of
 // every final state, from the largest total storage down. On CPUs (or
 // GPUs where no option uses DDR) one dimension; on GPUs with host-cached
 // options two, HBM and DDR, with at most `max_cells_2d` (HBM bins x DDR
