@@ -15,7 +15,7 @@ namespace deltastream {
 //   {"tables": {"FQN": {"ids": [int64, ...],
 //                       "states": [[number, ...], ...]}}}   (states optional)
 //
-// into one RecordTable per table, in the document's order: ids int64 [n],
+// into one RecordTable per table, in the order of their names: ids int64 [n],
 // states (when given) float32 [rows, dim].
 //
 // Refused, with nothing parsed, as InvalidArgument naming `source` and the

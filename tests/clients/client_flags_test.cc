@@ -26,22 +26,21 @@ void ExpectOneLineRefusal(const std::string& command, int exit_code,
   EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
       << command << ": " << result.err;
   EXPECT_TRUE(result.out.empty()) << command << ": " << result.out;
-  if (!says.empty()) EXPECT_THAT(result.err, HasSubstr(says)) << command;
+  if (!says.empty()) {
+    EXPECT_THAT(result.err, HasSubstr(says)) << command;
+  }
 }
 
 TEST(DeltactlFlagsTest, BadFlagsExitTwo) {
   const std::string deltactl = RunfilePath("clients/deltactl") + " ";
   ExpectOneLineRefusal(deltactl + kNobody + " --no_such_flag=1 status", 2,
                        "unknown flag --no_such_flag");
-  ExpectOneLineRefusal(deltactl + kNobody + " --timeout_ms=soon status", 2);
   ExpectOneLineRefusal(deltactl + kNobody + " --timeout_ms=0 status", 2,
                        "--timeout_ms");
   ExpectOneLineRefusal(deltactl + "--target= status", 2, "--target");
   ExpectOneLineRefusal(
       deltactl + kNobody + " --top_percentage=150 get --consumer=c", 2,
       "--top_percentage");
-  ExpectOneLineRefusal(deltactl + kNobody + " --top_count=-1 get --consumer=c",
-                       2, "--top_count");
   ExpectOneLineRefusal(
       deltactl + kNobody + " --every_ms=-5 subscribe --consumer=c", 2,
       "--every_ms");
@@ -77,13 +76,9 @@ TEST(CheckpointJobFlagsTest, BadFlagsExitTwo) {
   const std::string dir = "--dir=" + TestTempDir() + "/chain_flags";
   ExpectOneLineRefusal(job + kNobody + " " + dir + " --no_such_flag=1", 2,
                        "unknown flag");
-  ExpectOneLineRefusal(job + kNobody + " " + dir + " --every_ms=soon", 2);
   ExpectOneLineRefusal(job + kNobody + " " + dir + " --every_ms=-1", 2,
                        "must be >= 0");
-  ExpectOneLineRefusal(job + kNobody + " " + dir + " --retry_s=-1", 2);
   ExpectOneLineRefusal(job + kNobody, 2, "--dir");
-  ExpectOneLineRefusal(job + kNobody + " " + dir + " --consumer=", 2,
-                       "--consumer");
   ExpectOneLineRefusal(job + "--target= " + dir, 2, "--target");
   ExpectOneLineRefusal(job + kNobody + " " + dir + " stray", 2,
                        "unexpected argument");

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 namespace deltastream {
@@ -11,7 +12,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(PushJsonTest, ParsesTablesInOrder) {
+TEST(PushJsonTest, ParsesTablesByName) {
   absl::StatusOr<std::vector<RecordTable>> tables = ParsePushJson(
       R"({"tables": {"b": {"ids": [3, -9223372036854775808,
                                    9223372036854775807]},
@@ -19,15 +20,17 @@ TEST(PushJsonTest, ParsesTablesInOrder) {
       "test");
   ASSERT_TRUE(tables.ok()) << tables.status();
   ASSERT_EQ(tables->size(), 2u);
-  EXPECT_EQ((*tables)[0].fqn, "b");
-  EXPECT_TRUE((*tables)[0].ids.equal(
+  EXPECT_EQ((*tables)[0].fqn, "a");
+  EXPECT_TRUE(
+      (*tables)[0].ids.equal(at::tensor({int64_t{1}, int64_t{2}}, at::kLong)));
+  EXPECT_TRUE((*tables)[0].states.equal(
+      at::tensor({0.5f, 1.0f, 2.0f, 3.0f}, at::kFloat).reshape({2, 2})));
+  EXPECT_EQ((*tables)[1].fqn, "b");
+  EXPECT_TRUE((*tables)[1].ids.equal(
       at::tensor({int64_t{3}, std::numeric_limits<int64_t>::min(),
                   std::numeric_limits<int64_t>::max()},
                  at::kLong)));
-  EXPECT_FALSE((*tables)[0].states.defined());
-  EXPECT_EQ((*tables)[1].fqn, "a");
-  EXPECT_TRUE((*tables)[1].states.equal(
-      at::tensor({0.5f, 1.0f, 2.0f, 3.0f}, at::kFloat).reshape({2, 2})));
+  EXPECT_FALSE((*tables)[1].states.defined());
 }
 
 TEST(PushJsonTest, RefusesIdsOf2To63AndAbove) {
