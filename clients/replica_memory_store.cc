@@ -88,7 +88,7 @@ class MemoryRowStore : public Replica::RowStore {
         new MemoryStagedWrite(this, &plan, std::move(replacement)));
   }
 
-  absl::Status Lookup(absl::string_view fqn, const ReplicaTableInfo& info,
+  absl::Status Lookup(absl::string_view fqn, const ReplicaTableInfo& /*info*/,
                       const int64_t* ids, int64_t n, char* rows,
                       bool* found) const override {
     const MemoryTable& table = tables_.find(fqn)->second;
