@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <map>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,22 +28,22 @@ using ::deltastream::testing::RunRanks;
 constexpr int kMismatch = 2;
 constexpr int kCollectiveFailed = 3;
 
-#define RANK_CHECK(cond)                                           \
-  do {                                                             \
-    if (!(cond)) {                                                 \
+#define RANK_CHECK(cond)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
       std::fprintf(stderr, "rank check failed: %s (line %d)\n", #cond, \
-                   __LINE__);                                      \
-      return kMismatch;                                            \
-    }                                                              \
+                   __LINE__);                                          \
+      return kMismatch;                                                \
+    }                                                                  \
   } while (0)
 
-#define RANK_OK(expr)                                                 \
-  do {                                                                \
-    absl::Status _s = (expr);                                         \
-    if (!_s.ok()) {                                                   \
-      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str());    \
-      return kCollectiveFailed;                                       \
-    }                                                                 \
+#define RANK_OK(expr)                                              \
+  do {                                                             \
+    absl::Status _s = (expr);                                      \
+    if (!_s.ok()) {                                                \
+      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
+      return kCollectiveFailed;                                    \
+    }                                                              \
   } while (0)
 
 // Every collective against values each rank can predict.
@@ -57,8 +57,7 @@ int CollectivesScenario(ProcessGroup& group) {
   for (int p = 0; p < size; ++p) {
     in_splits.push_back(rank + p + 1);
     out_splits.push_back(p + rank + 1);
-    rows.push_back(at::tensor({static_cast<float>(rank),
-                               static_cast<float>(p)})
+    rows.push_back(at::tensor({static_cast<float>(rank), static_cast<float>(p)})
                        .repeat({rank + p + 1, 1}));
   }
   at::Tensor input = at::cat(rows);
@@ -147,9 +146,8 @@ int RunScenario(const std::string& scenario) {
 void ExpectAllPassed(const std::vector<RankResult>& results) {
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_FALSE(results[r].timed_out) << "rank " << r;
-    EXPECT_EQ(results[r].exit_code, 0)
-        << "rank " << r << " output:\n"
-        << results[r].output;
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
+                                       << results[r].output;
   }
 }
 
@@ -212,12 +210,13 @@ class ScopedEnv {
  public:
   explicit ScopedEnv(std::map<std::string, std::string> vars) {
     for (const char* name :
-         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-          "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+          "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
           "TORCHELASTIC_RESTART_COUNT"}) {
       unsetenv(name);
     }
-    for (const auto& [name, value] : vars) setenv(name.c_str(), value.c_str(), 1);
+    for (const auto& [name, value] : vars)
+      setenv(name.c_str(), value.c_str(), 1);
   }
 };
 

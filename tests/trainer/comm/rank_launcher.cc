@@ -51,8 +51,8 @@ std::vector<RankResult> RunRanks(
   std::vector<pid_t> pids(world_size, -1);
   std::vector<std::string> logs(world_size);
   for (int rank = 0; rank < world_size; ++rank) {
-    logs[rank] = absl::StrCat(dir, "/rank_", getpid(), "_", port, "_", rank,
-                              ".log");
+    logs[rank] =
+        absl::StrCat(dir, "/rank_", getpid(), "_", port, "_", rank, ".log");
     const pid_t pid = fork();
     if (pid == 0) {
       const int fd =
