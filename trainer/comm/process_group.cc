@@ -146,21 +146,24 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl)
 ProcessGroup::~ProcessGroup() = default;
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::FromEnvironment(
-    c10::Device device, absl::Duration timeout) {
+    c10::Device device, absl::Duration timeout,
+    absl::Duration rendezvous_timeout) {
   absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
   if (!env.ok()) return env.status();
   ProcessGroupOptions options;
   options.env = *env;
   options.device = device;
   options.timeout = timeout;
+  options.rendezvous_timeout = rendezvous_timeout;
   return Create(options);
 }
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
     const ProcessGroupOptions& options) {
   const TorchrunEnvironment& env = options.env;
-  if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("the collective timeout must be > 0");
+  if (options.timeout <= absl::ZeroDuration() ||
+      options.rendezvous_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeouts must be > 0");
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -178,7 +181,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
     store_options.isServer = !env.use_agent_store && env.rank == 0;
     if (!env.use_agent_store) store_options.numWorkers = env.world_size;
     store_options.waitWorkers = !env.use_agent_store;
-    store_options.timeout = ToChrono(options.timeout);
+    store_options.timeout = ToChrono(options.rendezvous_timeout);
     c10::intrusive_ptr<::c10d::Store> store =
         c10::make_intrusive<::c10d::TCPStore>(env.master_addr, store_options);
     if (env.use_agent_store) {
@@ -191,7 +194,30 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
     return absl::UnavailableError(absl::StrCat(
         "rank ", env.rank, " of ", env.world_size,
         ": rendezvous through the TCPStore at ", where, " failed within ",
-        absl::FormatDuration(options.timeout), ": ", e.what()));
+        absl::FormatDuration(options.rendezvous_timeout), ": ", e.what()));
+  }
+  // Every rank checks in, so that the backend's connection (bounded by the
+  // collective timeout) starts only once all ranks are up.
+  std::vector<std::string> joined;
+  for (int r = 0; r < env.world_size; ++r) {
+    joined.push_back(absl::StrCat("joined/", r));
+  }
+  try {
+    impl->store->set(joined[env.rank], std::vector<uint8_t>{1});
+    impl->store->wait(joined, ToChrono(options.rendezvous_timeout));
+  } catch (const std::exception& e) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < env.world_size; ++r) {
+        if (!impl->store->check({joined[r]})) missing.push_back(r);
+      }
+    } catch (const std::exception&) {
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", env.rank, " of ", env.world_size, ": ranks ",
+        absl::StrJoin(missing, ", "), " did not join through ", where,
+        " within ", absl::FormatDuration(options.rendezvous_timeout), ": ",
+        e.what()));
   }
   try {
     if (impl->is_gloo) {

@@ -28,6 +28,9 @@ struct ProcessGroupOptions {
   // fail within 2 x timeout (the failed collective, then as long again for
   // the survivors to find out who is missing).
   absl::Duration timeout = absl::Seconds(60);
+  // How long Create waits for every rank to join (ranks of a job may start
+  // minutes apart, e.g. pods being scheduled); collectives then fail fast.
+  absl::Duration rendezvous_timeout = absl::Minutes(5);
 };
 
 // Bytes one rank moved through one labelled kind of collective since the
@@ -62,15 +65,16 @@ struct CollectiveStats {
 class ProcessGroup {
  public:
   // Rendezvous: rank 0 hosts the TCPStore at master_addr:master_port (or
-  // every rank is a client of torchrun's agent store), then the backend
-  // connects every pair of ranks. Unavailable (naming the address and the
-  // ranks that did not join) when the others do not arrive within the
-  // timeout; Unimplemented for a CUDA device without NCCL.
+  // every rank is a client of torchrun's agent store), every rank checks in,
+  // then the backend connects every pair of ranks. Unavailable (naming the
+  // address and the ranks that did not join) when the others do not arrive
+  // within rendezvous_timeout; Unimplemented for a CUDA device without NCCL.
   static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(
       const ProcessGroupOptions& options);
   // Create with TorchrunEnvironmentFromEnv().
   static absl::StatusOr<std::unique_ptr<ProcessGroup>> FromEnvironment(
-      c10::Device device, absl::Duration timeout);
+      c10::Device device, absl::Duration timeout,
+      absl::Duration rendezvous_timeout = absl::Minutes(5));
 
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;

@@ -67,6 +67,8 @@ v1::ShardingPlan PlanFor(const std::string& name,
     v1::TablePlan* p = plan.add_tables();
     if (name == "table_wise") {
       *p = TableWisePlan(table, static_cast<int>((t + 1) % world));
+    } else if (name == "all_on_last_rank") {
+      *p = TableWisePlan(table, world - 1);  // the other ranks hold nothing
     } else if (name == "row_wise") {
       *p = RowWisePlan(table, world);
     } else if (name == "column_wise") {
@@ -303,6 +305,7 @@ const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = {
       {"table_wise", SparseOptimizerType::kAdam, true},
       {"data_parallel", SparseOptimizerType::kAdagrad, true},
+      {"all_on_last_rank", SparseOptimizerType::kRowwiseAdagrad, true},
       {"row_wise", SparseOptimizerType::kRowwiseAdagrad, false},
       {"column_wise", SparseOptimizerType::kAdagrad, false},
       {"table_row_wise", SparseOptimizerType::kSgd, false},

@@ -136,8 +136,8 @@ TEST(ShardedEmbeddingModuleTest, OneRankEqualsTheUnshardedModule) {
     a->values().pow(2).sum().backward();
     b->values().pow(2).sum().backward();
   }
-  EXPECT_TRUE(at::equal((*sharded)->local_module()->weight(0),
-                        (*plain)->weight(0)));
+  EXPECT_TRUE(
+      at::equal((*sharded)->local_module()->weight(0), (*plain)->weight(0)));
   // Bad input: an ID outside its table, a missing feature.
   KeyedJaggedTensor bad = *KeyedJaggedTensor::FromLengths(
       {"f1", "f2"}, at::tensor({10, 0}, at::kLong),
