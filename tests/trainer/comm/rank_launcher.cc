@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+extern char** environ;
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -53,24 +55,39 @@ std::vector<RankResult> RunRanks(
   for (int rank = 0; rank < world_size; ++rank) {
     logs[rank] =
         absl::StrCat(dir, "/rank_", getpid(), "_", port, "_", rank, ".log");
+    // The child's environment, built before fork: between fork and exec a
+    // child of a multi-threaded process may only make async-signal-safe
+    // calls (no malloc, no setenv).
+    std::map<std::string, std::string> vars;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const size_t eq = entry.find('=');
+      if (eq != std::string::npos)
+        vars[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    vars["DELTASTREAM_TEST_SCENARIO"] = scenario;
+    vars["RANK"] = std::to_string(rank);
+    vars["WORLD_SIZE"] = std::to_string(world_size);
+    vars["LOCAL_RANK"] = std::to_string(rank);
+    vars["LOCAL_WORLD_SIZE"] = std::to_string(world_size);
+    vars["MASTER_ADDR"] = "127.0.0.1";
+    vars["MASTER_PORT"] = std::to_string(port);
+    for (const auto& [name, value] : extra_env) vars[name] = value;
+    std::vector<std::string> entries;
+    for (const auto& [name, value] : vars) {
+      entries.push_back(absl::StrCat(name, "=", value));
+    }
+    std::vector<char*> envp;
+    for (std::string& entry : entries) envp.push_back(entry.data());
+    envp.push_back(nullptr);
+    char* argv[] = {const_cast<char*>("rank"), nullptr};
     const pid_t pid = fork();
     if (pid == 0) {
       const int fd =
           open(logs[rank].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
-      setenv("DELTASTREAM_TEST_SCENARIO", scenario.c_str(), 1);
-      setenv("RANK", std::to_string(rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world_size).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(world_size).c_str(), 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      for (const auto& [name, value] : extra_env) {
-        setenv(name.c_str(), value.c_str(), 1);
-      }
-      char* argv[] = {const_cast<char*>("rank"), nullptr};
-      execv("/proc/self/exe", argv);
+      execve("/proc/self/exe", argv, envp.data());
       _exit(127);
     }
     pids[rank] = pid;
