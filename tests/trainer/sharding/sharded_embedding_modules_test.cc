@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/trainer/comm/rank_launcher.h"
+#include "tests/trainer/sharding/table_configs.h"
 #include "trainer/sharding/sharding_plan.h"
 
 namespace deltastream {
@@ -33,6 +34,7 @@ namespace {
 
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
+using ::deltastream::testing::Table;
 
 constexpr int64_t kBatch = 4;  // per rank
 constexpr int kSteps = 6;
@@ -41,10 +43,10 @@ constexpr double kTolerance = 1e-5;
 std::vector<EmbeddingTableConfig> Tables(bool pooled, bool weighted) {
   const Pooling mean = weighted ? Pooling::kSum : Pooling::kMean;
   std::vector<EmbeddingTableConfig> tables = {
-      {"t0", 40, 8, {"f0", "f1"}, Pooling::kSum},
-      {"t1", 33, 6, {"f2"}, pooled ? mean : Pooling::kSum},
-      {"t2", 17, 4, {"f3"}, Pooling::kSum},
-      {"t3", 21, 5, {"f4"}, pooled ? mean : Pooling::kSum}};
+      Table("t0", 40, 8, {"f0", "f1"}),
+      Table("t1", 33, 6, {"f2"}, pooled ? mean : Pooling::kSum),
+      Table("t2", 17, 4, {"f3"}),
+      Table("t3", 21, 5, {"f4"}, pooled ? mean : Pooling::kSum)};
   return tables;
 }
 

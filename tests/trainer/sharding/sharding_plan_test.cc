@@ -11,15 +11,17 @@
 #include <fstream>
 #include <string>
 
+#include "tests/trainer/sharding/table_configs.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
 
 namespace deltastream {
 namespace {
 
+using ::deltastream::testing::Table;
 using ::testing::HasSubstr;
 
 std::vector<EmbeddingTableConfig> Tables() {
-  return {{"a", 10, 4, {"f1"}}, {"b", 7, 3, {"f2"}}};
+  return {Table("a", 10, 4, {"f1"}), Table("b", 7, 3, {"f2"})};
 }
 
 std::string TempPath(const std::string& name) {
@@ -28,7 +30,7 @@ std::string TempPath(const std::string& name) {
 }
 
 TEST(ShardingPlanTest, RowWiseBlocksAreCeilDivWithTheLastSmallerOrEmpty) {
-  v1::TablePlan plan = RowWisePlan({"a", 5, 4, {"f"}}, 4);
+  v1::TablePlan plan = RowWisePlan(Table("a", 5, 4, {"f"}), 4);
   ASSERT_EQ(plan.shards_size(), 4);
   std::vector<int64_t> offsets, rows;
   for (const v1::Shard& s : plan.shards()) {
@@ -45,7 +47,7 @@ TEST(ShardingPlanTest, RowWiseBlocksAreCeilDivWithTheLastSmallerOrEmpty) {
                     *p.add_tables() = plan;
                     return p;
                   }(),
-                  {{"a", 5, 4, {"f"}}}, 4, true)
+                  {Table("a", 5, 4, {"f"})}, 4, true)
                   .ok());
 }
 
