@@ -547,8 +547,8 @@ absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::ComputeAndDistribute(
     };
     int64_t offset = 0;
     for (int p = 0; p < world; ++p) {
-      at::Tensor from_p = a2a_out.narrow(0, offset, a2a_recv[p])
-                              .view({b, a2a_recv[p] / std::max<int64_t>(b, 1)});
+      at::Tensor from_p =
+          a2a_out.narrow(0, offset, a2a_recv[p]).view({b, width(p, is_a2a)});
       offset += a2a_recv[p];
       int64_t col = 0;
       for (const Slot& slot : slots(p)) {

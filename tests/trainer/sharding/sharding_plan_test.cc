@@ -140,6 +140,12 @@ TEST(ShardedEmbeddingModuleTest, OneRankEqualsTheUnshardedModule) {
   }
   EXPECT_TRUE(
       at::equal((*sharded)->local_module()->weight(0), (*plain)->weight(0)));
+  // An empty batch pools to an empty output.
+  KeyedJaggedTensor empty = *KeyedJaggedTensor::FromLengths(
+      {"f1", "f2"}, at::empty({0}, at::kLong), at::empty({0}, at::kLong));
+  absl::StatusOr<KeyedTensor> none = (*sharded)->Forward(empty);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->values().sizes(), (std::vector<int64_t>{0, 7}));
   // Bad input: an ID outside its table, a missing feature.
   KeyedJaggedTensor bad = *KeyedJaggedTensor::FromLengths(
       {"f1", "f2"}, at::tensor({10, 0}, at::kLong),
