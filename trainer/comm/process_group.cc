@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -74,21 +75,26 @@ struct ProcessGroup::Impl {
   // waits up to the timeout for the others. Returns the ranks that never
   // wrote, or an error when the store itself is gone.
   absl::StatusOr<std::vector<int>> MissingRanks() {
+    // The ranks not yet reported at the last poll that reached the store:
+    // the store's host (rank 0) may exit while others still poll, having
+    // given up first.
+    std::optional<std::vector<int>> last_seen;
     try {
       store->set(absl::StrCat("failed/", rank()), std::vector<uint8_t>{1});
       const absl::Time deadline = absl::Now() + options.timeout;
-      std::vector<int> missing;
       while (true) {
-        missing.clear();
+        std::vector<int> missing;
         for (int r = 0; r < size(); ++r) {
           if (r != rank() && !store->check({absl::StrCat("failed/", r)})) {
             missing.push_back(r);
           }
         }
+        last_seen = missing;
         if (missing.empty() || absl::Now() >= deadline) return missing;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     } catch (const std::exception& e) {
+      if (last_seen) return *last_seen;
       return absl::UnavailableError(e.what());
     }
   }

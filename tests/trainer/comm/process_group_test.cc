@@ -125,7 +125,8 @@ int FailingRankScenario(ProcessGroup& group, bool hang) {
   RANK_OK(group.AllReduceSum(t, "test.first"));
   // From here on (start-up excluded): how long the survivors take to stop.
   const absl::Time start = absl::Now();
-  if (group.rank() == 1) {
+  const char* dying = std::getenv("TEST_DYING_RANK");
+  if (group.rank() == (dying != nullptr ? std::atoi(dying) : 1)) {
     // Long enough for the others to give up (2 x the 2 s timeout), short
     // enough not to hold the test up.
     if (hang) std::this_thread::sleep_for(std::chrono::seconds(7));
@@ -226,6 +227,21 @@ TEST(ProcessGroupTest, DeadRankFailsTheOthersWithItsName) {
 
 TEST(ProcessGroupTest, HungRankFailsTheOthersWithItsName) {
   ExpectFailureNamesRankOne("hang", 2);
+}
+
+TEST(ProcessGroupTest, DeadStoreHostFailsTheOthers) {
+  std::vector<RankResult> results =
+      RunRanks("dead", 3, absl::Seconds(30),
+               {{"TEST_COLLECTIVE_TIMEOUT_S", "2"}, {"TEST_DYING_RANK", "0"}});
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_FALSE(results[r].timed_out) << "rank " << r << " hung";
+    EXPECT_EQ(results[r].exit_code, kCollectiveFailed) << results[r].output;
+    EXPECT_TRUE(absl::StrContains(results[r].output, "test.after_failure"))
+        << results[r].output;
+    EXPECT_TRUE(
+        absl::StrContains(results[r].output, "rank 0 (the store's host"))
+        << results[r].output;
+  }
 }
 
 class ScopedEnv {
