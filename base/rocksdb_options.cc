@@ -1,0 +1,140 @@
+#include "base/rocksdb_options.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace deltastream {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kSignBit = uint64_t{1} << 63;
+
+// Whether another process holds RocksDB's lock on the database (RocksDB takes
+// an fcntl write lock on "LOCK"; probing takes and drops the same lock).
+bool LockedByAnotherProcess(const std::string& path) {
+  const std::string lock = (fs::path(path) / "LOCK").string();
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct flock probe;
+  std::memset(&probe, 0, sizeof(probe));
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  const bool locked = ::fcntl(fd, F_GETLK, &probe) == 0 &&
+                      probe.l_type != F_UNLCK && probe.l_pid != ::getpid();
+  ::close(fd);
+  return locked;
+}
+
+}  // namespace
+
+void AppendBigEndian(std::string& out, uint64_t value, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) {
+    out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+  }
+}
+
+void AppendOrderedId(std::string& out, int64_t id) {
+  AppendBigEndian(out, static_cast<uint64_t>(id) ^ kSignBit, 8);
+}
+
+int64_t ReadOrderedId(absl::string_view bytes) {
+  uint64_t value = 0;
+  for (size_t i = bytes.size() - 8; i < bytes.size(); ++i) {
+    value = value << 8 | static_cast<uint8_t>(bytes[i]);
+  }
+  return static_cast<int64_t>(value ^ kSignBit);
+}
+
+rocksdb::Options DurableDbOptions() {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.paranoid_checks = true;
+  options.compression = rocksdb::kNoCompression;
+  options.info_log_level = rocksdb::WARN_LEVEL;
+  options.keep_log_file_num = 2;
+  return options;
+}
+
+absl::Status FromRocksStatus(const rocksdb::Status& status,
+                             absl::string_view what, absl::string_view kind,
+                             absl::string_view path) {
+  std::string message = absl::StrCat(what, " ", kind, " database '", path,
+                                     "': ", status.ToString());
+  if (status.IsCorruption()) return absl::DataLossError(message);
+  if (status.IsIOError() && absl::StrContains(status.ToString(), "lock")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(message, " (is another process using it?)"));
+  }
+  return absl::InternalError(message);
+}
+
+absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenForCheck(
+    const std::string& path, const rocksdb::Options& options,
+    absl::string_view kind, bool verify_checksums) {
+  std::error_code error;
+  if (!fs::exists(path, error)) return std::unique_ptr<rocksdb::DB>();
+  if (!fs::is_directory(path, error)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kind, " database '", path, "' is not a directory"));
+  }
+  if (fs::is_empty(path, error)) return std::unique_ptr<rocksdb::DB>();
+  if (!fs::exists(fs::path(path) / "CURRENT", error)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", path,
+                     "' is not empty and holds no RocksDB database (no CURRENT "
+                     "file); refusing to create a ",
+                     kind, " database over its files"));
+  }
+  if (LockedByAnotherProcess(path)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(kind, " database '", path,
+                     "' is in use by another process (its LOCK is held)"));
+  }
+  rocksdb::Options read_only = options;
+  read_only.create_if_missing = false;
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status status = rocksdb::DB::OpenForReadOnly(read_only, path, &raw);
+  if (!status.ok()) return FromRocksStatus(status, "cannot open", kind, path);
+  std::unique_ptr<rocksdb::DB> db(raw);
+
+  std::vector<rocksdb::LiveFileMetaData> live;
+  db->GetLiveFilesMetaData(&live);
+  std::set<std::string> referenced;
+  for (const rocksdb::LiveFileMetaData& file : live) {
+    referenced.insert(fs::path(file.name).filename().string());
+  }
+  std::vector<std::string> orphans;
+  for (const auto& entry : fs::directory_iterator(path, error)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::EndsWith(name, ".sst") && referenced.count(name) == 0) {
+      orphans.push_back(name);
+    }
+  }
+  if (!orphans.empty()) {
+    return absl::DataLossError(absl::StrCat(
+        kind, " database '", path, "' is damaged: its MANIFEST does not ",
+        "reference ", absl::StrJoin(orphans, ", "),
+        " (a MANIFEST that lost its last records?); opening it would delete ",
+        orphans.size() == 1 ? "that file" : "those files",
+        ", so it is left as it is: restore the directory from a copy or move "
+        "it aside"));
+  }
+  if (verify_checksums) status = db->VerifyChecksum();
+  if (!status.ok()) {
+    return FromRocksStatus(status, "cannot verify", kind, path);
+  }
+  return db;
+}
+
+}  // namespace deltastream
