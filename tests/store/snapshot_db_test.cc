@@ -361,7 +361,9 @@ TEST(SnapshotDbTest, DatabaseWithoutItsWalKeepsItsFormatAndSnapshot) {
     {
       auto db = SnapshotDb::Open(path);
       ASSERT_TRUE(db.ok()) << db.status();
-      if (with_snapshot) ASSERT_TRUE((*db)->Write(snapshot).ok());
+      if (with_snapshot) {
+        ASSERT_TRUE((*db)->Write(snapshot).ok());
+      }
     }
     for (const auto& entry : fs::directory_iterator(path)) {
       if (entry.path().extension() == ".log") fs::remove(entry.path());
