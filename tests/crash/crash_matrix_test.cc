@@ -32,6 +32,7 @@
 #include "clients/replica.h"
 #include "store/checkpoint_chain.h"
 #include "store/snapshot_db.h"
+#include "tests/crash/directory_contents.h"
 #include "trainer/checkpoint.h"
 #include "trainer/models/dlrm.h"
 
@@ -50,18 +51,7 @@ std::string FreshDir(const std::string& name) {
 
 using Contents = std::map<std::string, std::string>;
 
-Contents ReadAll(const std::string& dir) {
-  Contents contents;
-  std::error_code error;
-  for (const auto& entry : fs::recursive_directory_iterator(dir, error)) {
-    if (!entry.is_regular_file()) continue;
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::stringstream bytes;
-    bytes << in.rdbuf();
-    contents[entry.path().string()] = bytes.str();
-  }
-  return contents;
-}
+Contents ReadAll(const std::string& dir) { return DirectoryContents(dir); }
 
 void RestoreAll(const std::string& dir, const Contents& contents) {
   fs::remove_all(dir);

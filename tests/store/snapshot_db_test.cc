@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "store/delta_store.h"
+#include "tests/crash/directory_contents.h"
 
 namespace deltastream {
 namespace {
@@ -36,19 +37,6 @@ int64_t DirectoryBytes(const std::string& path) {
     if (entry.is_regular_file()) bytes += entry.file_size();
   }
   return bytes;
-}
-
-// Every file under `path` with its content: to show nothing was changed.
-std::map<std::string, std::string> DirectoryContents(const std::string& path) {
-  std::map<std::string, std::string> contents;
-  for (const auto& entry : fs::recursive_directory_iterator(path)) {
-    if (!entry.is_regular_file()) continue;
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::stringstream bytes;
-    bytes << in.rdbuf();
-    contents[entry.path().string()] = bytes.str();
-  }
-  return contents;
 }
 
 StoredTable MakeTable(const std::string& fqn, at::ScalarType dtype, int64_t dim,
