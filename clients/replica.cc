@@ -625,10 +625,10 @@ rocksdb::Options DbOptions(int64_t cache_bytes) {
 
 absl::StatusOr<std::unique_ptr<RocksRowStore>> RocksRowStore::Open(
     const std::string& path, int64_t cache_bytes, RestoredState* restored) {
-  // A database refused for damage is left as it was (a replica is rebuilt by
-  // a full read; its files are not opened for writing to find out).
+  // A database refused for damage is left as it was: checked read-only
+  // first, every file's checksums included (opening reads every row anyway).
   if (absl::StatusOr<std::unique_ptr<rocksdb::DB>> check = OpenForCheck(
-          path, DbOptions(cache_bytes), "replica", /*verify_checksums=*/false);
+          path, DbOptions(cache_bytes), "replica", /*verify_checksums=*/true);
       !check.ok()) {
     return check.status();
   }
