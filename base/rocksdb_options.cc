@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <vector>
 
@@ -34,6 +36,41 @@ bool LockedByAnotherProcess(const std::string& path) {
                       probe.l_type != F_UNLCK && probe.l_pid != ::getpid();
   ::close(fd);
   return locked;
+}
+
+// Whether the MANIFEST that CURRENT names ends inside a record: its last
+// write was torn (RocksDB's log format: 32 KiB blocks of records, each a
+// 7-byte header, checksum, length (2 bytes, little endian), type, then the
+// bytes; a block's last < 7 bytes are padding; a record split over blocks is
+// FIRST, MIDDLE..., LAST). A file that ends after a FULL or LAST record was
+// written whole; whatever it lacks was never written.
+bool ManifestIsTorn(const std::string& path) {
+  constexpr uint64_t kBlock = 32768;
+  constexpr uint64_t kHeader = 7;
+  std::ifstream current((fs::path(path) / "CURRENT").string());
+  std::string name;
+  std::getline(current, name);
+  std::ifstream in((fs::path(path) / name).string(), std::ios::binary);
+  if (name.empty() || !in) return false;  // RocksDB's open reports it
+  const std::string bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  uint64_t at = 0;
+  int last_type = 1;
+  while (at < bytes.size()) {
+    const uint64_t left_in_block = kBlock - at % kBlock;
+    if (left_in_block < kHeader) {
+      at += left_in_block;
+      continue;
+    }
+    if (bytes.size() - at < kHeader) return true;
+    const uint64_t length =
+        static_cast<uint8_t>(bytes[at + 4]) |
+        static_cast<uint64_t>(static_cast<uint8_t>(bytes[at + 5])) << 8;
+    last_type = static_cast<uint8_t>(bytes[at + 6]);
+    if (bytes.size() - at - kHeader < length) return true;
+    at += kHeader + length;
+  }
+  return last_type != 1 && last_type != 4;
 }
 
 }  // namespace
@@ -121,11 +158,16 @@ absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenForCheck(
       orphans.push_back(name);
     }
   }
-  if (!orphans.empty()) {
+  // Table files the MANIFEST does not name are either a write the process
+  // was killed in (a file linked in before its MANIFEST record was written:
+  // RocksDB removes it, and the database is the previous state) or the
+  // loss of the MANIFEST's last bytes (a torn write: opening would delete
+  // files of the current state). Only the second is refused.
+  if (!orphans.empty() && ManifestIsTorn(path)) {
     return absl::DataLossError(absl::StrCat(
-        kind, " database '", path, "' is damaged: its MANIFEST does not ",
-        "reference ", absl::StrJoin(orphans, ", "),
-        " (a MANIFEST that lost its last records?); opening it would delete ",
+        kind, " database '", path, "' is damaged: its MANIFEST ends in a torn ",
+        "record and does not reference ", absl::StrJoin(orphans, ", "),
+        "; opening it would delete ",
         orphans.size() == 1 ? "that file" : "those files",
         ", so it is left as it is: restore the directory from a copy or move "
         "it aside"));

@@ -58,9 +58,11 @@ absl::Status FromRocksStatus(const rocksdb::Status& status,
 //    another process;
 //  - DataLoss: RocksDB reports corruption when opening it or (with
 //    `verify_checksums`, which reads every file) verifying the checksums of
-//    its files; a table file in the directory that its MANIFEST
-//    does not reference (a MANIFEST that lost its last records: opening it
-//    for writing would delete that file, and its rows with it);
+//    its files; a MANIFEST that ends inside a record (a torn write) while
+//    the directory holds table files it does not reference: opening it for
+//    writing would delete those files, and their rows with them. (Such files
+//    beside a MANIFEST that ends cleanly are a write the process was killed
+//    in; RocksDB removes them and the database opens as it was before.)
 //  - Internal: any other failure to read it.
 // Messages name `kind` and `path`. The returned handle must be closed before
 // the database is opened for writing.

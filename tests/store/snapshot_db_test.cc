@@ -337,6 +337,33 @@ TEST(SnapshotDbTest, TornManifestIsRefusedAndNothingChanges) {
   }
 }
 
+// A process killed after a snapshot's file was linked into the database but
+// before its MANIFEST record was written leaves a table file the MANIFEST
+// does not name, beside a MANIFEST that ends cleanly: the database opens as
+// it was before that snapshot (RocksDB removes the file).
+TEST(SnapshotDbTest, TableFileOfAnInterruptedWriteOpensThePreviousSnapshot) {
+  const std::string path = FreshPath("interrupted_ingest");
+  Snapshot snapshot;
+  snapshot.owner_state = "before";
+  snapshot.tables = {MakeTable("t", at::kFloat, 4, {200}, true, 13)};
+  {
+    auto db = SnapshotDb::Open(path);
+    ASSERT_TRUE(db.ok()) << db.status();
+    ASSERT_TRUE((*db)->Write(snapshot).ok());
+  }
+  std::string table_file;
+  for (const auto& entry : fs::directory_iterator(path)) {
+    if (entry.path().extension() == ".sst") table_file = entry.path().string();
+  }
+  ASSERT_FALSE(table_file.empty());
+  fs::copy_file(table_file, fs::path(path) / "000999.sst");
+  auto db = SnapshotDb::Open(path);
+  ASSERT_TRUE(db.ok()) << db.status();
+  auto read = (*db)->Read();
+  ASSERT_TRUE(read.ok() && read->has_value()) << read.status();
+  EXPECT_EQ((*read)->owner_state, "before");
+}
+
 // The format marker is kept in table files, not only the WAL: a database
 // without its WAL is still a snapshot database, with its snapshot.
 TEST(SnapshotDbTest, DatabaseWithoutItsWalKeepsItsFormatAndSnapshot) {
