@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/torch_status.h"
-#include "clients/checkpoint_chain.h"
+#include "store/checkpoint_chain.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data/criteo_tsv.h"
 #include "trainer/data/synthetic.h"
