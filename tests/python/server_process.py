@@ -49,8 +49,10 @@ class ServerProcess:
             elif self._process.poll() is not None:
                 break
         self.stop()
+        with open(self._log.name, "rb") as log:
+            tail = log.read()[-2000:].decode(errors="replace")
         raise RuntimeError(f"{binary} did not start (exit "
-                           f"{self._process.returncode}); see {self._log.name}")
+                           f"{self._process.returncode}):\n{tail}")
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM, then SIGKILL after `timeout` seconds; the exit code."""

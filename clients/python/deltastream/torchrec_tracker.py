@@ -106,8 +106,9 @@ class RemoteModelDeltaTracker:
             if consumer not in known:
                 self._client.add_consumer(consumer)
         self.curr_batch_idx: int = 0
-        # Tables recorded since the last global delete (TorchRec forgets
-        # tables on delete; the service keeps them known).
+        # Tables TorchRec's store would hold: recorded through the adapter,
+        # or read with rows (recorded by a trainer), since the last global
+        # delete (TorchRec forgets tables then; the service keeps them).
         self._known_fqns: set = set()
         # The service's open batch holds records.
         self._open_batch_recorded = False
@@ -223,6 +224,8 @@ class RemoteModelDeltaTracker:
             self._open_batch_recorded = False
         delta = self._client.get(consumer, **kwargs)
         self._read_this_batch[consumer] = False
+        self._known_fqns.update(fqn for fqn, table in delta.tables.items()
+                                if table.ids.shape[0] > 0)
         return delta
 
     # Consumers and clearing.
