@@ -4,6 +4,7 @@ commit, consumers, status, errors, and the .npz reader on a file written by
 the real deltactl."""
 
 import os
+import re
 import subprocess
 import unittest
 
@@ -138,6 +139,25 @@ class AcknowledgedReadsTest(unittest.TestCase):
             np.testing.assert_array_equal(after.tables["m.t"].ids, [8])
             status = client.status()
             self.assertTrue(status.acknowledged_reads)
+
+
+class DocsExamplesTest(unittest.TestCase):
+    """The examples of docs/python.md that need only a tracker run as
+    written (the trainer's and predictor's are trainer_subscription_test's
+    cases)."""
+
+    def test_examples_run(self):
+        with open(runfile("docs/python.md")) as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+        runnable = [b for b in blocks if "DELTASTREAM_TARGET" in b
+                    and "embedding_bags" not in b]
+        self.assertGreaterEqual(len(runnable), 3)
+        with ServerProcess(SERVER, ["--mode=embedding", "--acknowledged_reads",
+                                    "--consumers=reader,ack"]) as server:
+            os.environ["DELTASTREAM_TARGET"] = server.target
+            for block in runnable:
+                with self.subTest(block=block.splitlines()[-1]):
+                    exec(compile(block, "docs/python.md", "exec"), {})
 
 
 class TensorsTest(unittest.TestCase):
