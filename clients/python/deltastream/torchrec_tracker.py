@@ -16,7 +16,8 @@ service's batches:
   cleared (service Clear(c): the cursor moves past the open batch) before
   the service steps.
 - `clear()` (and `clear(c)` with one consumer) drops everything; TorchRec
-  forgets the tables too, so the adapter reports only tables recorded since.
+  forgets the tables too, so the adapter reports only tables recorded (or
+  read with rows) since.
   `clear(c)` with several consumers does nothing, as in TorchRec.
 
 Results are what TorchRec's tracker returns at the same call: per table FQN,
@@ -146,8 +147,10 @@ class RemoteModelDeltaTracker:
         for fqn, ids_list in per_table_ids.items():
             ids = torch.cat(ids_list).to("cpu", torch.int64).numpy()
             if rows is not None:
-                tables[fqn] = (ids, torch.cat(per_table_states[fqn]).cpu()
-                               .float().numpy())
+                table_states = torch.cat(per_table_states[fqn]).cpu()
+                if table_states.dtype == torch.bfloat16:  # NumPy has none
+                    table_states = table_states.float()
+                tables[fqn] = (ids, table_states.numpy())
             else:
                 tables[fqn] = ids
         if not tables:
