@@ -4,11 +4,11 @@ Generate the protocol modules once with `bash clients/python/build.sh`, then
 put clients/python on PYTHONPATH. See docs/python.md.
 """
 
-try:
-    from ._proto import tracker_pb2 as _check  # noqa: F401
-except ImportError as e:  # pragma: no cover
+import importlib.util
+
+if importlib.util.find_spec(".tracker_pb2", __name__ + "._proto") is None:
     raise ImportError("deltastream's protocol modules are missing: run "
-                      "`bash clients/python/build.sh` first") from e
+                      "`bash clients/python/build.sh` first")
 
 from .client import (Delta, LookupResult, PredictorClient, Subscription,
                      TableDelta, TrackerClient)

@@ -31,7 +31,7 @@ Not thread-safe: one training loop drives it, as TorchRec's tracker.
 
 import collections
 import enum
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
