@@ -6,11 +6,13 @@ cursor, through the open batch, and moves c's cursor past the open batch;
 clear() forgets everything; clear(c) with several consumers does nothing).
 """
 
+import random
 import unittest
 
 import grpc
 import torch
 
+from deltastream import TrackerClient
 from deltastream.torchrec_tracker import RemoteModelDeltaTracker, TrackingMode
 from server_process import ServerProcess
 
@@ -169,6 +171,114 @@ class ClearTest(unittest.TestCase):
             t.clear("default")  # one consumer: the same as clear()
             t.record_lookup({"f2": Jagged([5])}, None)
             self.assertEqual(ids_of(t.get_delta()), {"c.t2": [5]})
+
+
+class TorchRecRules:
+    """TorchRec's tracker as its rules say (docs/tracker-semantics.md): a
+    read returns, per table recorded since the last clear, the unique IDs
+    (and first states) of the lookups at or after the reader's cursor, and
+    moves the cursor past the open batch. Compaction and deletion change
+    no result, so they are left out."""
+
+    def __init__(self, consumers):
+        self.curr = 0
+        self.cursor = {c: -1 for c in consumers}
+        self.lookups = []  # (batch, fqn, ids, states)
+        self.known = set()
+
+    def step(self):
+        self.curr += 1
+
+    def record(self, tables):
+        for fqn, (ids, states) in tables.items():
+            self.lookups.append((self.curr, fqn, ids, states))
+            self.known.add(fqn)
+
+    def get_delta(self, consumer):
+        rows = {fqn: {} for fqn in self.known}
+        for batch, fqn, ids, states in self.lookups:
+            if batch >= self.cursor[consumer]:
+                for i, row_id in enumerate(ids):
+                    rows[fqn].setdefault(row_id, states[i] if states else None)
+        self.cursor[consumer] = self.curr + 1
+        return {fqn: sorted(r.items()) for fqn, r in rows.items()}
+
+    def clear(self, consumer=None):
+        if consumer is None or len(self.cursor) == 1:
+            self.lookups, self.known = [], set()
+
+
+class RandomizedAgainstTheRulesTest(unittest.TestCase):
+    """Random sequences of steps, records, reads by three consumers and
+    clears: the adapter over the service answers every read as the rules."""
+
+    def run_sequence(self, server, mode, delete_on_read, seed, ops=150):
+        rng = random.Random(seed)
+        # What earlier sequences left in the open batch is not this one's.
+        with TrackerClient(server.target) as client:
+            client.step()
+        consumers = [f"s{seed}_{i}" for i in range(3)]
+        features = {"f0": f"r{seed}.t0", "f1": f"r{seed}.t0",
+                    "f2": f"r{seed}.t1"}
+        tracker = RemoteModelDeltaTracker(
+            server.target, consumers=consumers, delete_on_read=delete_on_read,
+            mode=mode, feature_to_fqn=features)
+        rules = TorchRecRules(consumers)
+        embedding = mode == TrackingMode.EMBEDDING
+        for op in range(ops):
+            r = rng.random()
+            if r < 0.25:
+                tracker.step()
+                rules.step()
+            elif r < 0.65:
+                keys = sorted(rng.sample(sorted(features), rng.randint(1, 3)))
+                batch = {k: [rng.randrange(12) for _ in range(rng.randint(1, 4))]
+                         for k in keys}
+                per_table = {}
+                for k in keys:  # a table's IDs in key order, as TorchRec
+                    per_table.setdefault(features[k], []).extend(batch[k])
+                state_rows = [[float(op), float(i)] for k in keys
+                              for i in batch[k]]
+                tracker.record_lookup(
+                    {k: Jagged(v) for k, v in batch.items()},
+                    torch.tensor(state_rows) if embedding else None)
+                tables, offset = {}, 0
+                for k in keys:
+                    n = len(batch[k])
+                    fqn = features[k]
+                    ids, states = tables.setdefault(
+                        fqn, ([], [] if embedding else None))
+                    ids.extend(batch[k])
+                    if embedding:
+                        states.extend(state_rows[offset:offset + n])
+                    offset += n
+                rules.record(tables)
+            elif r < 0.95:
+                consumer = rng.choice(consumers)
+                got = tracker.get_delta(consumer)
+                want = rules.get_delta(consumer)
+                got_rows = {
+                    fqn: sorted(zip(d.ids.tolist(),
+                                    d.states.tolist() if embedding
+                                    else [None] * len(d.ids)))
+                    for fqn, d in got.items()}
+                self.assertEqual(got_rows, want,
+                                 f"seed {seed}, op {op}: {consumer}")
+            else:
+                consumer = rng.choice([None] + consumers)
+                tracker.clear(consumer)
+                rules.clear(consumer)
+
+    def test_id_only_with_delete_on_read(self):
+        with ServerProcess(SERVER, ["--mode=id_only"]) as server:
+            for seed in range(4):
+                self.run_sequence(server, TrackingMode.ID_ONLY, True, seed)
+
+    def test_embedding_without_delete_on_read(self):
+        with ServerProcess(SERVER, ["--mode=embedding",
+                                    "--delete_on_read=false"]) as server:
+            for seed in range(4, 8):
+                self.run_sequence(server, TrackingMode.EMBEDDING, False, seed)
 
 
 if __name__ == "__main__":

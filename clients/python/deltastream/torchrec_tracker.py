@@ -247,7 +247,9 @@ class RemoteModelDeltaTracker:
         self._client.clear()
         self._client.step()
         self._open_batch_recorded = False
-        self._read_this_batch.clear()
+        # Who read in this batch still must not see what is recorded next.
+        for reader in self._read_this_batch:
+            self._read_this_batch[reader] = False
         self._known_fqns.clear()
 
     @property
