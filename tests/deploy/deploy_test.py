@@ -255,11 +255,40 @@ class ManifestsTest(unittest.TestCase):
                 self.assertTrue(has_grpc_probe, name)
         self.assertEqual(used_claims, claims)  # no claim left unused
 
-    def test_commands_are_binaries_of_the_image(self):
+    def test_commands_are_binaries_of_the_image_and_take_their_flags(self):
         binaries = dockerfile_binaries()
         for name, template in pod_specs(self.objects):
             for container in template["spec"]["containers"]:
-                self.assertIn(container["command"][0], binaries, name)
+                binary = container["command"][0]
+                self.assertIn(binary, binaries, name)
+                self.assertEqual(
+                    unknown_flags(BINARY_PATHS[binary], container["args"]),
+                    set(), name)
+
+
+def unknown_flags(binary, args):
+    """The flags `binary` refuses among `args` ($(VAR) references replaced
+    by 0). A probe flag goes last: a binary that accepts everything else
+    names only it, and exits without starting."""
+    args = [re.sub(r"\$\(\w+\)", "0", a) for a in args]
+    result = subprocess.run([path(binary)] + args + ["--zzz_deploy_probe=1"],
+                            capture_output=True, text=True, timeout=60)
+    output = result.stdout + result.stderr
+    names = set(re.findall(r"Unknown command line flag '(\w+)'", output))
+    names |= set(re.findall(r"unknown flag --(\w+)", output))
+    # Some binaries stop at the first unknown flag: another name is enough.
+    if not names:
+        raise AssertionError(f"{binary} did not refuse the probe flag: "
+                             f"{output[-500:]}")
+    return names - {"zzz_deploy_probe"}
+
+
+BINARY_PATHS = {"trainer": "trainer/trainer",
+                "verify_model": "trainer/verify_model",
+                "tracker_server": "tracker_service/tracker_server",
+                "predictor": "clients/predictor",
+                "checkpoint_job": "clients/checkpoint_job",
+                "deltactl": "clients/deltactl"}
 
 
 def dockerfile_binaries():
@@ -342,6 +371,9 @@ class SystemdTest(unittest.TestCase):
             command = shlex.split(parser["Service"]["ExecStart"])
             self.assertTrue(command[0].startswith("/usr/local/bin/"), unit)
             self.assertIn(os.path.basename(command[0]), binaries, unit)
+            args = [a.replace("%i", "2") for a in command[1:]]
+            self.assertEqual(unknown_flags(
+                BINARY_PATHS[os.path.basename(command[0])], args), set(), unit)
             self.assertIn("TimeoutStopSec", parser["Service"], unit)
             self.assertEqual(parser["Service"]["User"], "deltastream", unit)
         with open(path("deploy/systemd/deltastream-trainer.service")) as f:
