@@ -22,19 +22,13 @@
 #include <vector>
 
 #include "clients/checkpoint_chain.h"
+#include "tests/testing/tensor_values.h"
+#include "tests/testing/test_dirs.h"
 
 namespace deltastream {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string FreshDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name + "." +
-                    std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 // A read of batches [start, end): rows `ids` of table "t" with values id*10+v.
 ReceivedDelta Read(int64_t start, int64_t end, std::vector<int64_t> ids,
@@ -77,11 +71,6 @@ std::vector<float> Column(const at::Tensor& values) {
   at::Tensor c = values.select(1, 0).contiguous();
   return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
 }
-std::vector<int64_t> Longs(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
 TEST(CheckpointChainTest, BaseAndIncrementsLoadNewestValues) {
   const std::string dir = FreshDir("chain");
   ASSERT_TRUE(WriteChainLink(dir, Full(10, {1, 2, 3}, 0)).ok());

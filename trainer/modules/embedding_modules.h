@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "trainer/modules/embedding_config.h"
-#include "trainer/modules/sparse_optimizer.h"
+#include "trainer/optim/sparse_optimizer.h"
 #include "trainer/sparse/feature_dict.h"
 #include "trainer/sparse/keyed_jagged_tensor.h"
 #include "trainer/sparse/keyed_tensor.h"

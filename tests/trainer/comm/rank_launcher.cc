@@ -17,6 +17,7 @@ extern char** environ;
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/testing/test_dirs.h"
 
 namespace deltastream {
 namespace testing {
@@ -47,8 +48,7 @@ std::vector<RankResult> RunRanks(
     const std::string& scenario, int world_size, absl::Duration timeout,
     const std::map<std::string, std::string>& extra_env) {
   const int port = FreePort();
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = tmp != nullptr ? tmp : "/tmp";
+  const std::string dir = TestTempDir();
   const absl::Time start = absl::Now();
   std::vector<pid_t> pids(world_size, -1);
   std::vector<std::string> logs(world_size);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/testing/test_dirs.h"
 #include "tests/trainer/sharding/table_configs.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
 
@@ -25,8 +26,7 @@ std::vector<EmbeddingTableConfig> Tables() {
 }
 
 std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+  return TestTempDir() + "/" + name;
 }
 
 TEST(ShardingPlanTest, RowWiseBlocksAreCeilDivWithTheLastSmallerOrEmpty) {
