@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -72,14 +73,15 @@ class RowIndex {
   bool DenseCanHold(int64_t id) const;
   // Leaves bitmap mode: the IDs held move to ids_ and slot_of_id_.
   void MakeSparse();
-  // Direct-slot mode: as FoldDense, with state rows.
-  int64_t FoldDirect(const int64_t* ids, const uint8_t* states, int64_t from,
-                     int64_t count);
+  // Direct-slot mode: as FoldDense; the state rows to copy go to pending_.
+  int64_t FoldDirect(const int64_t* ids, int64_t from, int64_t count);
   bool DirectCanHold(int64_t id) const;
   // Leaves direct-slot mode: slots move to slot_of_id_.
   void MakeHashed();
-  // Takes a new slot for `id` with the state row at `state`.
-  void Append(int64_t id, const uint8_t* state);
+  // Takes a new slot for `id`, its state row not yet written; returns it.
+  int64_t Append(int64_t id);
+  // Copies the state rows pending_ names from `states` and clears it.
+  void CopyPending(const uint8_t* states);
   // Calls f(id) for every ID held, ascending in bitmap mode, else by slot.
   template <typename F>
   void ForEachId(F&& f) const;
@@ -96,6 +98,8 @@ class RowIndex {
   std::vector<int64_t> ids_;          // slot -> ID
   std::vector<std::unique_ptr<uint8_t[]>> state_blocks_;
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
+  // During a Fold: (slot, row of the folded states) for each state to copy.
+  std::vector<std::pair<int64_t, int64_t>> pending_;
 };
 
 }  // namespace deltastream
