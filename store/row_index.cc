@@ -111,6 +111,25 @@ int64_t RowIndex::Append(int64_t id) {
 }
 
 void RowIndex::CopyPending(const uint8_t* states) {
+  if (mode_ == UpdateMode::kLast && !pending_.empty()) {
+    // A row looked up several times in one fold is copied once, from its last
+    // occurrence: walk backwards, keep each slot's first sighting.
+    ++folds_;
+    if (folds_ == 0) {  // the stamps wrapped around: forget them all
+      std::fill(fold_of_slot_.begin(), fold_of_slot_.end(), 0);
+      folds_ = 1;
+    }
+    fold_of_slot_.resize(rows_, 0);
+    auto kept = pending_.end();
+    for (auto it = pending_.end(); it != pending_.begin();) {
+      --it;
+      uint32_t& stamp = fold_of_slot_[it->first];
+      if (stamp == folds_) continue;
+      stamp = folds_;
+      *--kept = *it;
+    }
+    pending_.erase(pending_.begin(), kept);
+  }
   if (row_bytes_ > 0) {
     CopyRows(
         static_cast<int64_t>(pending_.size()), row_bytes_,
@@ -290,7 +309,8 @@ int64_t RowIndex::bytes() const {
       (first_block_rows_ + full_blocks * (int64_t{1} << block_shift_)) *
       row_bytes_;
   return static_cast<int64_t>(ids_.capacity() * sizeof(int64_t) +
-                              pending_.capacity() * sizeof(pending_[0])) +
+                              pending_.capacity() * sizeof(pending_[0]) +
+                              fold_of_slot_.capacity() * sizeof(uint32_t)) +
          state_bytes + index_bytes;
 }
 

@@ -100,6 +100,9 @@ class RowIndex {
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
   // During a Fold: (slot, row of the folded states) for each state to copy.
   std::vector<std::pair<int64_t, int64_t>> pending_;
+  // kLast: the fold (numbered by folds_) that last copied each slot's row.
+  uint32_t folds_ = 0;
+  std::vector<uint32_t> fold_of_slot_;
 };
 
 }  // namespace deltastream
