@@ -87,12 +87,13 @@ void SortById(std::vector<std::pair<int64_t, int64_t>>& items) {
 
 }  // namespace
 
-RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes)
+RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes, Rows rows)
     : mode_(mode),
       row_bytes_(mode == UpdateMode::kNone ? 0 : row_bytes),
       dense_(mode == UpdateMode::kNone),
       direct_(mode != UpdateMode::kNone),
-      block_shift_(BlockShift(row_bytes_)) {}
+      block_shift_(BlockShift(row_bytes_)),
+      borrowed_(rows == Rows::kBorrowed && row_bytes_ > 0) {}
 
 bool RowIndex::DenseCanHold(int64_t id) const {
   return id >= 0 &&
@@ -105,12 +106,23 @@ bool RowIndex::DirectCanHold(int64_t id) const {
 }
 
 int64_t RowIndex::Append(int64_t id) {
-  if (row_bytes_ > 0) GrowStates();
+  if (borrowed_) {
+    borrowed_rows_.push_back(nullptr);
+  } else if (row_bytes_ > 0) {
+    GrowStates();
+  }
   ids_.push_back(id);
   return rows_++;
 }
 
 void RowIndex::CopyPending(const uint8_t* states) {
+  if (borrowed_) {
+    for (const auto& [slot, row] : pending_) {
+      borrowed_rows_[slot] = states + row * row_bytes_;
+    }
+    pending_.clear();
+    return;
+  }
   if (mode_ == UpdateMode::kLast && !pending_.empty()) {
     // A row looked up several times in one fold is copied once, from its last
     // occurrence: walk backwards, keep each slot's first sighting.
@@ -134,7 +146,7 @@ void RowIndex::CopyPending(const uint8_t* states) {
     CopyRows(
         static_cast<int64_t>(pending_.size()), row_bytes_,
         [&](int64_t k) { return states + pending_[k].second * row_bytes_; },
-        [&](int64_t k) { return StateRow(pending_[k].first); });
+        [&](int64_t k) { return OwnedRow(pending_[k].first); });
   }
   pending_.clear();
 }
@@ -285,6 +297,12 @@ void RowIndex::Fold(const RowIndex& later) {
     Fold(ids.data(), nullptr, static_cast<int64_t>(ids.size()));
     return;
   }
+  if (later.borrowed_) {  // rows anywhere: one at a time
+    for (int64_t slot = 0; slot < later.size(); ++slot) {
+      Fold(&later.ids_[slot], later.StateRow(slot), 1);
+    }
+    return;
+  }
   // Rows of one state block are contiguous: fold a block at a time, so the
   // hash probes keep their prefetching.
   const int64_t rows_per_block =
@@ -310,7 +328,9 @@ int64_t RowIndex::bytes() const {
       row_bytes_;
   return static_cast<int64_t>(ids_.capacity() * sizeof(int64_t) +
                               pending_.capacity() * sizeof(pending_[0]) +
-                              fold_of_slot_.capacity() * sizeof(uint32_t)) +
+                              fold_of_slot_.capacity() * sizeof(uint32_t) +
+                              borrowed_rows_.capacity() *
+                                  sizeof(borrowed_rows_[0])) +
          state_bytes + index_bytes;
 }
 
