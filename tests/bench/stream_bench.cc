@@ -6,6 +6,9 @@
 // compacted rows; the compaction itself is store_bench's subject.
 //
 //   bazel run -c opt //tests/bench:stream_bench -- [--rows --dim --repeat]
+//
+// Prints the median, min and max over --repeat runs of each rate and of each
+// run's GetDelta rate as a percentage of that run's bare stream.
 
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
@@ -20,6 +23,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
 #include "clients/delta_client.h"
 #include "store/host_memory.h"
 #include "tests/bench/raw_stream.grpc.pb.h"
@@ -161,11 +165,32 @@ int Main() {
       payload / 1048576.0,
       static_cast<long long>(absl::GetFlag(FLAGS_chunk_bytes) / 1024),
       raw_gbs.size());
-  std::printf("  bare gRPC byte stream      %6.3f GB/s\n", Median(raw_gbs));
-  std::printf("  GetDelta, one consumer     %6.3f GB/s  (%.0f%% of bare)\n",
-              Median(one_gbs), 100 * Median(one_gbs) / Median(raw_gbs));
-  std::printf("  GetDelta, %d consumers at once %6.3f GB/s aggregate\n",
-              consumers, Median(many_gbs));
+  // Each run's GetDelta against the bare stream of the same run.
+  std::vector<double> one_ratio, many_ratio;
+  for (size_t run = 0; run < raw_gbs.size(); ++run) {
+    one_ratio.push_back(100 * one_gbs[run] / raw_gbs[run]);
+    many_ratio.push_back(100 * many_gbs[run] / raw_gbs[run]);
+  }
+  auto spread = [](const std::vector<double>& v) {
+    return absl::StrFormat("median %.3f, min %.3f, max %.3f", Median(v),
+                           *std::min_element(v.begin(), v.end()),
+                           *std::max_element(v.begin(), v.end()));
+  };
+  std::printf("  bare gRPC byte stream      GB/s: %s\n",
+              spread(raw_gbs).c_str());
+  std::printf("  GetDelta, one consumer     GB/s: %s\n",
+              spread(one_gbs).c_str());
+  std::printf("    %% of bare, same run          %s\n",
+              spread(one_ratio).c_str());
+  std::printf("  GetDelta, %d consumers at once, aggregate GB/s: %s\n",
+              consumers, spread(many_gbs).c_str());
+  std::printf("    %% of bare, same run          %s\n",
+              spread(many_ratio).c_str());
+  std::string runs;
+  for (size_t run = 0; run < raw_gbs.size(); ++run) {
+    absl::StrAppendFormat(&runs, " %.0f/%.0f", one_ratio[run], many_ratio[run]);
+  }
+  std::printf("  per run, %% of bare (one/%d):%s\n", consumers, runs.c_str());
   std::printf("  failed calls               %d\n", failed_calls);
   server->Shutdown();
   return failed_calls == 0 ? 0 : 1;
