@@ -99,6 +99,15 @@ BENCHMARK(BM_RowIndexFoldIntoHeld)
     ->Arg(static_cast<int>(UpdateMode::kFirst))
     ->Arg(static_cast<int>(UpdateMode::kLast));
 
+// Appends lookups 0..batches-1 to table "t" of `store`, one per batch.
+void AppendLookups(DeltaStore& store, const Lookups& l, int64_t batches) {
+  for (int64_t b = 0; b < batches; ++b) {
+    (void)store.Append(
+        b, {{"t", l.ids[b],
+             store.mode() == UpdateMode::kNone ? at::Tensor() : l.states[b]}});
+  }
+}
+
 // Compacting a window of recorded lookups into one (DeltaStore::Compact).
 void BM_CompactWindow(benchmark::State& state) {
   const Lookups& l = ZipfLookups();
@@ -107,11 +116,7 @@ void BM_CompactWindow(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();
     auto store = std::make_unique<DeltaStore>(mode);
-    for (int64_t b = 0; b < batches; ++b) {
-      (void)store->Append(
-          b, {{"t", l.ids[b],
-               mode == UpdateMode::kNone ? at::Tensor() : l.states[b]}});
-    }
+    AppendLookups(*store, l, batches);
     state.ResumeTiming();
     store->Compact(0, batches);
     state.PauseTiming();
@@ -132,12 +137,7 @@ void BM_ReadWindow(benchmark::State& state) {
   const Lookups& l = ZipfLookups();
   const bool compacted = state.range(1) != 0;
   DeltaStore store(ModeArg(state));
-  for (int b = 0; b < 30; ++b) {
-    (void)store.Append(
-        b,
-        {{"t", l.ids[b],
-          ModeArg(state) == UpdateMode::kNone ? at::Tensor() : l.states[b]}});
-  }
+  AppendLookups(store, l, 30);
   if (compacted) store.Compact(0, 30);
   int64_t rows = 0;
   for (auto _ : state) {
