@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/file_io.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/tensor_codec.h"
 
@@ -36,36 +37,6 @@ constexpr size_t kHeaderBytes = 8 + 8 + 4;
 std::string LinkName(bool full, int64_t start, int64_t end) {
   return absl::StrFormat("%s-%012d-%012d.ckpt", full ? "full" : "incr", start,
                          end);
-}
-
-absl::Status WriteDurably(const std::string& path, const std::string& bytes) {
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write '", temporary, "'"));
-  }
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n =
-        ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n <= 0) {
-      ::close(fd);
-      return absl::InternalError(
-          absl::StrCat("writing '", temporary, "' failed (disk full?)"));
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0 ||
-      std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot finish '", path, "'"));
-  }
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY); dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::CheckpointLink> ReadLink(const std::string& path) {
@@ -167,7 +138,7 @@ absl::StatusOr<ChainLink> WriteLink(const std::string& dir, bool full,
   bytes += payload;
   ChainLink written{dir + "/" + LinkName(full, start, end), full, start, end,
                     static_cast<int64_t>(bytes.size())};
-  if (absl::Status s = WriteDurably(written.path, bytes); !s.ok()) return s;
+  if (absl::Status s = WriteFileDurably(written.path, bytes); !s.ok()) return s;
   return written;
 }
 
@@ -502,10 +473,7 @@ absl::StatusOr<std::vector<ChainLink>> TruncateChainAfter(
     removed.push_back(link);
   }
   if (!removed.empty()) {
-    if (const int dir_fd = ::open(dir.c_str(), O_RDONLY); dir_fd >= 0) {
-      ::fsync(dir_fd);
-      ::close(dir_fd);
-    }
+    if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
   }
   return removed;
 }

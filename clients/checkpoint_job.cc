@@ -38,6 +38,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "base/process.h"
 #include "clients/checkpoint_chain.h"
 #include "clients/delta_client.h"
 
@@ -62,11 +63,6 @@ namespace {
 std::atomic<bool> stopping{false};
 
 void OnSignal(int) { stopping.store(true); }
-
-int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "checkpoint_job: %s\n", message.c_str());
-  return code;
-}
 
 // Where the chain on disk ends, and the trainer run its last link came from.
 struct ChainState {

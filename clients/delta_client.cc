@@ -7,38 +7,25 @@
 
 #include <algorithm>
 #include <climits>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_io.h"
 #include "proto/tensor_codec.h"
 
 namespace deltastream {
-
-namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
 
 absl::Status ReadCredentialFiles(const std::string& token_file,
                                  const std::string& tls_ca_file,
                                  ClientOptions& options) {
   if (!token_file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(token_file);
+    absl::StatusOr<std::string> text = ReadSmallFile(token_file);
     if (!text.ok()) return text.status();
     options.auth_token = std::string(absl::StripAsciiWhitespace(
         absl::string_view(*text).substr(0, text->find('\n'))));
   }
   if (!tls_ca_file.empty()) {
-    absl::StatusOr<std::string> pem = ReadFile(tls_ca_file);
+    absl::StatusOr<std::string> pem = ReadSmallFile(tls_ca_file);
     if (!pem.ok()) return pem.status();
     options.tls_root_certs_pem = *pem;
   }

@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "base/process.h"
 #include "clients/checkpoint_chain.h"
 #include "clients/delta_client.h"
 #include "clients/npz_file.h"
@@ -74,13 +75,6 @@ using nlohmann::json;
 class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-
-int Fail(const absl::Status& status) {
-  std::string message(status.message());
-  std::replace(message.begin(), message.end(), '\n', ' ');
-  std::fprintf(stderr, "deltactl: %s\n", message.c_str());
-  return 1;
-}
 
 std::string Bytes(int64_t bytes) {
   if (bytes >= (int64_t{1} << 30))
@@ -305,13 +299,14 @@ int Push(DeltaClient& client) {
     text << std::cin.rdbuf();
   } else {
     std::ifstream in(file);
-    if (!in) return Fail(absl::NotFoundError("cannot read " + file));
+    if (!in)
+      return Fail(kExitFailure, absl::NotFoundError("cannot read " + file));
     text << in.rdbuf();
   }
   auto tables = ParsePush(text.str(), file == "-" ? "stdin" : file);
-  if (!tables.ok()) return Fail(tables.status());
+  if (!tables.ok()) return Fail(kExitFailure, tables.status());
   auto batch = client.Record({*tables});
-  if (!batch.ok()) return Fail(batch.status());
+  if (!batch.ok()) return Fail(kExitFailure, batch.status());
   if (absl::GetFlag(FLAGS_json)) {
     std::printf(
         "%s\n",
@@ -348,10 +343,11 @@ v1::GetDeltaRequest ReadRequest(const std::string& command) {
 
 int Get(DeltaClient& client) {
   auto delta = client.GetDelta(ReadRequest("get"));
-  if (!delta.ok()) return Fail(delta.status());
+  if (!delta.ok()) return Fail(kExitFailure, delta.status());
   const v1::DeltaHeader& header = delta->header;
   if (const std::string file = absl::GetFlag(FLAGS_out); !file.empty()) {
-    if (absl::Status s = WriteDeltaNpz(file, *delta); !s.ok()) return Fail(s);
+    if (absl::Status s = WriteDeltaNpz(file, *delta); !s.ok())
+      return Fail(kExitFailure, s);
     int64_t rows = 0;
     for (const auto& [fqn, table] : delta->tables) rows += table.ids.numel();
     if (absl::GetFlag(FLAGS_json)) {
@@ -446,11 +442,11 @@ int Subscribe(DeltaClient& client) {
     std::fflush(stdout);
     return count == 0 || ++received < count;
   });
-  return status.ok() ? 0 : Fail(status);
+  return status.ok() ? 0 : Fail(kExitFailure, status);
 }
 
 int PrintConsumers(const absl::StatusOr<std::vector<std::string>>& names) {
-  if (!names.ok()) return Fail(names.status());
+  if (!names.ok()) return Fail(kExitFailure, names.status());
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("%s\n", json({{"consumers", *names}}).dump().c_str());
   } else {
@@ -460,7 +456,7 @@ int PrintConsumers(const absl::StatusOr<std::vector<std::string>>& names) {
 }
 
 int ShowStatus(const absl::StatusOr<v1::StatusResponse>& status) {
-  if (!status.ok()) return Fail(status.status());
+  if (!status.ok()) return Fail(kExitFailure, status.status());
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("%s\n", StatusJson(*status).dump().c_str());
   } else {
@@ -477,7 +473,7 @@ int ShowChain() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) throw UsageError("chain needs --dir=D");
   absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
-  if (!links.ok()) return Fail(links.status());
+  if (!links.ok()) return Fail(kExitFailure, links.status());
   std::vector<std::string> problems = ChainProblems(*links);
   std::set<std::string> applied;
   for (const ChainLink& link : AppliedLinks(*links)) applied.insert(link.path);
@@ -554,14 +550,14 @@ int Run(const std::vector<std::string>& args) {
           ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
                               absl::GetFlag(FLAGS_tls_ca), options);
       !read.ok()) {
-    return Fail(read);
+    return Fail(kExitFailure, read);
   }
   auto client = DeltaClient::Create(absl::GetFlag(FLAGS_target), options);
   const std::string& command = args[0];
   if (command == "push") return Push(*client);
   if (command == "step") {
     auto batch = client->Step();
-    if (!batch.ok()) return Fail(batch.status());
+    if (!batch.ok()) return Fail(kExitFailure, batch.status());
     std::printf(
         absl::GetFlag(FLAGS_json) ? "{\"batch\":%lld}\n" : "batch %lld\n",
         static_cast<long long>(*batch));
@@ -575,7 +571,7 @@ int Run(const std::vector<std::string>& args) {
     }
     absl::Status s = client->Commit(absl::GetFlag(FLAGS_consumer),
                                     absl::GetFlag(FLAGS_end_batch));
-    return s.ok() ? 0 : Fail(s);
+    return s.ok() ? 0 : Fail(kExitFailure, s);
   }
   if (command == "consumers") {
     const std::string verb = args.size() > 1 ? args[1] : "list";
@@ -594,7 +590,7 @@ int Run(const std::vector<std::string>& args) {
   }
   if (command == "snapshot") {
     auto info = client->Snapshot();
-    if (!info.ok()) return Fail(info.status());
+    if (!info.ok()) return Fail(kExitFailure, info.status());
     std::printf("%s\n", absl::GetFlag(FLAGS_json)
                             ? SnapshotJson(*info).dump().c_str()
                             : DescribeSnapshot(*info).c_str());

@@ -60,6 +60,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/grpc_server.h"
+#include "base/process.h"
 #include "clients/checkpoint_chain.h"
 #include "clients/delta_client.h"
 #include "clients/replica.h"
@@ -748,11 +750,6 @@ class ReplicaLookupService final : public v1::ReplicaLookup::Service {
 
 // ------------------------------------------------------------ main
 
-int Fail(int code, absl::string_view message) {
-  std::fprintf(stderr, "predictor: %s\n", std::string(message).c_str());
-  return code;
-}
-
 // Checks every command-line flag is known and its value parses, so that bad
 // flags end with one line and exit code 2 (absl's parser exits 1).
 std::string CommandLineError(int argc, char** argv) {
@@ -829,11 +826,7 @@ int Main() {
 
   // Signals are taken by a thread of their own: blocked before any other
   // thread starts (gRPC's and RocksDB's inherit the mask).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockTerminationSignals();
 
   ReplicaOptions replica_options;
   replica_options.db_path = absl::GetFlag(FLAGS_replica_db);
@@ -851,22 +844,18 @@ int Main() {
 
   ReplicaLookupService service(&predictor);
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    return Fail(1, absl::StrCat("cannot listen on ", listen));
-  }
-  std::printf("listening on %s:%d\n",
-              listen.substr(0, listen.rfind(':')).c_str(), port);
+  absl::StatusOr<StartedServer> started =
+      StartServer(builder, listen, grpc::InsecureServerCredentials());
+  if (!started.ok()) return Fail(kExitUsage, started.status());
+  std::unique_ptr<grpc::Server> server = std::move(started->server);
+  std::printf("listening on %s\n", started->address.c_str());
   std::fflush(stdout);
 
   std::atomic<bool> signalled{false};
   std::thread stopper([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
+    const int signal = WaitForTerminationSignal(signals);
     if (!signalled.exchange(true)) {
       Log(absl::StrCat("signal ", signal, ": stopping"));
     }

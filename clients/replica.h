@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "clients/delta_client.h"
-#include "store/shared_mutex.h"
+#include "base/shared_mutex.h"
 
 namespace deltastream {
 
@@ -47,7 +47,7 @@ namespace deltastream {
 // Thread safety: a Replica is safe for concurrent use without external
 // locking. Lookups never see half an apply, nor a new version's rows with the
 // previous version's dense parameters: applies are published under a writer
-// lock (store/shared_mutex.h, which ThreadSanitizer understands) that lookups
+// lock (base/shared_mutex.h, which ThreadSanitizer understands) that lookups
 // share. Applies run one at a time; their preparation (validation, building
 // a Reset's tables, staging and writing a RocksDB batch, which lookups do not
 // see until it is published: they read a RocksDB snapshot) happens before

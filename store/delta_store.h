@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "store/row_index.h"
-#include "store/shared_mutex.h"
+#include "base/shared_mutex.h"
 #include "store/unique_rows.h"
 #include "store/update_mode.h"
 

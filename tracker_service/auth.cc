@@ -1,13 +1,12 @@
 #include "tracker_service/auth.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/file_io.h"
 
 namespace deltastream {
 namespace {
@@ -85,14 +84,12 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(absl::string_view text) {
 
 absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromFile(
     const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadSmallFile(path);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot read token file '", path, "'"));
+        absl::StrCat("token file: ", text.status().message()));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<TokenAuthorizer> parsed = Parse(text.str());
+  absl::StatusOr<TokenAuthorizer> parsed = Parse(*text);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", parsed.status().message()));

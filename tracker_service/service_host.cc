@@ -5,25 +5,17 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <chrono>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file_io.h"
+#include "base/grpc_server.h"
 #include "tracker_service/auth.h"
 #include "tracker_service/delta_tracker_service.h"
 
 namespace deltastream {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     const ServiceHostOptions& options) {
@@ -31,9 +23,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     return absl::InvalidArgumentError("a TLS certificate and key go together");
   }
   if (options.tls_cert.empty()) return grpc::InsecureServerCredentials();
-  absl::StatusOr<std::string> cert_pem = ReadFile(options.tls_cert);
+  absl::StatusOr<std::string> cert_pem = ReadSmallFile(options.tls_cert);
   if (!cert_pem.ok()) return cert_pem.status();
-  absl::StatusOr<std::string> key_pem = ReadFile(options.tls_key);
+  absl::StatusOr<std::string> key_pem = ReadSmallFile(options.tls_key);
   if (!key_pem.ok()) return key_pem.status();
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({*key_pem, *cert_pem});
@@ -88,19 +80,15 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(options.listen, *credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              options.max_concurrent_streams);
   builder.RegisterService(host->service_.get());
-  host->server_ = builder.BuildAndStart();
-  if (host->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.listen));
-  }
-  host->address_ = absl::StrCat(
-      options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  absl::StatusOr<StartedServer> started =
+      StartServer(builder, options.listen, *credentials);
+  if (!started.ok()) return started.status();
+  host->server_ = std::move(started->server);
+  host->address_ = std::move(started->address);
   if (host->snapshots_ != nullptr && options.snapshot_interval_s > 0) {
     host->snapshots_->StartPeriodic(absl::Seconds(options.snapshot_interval_s));
   }

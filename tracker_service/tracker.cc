@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/torch_status.h"
 
 namespace deltastream {
 
@@ -40,17 +41,6 @@ struct Tracker::Consumer {
 };
 
 namespace {
-
-// Runs tensor code on caller-provided tensors: LibTorch reports misuse by
-// throwing, and no exception may cross this API.
-template <typename F>
-absl::Status CatchTorchErrors(F&& f) {
-  try {
-    return f();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
-  }
-}
 
 absl::Status ValidateConsumerName(absl::string_view name) {
   if (name.empty() || name.size() > 128) {

@@ -21,7 +21,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "store/delta_store.h"
-#include "store/shared_mutex.h"
+#include "base/shared_mutex.h"
 #include "tracker_service/live_rows_reader.h"
 #include "tracker_service/top_k.h"
 #include "tracker_service/tracked_modules.h"

@@ -25,7 +25,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "store/host_memory.h"
+#include "base/host_memory.h"
+#include "base/process.h"
 #include "tracker_service/service_host.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
@@ -57,26 +58,17 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 namespace deltastream {
 namespace {
 
-int Fail(absl::string_view message) {
-  std::fprintf(stderr, "tracker_server: %s\n", std::string(message).c_str());
-  return 2;
-}
-
 int Main() {
   // Deltas are tens of MiB of fresh buffers per read: reuse them.
   KeepHostMemoryForReuse();
   // Signals are taken by a thread of their own: blocked before any other
   // thread starts (gRPC's and RocksDB's inherit the mask).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockTerminationSignals();
 
   TrackerOptions options;
   absl::StatusOr<TrackingMode> mode =
       ParseTrackingMode(absl::GetFlag(FLAGS_mode));
-  if (!mode.ok()) return Fail(mode.status().message());
+  if (!mode.ok()) return Fail(kExitUsage, mode.status().message());
   options.mode = *mode;
   options.consumers =
       absl::StrSplit(absl::GetFlag(FLAGS_consumers), ',', absl::SkipEmpty());
@@ -86,7 +78,7 @@ int Main() {
   options.memory_cap_bytes = absl::GetFlag(FLAGS_memory_cap_bytes);
   absl::StatusOr<std::unique_ptr<Tracker>> tracker =
       Tracker::Create(std::move(options));
-  if (!tracker.ok()) return Fail(tracker.status().message());
+  if (!tracker.ok()) return Fail(kExitUsage, tracker.status().message());
 
   ServiceHostOptions host_options;
   host_options.listen = absl::GetFlag(FLAGS_listen);
@@ -101,14 +93,15 @@ int Main() {
   // The service host checks these too; here they are named by their flags.
   if (host_options.snapshot_interval_s < 0 ||
       (host_options.snapshot_interval_s > 0 && host_options.db.empty())) {
-    return Fail("--snapshot_interval_s needs --db and must be >= 0");
+    return Fail(kExitUsage,
+                "--snapshot_interval_s needs --db and must be >= 0");
   }
   if (host_options.tls_cert.empty() != host_options.tls_key.empty()) {
-    return Fail("--tls_cert and --tls_key go together");
+    return Fail(kExitUsage, "--tls_cert and --tls_key go together");
   }
   absl::StatusOr<std::unique_ptr<ServiceHost>> host =
       ServiceHost::Start(tracker->get(), host_options);
-  if (!host.ok()) return Fail(host.status().message());
+  if (!host.ok()) return Fail(kExitUsage, host.status().message());
   if ((*host)->snapshots() != nullptr) {
     if ((*host)->restored().has_value()) {
       std::fprintf(stderr, "tracker_server: restored %s from %s\n",
@@ -123,8 +116,7 @@ int Main() {
   std::fflush(stdout);
 
   std::thread stopper([&host, &signals] {
-    int signal = 0;
-    sigwait(&signals, &signal);
+    const int signal = WaitForTerminationSignal(signals);
     std::fprintf(stderr, "tracker_server: signal %d, shutting down\n", signal);
     (*host)->Shutdown();
   });

@@ -1,9 +1,7 @@
 #include "trainer/checkpoint.h"
 
-#include <fcntl.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -16,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file_io.h"
 
 namespace deltastream {
 namespace {
@@ -33,39 +32,6 @@ std::vector<std::string> CheckpointFiles(const std::string& dir) {
   }
   std::sort(files.begin(), files.end());  // fixed-width steps sort in order
   return files;
-}
-
-absl::Status WriteDurably(const std::string& path,
-                          const std::vector<char>& bytes) {
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write '", temporary, "'"));
-  }
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n =
-        ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n <= 0) {
-      ::close(fd);
-      return absl::InternalError(
-          absl::StrCat("writing '", temporary, "' failed"));
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0 ||
-      std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot finish '", path, "' (disk full?)"));
-  }
-  // The rename itself is durable once the directory is synced.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY); dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -113,7 +79,9 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
     return absl::InternalError(absl::StrCat("checkpoint of step ", step, ": ",
                                             e.what_without_backtrace()));
   }
-  if (absl::Status status = WriteDurably(info.path, bytes); !status.ok()) {
+  if (absl::Status status = WriteFileDurably(
+          info.path, absl::string_view(bytes.data(), bytes.size()));
+      !status.ok()) {
     return status;
   }
   info.bytes = static_cast<int64_t>(bytes.size());

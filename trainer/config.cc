@@ -3,12 +3,11 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file_io.h"
 
 namespace deltastream {
 namespace {
@@ -102,13 +101,9 @@ absl::StatusOr<v1::TrainerConfig> ParseTrainerConfig(absl::string_view text) {
 }
 
 absl::StatusOr<v1::TrainerConfig> ReadTrainerConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read config '", path, "'"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<v1::TrainerConfig> config = ParseTrainerConfig(text.str());
+  absl::StatusOr<std::string> text = ReadSmallFile(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<v1::TrainerConfig> config = ParseTrainerConfig(*text);
   if (!config.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", config.status().message()));

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/torch_status.h"
 #include "clients/checkpoint_chain.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data/criteo_tsv.h"
@@ -18,15 +19,6 @@
 
 namespace deltastream {
 namespace {
-
-template <typename F>
-absl::Status CatchTorchErrors(F&& f) {
-  try {
-    return f();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(e.what_without_backtrace());
-  }
-}
 
 absl::StatusOr<std::unique_ptr<RecModel>> MakeModel(
     const TrainerSettings& settings) {

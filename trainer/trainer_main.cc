@@ -25,7 +25,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "store/host_memory.h"
+#include "base/host_memory.h"
+#include "base/process.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
 
@@ -49,18 +50,9 @@ ABSL_FLAG(std::string, restore_chain, "",
 namespace deltastream {
 namespace {
 
-int Fail(int code, absl::string_view message) {
-  std::fprintf(stderr, "trainer: %s\n", std::string(message).c_str());
-  return code;
-}
-
 int Main() {
   KeepHostMemoryForReuse();
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockTerminationSignals();
 
   v1::TrainerConfig config;
   if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {

@@ -15,7 +15,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/process.h"
 #include "trainer/checkpoint.h"
 #include "trainer/model_verification.h"
 
@@ -34,22 +36,16 @@ int Main() {
   if (path.empty() && !absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
     path = LatestCheckpoint(absl::GetFlag(FLAGS_checkpoint_dir)).value_or("");
     if (path.empty()) {
-      std::fprintf(stderr, "verify_model: no checkpoint in '%s'\n",
-                   absl::GetFlag(FLAGS_checkpoint_dir).c_str());
-      return 2;
+      return Fail(kExitUsage,
+                  absl::StrCat("no checkpoint in '",
+                               absl::GetFlag(FLAGS_checkpoint_dir), "'"));
     }
   }
   if (path.empty()) {
-    std::fprintf(
-        stderr, "verify_model: --checkpoint or --checkpoint_dir is required\n");
-    return 2;
+    return Fail(kExitUsage, "--checkpoint or --checkpoint_dir is required");
   }
   absl::StatusOr<CheckpointModel> model = ReadCheckpointModel(path);
-  if (!model.ok()) {
-    std::fprintf(stderr, "verify_model: %s\n",
-                 std::string(model.status().message()).c_str());
-    return 2;
-  }
+  if (!model.ok()) return Fail(kExitUsage, model.status());
   int64_t rows = 0;
   for (const auto& [name, table] : model->tables) rows += table.size(0);
   std::printf(

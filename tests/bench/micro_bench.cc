@@ -16,10 +16,10 @@
 #include <memory>
 #include <vector>
 
+#include "base/host_memory.h"
 #include "proto/tensor.pb.h"
 #include "proto/tensor_codec.h"
 #include "store/delta_store.h"
-#include "store/host_memory.h"
 #include "store/row_index.h"
 #include "tests/bench/zipf.h"
 

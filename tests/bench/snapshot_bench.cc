@@ -22,7 +22,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
-#include "store/host_memory.h"
+#include "base/host_memory.h"
 #include "tests/bench/timing.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"

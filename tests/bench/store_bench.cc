@@ -28,7 +28,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "store/delta_store.h"
-#include "store/host_memory.h"
+#include "base/host_memory.h"
 #include "tests/bench/timing.h"
 #include "tests/bench/zipf.h"
 

@@ -26,7 +26,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "clients/delta_client.h"
-#include "store/host_memory.h"
+#include "base/host_memory.h"
 #include "tests/bench/raw_stream.grpc.pb.h"
 #include "tests/bench/timing.h"
 #include "tracker_service/delta_tracker_service.h"

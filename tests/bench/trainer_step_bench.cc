@@ -23,7 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
-#include "store/host_memory.h"
+#include "base/host_memory.h"
 #include "tests/bench/timing.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/torch_status.h"
 #include "trainer/data/batch.h"
 #include "trainer/modules/embedding_config.h"
 
@@ -50,16 +51,6 @@ absl::Status ValidateArchitecture(
 // `device` and the sparse features have stride B.
 absl::Status ValidateBatch(const Batch& batch, int64_t num_dense,
                            c10::Device device);
-
-// No exception crosses a model's API: LibTorch's errors become Internal.
-template <typename F>
-auto CatchModelErrors(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(e.what_without_backtrace());
-  }
-}
 
 }  // namespace deltastream
 

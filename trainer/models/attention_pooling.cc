@@ -38,7 +38,7 @@ absl::StatusOr<at::Tensor> AttentionPool(const at::Tensor& rows,
                      rows.device().str(), ", lengths ", lengths.device().str(),
                      ", queries ", queries.device().str(), ")"));
   }
-  return CatchModelErrors([&]() -> absl::StatusOr<at::Tensor> {
+  return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
     const int64_t num_examples = queries.size(0);
     const at::Tensor values = rows.to(queries.scalar_type());  // [n, D]
     // The example of every row. Its size is rows' count, known on the host,

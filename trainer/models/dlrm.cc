@@ -38,7 +38,7 @@ absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(DlrmConfig config) {
   if (!ebc.ok()) return ebc.status();
   std::unique_ptr<Dlrm> model(new Dlrm(std::move(config)));
   model->ebc_ = *std::move(ebc);
-  absl::Status status = CatchModelErrors([&]() -> absl::Status {
+  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     const int64_t features =
         static_cast<int64_t>(model->ebc_->feature_names().size());
     model->num_features_ = features;
@@ -65,7 +65,7 @@ absl::StatusOr<at::Tensor> Dlrm::Forward(const Batch& batch) {
   }
   absl::StatusOr<KeyedTensor> pooled = ebc_->Forward(batch.sparse);
   if (!pooled.ok()) return pooled.status();
-  return CatchModelErrors([&]() -> absl::StatusOr<at::Tensor> {
+  return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
     const int64_t b = batch.dense.size(0);
     const int64_t dim = config_.dense_arch.back();
     // [B, D]

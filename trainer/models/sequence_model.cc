@@ -39,7 +39,7 @@ absl::StatusOr<std::unique_ptr<SequenceModel>> SequenceModel::Create(
   if (!ec.ok()) return ec.status();
   std::unique_ptr<SequenceModel> model(new SequenceModel(std::move(config)));
   model->ec_ = *std::move(ec);
-  absl::Status status = CatchModelErrors([&]() -> absl::Status {
+  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     model->dense_ = std::make_shared<Dense>(
         model->config_,
         static_cast<int64_t>(model->ec_->feature_names().size()));
@@ -62,7 +62,7 @@ absl::StatusOr<at::Tensor> SequenceModel::Forward(const Batch& batch) {
   }
   absl::StatusOr<FeatureDict> sequences = ec_->Forward(batch.sparse);
   if (!sequences.ok()) return sequences.status();
-  return CatchModelErrors([&]() -> absl::StatusOr<at::Tensor> {
+  return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
     // [B, D]: the dense vector, also every feature's attention query.
     const at::Tensor query = dense_->dense_arch->forward(batch.dense);
     std::vector<at::Tensor> parts = {query};

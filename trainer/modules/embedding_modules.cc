@@ -11,19 +11,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/torch_status.h"
 
 namespace deltastream {
 namespace {
-
-// No exception crosses this API: LibTorch's errors become InvalidArgument.
-template <typename F>
-auto CatchTorchErrors(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
-  }
-}
 
 at::Tensor InitialRows(const EmbeddingTableConfig& table, uint64_t seed) {
   const double bound =

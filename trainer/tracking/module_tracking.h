@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "store/shared_mutex.h"
+#include "base/shared_mutex.h"
 #include "tracker_service/live_rows_reader.h"
 #include "tracker_service/tracked_modules.h"
 #include "tracker_service/tracker.h"

@@ -1,4 +1,4 @@
-#include "store/host_memory.h"
+#include "base/host_memory.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>

@@ -1,5 +1,5 @@
-#ifndef DELTASTREAM_STORE_SHARED_MUTEX_H_
-#define DELTASTREAM_STORE_SHARED_MUTEX_H_
+#ifndef DELTASTREAM_BASE_SHARED_MUTEX_H_
+#define DELTASTREAM_BASE_SHARED_MUTEX_H_
 
 #include <pthread.h>
 
@@ -69,4 +69,4 @@ class ABSL_SCOPED_LOCKABLE ReaderLock {
 
 }  // namespace deltastream
 
-#endif  // DELTASTREAM_STORE_SHARED_MUTEX_H_
+#endif  // DELTASTREAM_BASE_SHARED_MUTEX_H_

@@ -1,5 +1,5 @@
-#ifndef DELTASTREAM_STORE_HOST_MEMORY_H_
-#define DELTASTREAM_STORE_HOST_MEMORY_H_
+#ifndef DELTASTREAM_BASE_HOST_MEMORY_H_
+#define DELTASTREAM_BASE_HOST_MEMORY_H_
 
 namespace deltastream {
 
@@ -21,4 +21,4 @@ void KeepHostMemoryForReuse();
 
 }  // namespace deltastream
 
-#endif  // DELTASTREAM_STORE_HOST_MEMORY_H_
+#endif  // DELTASTREAM_BASE_HOST_MEMORY_H_

@@ -1,0 +1,58 @@
+#include "base/grpc_server.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace deltastream {
+
+absl::Status ValidateListenAddress(absl::string_view address) {
+  const auto invalid = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen address '", address, "' is not HOST:PORT (", why, ")"));
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return invalid("no port");
+  const absl::string_view host = address.substr(0, colon);
+  const absl::string_view port = address.substr(colon + 1);
+  if (host.empty()) return invalid("no host");
+  if (host.front() == '[' ? host.back() != ']'
+                          : host.find(':') != absl::string_view::npos) {
+    return invalid("an IPv6 host goes in brackets");
+  }
+  for (char c : host) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c)) ||
+        absl::ascii_iscntrl(static_cast<unsigned char>(c))) {
+      return invalid("space in host");
+    }
+  }
+  int value = -1;
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(port, &value) || value > 65535) {
+    return invalid("the port must be a number from 0 to 65535");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StartedServer> StartServer(
+    grpc::ServerBuilder& builder, const std::string& address,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
+  if (absl::Status s = ValidateListenAddress(address); !s.ok()) return s;
+  StartedServer started;
+  builder.AddListeningPort(address, std::move(credentials), &started.port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  started.server = builder.BuildAndStart();
+  if (started.server == nullptr || started.port == 0) {
+    if (started.server != nullptr) started.server->Shutdown();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address, " (address in use or not local)"));
+  }
+  started.address =
+      absl::StrCat(address.substr(0, address.rfind(':')), ":", started.port);
+  return started;
+}
+
+}  // namespace deltastream

@@ -1,0 +1,44 @@
+#ifndef DELTASTREAM_BASE_GRPC_SERVER_H_
+#define DELTASTREAM_BASE_GRPC_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace deltastream {
+
+// How every binary that serves gRPC (trainer, tracker_server, predictor)
+// checks and binds its --listen address. One rule in one place.
+
+// OK when `address` is HOST:PORT with a non-empty host (a name, an IPv4
+// address, or an IPv6 address in brackets) and a decimal PORT in 0..65535
+// (0: any free port). InvalidArgument, one line naming the value, otherwise.
+absl::Status ValidateListenAddress(absl::string_view address);
+
+// A started server and the address it listens on (with the bound port when
+// 0 was asked for).
+struct StartedServer {
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  int port = 0;
+};
+
+// Adds `address` (validated first) to `builder`, with SO_REUSEPORT off, and
+// starts it. gRPC turns SO_REUSEPORT on by default, which lets a second
+// server bind an address already in use and take half of its new
+// connections; here such a bind fails instead. The caller sets everything
+// else on `builder` (services, limits) before calling.
+// InvalidArgument: a malformed address. Unavailable: the address is in use
+// or not local.
+absl::StatusOr<StartedServer> StartServer(
+    grpc::ServerBuilder& builder, const std::string& address,
+    std::shared_ptr<grpc::ServerCredentials> credentials);
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_BASE_GRPC_SERVER_H_
