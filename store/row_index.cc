@@ -120,7 +120,7 @@ void RowIndex::CopyPending(const uint8_t* states) {
     for (const auto& [slot, row] : pending_) {
       borrowed_rows_[slot] = states + row * row_bytes_;
     }
-    pending_.clear();
+    std::vector<std::pair<int64_t, int64_t>>().swap(pending_);
     return;
   }
   if (mode_ == UpdateMode::kLast && !pending_.empty()) {
@@ -148,7 +148,8 @@ void RowIndex::CopyPending(const uint8_t* states) {
         [&](int64_t k) { return states + pending_[k].second * row_bytes_; },
         [&](int64_t k) { return OwnedRow(pending_[k].first); });
   }
-  pending_.clear();
+  // Scratch only: the memory held stays what bytes() counts.
+  std::vector<std::pair<int64_t, int64_t>>().swap(pending_);
 }
 
 int64_t RowIndex::FoldDirect(const int64_t* ids, int64_t from, int64_t count) {
@@ -327,7 +328,6 @@ int64_t RowIndex::bytes() const {
       (first_block_rows_ + full_blocks * (int64_t{1} << block_shift_)) *
       row_bytes_;
   return static_cast<int64_t>(ids_.capacity() * sizeof(int64_t) +
-                              pending_.capacity() * sizeof(pending_[0]) +
                               fold_of_slot_.capacity() * sizeof(uint32_t) +
                               borrowed_rows_.capacity() *
                                   sizeof(borrowed_rows_[0])) +

@@ -114,7 +114,8 @@ class RowIndex {
   bool borrowed_;                              // Rows::kBorrowed
   std::vector<const uint8_t*> borrowed_rows_;  // borrowed: slot -> row
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
-  // During a Fold: (slot, row of the folded states) for each state to copy.
+  // During a Fold: (slot, row of the folded states) for each state to copy;
+  // released when the fold ends.
   std::vector<std::pair<int64_t, int64_t>> pending_;
   // kLast: the fold (numbered by folds_) that last copied each slot's row.
   uint32_t folds_ = 0;
