@@ -82,6 +82,31 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetricsFromFlags(
   return endpoint;
 }
 
+prometheus::MetricFamily NewFamily(const std::string& name,
+                                   const std::string& help,
+                                   prometheus::MetricType type) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  return family;
+}
+
+void AddSample(prometheus::MetricFamily& family,
+               const std::vector<std::pair<std::string, std::string>>& labels,
+               double value) {
+  prometheus::ClientMetric metric;
+  for (const auto& [name, label_value] : labels) {
+    metric.label.push_back(prometheus::ClientMetric::Label{name, label_value});
+  }
+  if (family.type == prometheus::MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family.metric.push_back(std::move(metric));
+}
+
 prometheus::Histogram::BucketBoundaries SecondsBuckets() {
   prometheus::Histogram::BucketBoundaries buckets;
   for (double bound = 0.0005; bound < 20; bound *= 2) buckets.push_back(bound);

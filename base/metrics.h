@@ -3,10 +3,13 @@
 
 #include <prometheus/collectable.h>
 #include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -75,6 +78,16 @@ class MetricsEndpoint {
 // errors of MetricsEndpoint::Start, naming the flag, otherwise.
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetricsFromFlags(
     std::shared_ptr<prometheus::Registry> registry);
+
+// For collectors that read a component's state at scrape time (a
+// prometheus::Collectable's Collect()): a family of `type` (counter or
+// gauge) named `name`, and one sample added to it.
+prometheus::MetricFamily NewFamily(const std::string& name,
+                                   const std::string& help,
+                                   prometheus::MetricType type);
+void AddSample(prometheus::MetricFamily& family,
+               const std::vector<std::pair<std::string, std::string>>& labels,
+               double value);
 
 // Histogram buckets for durations in seconds, 0.5 ms to about 16 s
 // (doubling): RPC latencies, freshness, step and snapshot times.
