@@ -7,6 +7,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <optional>
+#include <sstream>
 #include <string>
 
 namespace deltastream {
@@ -39,6 +42,23 @@ inline std::string ScrapeMetrics(int port) {
   }
   close(fd);
   return response;
+}
+
+// The value of the sample `series` (a metric name with its labels as the
+// exposition writes them, sorted: `name{a="x",b="y"}`, or a bare name) in a
+// scrape; nullopt when absent.
+inline std::optional<double> SampleValue(const std::string& scrape,
+                                         const std::string& series) {
+  std::istringstream lines(scrape);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.size() > series.size() &&
+        line.compare(0, series.size(), series) == 0 &&
+        line[series.size()] == ' ') {
+      return std::strtod(line.c_str() + series.size() + 1, nullptr);
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace deltastream

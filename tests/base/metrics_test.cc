@@ -3,7 +3,6 @@
 // loopback, and the two log formats.
 #include "base/metrics.h"
 
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <prometheus/counter.h>
@@ -18,6 +17,7 @@
 #include "base/grpc_server.h"
 #include "base/log.h"
 #include "base/rpc_metrics.h"
+#include "tests/base/grpc_health.h"
 #include "tests/base/http_scrape.h"
 
 namespace deltastream {
@@ -110,26 +110,8 @@ TEST(RpcMetricsTest, CountsRpcsByMethodAndCode) {
   ASSERT_TRUE(started.ok()) << started.status();
   auto channel =
       grpc::CreateChannel(started->address, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
   auto call = [&](const std::string& service) {
-    // grpc.health.v1.HealthCheckRequest{service} encoded by hand: field 1.
-    std::string request = "\x0a";
-    request += static_cast<char>(service.size());
-    request += service;
-    grpc::Slice slice(request);
-    grpc::ByteBuffer in(&slice, 1), out;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(5));
-    grpc::Status status;
-    absl::Notification done;
-    stub.UnaryCall(&context, "/grpc.health.v1.Health/Check",
-                   grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
-                     status = s;
-                     done.Notify();
-                   });
-    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
-    return status.error_code();
+    return CheckHealth(channel, service).code;
   };
   EXPECT_EQ(call(""), grpc::StatusCode::OK);
   EXPECT_EQ(call(""), grpc::StatusCode::OK);
