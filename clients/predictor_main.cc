@@ -117,10 +117,6 @@ int Main() {
   if (absl::Status valid = ValidateListenAddress(listen); !valid.ok()) {
     return Fail(kExitUsage, valid);
   }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      ServerCredentialsFromFiles(absl::GetFlag(FLAGS_tls_cert),
-                                 absl::GetFlag(FLAGS_tls_key));
-  if (!credentials.ok()) return Fail(kExitUsage, credentials.status());
   ClientOptions client_options;
   if (absl::Status read =
           ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
@@ -139,6 +135,11 @@ int Main() {
   // Signals are taken by a thread of their own: blocked before any other
   // thread starts (gRPC's and RocksDB's inherit the mask).
   const sigset_t signals = BlockTerminationSignals();
+  // gRPC's credentials start gRPC's threads: after the signals are blocked.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFromFiles(absl::GetFlag(FLAGS_tls_cert),
+                                 absl::GetFlag(FLAGS_tls_key));
+  if (!credentials.ok()) return Fail(kExitUsage, credentials.status());
 
   ReplicaOptions replica_options;
   replica_options.db_path = absl::GetFlag(FLAGS_replica_db);

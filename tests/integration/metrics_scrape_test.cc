@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -221,7 +222,8 @@ TEST_F(MetricsScrapeTest, PredictorServesMetricsHealthAndReflection) {
   EXPECT_NE(text.find("\"level\":\"info\",\"program\":\"predictor\""),
             std::string::npos)
       << text;
-  EXPECT_EQ(predictor.Stop(SIGTERM) >> 8, 0);
+  const int stopped = predictor.Stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(stopped) && WEXITSTATUS(stopped) == 0) << stopped;
 }
 
 TEST_F(MetricsScrapeTest, CheckpointJobServesMetrics) {
@@ -259,6 +261,32 @@ TEST_F(MetricsScrapeTest, CheckpointJobServesMetrics) {
       << ReadText(log + ".err");
 }
 
+// The lookup API with --tls_cert/--tls_key: health over TLS (NOT_SERVING:
+// the trainer it follows is unreachable, so it never bootstraps); a
+// plaintext client is refused.
+TEST(PredictorTlsTest, ServesHealthOverTlsOnly) {
+  const std::string cert = TestTempDir() + "/metrics_scrape.cert.pem";
+  const std::string key = TestTempDir() + "/metrics_scrape.key.pem";
+  const CommandResult made = RunCommand(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
+      key + " -out " + cert);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ServerProcess predictor(
+      {"--target=127.0.0.1:1", "--tls_cert=" + cert, "--tls_key=" + key},
+      "clients/predictor");
+  ASSERT_GT(predictor.port(), 0);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ReadText(cert);
+  const HealthAnswer tls = CheckHealth(
+      grpc::CreateChannel(predictor.target(), grpc::SslCredentials(ssl)));
+  EXPECT_EQ(tls.code, grpc::StatusCode::OK);
+  EXPECT_EQ(tls.serving_status, 2);  // NOT_SERVING
+  const HealthAnswer plain = CheckHealth(grpc::CreateChannel(
+      predictor.target(), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(plain.code, grpc::StatusCode::UNAVAILABLE);
+}
+
 TEST(MetricsFlagsTest, AnAddressInUseOrABadFormatExitsTwoWithOneLine) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
@@ -287,6 +315,16 @@ TEST(MetricsFlagsTest, AnAddressInUseOrABadFormatExitsTwoWithOneLine) {
       EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
           << binary << " " << flags << ": " << result.err;
     }
+  }
+  // TLS flags of the predictor: both or neither, readable.
+  for (const std::string flags :
+       {"--tls_cert=/nonexistent.pem --tls_key=/nonexistent.pem",
+        "--tls_cert=/nonexistent.pem"}) {
+    const CommandResult result = RunCommand(RunfilePath("clients/predictor") +
+                                            " --target=127.0.0.1:1 " + flags);
+    EXPECT_EQ(result.exit_code, 2) << flags << ": " << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << flags << ": " << result.err;
   }
   close(fd);
 }
