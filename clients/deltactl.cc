@@ -405,10 +405,12 @@ int ShowStatus(const absl::StatusOr<v1::StatusResponse>& status) {
   return 0;
 }
 
-// The links of a checkpoint chain (clients/checkpoint_chain.h), the batches
+// The links of a checkpoint chain (store/checkpoint_chain.h), the batches
 // they cover, their sizes, whether they carry dense parameters, the trainer
 // run that served them, which are superseded by a newer full link, and any
-// gap or overlap (or unreadable link). Offline: no server.
+// gap or overlap, or link that fails what the loader verifies (checksums,
+// decoding, content matching the name). Offline: no server. Exit 1 when
+// there is a problem.
 int ShowChain() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) throw UsageError("chain needs --dir=D");
@@ -422,7 +424,12 @@ int ShowChain() {
   for (const ChainLink& link : *links) {
     bytes += link.bytes;
     absl::StatusOr<ChainLinkInfo> info = ReadChainLinkInfo(link.path);
+    // Every byte is checked as LoadChain checks it (checksums, decoding, the
+    // batches the name says), superseded links included.
+    absl::Status verified =
+        info.ok() ? VerifyChainLink(link) : absl::OkStatus();
     if (!info.ok()) problems.emplace_back(info.status().message());
+    if (!verified.ok()) problems.emplace_back(verified.message());
     infos.push_back(info.ok() ? std::optional<ChainLinkInfo>(*info)
                               : std::nullopt);
   }

@@ -21,6 +21,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/rocksdb_options.h"
 #include "clients/replica_row_store.h"
 #include "proto/predictor.pb.h"
 #include "proto/tensor_codec.h"
@@ -40,11 +41,6 @@ constexpr absl::string_view kRowsEnd = "s";
 constexpr absl::string_view kTablesBegin = "t";
 constexpr absl::string_view kTablesEnd = "u";
 
-rocksdb::Slice ToSlice(absl::string_view s) {
-  return rocksdb::Slice(s.data(), s.size());
-}
-
-constexpr uint64_t kSignBit = uint64_t{1} << 63;
 constexpr size_t kIdBytes = 8;
 
 bool IsRowKey(const rocksdb::Slice& key) {
@@ -56,21 +52,13 @@ bool IsRowKey(const rocksdb::Slice& key) {
 std::string RowKey(absl::string_view fqn, int64_t id) {
   std::string key = absl::StrCat(kRowsBegin, fqn);
   key.push_back('\0');
-  // Sign bit flipped: negative IDs sort before positive ones.
-  const uint64_t value = static_cast<uint64_t>(id) ^ kSignBit;
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    key.push_back(static_cast<char>((value >> shift) & 0xff));
-  }
+  AppendOrderedId(key, id);
   return key;
 }
 
 // The ID of a row key (IsRowKey).
 int64_t RowKeyId(const rocksdb::Slice& key) {
-  uint64_t value = 0;
-  for (size_t i = key.size() - kIdBytes; i < key.size(); ++i) {
-    value = value << 8 | static_cast<uint8_t>(key[i]);
-  }
-  return static_cast<int64_t>(value ^ kSignBit);
+  return ReadOrderedId(absl::string_view(key.data(), key.size()));
 }
 
 std::string TableKey(absl::string_view fqn) {
@@ -79,14 +67,7 @@ std::string TableKey(absl::string_view fqn) {
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
                        absl::string_view path) {
-  std::string message =
-      absl::StrCat(what, " replica database '", path, "': ", status.ToString());
-  if (status.IsCorruption()) return absl::DataLossError(message);
-  if (status.IsIOError() && absl::StrContains(status.ToString(), "lock")) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(message, " (is another process using it?)"));
-  }
-  return absl::InternalError(message);
+  return FromRocksStatus(status, what, "replica", path);
 }
 
 class RocksRowStore;
@@ -359,14 +340,8 @@ rocksdb::Options DbOptions(int64_t cache_bytes) {
   // Lookups probe single keys: a Bloom filter skips the files
   // that cannot hold them.
   table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  rocksdb::Options options;
+  rocksdb::Options options = DurableDbOptions();
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  options.create_if_missing = true;
-  options.paranoid_checks = true;
-  // Rows are floats: compression costs time and saves little.
-  options.compression = rocksdb::kNoCompression;
-  options.info_log_level = rocksdb::WARN_LEVEL;
-  options.keep_log_file_num = 2;
   // A write's rows of one table come in ID order: each insert into the
   // memtable starts where the previous one of that table ended (apply 0.48
   // to 0.65 M rows/s in freshness_bench).
@@ -378,13 +353,12 @@ rocksdb::Options DbOptions(int64_t cache_bytes) {
 absl::StatusOr<std::unique_ptr<RocksRowStore>> RocksRowStore::Open(
     const std::string& path, int64_t cache_bytes,
     ReplicaRestoredState* restored) {
-  std::error_code error;
-  if (fs::exists(path, error) && !fs::is_empty(path, error) &&
-      !fs::exists(fs::path(path) / "CURRENT", error)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "'", path,
-        "' is not empty and holds no RocksDB database; refusing to create a "
-        "replica database over its files"));
+  // A database refused for damage is left as it was: checked read-only
+  // first, every file's checksums included (opening reads every row anyway).
+  if (absl::StatusOr<std::unique_ptr<rocksdb::DB>> check = OpenForCheck(
+          path, DbOptions(cache_bytes), "replica", /*verify_checksums=*/true);
+      !check.ok()) {
+    return check.status();
   }
   rocksdb::DB* raw = nullptr;
   rocksdb::Status status =

@@ -12,20 +12,12 @@
 #include "clients/checkpoint_chain.h"
 #include "clients/checkpoint_job.h"
 #include "clients/predictor.h"
+#include "tests/testing/test_dirs.h"
 
 namespace deltastream {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const std::filesystem::path dir =
-      std::filesystem::path(root != nullptr ? root : "/tmp") /
-      (name + "." + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
 
 TEST(PredictorOptionsTest, RefusesEmptyNamesAndNegativeIntervals) {
   PredictorOptions options;
@@ -109,7 +101,7 @@ ReceivedDelta Read(int64_t start, int64_t end, bool all_rows,
 }
 
 TEST(ReadChainEndTest, EndAndRunOfTheLastAppliedLink) {
-  const std::string dir = TempDir("chain_end");
+  const std::string dir = FreshDir("chain_end");
   absl::StatusOr<HeldVersion> empty = ReadChainEnd(dir);
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->end_batch, -1);
@@ -123,7 +115,7 @@ TEST(ReadChainEndTest, EndAndRunOfTheLastAppliedLink) {
 }
 
 TEST(ReadChainEndTest, ABrokenChainIsRefused) {
-  const std::string dir = TempDir("chain_broken");
+  const std::string dir = FreshDir("chain_broken");
   ASSERT_TRUE(WriteChainLink(dir, Read(-1, 5, true, "run-a")).ok());
   ASSERT_TRUE(WriteChainLink(dir, Read(7, 8, false, "run-a")).ok());
   absl::StatusOr<HeldVersion> held = ReadChainEnd(dir);

@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "store/unique_rows.h"
+#include "tests/testing/tensor_values.h"
 
 namespace deltastream {
 namespace {
-
-at::Tensor Ids(std::vector<int64_t> ids) { return at::tensor(ids, at::kLong); }
 
 // One state row per ID: row i is filled with values[i].
 at::Tensor States(std::vector<float> values, int64_t dim = 2,

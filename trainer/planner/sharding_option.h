@@ -10,7 +10,7 @@
 
 namespace deltastream::planner {
 
-// The sparse optimizer of the tables (trainer/modules/sparse_optimizer.h),
+// The sparse optimizer of the tables (trainer/optim/sparse_optimizer.h),
 // as far as storage is concerned.
 enum class OptimizerKind { kSgd, kAdagrad, kRowwiseAdagrad, kAdam };
 
