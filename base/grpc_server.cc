@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_io.h"
 
 namespace deltastream {
 
@@ -113,6 +114,23 @@ absl::StatusOr<StartedServer> StartServer(
   started.address =
       absl::StrCat(address.substr(0, address.rfind(':')), ":", started.port);
   return started;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+ServerCredentialsFromFiles(const std::string& tls_cert,
+                           const std::string& tls_key) {
+  if (tls_cert.empty() != tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: give both or neither");
+  }
+  if (tls_cert.empty()) return grpc::InsecureServerCredentials();
+  absl::StatusOr<std::string> cert_pem = ReadSmallFile(tls_cert);
+  if (!cert_pem.ok()) return cert_pem.status();
+  absl::StatusOr<std::string> key_pem = ReadSmallFile(tls_key);
+  if (!key_pem.ok()) return key_pem.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key_pem, *cert_pem});
+  return grpc::SslServerCredentials(ssl);
 }
 
 }  // namespace deltastream

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/log.h"
 #include "clients/checkpoint_chain.h"
 
 namespace deltastream {
@@ -88,9 +89,12 @@ absl::Status CheckpointJob::Run() {
   if (!chain.ok()) return chain.status();
   chain_ = *std::move(chain);
   need_full_ = chain_.end_batch < 0;
-  std::fprintf(stderr, "checkpoint_job: %s, chain in %s ends at batch %lld\n",
-               options_.consumer.c_str(), options_.dir.c_str(),
-               static_cast<long long>(chain_.end_batch));
+  {
+    absl::MutexLock lock(&stats_mu_);
+    stats_.chain_end_batch = chain_.end_batch;
+  }
+  LogInfo(absl::StrFormat("%s, chain in %s ends at batch %d", options_.consumer,
+                          options_.dir, chain_.end_batch));
   while (!stopping_.load()) {
     bool again = false;
     if (absl::Status s = Pull(&again); !s.ok()) return s;
@@ -99,6 +103,11 @@ absl::Status CheckpointJob::Run() {
     Wait(absl::Milliseconds(options_.every_ms));
   }
   return absl::OkStatus();
+}
+
+CheckpointJobStats CheckpointJob::Stats() const {
+  absl::MutexLock lock(&stats_mu_);
+  return stats_;
 }
 
 absl::Status CheckpointJob::DropLostLinks(const v1::DeltaHeader& header) {
@@ -112,6 +121,10 @@ absl::Status CheckpointJob::DropLostLinks(const v1::DeltaHeader& header) {
   absl::StatusOr<std::vector<ChainLink>> removed =
       TruncateChainAfter(options_.dir, header.run_start_batch());
   if (!removed.ok()) return removed.status();
+  {
+    absl::MutexLock lock(&stats_mu_);
+    stats_.removed_links += static_cast<int64_t>(removed->size());
+  }
   for (const ChainLink& link : *removed) {
     Report(absl::StrFormat("removed %s (batches %d..%d)", LinkName(link),
                            link.start_batch, link.end_batch - 1));
@@ -119,6 +132,8 @@ absl::Status CheckpointJob::DropLostLinks(const v1::DeltaHeader& header) {
   absl::StatusOr<HeldVersion> chain = ReadChainEnd(options_.dir);
   if (!chain.ok()) return chain.status();
   chain_ = *std::move(chain);
+  absl::MutexLock lock(&stats_mu_);
+  stats_.chain_end_batch = chain_.end_batch;
   return absl::OkStatus();
 }
 
@@ -129,9 +144,8 @@ absl::Status CheckpointJob::Pull(bool* again) {
   auto failed_call = [&](const absl::Status& status) {
     if (retry_.ShouldRetry(status, absl::Now())) {
       if (retry_.just_started()) {
-        std::fprintf(stderr, "checkpoint_job: %s; retrying for %llds\n",
-                     std::string(status.message()).c_str(),
-                     static_cast<long long>(options_.retry_s));
+        LogWarning(absl::StrFormat("%s; retrying for %ds", status.message(),
+                                   options_.retry_s));
       }
       Wait(absl::Milliseconds(std::max<int64_t>(options_.every_ms, 100)));
       *again = true;
@@ -140,6 +154,7 @@ absl::Status CheckpointJob::Pull(bool* again) {
     return stopping_.load() ? absl::OkStatus() : status;
   };
 
+  const absl::Time pull_start = absl::Now();
   v1::GetDeltaRequest request;
   request.set_consumer(options_.consumer);
   request.set_omit_states(true);
@@ -168,6 +183,10 @@ absl::Status CheckpointJob::Pull(bool* again) {
       // The full read replaces this one (acknowledged mode: it was not
       // committed; otherwise a read of every row covers it anyway).
       Report(absl::StrCat("resync: ", verdict.reason, ": writing a full link"));
+      {
+        absl::MutexLock lock(&stats_mu_);
+        ++stats_.resyncs;
+      }
       need_full_ = true;
       *again = true;
       return absl::OkStatus();
@@ -197,6 +216,16 @@ absl::Status CheckpointJob::Pull(bool* again) {
     ++written_;
     int64_t rows = 0;
     for (const auto& [fqn, table] : delta->tables) rows += table.ids.numel();
+    {
+      const absl::Time now = absl::Now();
+      absl::MutexLock lock(&stats_mu_);
+      ++(link->full ? stats_.full_links : stats_.increment_links);
+      stats_.bytes_written += link->bytes;
+      stats_.rows_written += rows;
+      stats_.chain_end_batch = chain_.end_batch;
+      stats_.last_link_time = now;
+      stats_.last_link_duration = now - pull_start;
+    }
     Report(absl::StrFormat("%s batches %d..%d: %d rows, %d dense, %d bytes",
                            link->full ? "full" : "increment", link->start_batch,
                            link->end_batch - 1, rows, delta->dense.size(),

@@ -8,8 +8,10 @@
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "clients/delta_client.h"
 #include "clients/delta_continuity.h"
@@ -66,6 +68,21 @@ class UnreachableRetry {
   bool just_started_ = false;
 };
 
+// What a checkpoint job has done so far (its metrics read it).
+struct CheckpointJobStats {
+  int64_t full_links = 0;       // links written from a read of every row
+  int64_t increment_links = 0;  // links written from a delta
+  int64_t bytes_written = 0;    // by those links
+  int64_t rows_written = 0;
+  int64_t resyncs = 0;           // reads that started the chain again
+  int64_t removed_links = 0;     // dropped after a trainer lost their batches
+  int64_t chain_end_batch = -1;  // the batch the chain ends at (-1: empty)
+  // When the latest link was on disk (InfinitePast: none yet), and how long
+  // its pull and write took.
+  absl::Time last_link_time = absl::InfinitePast();
+  absl::Duration last_link_duration;
+};
+
 // Pulls deltas on a schedule as its own consumer and writes incremental
 // checkpoints (clients/checkpoint_chain.h) into options.dir, one link per
 // pull that brought new batches.
@@ -98,6 +115,9 @@ class CheckpointJob {
   // Ends Run() after the pull in progress. Async-signal-safe.
   void Stop() { stopping_.store(true); }
 
+  // What it has done so far. Thread-safe (concurrently with Run()).
+  CheckpointJobStats Stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+
  private:
   // One pull and what follows from it. Sets `*again` when the next pull
   // should come at once (a resync, a retried call).
@@ -116,6 +136,8 @@ class CheckpointJob {
   HeldVersion chain_;
   bool need_full_ = false;
   int64_t written_ = 0;
+  mutable absl::Mutex stats_mu_;
+  CheckpointJobStats stats_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace deltastream

@@ -5,6 +5,8 @@
 //   checkpoint_job --target=HOST:PORT --consumer=checkpoint --dir=D
 //       [--every_ms=1000] [--count=0] [--compact_every=0] [--dense=true]
 //       [--retry_s=60] [--token_file=F] [--tls_ca=F]
+//       [--metrics_listen=HOST:PORT] [--log_format=text|json]
+//       [--log_level=info]
 //
 // The first link is a full one, from a read of every row (all_rows): the
 // trainer's whole tables at its end batch, whenever the consumer started.
@@ -23,6 +25,8 @@
 // SIGTERM/SIGINT end it after the pull in progress. Exit codes: 0 done, 1 a
 // pull or write failed (an unreachable service, a trainer restarting, is
 // retried for --retry_s first: 60 s unless told), 2 bad flags (one line).
+// --metrics_listen serves Prometheus metrics (clients/checkpoint_job_metrics.h;
+// its address is logged: "metrics on http://HOST:PORT/metrics").
 // The job itself: clients/checkpoint_job.h; this file holds flags and main.
 #include <signal.h>
 
@@ -33,8 +37,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "base/log.h"
+#include "base/metrics.h"
 #include "base/process.h"
 #include "clients/checkpoint_job.h"
+#include "clients/checkpoint_job_metrics.h"
 #include "clients/command_line.h"
 #include "clients/delta_client.h"
 
@@ -63,6 +71,9 @@ void OnSignal(int) {
 }
 
 int Main() {
+  if (absl::Status logging = InitLogging("checkpoint_job"); !logging.ok()) {
+    return Fail(kExitUsage, logging.message());
+  }
   CheckpointJobOptions options;
   options.dir = absl::GetFlag(FLAGS_dir);
   options.consumer = absl::GetFlag(FLAGS_consumer);
@@ -85,6 +96,18 @@ int Main() {
   }
   CheckpointJob job(options, DeltaClient::Create(target, client_options),
                     stdout);
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto metrics = std::make_shared<CheckpointJobMetrics>(&job);
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
+      StartMetricsFromFlags(registry);
+  if (!metrics_endpoint.ok()) {
+    return Fail(kExitUsage, metrics_endpoint.status().message());
+  }
+  if (*metrics_endpoint != nullptr) {
+    (*metrics_endpoint)->Add(metrics);
+    LogInfo(absl::StrCat("metrics on http://", (*metrics_endpoint)->address(),
+                         "/metrics"));
+  }
   running_job = &job;
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/log.h"
 #include "clients/checkpoint_chain.h"
 #include "clients/delta_continuity.h"
 
@@ -44,9 +45,7 @@ constexpr std::chrono::seconds kSummaryEvery{5};
 // every_steps for "by time only": a push is due only when the timer runs out.
 constexpr int64_t kNeverBySteps = int64_t{1} << 40;
 
-void Log(const std::string& line) {
-  std::fprintf(stderr, "predictor: %s\n", line.c_str());
-}
+void Log(const std::string& line) { LogInfo(line); }
 
 int64_t PayloadBytes(const ReceivedDelta& delta) {
   int64_t bytes = 0;
@@ -123,8 +122,8 @@ absl::Status Predictor::Run() {
       absl::MutexLock lock(&mu_);
       ++reconnects_;
     }
-    Log(absl::StrFormat("reconnect in %d ms: %s", backoff.count(),
-                        status.message()));
+    LogWarning(absl::StrFormat("reconnect in %d ms: %s", backoff.count(),
+                               status.message()));
     if (!Sleep(absl::FromChrono(backoff))) break;
     backoff = std::min(backoff * 2, kLongestBackoff);
   }
@@ -400,6 +399,9 @@ bool Predictor::OnPush(ReceivedDelta&& delta) {
     staged_count_ = 0;
     if (oldest > 0) freshness_.Add((applied_at - oldest) / 1000.0);
   }
+  if (oldest > 0 && options_.on_freshness) {
+    options_.on_freshness((applied_at - oldest) / 1e6);
+  }
   Commit(end);
   return true;
 }
@@ -415,7 +417,8 @@ void Predictor::Commit(int64_t end_batch) {
     ++superseded_commits_;
   } else if (!status.ok()) {
     NoteError(status);
-    Log(absl::StrCat("commit of batch ", end_batch,
+    LogWarning(
+        absl::StrCat("commit of batch ", end_batch,
                      " failed (the rows come again): ", status.message()));
   }
 }

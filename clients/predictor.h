@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ struct PredictorOptions {
   int64_t every_steps = 0;
   int64_t dense_every_steps = 0;
   int64_t dense_every_ms = 0;
+  // Called on Run()'s thread with each freshness sample, in seconds: from
+  // the oldest change of an applied push in the trainer to its apply (e.g.
+  // PredictorMetrics::ObserveFreshness). Empty: none.
+  std::function<void(double)> on_freshness;
 };
 
 // OK, or InvalidArgument naming the first bad field as one line: an empty

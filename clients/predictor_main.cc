@@ -6,6 +6,14 @@
 //       [--replica_db=DIR] [--bootstrap_chain=DIR] [--every_ms=100]
 //       [--every_steps=0] [--dense_every_steps=0] [--dense_every_ms=0]
 //       [--apply_log=FILE] [--token_file=F] [--tls_ca=F]
+//       [--tls_cert=F --tls_key=F] [--metrics_listen=HOST:PORT]
+//       [--log_format=text|json] [--log_level=info]
+//
+// The lookup API also serves gRPC health (grpc.health.v1.Health: NOT_SERVING
+// until the replica is ready, SERVING after, NOT_SERVING again while it
+// stops) and reflection; with --tls_cert/--tls_key it serves TLS.
+// --metrics_listen serves Prometheus metrics (clients/predictor_metrics.h,
+// RPC counts and latencies of the lookup API; docs/operations.md).
 //
 // Prints "listening on HOST:PORT" as its first stdout line once the lookup
 // API is up (port 0 picks a free one); everything else goes to stderr.
@@ -19,7 +27,9 @@
 // serves no live rows, a refused token, an unusable replica database), 2 bad
 // flags (one line: an unknown flag, a value that does not parse or is out of
 // range, a --listen address that is malformed or in use).
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -30,17 +40,23 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "base/grpc_server.h"
+#include "base/log.h"
+#include "base/metrics.h"
 #include "base/process.h"
+#include "base/rpc_metrics.h"
 #include "clients/command_line.h"
 #include "clients/delta_client.h"
 #include "clients/predictor.h"
+#include "clients/predictor_metrics.h"
 #include "clients/replica.h"
 #include "clients/replica_lookup_service.h"
 
@@ -67,16 +83,26 @@ ABSL_FLAG(std::string, apply_log, "",
           "<rows> <dense 0|1> <all_rows 0|1> <run_id>");
 ABSL_FLAG(std::string, token_file, "", "bearer token (first line)");
 ABSL_FLAG(std::string, tls_ca, "", "PEM roots: connect with TLS");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve the lookup API with TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 
 namespace deltastream {
 namespace {
 
-void Log(const std::string& line) {
-  std::fprintf(stderr, "predictor: %s\n", line.c_str());
-}
+void Log(const std::string& line) { LogInfo(line); }
 
 int Main() {
+  if (absl::Status logging = InitLogging("predictor"); !logging.ok()) {
+    return Fail(kExitUsage, logging.message());
+  }
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto metrics = std::make_shared<PredictorMetrics>(*registry);
+  RpcMetrics rpc_metrics(*registry);
   PredictorOptions options;
+  options.on_freshness = [&metrics](double seconds) {
+    metrics->ObserveFreshness(seconds);
+  };
   options.target = absl::GetFlag(FLAGS_target);
   options.consumer = absl::GetFlag(FLAGS_consumer);
   options.bootstrap_chain = absl::GetFlag(FLAGS_bootstrap_chain);
@@ -109,6 +135,11 @@ int Main() {
   // Signals are taken by a thread of their own: blocked before any other
   // thread starts (gRPC's and RocksDB's inherit the mask).
   const sigset_t signals = BlockTerminationSignals();
+  // gRPC's credentials start gRPC's threads: after the signals are blocked.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFromFiles(absl::GetFlag(FLAGS_tls_cert),
+                                 absl::GetFlag(FLAGS_tls_key));
+  if (!credentials.ok()) return Fail(kExitUsage, credentials.status());
 
   ReplicaOptions replica_options;
   replica_options.db_path = absl::GetFlag(FLAGS_replica_db);
@@ -124,16 +155,51 @@ int Main() {
                       DeltaClient::Create(options.target, client_options),
                       *std::move(replica), apply_log);
 
+  metrics->AttachTo(&predictor);
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics_endpoint =
+      StartMetricsFromFlags(registry);
+  if (!metrics_endpoint.ok()) {
+    return Fail(kExitUsage, metrics_endpoint.status().message());
+  }
+  if (*metrics_endpoint != nullptr) {
+    (*metrics_endpoint)->Add(metrics);
+    Log(absl::StrCat("metrics on http://", (*metrics_endpoint)->address(),
+                     "/metrics"));
+  }
+
   ReplicaLookupService service(&predictor);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.RegisterService(&service);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(rpc_metrics.NewInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   absl::StatusOr<StartedServer> started =
-      StartServer(builder, listen, grpc::InsecureServerCredentials());
+      StartServer(builder, listen, *credentials);
   if (!started.ok()) return Fail(kExitUsage, started.status());
   std::unique_ptr<grpc::Server> server = std::move(started->server);
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(false);
   std::printf("listening on %s\n", started->address.c_str());
   std::fflush(stdout);
+
+  // Health follows readiness: SERVING once the replica is ready.
+  absl::Notification stopped;
+  std::thread health_watch([&] {
+    bool serving = false;
+    while (!stopped.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+      const bool ready = predictor.Status().ready();
+      if (ready != serving) {
+        health->SetServingStatus(ready);
+        serving = ready;
+      }
+    }
+    health->SetServingStatus(false);
+  });
 
   std::atomic<bool> signalled{false};
   std::thread stopper([&] {
@@ -146,6 +212,8 @@ int Main() {
   std::thread poller([&predictor] { predictor.PollTrainer(); });
   const absl::Status run = predictor.Run();
   predictor.Stop();
+  stopped.Notify();
+  health_watch.join();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   poller.join();
   if (!signalled.exchange(true)) kill(getpid(), SIGTERM);  // wakes `stopper`

@@ -1,0 +1,333 @@
+// The predictor's and the checkpoint job's Prometheus metrics, scraped over
+// HTTP as Prometheus scrapes them, while they follow a real trainer on
+// loopback; the predictor's gRPC health (NOT_SERVING until ready) and
+// reflection; --metrics_listen and --log_format refused with one line.
+#include <ATen/ATen.h>
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proto/predictor.grpc.pb.h"
+#include "proto/tensor_codec.h"
+#include "tests/base/grpc_health.h"
+#include "tests/base/http_scrape.h"
+#include "tests/integration/server_process.h"
+
+namespace deltastream {
+namespace {
+
+// The port of "metrics on http://HOST:PORT/metrics" in a log file, waiting
+// for the line up to 30 s; 0 when it never comes.
+int MetricsPort(const std::string& log_path) {
+  const std::regex line("metrics on http://[^ ]*:([0-9]+)/metrics");
+  for (int i = 0; i < 300; ++i) {
+    std::smatch match;
+    const std::string text = ReadText(log_path);
+    if (std::regex_search(text, match, line)) return std::stoi(match[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return 0;
+}
+
+// Scrapes until `condition` holds on the scrape (up to 60 s); returns the
+// last scrape either way (a failure names it).
+std::string ScrapeUntil(
+    int port, const std::function<bool(const std::string&)>& condition) {
+  std::string scrape;
+  for (int i = 0; i < 600; ++i) {
+    scrape = ScrapeMetrics(port);
+    if (condition(scrape)) return scrape;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << "timed out; last scrape:\n" << scrape;
+  return scrape;
+}
+
+double Value(const std::string& scrape, const std::string& series) {
+  return SampleValue(scrape, series).value_or(-1);
+}
+
+class MetricsScrapeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    work_ = TestTempDir() + "/metrics_scrape_test_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(work_);
+    std::filesystem::create_directories(work_);
+    // A small model: two tables of 1000 x 8.
+    std::ofstream(work_ + "/trainer.textproto")
+        << "model { tables { name: \"t0\" num_embeddings: 1000 embedding_dim: "
+           "8 } tables { name: \"t1\" num_embeddings: 1000 embedding_dim: 8 } "
+           "dense_arch: 8 }\n"
+           "data { batch_size: 64 }\n"
+           "tracker { consumers: \"predictor\" consumers: \"checkpoint\" "
+           "acknowledged_reads: true }\n"
+           "log_every_steps: 0\n";
+  }
+
+  std::vector<std::string> TrainerFlags() const {
+    return {"--config=" + work_ + "/trainer.textproto", "--steps=-1"};
+  }
+
+  std::string work_;
+};
+
+TEST_F(MetricsScrapeTest, PredictorServesMetricsHealthAndReflection) {
+  ServerProcess trainer(TrainerFlags(), "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  const std::string log = work_ + "/predictor.log";
+  ServerProcess predictor({"--target=" + trainer.target(),
+                           "--metrics_listen=127.0.0.1:0", "--log_format=json"},
+                          "clients/predictor", log);
+  ASSERT_GT(predictor.port(), 0);
+  const int metrics_port = MetricsPort(log);
+  ASSERT_GT(metrics_port, 0) << ReadText(log);
+
+  // Health: SERVING once bootstrapped (it may already be).
+  auto channel = grpc::CreateChannel(predictor.target(),
+                                     grpc::InsecureChannelCredentials());
+  HealthAnswer health;
+  for (int i = 0; i < 600 && health.serving_status != 1; ++i) {
+    health = CheckHealth(channel);
+    ASSERT_EQ(health.code, grpc::StatusCode::OK);
+    ASSERT_TRUE(health.serving_status == 1 || health.serving_status == 2)
+        << health.serving_status;
+    if (health.serving_status != 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_EQ(health.serving_status, 1);
+
+  // A lookup and a refused one, counted by method and code.
+  auto stub = v1::ReplicaLookup::NewStub(channel);
+  for (const std::string fqn : {"t0", "no_such_table"}) {
+    v1::LookupRequest request;
+    v1::LookupResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    v1::PredictorStatus status;
+    {
+      grpc::ClientContext status_context;
+      status_context.set_deadline(context.deadline());
+      ASSERT_TRUE(
+          stub->Status(&status_context, v1::PredictorStatusRequest(), &status)
+              .ok());
+    }
+    ASSERT_GT(status.tables_size(), 0);
+    request.set_fqn(fqn == "t0" ? status.tables(0).fqn() : fqn);
+    ASSERT_TRUE(EncodeTensor(at::tensor(std::vector<int64_t>{0, 1},
+                                        at::TensorOptions(at::kLong)),
+                             request.mutable_ids())
+                    .ok());
+    stub->Lookup(&context, request, &response);
+  }
+
+  const std::string scrape =
+      ScrapeUntil(metrics_port, [](const std::string& s) {
+        return Value(s, "deltastream_predictor_freshness_seconds_count") >= 3;
+      });
+  EXPECT_EQ(Value(scrape, "deltastream_predictor_ready"), 1);
+  EXPECT_GE(Value(scrape, "deltastream_predictor_applies_total"), 3);
+  EXPECT_GT(Value(scrape, "deltastream_predictor_rows_applied_total"), 0);
+  EXPECT_GT(Value(scrape, "deltastream_predictor_received_bytes_total"), 0);
+  EXPECT_EQ(Value(scrape, "deltastream_predictor_resyncs_total"), 0);
+  EXPECT_GE(Value(scrape, "deltastream_predictor_lag_steps"), 0);
+  EXPECT_NE(scrape.find("# TYPE deltastream_predictor_freshness_seconds "
+                        "histogram"),
+            std::string::npos);
+  EXPECT_GE(
+      Value(scrape,
+            "deltastream_predictor_freshness_seconds_bucket{le=\"+Inf\"}"),
+      3);
+  EXPECT_NE(scrape.find("deltastream_predictor_table_rows{table="),
+            std::string::npos);
+  EXPECT_EQ(Value(scrape,
+                  "grpc_server_handled_total{grpc_code=\"OK\",grpc_method="
+                  "\"Lookup\",grpc_service=\"deltastream.v1.ReplicaLookup\"}"),
+            1)
+      << scrape;
+  EXPECT_EQ(Value(scrape,
+                  "grpc_server_handled_total{grpc_code=\"NOT_FOUND\","
+                  "grpc_method=\"Lookup\",grpc_service="
+                  "\"deltastream.v1.ReplicaLookup\"}"),
+            1)
+      << scrape;
+  EXPECT_GE(Value(scrape,
+                  "grpc_server_handling_seconds_count{grpc_code=\"OK\","
+                  "grpc_method=\"Status\",grpc_service=\"deltastream.v1."
+                  "ReplicaLookup\"}"),
+            2);
+
+  // Reflection lists the lookup API (as grpcurl asks it): the service is
+  // registered and answers.
+  {
+    grpc::GenericStub generic(channel);
+    // ServerReflectionRequest{list_services: ""} is field 7.
+    const std::string request("\x3a\x00", 2);
+    grpc::Slice slice(request);
+    grpc::ByteBuffer in(&slice, 1), out;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call;
+    grpc::CompletionQueue queue;
+    call = generic.PrepareCall(
+        &context,
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        &queue);
+    void* tag;
+    bool ok;
+    call->StartCall(reinterpret_cast<void*>(1));
+    ASSERT_TRUE(queue.Next(&tag, &ok) && ok);
+    call->Write(in, reinterpret_cast<void*>(2));
+    ASSERT_TRUE(queue.Next(&tag, &ok) && ok);
+    call->Read(&out, reinterpret_cast<void*>(3));
+    ASSERT_TRUE(queue.Next(&tag, &ok) && ok);
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(out.Dump(&slices).ok());
+    std::string answer;
+    for (const grpc::Slice& s : slices) {
+      answer.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    EXPECT_NE(answer.find("deltastream.v1.ReplicaLookup"), std::string::npos);
+    EXPECT_NE(answer.find("grpc.health.v1.Health"), std::string::npos);
+    context.TryCancel();
+    grpc::Status finished;
+    call->Finish(&finished, reinterpret_cast<void*>(4));
+    while (queue.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+    }
+    queue.Shutdown();
+    while (queue.Next(&tag, &ok)) {
+    }
+  }
+
+  // The logs are JSON lines with time, level and program.
+  const std::string text = ReadText(log);
+  EXPECT_NE(text.find("\"level\":\"info\",\"program\":\"predictor\""),
+            std::string::npos)
+      << text;
+  const int stopped = predictor.Stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(stopped) && WEXITSTATUS(stopped) == 0) << stopped;
+}
+
+TEST_F(MetricsScrapeTest, CheckpointJobServesMetrics) {
+  ServerProcess trainer(TrainerFlags(), "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  const std::string log = work_ + "/job";
+  Background job(RunfilePath("clients/checkpoint_job") +
+                     " --target=" + trainer.target() + " --dir=" + work_ +
+                     "/chain --every_ms=100 --metrics_listen=127.0.0.1:0",
+                 log);
+  const int metrics_port = MetricsPort(log + ".err");
+  ASSERT_GT(metrics_port, 0) << ReadText(log + ".err");
+  const std::string scrape =
+      ScrapeUntil(metrics_port, [](const std::string& s) {
+        return Value(s,
+                     "deltastream_checkpoint_links_written_total{kind="
+                     "\"increment\"}") >= 2;
+      });
+  EXPECT_EQ(Value(scrape,
+                  "deltastream_checkpoint_links_written_total{kind=\"full\"}"),
+            1);
+  EXPECT_GT(Value(scrape, "deltastream_checkpoint_written_bytes_total"), 0);
+  EXPECT_GT(Value(scrape, "deltastream_checkpoint_written_rows_total"), 0);
+  EXPECT_GT(Value(scrape, "deltastream_checkpoint_chain_end_batch"), 0);
+  EXPECT_EQ(Value(scrape, "deltastream_checkpoint_resyncs_total"), 0);
+  EXPECT_GE(Value(scrape, "deltastream_checkpoint_last_link_age_seconds"), 0);
+  EXPECT_GT(Value(scrape, "deltastream_checkpoint_last_link_duration_seconds"),
+            0);
+  EXPECT_GT(Value(scrape, "deltastream_checkpoint_last_link_timestamp_seconds"),
+            0);
+  // Text logs: a timestamp, the level, the program.
+  EXPECT_TRUE(std::regex_search(
+      ReadText(log + ".err"),
+      std::regex("[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z INFO checkpoint_job: ")))
+      << ReadText(log + ".err");
+}
+
+// The lookup API with --tls_cert/--tls_key: health over TLS (NOT_SERVING:
+// the trainer it follows is unreachable, so it never bootstraps); a
+// plaintext client is refused.
+TEST(PredictorTlsTest, ServesHealthOverTlsOnly) {
+  const std::string cert = TestTempDir() + "/metrics_scrape.cert.pem";
+  const std::string key = TestTempDir() + "/metrics_scrape.key.pem";
+  const CommandResult made = RunCommand(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+      "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
+      key + " -out " + cert);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ServerProcess predictor(
+      {"--target=127.0.0.1:1", "--tls_cert=" + cert, "--tls_key=" + key},
+      "clients/predictor");
+  ASSERT_GT(predictor.port(), 0);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ReadText(cert);
+  const HealthAnswer tls = CheckHealth(
+      grpc::CreateChannel(predictor.target(), grpc::SslCredentials(ssl)));
+  EXPECT_EQ(tls.code, grpc::StatusCode::OK);
+  EXPECT_EQ(tls.serving_status, 2);  // NOT_SERVING
+  const HealthAnswer plain = CheckHealth(grpc::CreateChannel(
+      predictor.target(), grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(plain.code, grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(MetricsFlagsTest, AnAddressInUseOrABadFormatExitsTwoWithOneLine) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t length = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+  const std::string in_use =
+      "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  for (const std::string binary :
+       {"clients/predictor", "clients/checkpoint_job"}) {
+    const std::string command =
+        RunfilePath(binary) + " --target=127.0.0.1:1" +
+        (binary == "clients/checkpoint_job"
+             ? " --dir=" + TestTempDir() + "/unused_chain"
+             : "");
+    for (const std::string& flags :
+         {"--metrics_listen=" + in_use, std::string("--metrics_listen=nohost"),
+          std::string("--log_format=xml")}) {
+      const CommandResult result = RunCommand(command + " " + flags);
+      EXPECT_EQ(result.exit_code, 2)
+          << binary << " " << flags << ": " << result.err;
+      EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+          << binary << " " << flags << ": " << result.err;
+    }
+  }
+  // TLS flags of the predictor: both or neither, readable.
+  for (const std::string flags :
+       {"--tls_cert=/nonexistent.pem --tls_key=/nonexistent.pem",
+        "--tls_cert=/nonexistent.pem"}) {
+    const CommandResult result = RunCommand(RunfilePath("clients/predictor") +
+                                            " --target=127.0.0.1:1 " + flags);
+    EXPECT_EQ(result.exit_code, 2) << flags << ": " << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << flags << ": " << result.err;
+  }
+  close(fd);
+}
+
+}  // namespace
+}  // namespace deltastream
