@@ -366,7 +366,9 @@ TEST_F(PredictorTest, ResyncsWhenTheTrainerRestartsBehindIt) {
   EXPECT_EQ(resynced, told_to_resync || restored_batch < held)
       << "held version " << held << ", restarted trainer:\n"
       << restart;
-  if (resynced) EXPECT_GE(after->resyncs(), 1);
+  if (resynced) {
+    EXPECT_GE(after->resyncs(), 1);
+  }
 }
 
 TEST(PredictorFlagsTest, BadFlagsExitTwo) {
