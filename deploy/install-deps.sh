@@ -9,14 +9,15 @@ set -euo pipefail
 # toolchain); gRPC/protobuf, Abseil, RocksDB, LibTorch 1.13 (CPU, with Gloo for
 # c10d), nlohmann JSON (deltactl); tests and benchmarks: GoogleTest/GoogleMock,
 # Google Benchmark; lint and formatting: clang (-Wthread-safety) with its
-# runtimes, clang-format; NumPy (tests read .npz files as users do), openssl
-# (tests make TLS certificates). All names checked with `apt-cache policy`.
+# runtimes, clang-format, clang-tidy (tests/lint); NumPy (tests read .npz
+# files as users do), openssl (tests make TLS certificates). All names
+# checked with `apt-cache policy`.
 PACKAGES=(
   bazel-bootstrap cmake ninja-build g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libtorch-dev libgloo-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev clang-format
+  clang libclang-rt-14-dev clang-format clang-tidy
   python3-numpy openssl
 )
 

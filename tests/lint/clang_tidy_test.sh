@@ -8,7 +8,7 @@
 # fresh clone that is the commit under test (for a merge commit, what the
 # merge brought in); it needs a clone with at least two commits of history
 # (git clone --depth=2). A changed header is checked through the .cc file of
-# the same name when there is one. Where the tree is not a git checkout, or
+# the same name when there is one, else through a unit that includes it. Where the tree is not a git checkout, or
 # the base is not in it, the test says so and checks nothing.
 #
 #   bazel test //tests/lint:clang_tidy_test [--test_env=CLANG_TIDY_BASE=main]
@@ -25,9 +25,10 @@ if [[ -n "${TEST_SRCDIR:-}" ]]; then
   config=$(readlink -f "$generated/.clang-tidy")
   root=$(dirname "$config")
 else
-  # By hand, from the repository root: generated headers from bazel-bin.
+  # By hand or from CMake's ctest, from the repository root: generated
+  # headers from bazel-bin, or from CLANG_TIDY_GENERATED (CMake's gen/).
   root=$(pwd)
-  generated="$root/bazel-bin"
+  generated="${CLANG_TIDY_GENERATED:-$root/bazel-bin}"
 fi
 cd "$root"
 
