@@ -165,6 +165,12 @@ class EmbeddingModule {
   std::vector<PostOutputHook> post_output_hooks_;
 };
 
+// The rows table `index` of a module built with `seed` starts from (on the
+// CPU): what a sharded module slices its shards from, so that every shard
+// starts where the unsharded table does.
+at::Tensor InitialTableRows(const EmbeddingTableConfig& table, uint64_t seed,
+                            int64_t index);
+
 // Pooled embeddings (TorchRec's EmbeddingBagCollection): for every feature
 // and example, the sum (or mean) of the rows of its IDs (scaled by their
 // weights when is_weighted). An example without IDs pools to zeros.
