@@ -4,10 +4,10 @@
 #
 # "Changed" means: the .cc and .h files under base/ clients/ proto/ store/
 # tests/ tracker_service/ trainer/ that differ between the source tree
-# (uncommitted edits included) and CLANG_TIDY_BASE, by default HEAD~1. In CI's
-# fresh clone that is the commit under test (for a merge commit, what the
-# merge brought in); it needs a clone with at least two commits of history
-# (git clone --depth=2). A changed header is checked through the .cc file of
+# (uncommitted edits included) and CLANG_TIDY_BASE, by default each parent of
+# HEAD. In CI's fresh clone that is the commit under test (for a merge commit,
+# what the merge changed beyond both sides: its conflict resolutions); it
+# needs a clone with at least two commits of history (git clone --depth=2). A changed header is checked through the .cc file of
 # the same name when there is one, else through a unit that includes it. Where the tree is not a git checkout, or
 # the base is not in it, the test says so and checks nothing.
 #
@@ -37,16 +37,27 @@ files=()
 if [[ $# -gt 0 ]]; then
   files=("$@")
 else
-  base="${CLANG_TIDY_BASE:-HEAD~1}"
   if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     echo "SKIPPED: $root is not a git checkout: no changed files to check."
     exit 0
   fi
-  if ! git rev-parse --verify --quiet "$base^{commit}" >/dev/null; then
-    echo "SKIPPED: base $base is not in this clone (clone with --depth=2):" \
-      "no changed files to check."
-    exit 0
+  # The bases: CLANG_TIDY_BASE, else every parent of HEAD. A file counts as
+  # changed when it differs from each base, so for a merge commit only what
+  # the merge itself changed (its resolutions): what it brought in was
+  # checked on its own branch.
+  if [[ -n "${CLANG_TIDY_BASE:-}" ]]; then
+    bases=("$CLANG_TIDY_BASE")
+  else
+    read -r -a bases < <(git rev-list --parents -n 1 HEAD | cut -d' ' -f2-)
   fi
+  base="${bases[*]:-HEAD~1}"
+  for parent in "${bases[@]:-HEAD~1}"; do
+    if ! git rev-parse --verify --quiet "$parent^{commit}" >/dev/null; then
+      echo "SKIPPED: base $parent is not in this clone (clone with" \
+        "--depth=2): no changed files to check."
+      exit 0
+    fi
+  done
   while IFS= read -r changed; do
     [[ -e "$changed" ]] || continue  # deleted
     if [[ "$changed" == *.h && -e "${changed%.h}.cc" ]]; then
@@ -54,8 +65,10 @@ else
     fi
     [[ "$changed" == *.pb.* ]] && continue
     files+=("$changed")
-  done < <(git --no-optional-locks diff --name-only --diff-filter=d "$base" \
-             | grep -E "$project" | sort -u)
+  done < <(for parent in "${bases[@]}"; do
+             git --no-optional-locks diff --name-only --diff-filter=d \
+               "$parent" | grep -E "$project" | sort -u
+           done | sort | uniq -c | awk -v n=${#bases[@]} '$1 == n { print $2 }')
   # A header and its .cc both changed: check the .cc once.
   if [[ ${#files[@]} -gt 0 ]]; then
     mapfile -t files < <(printf '%s\n' "${files[@]}" | sort -u)
