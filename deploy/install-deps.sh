@@ -9,16 +9,17 @@ set -euo pipefail
 # toolchain); gRPC/protobuf, Abseil, RocksDB, LibTorch 1.13 (CPU, with Gloo for
 # c10d), nlohmann JSON (deltactl); tests and benchmarks: GoogleTest/GoogleMock,
 # Google Benchmark; lint and formatting: clang (-Wthread-safety) with its
-# runtimes, clang-format; NumPy (tests read .npz files as users do), openssl
-# (tests make TLS certificates); prometheus-cpp (metrics over HTTP); the
-# Python client and its tests (clients/python: gRPC, protobuf, PyTorch;
-# tests/deploy: YAML). All names checked with `apt-cache policy`.
+# runtimes, clang-format, clang-tidy (tests/lint); NumPy (tests read .npz
+# files as users do), openssl (tests make TLS certificates); prometheus-cpp
+# (metrics over HTTP); the Python client and its tests (clients/python:
+# gRPC, protobuf, PyTorch; tests/deploy: YAML). All names checked with
+# `apt-cache policy`.
 PACKAGES=(
   bazel-bootstrap cmake ninja-build g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libtorch-dev libgloo-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev clang-format
+  clang libclang-rt-14-dev clang-format clang-tidy
   python3-numpy openssl prometheus-cpp-dev
   python3-grpcio python3-protobuf python3-torch python3-yaml
 )

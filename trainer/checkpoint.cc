@@ -97,7 +97,7 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
 std::optional<int64_t> CheckpointStep(const std::string& path) {
   const std::string name = std::filesystem::path(path).filename().string();
   const size_t prefix = sizeof(kPrefix) - 1, suffix = sizeof(kSuffix) - 1;
-  if (name.size() <= prefix + suffix || name.rfind(kPrefix, 0) != 0 ||
+  if (name.size() <= prefix + suffix || !absl::StartsWith(name, kPrefix) ||
       name.compare(name.size() - suffix, suffix, kSuffix) != 0) {
     return std::nullopt;
   }

@@ -4,6 +4,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file_io.h"
@@ -180,7 +181,7 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   const std::string device = Or<std::string>(config.device(), "cpu");
   if (device == "cpu") {
     settings.device = c10::Device(c10::kCPU);
-  } else if (device.rfind("cuda", 0) == 0) {
+  } else if (absl::StartsWith(device, "cuda")) {
     try {
       settings.device = c10::Device(device);
     } catch (const c10::Error&) {

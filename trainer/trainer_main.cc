@@ -122,7 +122,7 @@ int Main() {
   if (!progress.ok()) return Fail(1, progress.status().message());
 
   const double seconds = absl::ToDoubleSeconds(progress->elapsed);
-  std::printf(
+  absl::PrintF(
       "trained %d steps (%d this run, %d examples in %.1f s, %.0f ex/s); "
       "final loss %.4f, eval auc %.4f\n",
       progress->step, progress->steps_this_run, progress->examples_this_run,

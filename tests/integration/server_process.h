@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "tests/testing/test_dirs.h"
 
 namespace deltastream {
@@ -76,7 +77,8 @@ class ServerProcess {
         std::fgets(line, sizeof(line), stream) != nullptr) {
       std::string text(line);
       const size_t colon = text.rfind(':');
-      if (text.rfind("listening on ", 0) == 0 && colon != std::string::npos) {
+      if (absl::StartsWith(text, "listening on ") &&
+          colon != std::string::npos) {
         port_ = std::atoi(text.c_str() + colon + 1);
       }
     }

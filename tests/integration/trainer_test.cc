@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "tests/integration/server_process.h"
 
 namespace deltastream {
@@ -74,8 +75,9 @@ TEST(TrainerTest, ServesDeltasWhileTrainingAndResumesAfterSigterm) {
   bool has_checkpoint = false;
   for (const auto& entry :
        std::filesystem::directory_iterator(dir + "/checkpoints")) {
-    has_checkpoint = has_checkpoint || entry.path().filename().string().rfind(
-                                           "checkpoint-", 0) == 0;
+    has_checkpoint =
+        has_checkpoint ||
+        absl::StartsWith(entry.path().filename().string(), "checkpoint-");
   }
   ASSERT_TRUE(has_checkpoint);
 

@@ -212,7 +212,7 @@ TEST(KeyedTensorTest, GetAndAtAreViewsSharingStorage) {
   EXPECT_EQ(Floats(c), (std::vector<float>{3, 4, 42, 9, 10, 42}));
 
   // Copies of a KeyedTensor share the values too.
-  KeyedTensor copy = kt;
+  KeyedTensor copy = kt;  // NOLINT(performance-unnecessary-copy-initialization)
   EXPECT_TRUE(copy.values().is_same(kt.values()));
 }
 
