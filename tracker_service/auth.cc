@@ -97,7 +97,7 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromFile(
   absl::StatusOr<std::string> text = ReadSmallFile(path);
   if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("token file: ", text.status().message()));
+        absl::StrCat("cannot read token file '", path, "'"));
   }
   absl::StatusOr<TokenAuthorizer> parsed = Parse(*text);
   if (!parsed.ok()) {

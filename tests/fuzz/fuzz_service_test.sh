@@ -68,10 +68,10 @@ else
   done
 fi
 
-# The project's libraries: every source of store/, proto/ and tracker_service/
+# The project's libraries: every source of base/, store/, proto/ and tracker_service/
 # but the binaries' mains, and the fuzz target.
 sources=()
-for f in store/*.cc proto/*.cc tracker_service/*.cc; do
+for f in base/*.cc store/*.cc proto/*.cc tracker_service/*.cc; do
   [[ "$f" == *.pb.cc ]] && continue  # generated: below
   grep -qE '^int main\(' "$f" && continue
   sources+=("$f")
