@@ -98,10 +98,9 @@ absl::StatusOr<std::unique_ptr<TrackerSnapshots>> TrackerSnapshots::Open(
 
 void TrackerSnapshots::StopPeriodic() {
   {
-    std::lock_guard<std::mutex> lock(periodic_mu_);
+    absl::MutexLock lock(&periodic_mu_);
     stopping_ = true;
   }
-  periodic_cv_.notify_all();
   if (periodic_.joinable()) periodic_.join();
 }
 
@@ -143,16 +142,19 @@ absl::StatusOr<SnapshotInfo> TrackerSnapshots::Snapshot() {
 
 void TrackerSnapshots::StartPeriodic(absl::Duration interval) {
   periodic_ = std::thread([this, interval] {
-    const auto period = absl::ToChronoMilliseconds(interval);
-    std::unique_lock<std::mutex> lock(periodic_mu_);
-    while (!periodic_cv_.wait_for(lock, period, [this] { return stopping_; })) {
-      lock.unlock();
+    while (true) {
+      {
+        absl::MutexLock lock(&periodic_mu_);
+        if (periodic_mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                                          interval)) {
+          return;
+        }
+      }
       absl::StatusOr<SnapshotInfo> info = Snapshot();
       if (!info.ok()) {
         std::fprintf(stderr, "snapshot failed: %s\n",
                      std::string(info.status().message()).c_str());
       }
-      lock.lock();
     }
   });
 }

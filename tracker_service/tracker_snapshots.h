@@ -1,14 +1,14 @@
 #ifndef DELTASTREAM_TRACKER_SERVICE_TRACKER_SNAPSHOTS_H_
 #define DELTASTREAM_TRACKER_SERVICE_TRACKER_SNAPSHOTS_H_
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "store/snapshot_db.h"
 #include "tracker_service/tracker.h"
@@ -65,9 +65,9 @@ class TrackerSnapshots {
 
   const std::unique_ptr<SnapshotDb> db_;
   Tracker* const tracker_;
-  std::mutex periodic_mu_;
-  std::condition_variable periodic_cv_;
-  bool stopping_ = false;
+  // Wakes the periodic thread to stop.
+  absl::Mutex periodic_mu_;
+  bool stopping_ ABSL_GUARDED_BY(periodic_mu_) = false;
   std::thread periodic_;
 };
 

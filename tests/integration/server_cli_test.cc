@@ -252,6 +252,13 @@ TEST(ServerCliTest, BadServerFlagsAreOneLineAndExit2) {
   ExpectCleanError(RunCommand(server + "--consumers="), "--consumers", 2);
   ExpectCleanError(RunCommand(server + "--consumers=a,,b"), "--consumers", 2);
   ExpectCleanError(RunCommand(server + "--consumers='a b'"), "--consumers", 2);
+  // The trainer's service goes through the same checks (ServiceHost).
+  const std::string trainer =
+      RunfilePath("trainer/trainer") +
+      " --steps=1 --checkpoint_dir=" + testing::TempDir() + "/bad_flags ";
+  ExpectCleanError(RunCommand(trainer + "--listen=127.0.0.1:99999"),
+                   "127.0.0.1:99999", 2);
+  ExpectCleanError(RunCommand(trainer + "--listen=garbage"), "garbage", 2);
 }
 
 // Issue 21, defect 2: a second server on an address in use does not share it.

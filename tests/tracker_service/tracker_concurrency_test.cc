@@ -49,7 +49,9 @@ TEST(TrackerConcurrencyTest, ReadsSeeTheRowsOfTheirEndBatchExactly) {
   request.through_current_batch = false;
   request.all_rows = true;
   int reads = 0, wrong = 0;
-  while (!done.load() || reads == 0) {
+  // At least two reads (one of all rows, one of changed rows), however fast
+  // the trainer thread ends on a loaded machine.
+  while (!done.load() || reads < 2) {
     auto delta = tracker->GetDelta(request);
     ASSERT_TRUE(delta.ok()) << delta.status();
     const at::Tensor& rows = delta->tables[kT1].values;
@@ -65,7 +67,6 @@ TEST(TrackerConcurrencyTest, ReadsSeeTheRowsOfTheirEndBatchExactly) {
   }
   trainer.join();
   EXPECT_EQ(wrong, 0);
-  EXPECT_GT(reads, 1);
 }
 
 // An independent model of the semantics: every recorded (batch, id, state) in
