@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/torch_status.h"
+#include "tracker_service/exclusive_lockable.h"
 #include "tracker_service/names.h"
 #include "tracker_service/tracker_consumer.h"
 
@@ -258,16 +259,23 @@ int64_t Tracker::Step() {
 }
 
 void Tracker::PublishBatch(int64_t batch) {
-  absl::MutexLock lock(&step_mu_);
-  published_batch_ = batch;
+  {
+    WriterLock lock(&step_mu_);
+    published_batch_ = batch;
+  }
+  step_cv_.notify_all();
 }
 
 int64_t Tracker::WaitForBatchAfter(int64_t batch, absl::Time deadline) const {
-  absl::MutexLock lock(&step_mu_);
-  const auto past = [this, batch]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_) {
-    return published_batch_ > batch;
-  };
-  step_mu_.AwaitWithDeadline(absl::Condition(&past), deadline);
+  WriterLock lock(&step_mu_);
+  ExclusiveLockable held(step_mu_);
+  // Bounded so that an infinite deadline does not overflow the clock.
+  step_cv_.wait_until(
+      held,
+      absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Hours(24))),
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_) {
+        return published_batch_ > batch;
+      });
   return published_batch_;
 }
 

@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -16,7 +17,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/shared_mutex.h"
@@ -423,7 +423,10 @@ class Tracker {
   std::map<int64_t, absl::Time> batch_opened_ ABSL_GUARDED_BY(mu_);
 
   // WaitForBatchAfter's wake-ups: the current batch as Step() published it.
-  mutable absl::Mutex step_mu_;
+  // A SharedMutex and condition_variable_any (exclusive_lockable.h), not
+  // absl::Mutex: ThreadSanitizer sees them.
+  mutable SharedMutex step_mu_;
+  mutable std::condition_variable_any step_cv_;
   int64_t published_batch_ ABSL_GUARDED_BY(step_mu_) = 0;
 };
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/snapshot.pb.h"
+#include "tracker_service/exclusive_lockable.h"
 
 namespace deltastream {
 
@@ -98,9 +99,10 @@ absl::StatusOr<std::unique_ptr<TrackerSnapshots>> TrackerSnapshots::Open(
 
 void TrackerSnapshots::StopPeriodic() {
   {
-    absl::MutexLock lock(&periodic_mu_);
+    WriterLock lock(&periodic_mu_);
     stopping_ = true;
   }
+  periodic_cv_.notify_all();
   if (periodic_.joinable()) periodic_.join();
 }
 
@@ -142,11 +144,14 @@ absl::StatusOr<SnapshotInfo> TrackerSnapshots::Snapshot() {
 
 void TrackerSnapshots::StartPeriodic(absl::Duration interval) {
   periodic_ = std::thread([this, interval] {
+    const auto period = absl::ToChronoMilliseconds(interval);
     while (true) {
       {
-        absl::MutexLock lock(&periodic_mu_);
-        if (periodic_mu_.AwaitWithTimeout(absl::Condition(&stopping_),
-                                          interval)) {
+        WriterLock lock(&periodic_mu_);
+        ExclusiveLockable held(periodic_mu_);
+        if (periodic_cv_.wait_for(held, period,
+                                  [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                                      periodic_mu_) { return stopping_; })) {
           return;
         }
       }

@@ -1,6 +1,7 @@
 #ifndef DELTASTREAM_TRACKER_SERVICE_TRACKER_SNAPSHOTS_H_
 #define DELTASTREAM_TRACKER_SERVICE_TRACKER_SNAPSHOTS_H_
 
+#include <condition_variable>
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,8 +9,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/shared_mutex.h"
 #include "store/snapshot_db.h"
 #include "tracker_service/tracker.h"
 
@@ -65,8 +66,10 @@ class TrackerSnapshots {
 
   const std::unique_ptr<SnapshotDb> db_;
   Tracker* const tracker_;
-  // Wakes the periodic thread to stop.
-  absl::Mutex periodic_mu_;
+  // Wakes the periodic thread to stop (SharedMutex and
+  // condition_variable_any: see exclusive_lockable.h).
+  SharedMutex periodic_mu_;
+  std::condition_variable_any periodic_cv_;
   bool stopping_ ABSL_GUARDED_BY(periodic_mu_) = false;
   std::thread periodic_;
 };
