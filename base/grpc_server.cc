@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <string>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -45,38 +45,53 @@ absl::Status ValidateListenAddress(absl::string_view address) {
 
 namespace {
 
-// Whether a listener already holds `address` (HOST:PORT, validated, port not
-// 0): a plain bind with SO_REUSEADDR, as gRPC binds, fails with EADDRINUSE
-// only then (not for connections in TIME_WAIT). Checked before gRPC tries, so
-// that the refusal is our one line and not gRPC's log of its own failure;
-// gRPC's bind still decides when the two race.
-bool AddressInUse(const std::string& address) {
+// Binds (and closes) a TCP socket on each address `address` resolves to, as
+// gRPC will (SO_REUSEADDR, no SO_REUSEPORT), so that an address in use or not
+// local is refused with one line before gRPC logs its own multi-line error.
+// OK for port 0 and for hosts that do not resolve (gRPC decides those).
+absl::Status ProbeBind(const std::string& address) {
   const size_t colon = address.rfind(':');
   std::string host = address.substr(0, colon);
   const std::string port = address.substr(colon + 1);
-  if (port == "0") return false;
+  if (port == "0") return absl::OkStatus();
   if (host.size() >= 2 && host.front() == '[') {
     host = host.substr(1, host.size() - 2);
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) {
-    return false;  // gRPC reports an unresolvable host
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* resolved = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &resolved) != 0) {
+    return absl::OkStatus();
   }
   bool in_use = false;
-  for (addrinfo* a = found; a != nullptr && !in_use; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+  bool bound = false;
+  bool not_local = false;
+  for (addrinfo* ai = resolved; ai != nullptr; ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
     if (fd < 0) continue;
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    in_use = bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE;
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+      bound = true;
+    } else if (errno == EADDRINUSE) {
+      in_use = true;
+    } else if (errno == EADDRNOTAVAIL) {
+      not_local = true;
+    }
     close(fd);
   }
-  freeaddrinfo(found);
-  return in_use;
+  freeaddrinfo(resolved);
+  if (in_use) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, ": address in use"));
+  }
+  if (not_local && !bound) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, ": not a local address"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -85,10 +100,7 @@ absl::StatusOr<StartedServer> StartServer(
     grpc::ServerBuilder& builder, const std::string& address,
     std::shared_ptr<grpc::ServerCredentials> credentials) {
   if (absl::Status s = ValidateListenAddress(address); !s.ok()) return s;
-  if (AddressInUse(address)) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, " (address in use)"));
-  }
+  if (absl::Status s = ProbeBind(address); !s.ok()) return s;
   StartedServer started;
   builder.AddListeningPort(address, std::move(credentials), &started.port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

@@ -1,76 +1,39 @@
-// The checkpoint job: pulls deltas on a schedule as its own consumer and
-// writes incremental checkpoints (clients/checkpoint_chain.h) into a
-// directory, one link per pull that brought new batches.
-//
-//   checkpoint_job --target=HOST:PORT --consumer=checkpoint --dir=D
-//       [--every_ms=1000] [--count=0] [--compact_every=0] [--dense=true]
-//       [--retry_s=0] [--token_file=F] [--tls_ca=F]
-//
-// The first link is a full one, from a read of every row (all_rows): the
-// trainer's whole tables at its end batch, whenever the consumer started.
-// Then one increment per pull, continuing where the chain ends; every link
-// carries the model's dense parameters unless --dense=false. With the
-// tracker's acknowledged reads, a pull is committed only once its link is on
-// disk: a job killed in between reads the same batches again and writes only
-// the part its chain lacks, so nothing is missed and nothing applied twice.
-//
-// The chain starts again with a full read, said on stdout, when a read cannot
-// continue it: the service dropped rows the job had not read
-// (resync_required), or the read starts after the chain's end. When the
-// trainer restarted from a snapshot older than the chain's end (a new run id
-// whose start batch is before it), the links after that batch hold changes
-// the trainer lost: they are removed (each printed) before going on.
-// SIGTERM/SIGINT end it after the pull in progress. Exit codes: 0 done, 1 a
-// pull or write failed (an unreachable service is retried for --retry_s
-// first), 2 bad flags.
-#include <signal.h>
+#include "clients/checkpoint_job.h"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdio>
 #include <filesystem>
-#include <optional>
-#include <string>
-#include <thread>
+#include <utility>
+#include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "base/process.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "clients/checkpoint_chain.h"
-#include "clients/delta_client.h"
-
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "tracker HOST:PORT");
-ABSL_FLAG(std::string, consumer, "checkpoint", "the job's consumer name");
-ABSL_FLAG(std::string, dir, "", "the checkpoint chain's directory");
-ABSL_FLAG(int64_t, every_ms, 1000, "pull period");
-ABSL_FLAG(int64_t, count, 0, "stop after N links (0: never)");
-ABSL_FLAG(int64_t, compact_every, 0,
-          "compact the chain into one full link every N links (0: never)");
-ABSL_FLAG(bool, dense, true,
-          "store the model's dense parameters in every link");
-ABSL_FLAG(int64_t, retry_s, 0,
-          "keep retrying an unreachable service for this long (a trainer "
-          "restarting) before failing");
-ABSL_FLAG(std::string, token_file, "", "bearer token (first line)");
-ABSL_FLAG(std::string, tls_ca, "", "PEM roots: connect with TLS");
 
 namespace deltastream {
 namespace {
 
-std::atomic<bool> stopping{false};
+std::string LinkName(const ChainLink& link) {
+  return std::filesystem::path(link.path).filename().string();
+}
 
-void OnSignal(int) { stopping.store(true); }
+}  // namespace
 
-// Where the chain on disk ends, and the trainer run its last link came from.
-struct ChainState {
-  int64_t end = -1;  // -1: empty
-  std::string run_id;
-};
+absl::Status ValidateCheckpointJobOptions(const CheckpointJobOptions& options) {
+  if (options.dir.empty())
+    return absl::InvalidArgumentError("--dir is required");
+  if (options.consumer.empty()) {
+    return absl::InvalidArgumentError("--consumer must not be empty");
+  }
+  if (options.every_ms < 0 || options.count < 0 || options.compact_every < 0 ||
+      options.retry_s < 0) {
+    return absl::InvalidArgumentError(
+        "--every_ms, --count, --compact_every and --retry_s must be >= 0");
+  }
+  return absl::OkStatus();
+}
 
-absl::StatusOr<ChainState> ReadChainState(const std::string& dir) {
+absl::StatusOr<HeldVersion> ReadChainEnd(const std::string& dir) {
   absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
   if (!links.ok()) return links.status();
   if (std::vector<std::string> problems = ChainProblems(*links);
@@ -78,208 +41,179 @@ absl::StatusOr<ChainState> ReadChainState(const std::string& dir) {
     return absl::FailedPreconditionError(
         absl::StrCat("the chain in '", dir, "' is broken: ", problems.front()));
   }
-  ChainState state;
+  HeldVersion held;
   const std::vector<ChainLink> applied = AppliedLinks(*links);
-  if (applied.empty()) return state;
+  if (applied.empty()) return held;
   absl::StatusOr<ChainLinkInfo> info = ReadChainLinkInfo(applied.back().path);
   if (!info.ok()) return info.status();
-  state.end = applied.back().end_batch;
-  state.run_id = info->run_id;
-  return state;
+  held.end_batch = applied.back().end_batch;
+  held.run_id = info->run_id;
+  return held;
 }
 
-std::string LinkName(const ChainLink& link) {
-  return std::filesystem::path(link.path).filename().string();
+bool UnreachableRetry::ShouldRetry(const absl::Status& status, absl::Time now) {
+  just_started_ = false;
+  if (status.code() != absl::StatusCode::kUnavailable &&
+      status.code() != absl::StatusCode::kCancelled) {
+    return false;
+  }
+  if (!since_.has_value()) {
+    since_ = now;
+    just_started_ = limit_ > absl::ZeroDuration();
+  }
+  return now - *since_ < limit_;
 }
 
-int Main() {
-  const std::string dir = absl::GetFlag(FLAGS_dir);
-  if (dir.empty()) return Fail(2, "--dir is required");
-  const int64_t every_ms = absl::GetFlag(FLAGS_every_ms);
-  const int64_t count = absl::GetFlag(FLAGS_count);
-  const int64_t compact_every = absl::GetFlag(FLAGS_compact_every);
-  const int64_t retry_s = absl::GetFlag(FLAGS_retry_s);
-  if (every_ms < 0 || count < 0 || compact_every < 0 || retry_s < 0) {
-    return Fail(
-        2, "--every_ms, --count, --compact_every and --retry_s must be >= 0");
-  }
-  ClientOptions options;
-  if (absl::Status read =
-          ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
-                              absl::GetFlag(FLAGS_tls_ca), options);
-      !read.ok()) {
-    return Fail(2, std::string(read.message()));
-  }
-  std::unique_ptr<DeltaClient> client =
-      DeltaClient::Create(absl::GetFlag(FLAGS_target), options);
-  const std::string consumer = absl::GetFlag(FLAGS_consumer);
+CheckpointJob::CheckpointJob(CheckpointJobOptions options,
+                             std::unique_ptr<DeltaClient> client, FILE* out)
+    : options_(std::move(options)),
+      client_(std::move(client)),
+      out_(out),
+      retry_(absl::Seconds(options_.retry_s)) {}
 
-  absl::StatusOr<ChainState> chain = ReadChainState(dir);
-  if (!chain.ok()) return Fail(1, std::string(chain.status().message()));
+void CheckpointJob::Report(const std::string& line) {
+  std::fprintf(out_, "%s\n", line.c_str());
+  std::fflush(out_);
+}
+
+void CheckpointJob::Wait(absl::Duration duration) {
+  const absl::Time deadline = absl::Now() + duration;
+  while (!stopping_.load() && absl::Now() < deadline) {
+    absl::SleepFor(std::min(absl::Milliseconds(10), deadline - absl::Now()));
+  }
+}
+
+absl::Status CheckpointJob::Run() {
+  absl::StatusOr<HeldVersion> chain = ReadChainEnd(options_.dir);
+  if (!chain.ok()) return chain.status();
+  chain_ = *std::move(chain);
+  need_full_ = chain_.end_batch < 0;
   std::fprintf(stderr, "checkpoint_job: %s, chain in %s ends at batch %lld\n",
-               consumer.c_str(), dir.c_str(),
-               static_cast<long long>(chain->end));
+               options_.consumer.c_str(), options_.dir.c_str(),
+               static_cast<long long>(chain_.end_batch));
+  while (!stopping_.load()) {
+    bool again = false;
+    if (absl::Status s = Pull(&again); !s.ok()) return s;
+    if (again) continue;
+    if (options_.count > 0 && written_ >= options_.count) break;
+    Wait(absl::Milliseconds(options_.every_ms));
+  }
+  return absl::OkStatus();
+}
 
-  auto wait = [&](int64_t ms) {
-    for (int64_t waited = 0; waited < ms && !stopping.load(); waited += 10) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  };
-  // An unreachable (or stopping) service is retried for --retry_s from its
-  // first failure.
-  std::optional<std::chrono::steady_clock::time_point> unreachable_since;
-  auto retry = [&](const absl::Status& status) {
-    // A server shutting down cancels the calls in flight.
-    if (status.code() != absl::StatusCode::kUnavailable &&
-        status.code() != absl::StatusCode::kCancelled) {
-      return false;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (!unreachable_since.has_value()) {
-      unreachable_since = now;
-      if (retry_s > 0) {
+absl::Status CheckpointJob::DropLostLinks(const v1::DeltaHeader& header) {
+  Report(absl::StrFormat(
+      "trainer run %s started at batch %d; the chain ends at batch %d (run "
+      "%s): removing the links after batch %d, which hold changes the trainer "
+      "lost",
+      header.run_id(), header.run_start_batch(), chain_.end_batch,
+      chain_.run_id.empty() ? "unknown" : chain_.run_id,
+      header.run_start_batch()));
+  absl::StatusOr<std::vector<ChainLink>> removed =
+      TruncateChainAfter(options_.dir, header.run_start_batch());
+  if (!removed.ok()) return removed.status();
+  for (const ChainLink& link : *removed) {
+    Report(absl::StrFormat("removed %s (batches %d..%d)", LinkName(link),
+                           link.start_batch, link.end_batch - 1));
+  }
+  absl::StatusOr<HeldVersion> chain = ReadChainEnd(options_.dir);
+  if (!chain.ok()) return chain.status();
+  chain_ = *std::move(chain);
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointJob::Pull(bool* again) {
+  // A call that failed: retried (at once, after a pause) while the service
+  // is unreachable for less than retry_s; otherwise the job ends, with OK
+  // when it is stopping anyway.
+  auto failed_call = [&](const absl::Status& status) {
+    if (retry_.ShouldRetry(status, absl::Now())) {
+      if (retry_.just_started()) {
         std::fprintf(stderr, "checkpoint_job: %s; retrying for %llds\n",
                      std::string(status.message()).c_str(),
-                     static_cast<long long>(retry_s));
+                     static_cast<long long>(options_.retry_s));
       }
+      Wait(absl::Milliseconds(std::max<int64_t>(options_.every_ms, 100)));
+      *again = true;
+      return absl::OkStatus();
     }
-    if (now - *unreachable_since >= std::chrono::seconds(retry_s)) {
-      return false;
-    }
-    wait(std::max<int64_t>(every_ms, 100));
-    return true;
+    return stopping_.load() ? absl::OkStatus() : status;
   };
 
-  bool need_full = chain->end < 0;
-  int64_t written = 0;
-  while (!stopping.load()) {
-    v1::GetDeltaRequest request;
-    request.set_consumer(consumer);
-    request.set_omit_states(true);
-    request.set_all_rows(need_full);
-    request.set_include_dense(absl::GetFlag(FLAGS_dense));
-    absl::StatusOr<ReceivedDelta> delta = client->GetDelta(request);
-    if (!delta.ok()) {
-      if (retry(delta.status())) continue;
-      if (stopping.load()) break;
-      return Fail(1, std::string(delta.status().message()));
-    }
-    unreachable_since.reset();
-    const v1::DeltaHeader& header = delta->header;
-    if (need_full && !header.all_rows()) {
-      return Fail(1, absl::StrCat("the service at ", client->target(),
-                                  " did not send every row (all_rows): a "
-                                  "chain's base needs the trainer's service"));
-    }
-
-    // A trainer that restarted from an older snapshot lost the changes the
-    // chain holds after it: those links go.
-    if (!header.run_id().empty() && chain->end >= 0 &&
-        header.run_id() != chain->run_id &&
-        chain->end > header.run_start_batch()) {
-      std::printf(
-          "trainer run %s started at batch %lld; the chain ends at batch %lld "
-          "(run %s): removing the links after batch %lld, which hold changes "
-          "the trainer lost\n",
-          header.run_id().c_str(),
-          static_cast<long long>(header.run_start_batch()),
-          static_cast<long long>(chain->end),
-          chain->run_id.empty() ? "unknown" : chain->run_id.c_str(),
-          static_cast<long long>(header.run_start_batch()));
-      absl::StatusOr<std::vector<ChainLink>> removed =
-          TruncateChainAfter(dir, header.run_start_batch());
-      if (!removed.ok())
-        return Fail(1, std::string(removed.status().message()));
-      for (const ChainLink& link : *removed) {
-        std::printf("removed %s (batches %lld..%lld)\n", LinkName(link).c_str(),
-                    static_cast<long long>(link.start_batch),
-                    static_cast<long long>(link.end_batch - 1));
-      }
-      std::fflush(stdout);
-      chain = ReadChainState(dir);
-      if (!chain.ok()) return Fail(1, std::string(chain.status().message()));
-    }
-
-    const int64_t start = std::max<int64_t>(header.start_batch(), 0);
-    const int64_t end = header.end_batch();
-    if (!header.all_rows()) {
-      std::string why;
-      if (chain->end < 0) {
-        why = "the chain is empty";
-      } else if (header.resync_required()) {
-        why = absl::StrCat("the service dropped ", header.lost_rows(),
-                           " rows this job had not read");
-      } else if (start > chain->end) {
-        why = absl::StrCat("batches ", chain->end, "..", start - 1,
-                           " were never read by this job");
-      }
-      if (!why.empty()) {
-        // The full read replaces this one (acknowledged mode: it was not
-        // committed; otherwise a read of every row covers it anyway).
-        std::printf("resync: %s: writing a full link\n", why.c_str());
-        std::fflush(stdout);
-        need_full = true;
-        continue;
-      }
-    } else if (end < chain->end) {
-      return Fail(1, absl::StrCat("the service is at batch ", end,
-                                  ", before the chain's end (", chain->end,
-                                  ") in the same trainer run: refusing to "
-                                  "write a full link that would not apply"));
-    }
-    if (header.all_rows() ? end > 0 : end > chain->end) {
-      // A read delivered again (the job died before committing) covers
-      // batches the chain has: write only what it lacks.
-      if (!header.all_rows() && start < chain->end) {
-        delta->header.set_start_batch(chain->end);
-      }
-      absl::StatusOr<ChainLink> link = WriteChainLink(dir, *delta);
-      if (!link.ok()) return Fail(1, std::string(link.status().message()));
-      chain->end = end;
-      chain->run_id = header.run_id();
-      need_full = false;
-      ++written;
-      int64_t rows = 0;
-      for (const auto& [fqn, table] : delta->tables) rows += table.ids.numel();
-      std::printf("%s batches %lld..%lld: %lld rows, %zu dense, %lld bytes\n",
-                  link->full ? "full" : "increment",
-                  static_cast<long long>(link->start_batch),
-                  static_cast<long long>(link->end_batch - 1),
-                  static_cast<long long>(rows), delta->dense.size(),
-                  static_cast<long long>(link->bytes));
-      std::fflush(stdout);
-      if (compact_every > 0 && written % compact_every == 0) {
-        absl::StatusOr<ChainLink> compacted = CompactChain(dir);
-        if (!compacted.ok()) {
-          return Fail(1, std::string(compacted.status().message()));
-        }
-      }
-    }
-    // Commit what is on disk (acknowledged mode; elsewhere the read was final
-    // already and the server says so).
-    if (absl::Status commit = client->Commit(consumer, end);
-        !commit.ok() &&
-        commit.code() != absl::StatusCode::kFailedPrecondition) {
-      // Not committed: the read comes again and only what the chain lacks is
-      // written.
-      if (retry(commit)) continue;
-      if (stopping.load()) break;
-      return Fail(1, std::string(commit.message()));
-    }
-    if (count > 0 && written >= count) break;
-    wait(every_ms);
+  v1::GetDeltaRequest request;
+  request.set_consumer(options_.consumer);
+  request.set_omit_states(true);
+  request.set_all_rows(need_full_);
+  request.set_include_dense(options_.dense);
+  absl::StatusOr<ReceivedDelta> delta = client_->GetDelta(request);
+  if (!delta.ok()) return failed_call(delta.status());
+  retry_.Succeeded();
+  const v1::DeltaHeader& header = delta->header;
+  if (need_full_ && !header.all_rows()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the service at ", client_->target(),
+        " did not send every row (all_rows): a chain's base needs the "
+        "trainer's service"));
   }
-  return 0;
+  if (RunLostHeldBatches(chain_, header.run_id(), header.run_start_batch())) {
+    if (absl::Status s = DropLostLinks(header); !s.ok()) return s;
+  }
+
+  const int64_t end = header.end_batch();
+  bool write = false;
+  if (!header.all_rows()) {
+    const DeltaVerdict verdict =
+        ClassifyDelta(chain_, chain_.end_batch, header);
+    if (verdict.must_resync()) {
+      // The full read replaces this one (acknowledged mode: it was not
+      // committed; otherwise a read of every row covers it anyway).
+      Report(absl::StrCat("resync: ", verdict.reason, ": writing a full link"));
+      need_full_ = true;
+      *again = true;
+      return absl::OkStatus();
+    }
+    write = verdict.fit == DeltaFit::kContinues;
+    // A read delivered again (the job died before committing) covers
+    // batches the chain has: write only what it lacks.
+    if (write &&
+        std::max<int64_t>(header.start_batch(), 0) < chain_.end_batch) {
+      delta->header.set_start_batch(chain_.end_batch);
+    }
+  } else if (end < chain_.end_batch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the service is at batch ", end, ", before the chain's end (",
+        chain_.end_batch,
+        ") in the same trainer run: refusing to write a full link that "
+        "would not apply"));
+  } else {
+    write = end > 0;
+  }
+  if (write) {
+    absl::StatusOr<ChainLink> link = WriteChainLink(options_.dir, *delta);
+    if (!link.ok()) return link.status();
+    chain_.end_batch = end;
+    chain_.run_id = header.run_id();
+    need_full_ = false;
+    ++written_;
+    int64_t rows = 0;
+    for (const auto& [fqn, table] : delta->tables) rows += table.ids.numel();
+    Report(absl::StrFormat("%s batches %d..%d: %d rows, %d dense, %d bytes",
+                           link->full ? "full" : "increment", link->start_batch,
+                           link->end_batch - 1, rows, delta->dense.size(),
+                           link->bytes));
+    if (options_.compact_every > 0 && written_ % options_.compact_every == 0) {
+      absl::StatusOr<ChainLink> compacted = CompactChain(options_.dir);
+      if (!compacted.ok()) return compacted.status();
+    }
+  }
+  // Commit what is on disk (acknowledged mode; elsewhere the read was final
+  // already and the server says so with FailedPrecondition). Not committed,
+  // the read comes again and only what the chain lacks is written.
+  if (absl::Status commit = client_->Commit(options_.consumer, end);
+      !commit.ok() && commit.code() != absl::StatusCode::kFailedPrecondition) {
+    return failed_call(commit);
+  }
+  return absl::OkStatus();
 }
 
-}  // namespace
 }  // namespace deltastream
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "checkpoint_job --target=HOST:PORT --consumer=C --dir=D; see --helpfull");
-  absl::ParseCommandLine(argc, argv);
-  signal(SIGTERM, deltastream::OnSignal);
-  signal(SIGINT, deltastream::OnSignal);
-  return deltastream::Main();
-}

@@ -40,8 +40,10 @@
 #include "absl/time/clock.h"
 #include "base/process.h"
 #include "clients/checkpoint_chain.h"
+#include "clients/command_line.h"
 #include "clients/delta_client.h"
 #include "clients/npz_file.h"
+#include "clients/push_json.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "tracker server HOST:PORT");
 ABSL_FLAG(bool, json, false, "print JSON instead of tables");
@@ -229,68 +231,6 @@ void PrintStatus(const v1::StatusResponse& s) {
   if (tables.size() > 1) PrintTable(tables);
 }
 
-absl::StatusOr<std::vector<RecordTable>> ParsePush(const std::string& text,
-                                                   const std::string& source) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    return absl::InvalidArgumentError(absl::StrCat("bad JSON in ", source));
-  }
-  if (!doc.is_object() || !doc.contains("tables") ||
-      !doc["tables"].is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": expected {\"tables\": {\"FQN\": {\"ids\": [...]}}}"));
-  }
-  std::vector<RecordTable> tables;
-  for (auto& [fqn, table] : doc["tables"].items()) {
-    if (!table.is_object() || !table.contains("ids") ||
-        !table["ids"].is_array()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": table '", fqn, "' needs an \"ids\" array"));
-    }
-    std::vector<int64_t> ids;
-    for (const json& id : table["ids"]) {
-      if (!id.is_number_integer()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(source, ": table '", fqn,
-                         "': IDs must be integers, got ", id.dump()));
-      }
-      ids.push_back(id.get<int64_t>());
-    }
-    RecordTable record{fqn, at::tensor(ids, at::kLong), at::Tensor()};
-    if (ids.empty()) record.ids = at::empty({0}, at::kLong);
-    if (table.contains("states")) {
-      const json& states = table["states"];
-      std::vector<float> flat;
-      size_t dim = 0;
-      bool ok = states.is_array();
-      for (const json& row : ok ? states : json::array()) {
-        if (!row.is_array() || (dim != 0 && row.size() != dim) || row.empty()) {
-          ok = false;
-          break;
-        }
-        dim = row.size();
-        for (const json& v : row) {
-          if (!v.is_number()) {
-            ok = false;
-            break;
-          }
-          flat.push_back(v.get<float>());
-        }
-      }
-      if (!ok) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            source, ": table '", fqn,
-            "': states must be rows of numbers, all of one length"));
-      }
-      record.states = at::tensor(flat, at::kFloat)
-                          .reshape({static_cast<int64_t>(states.size()),
-                                    static_cast<int64_t>(dim)});
-    }
-    tables.push_back(std::move(record));
-  }
-  return tables;
-}
-
 int Push(DeltaClient& client) {
   const std::string file = absl::GetFlag(FLAGS_json_file);
   if (file.empty()) throw UsageError("push needs --json_file=F ('-': stdin)");
@@ -303,7 +243,7 @@ int Push(DeltaClient& client) {
       return Fail(kExitFailure, absl::NotFoundError("cannot read " + file));
     text << in.rdbuf();
   }
-  auto tables = ParsePush(text.str(), file == "-" ? "stdin" : file);
+  auto tables = ParsePushJson(text.str(), file == "-" ? "stdin" : file);
   if (!tables.ok()) return Fail(kExitFailure, tables.status());
   auto batch = client.Record({*tables});
   if (!batch.ok()) return Fail(kExitFailure, batch.status());
@@ -465,10 +405,12 @@ int ShowStatus(const absl::StatusOr<v1::StatusResponse>& status) {
   return 0;
 }
 
-// The links of a checkpoint chain (clients/checkpoint_chain.h), the batches
+// The links of a checkpoint chain (store/checkpoint_chain.h), the batches
 // they cover, their sizes, whether they carry dense parameters, the trainer
 // run that served them, which are superseded by a newer full link, and any
-// gap or overlap (or unreadable link). Offline: no server.
+// gap or overlap, or link that fails what the loader verifies (checksums,
+// decoding, content matching the name). Offline: no server. Exit 1 when
+// there is a problem.
 int ShowChain() {
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) throw UsageError("chain needs --dir=D");
@@ -482,7 +424,12 @@ int ShowChain() {
   for (const ChainLink& link : *links) {
     bytes += link.bytes;
     absl::StatusOr<ChainLinkInfo> info = ReadChainLinkInfo(link.path);
+    // Every byte is checked as LoadChain checks it (checksums, decoding, the
+    // batches the name says), superseded links included.
+    absl::Status verified =
+        info.ok() ? VerifyChainLink(link) : absl::OkStatus();
     if (!info.ok()) problems.emplace_back(info.status().message());
+    if (!verified.ok()) problems.emplace_back(verified.message());
     infos.push_back(info.ok() ? std::optional<ChainLinkInfo>(*info)
                               : std::nullopt);
   }
@@ -541,9 +488,26 @@ int ShowChain() {
   return problems.empty() ? 0 : 1;
 }
 
+// The client-side flags every command that talks to a server may read,
+// checked for range: an empty string, or the first bad value as one line.
+// (Values sent to the server, like --top_percentage or --every_ms, are the
+// server's to check: one rule in one place.)
+std::string FlagError() {
+  if (absl::GetFlag(FLAGS_target).empty()) return "--target must not be empty";
+  if (absl::GetFlag(FLAGS_timeout_ms) <= 0) return "--timeout_ms must be > 0";
+  if (absl::GetFlag(FLAGS_interval_ms) <= 0) {
+    return "--interval_ms must be > 0";
+  }
+  if (absl::GetFlag(FLAGS_count) < 0) return "--count must be >= 0";
+  return "";
+}
+
 int Run(const std::vector<std::string>& args) {
   if (args.empty()) throw UsageError("no command; see --help");
   if (args[0] == "chain") return ShowChain();
+  if (const std::string error = FlagError(); !error.empty()) {
+    return Fail(kExitUsage, error);
+  }
   ClientOptions options;
   options.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   if (absl::Status read =
@@ -619,6 +583,11 @@ int main(int argc, char** argv) {
       "deltactl --target=HOST:PORT <push|step|get|commit|consumers|status|"
       "compact|clear|snapshot|subscribe|watch> [flags]\n"
       "deltactl chain --dir=D [--json]   (a checkpoint chain; no server)");
+  if (const std::string error =
+          deltastream::CommandLineError(argc, argv, /*allow_positional=*/true);
+      !error.empty()) {
+    return deltastream::Fail(deltastream::kExitUsage, error);
+  }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(positional.begin() + 1, positional.end());
   try {

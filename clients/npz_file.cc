@@ -3,12 +3,12 @@
 #include <ATen/ATen.h>
 #include <zlib.h>
 
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file_io.h"
 
 namespace deltastream {
 namespace {
@@ -82,13 +82,14 @@ class ZipWriter {
  public:
   ZipWriter(std::string path, bool force_zip64)
       : path_(std::move(path)), force_zip64_(force_zip64) {}
-  ~ZipWriter() {
-    if (file_ != nullptr) std::fclose(file_);
-  }
 
+  // Starts the archive (base/file_io.h: a temporary beside `path`, made
+  // `path` by Finish; destroying the writer unfinished leaves `path` as it
+  // was).
   absl::Status Open() {
-    file_ = std::fopen(path_.c_str(), "wb");
-    if (file_ == nullptr) return Error("cannot create");
+    absl::StatusOr<DurableFile> file = DurableFile::Create(path_);
+    if (!file.ok()) return file.status();
+    file_.emplace(*std::move(file));
     return absl::OkStatus();
   }
 
@@ -199,28 +200,23 @@ class ZipWriter {
       return s;
     }
     if (absl::Status s = Write(end.data(), end.size()); !s.ok()) return s;
-    const int closed = std::fclose(file_);
-    file_ = nullptr;
-    if (closed != 0) return Error("cannot finish");
+    if (absl::Status s = file_->Commit(); !s.ok()) return s;
     return absl::OkStatus();
   }
 
  private:
   absl::Status Write(const char* data, uint64_t size) {
-    if (size > 0 && std::fwrite(data, 1, size, file_) != size) {
-      return Error("cannot write");
+    if (absl::Status s = file_->Append(absl::string_view(data, size));
+        !s.ok()) {
+      return s;
     }
     offset_ += size;
     return absl::OkStatus();
   }
-  absl::Status Error(absl::string_view what) const {
-    return absl::InternalError(
-        absl::StrCat(what, " '", path_, "': ", std::strerror(errno)));
-  }
 
   const std::string path_;
   const bool force_zip64_;
-  std::FILE* file_ = nullptr;
+  std::optional<DurableFile> file_;
   uint64_t offset_ = 0;
   std::vector<Entry> entries_;
 };
@@ -231,9 +227,8 @@ absl::Status WriteNpz(
     const std::string& path,
     const std::vector<std::pair<std::string, at::Tensor>>& arrays,
     bool force_zip64) {
-  const std::string temporary = path + ".tmp";
   absl::Status status = [&]() -> absl::Status {
-    ZipWriter zip(temporary, force_zip64);
+    ZipWriter zip(path, force_zip64);
     if (absl::Status s = zip.Open(); !s.ok()) return s;
     for (const auto& [name, array] : arrays) {
       if (name.empty() || name.size() > 60000) {
@@ -266,12 +261,6 @@ absl::Status WriteNpz(
     }
     return zip.Finish();
   }();
-  if (status.ok() && std::rename(temporary.c_str(), path.c_str()) != 0) {
-    status =
-        absl::InternalError(absl::StrCat("cannot rename '", temporary, "' to '",
-                                         path, "': ", std::strerror(errno)));
-  }
-  if (!status.ok()) std::remove(temporary.c_str());
   return status;
 }
 

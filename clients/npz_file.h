@@ -20,8 +20,9 @@ namespace deltastream {
 // are written when an entry or the archive passes 4 GiB (or always, with
 // `force_zip64`). Device or non-contiguous tensors are copied to contiguous
 // host memory first.
-// The file appears whole or not at all: written to "<path>.tmp", then
-// renamed. Errors name the path; no exception escapes.
+// The file appears whole or not at all, and survives a crash once written:
+// base/file_io's DurableFile (to "<path>.tmp", fsync'd, renamed, the
+// directory fsync'd). Errors name the path; no exception escapes.
 absl::Status WriteNpz(
     const std::string& path,
     const std::vector<std::pair<std::string, at::Tensor>>& arrays,

@@ -1,98 +1,34 @@
-// The predictor: keeps a replica of a trainer's model (its embedding tables
-// and dense parameters, clients/replica.h) in step with the trainer's tracker
-// and serves lookups from it (proto/predictor.proto, service ReplicaLookup).
-//
-//   predictor --target=HOST:PORT [--consumer=predictor] [--listen=HOST:PORT]
-//       [--replica_db=DIR] [--bootstrap_chain=DIR] [--every_ms=100]
-//       [--every_steps=0] [--dense_every_steps=0] [--dense_every_ms=0]
-//       [--apply_log=FILE] [--token_file=F] [--tls_ca=F]
-//
-// Prints "listening on HOST:PORT" as its first stdout line once the lookup
-// API is up (port 0 picks a free one); everything else goes to stderr.
-//
-// How it follows the trainer:
-//  - Bootstrap: an empty replica (a new one, or an in-memory predictor that
-//    restarted) takes a full read (all_rows, with the dense parameters), or,
-//    with --bootstrap_chain, loads a checkpoint chain when the chain ends at
-//    or after the consumer's cursor and not after the trainer's batch. A
-//    RocksDB replica that reopens non-empty resumes at its version.
-//  - Then it subscribes and applies each push. A push without dense
-//    parameters while the trainer sends them is staged and applied with the
-//    next push that carries them, in one atomic apply: lookups never mix two
-//    model versions.
-//  - With the tracker's acknowledged reads, a push is committed only once it
-//    is applied (and, for RocksDB, synced): a predictor killed in between
-//    gets the same rows again, and applying them again is harmless (values
-//    are the rows' current ones). The apply log records, per applied
-//    version, only the batches the replica did not hold yet.
-//  - Resync with a full read when the tracker says rows were dropped
-//    (resync_required), when a push starts after what the replica holds (a
-//    gap), when the trainer restarted behind the replica's version (another
-//    run whose start batch is below the replica's version), or when a push
-//    cannot be applied.
-//  - A failed subscription is retried with backoff (100 ms doubling to 1 s);
-//    lookups keep being served meanwhile.
-//
-// SIGTERM/SIGINT: cancels the subscription, stops serving, exits 0. Exit
-// codes: 0 stopped by a signal, 1 an error retrying cannot fix (the tracker
-// serves no live rows, a refused token, an unusable replica database), 2 bad
-// flags.
-#include <grpcpp/grpcpp.h>
-#include <signal.h>
+// Predictor: the replica-following loop (clients/predictor.h).
+#include "clients/predictor.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cmath>
-#include <condition_variable>
-#include <cstdio>
-#include <mutex>
-#include <string>
-#include <thread>
 #include <utility>
-#include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "base/grpc_server.h"
-#include "base/process.h"
 #include "clients/checkpoint_chain.h"
-#include "clients/delta_client.h"
-#include "clients/replica.h"
-#include "proto/predictor.grpc.pb.h"
-#include "proto/tensor_codec.h"
-
-ABSL_FLAG(std::string, target, "", "the trainer's tracker, HOST:PORT");
-ABSL_FLAG(std::string, consumer, "predictor", "the predictor's consumer name");
-ABSL_FLAG(std::string, listen, "127.0.0.1:0",
-          "the lookup API's address, HOST:PORT (port 0: a free one)");
-ABSL_FLAG(std::string, replica_db, "",
-          "RocksDB directory of the replica (empty: in memory)");
-ABSL_FLAG(std::string, bootstrap_chain, "",
-          "checkpoint chain directory to bootstrap an empty replica from "
-          "(instead of a full read) when it is recent enough; rows the chain "
-          "never recorded are missing until they change");
-ABSL_FLAG(int64_t, every_ms, 100, "publish interval (0: by steps only)");
-ABSL_FLAG(int64_t, every_steps, 0,
-          "publish every N batches as well (0: by time only; both 0: every "
-          "batch)");
-ABSL_FLAG(int64_t, dense_every_steps, 0,
-          "dense parameters at most every N batches (both dense_every_* 0: "
-          "with every push)");
-ABSL_FLAG(int64_t, dense_every_ms, 0, "dense parameters at most every N ms");
-ABSL_FLAG(std::string, apply_log, "",
-          "append one line per applied version: <from_batch> <to_batch> "
-          "<rows> <dense 0|1> <all_rows 0|1> <run_id>");
-ABSL_FLAG(std::string, token_file, "", "bearer token (first line)");
-ABSL_FLAG(std::string, tls_ca, "", "PEM roots: connect with TLS");
+#include "clients/delta_continuity.h"
 
 namespace deltastream {
+
+absl::Status ValidatePredictorOptions(const PredictorOptions& options) {
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("--target is required");
+  }
+  if (options.consumer.empty()) {
+    return absl::InvalidArgumentError("--consumer must not be empty");
+  }
+  if (options.every_ms < 0 || options.every_steps < 0 ||
+      options.dense_every_steps < 0 || options.dense_every_ms < 0) {
+    return absl::InvalidArgumentError(
+        "--every_ms, --every_steps, --dense_every_steps and --dense_every_ms "
+        "must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -105,7 +41,6 @@ const std::chrono::milliseconds kLongestBackoff =
     ClientOptions().max_reconnect_backoff;
 constexpr std::chrono::milliseconds kTrainerPoll{200};
 constexpr std::chrono::seconds kSummaryEvery{5};
-constexpr size_t kFreshnessSamples = 10000;
 // every_steps for "by time only": a push is due only when the timer runs out.
 constexpr int64_t kNeverBySteps = int64_t{1} << 40;
 
@@ -135,153 +70,40 @@ int64_t Rows(const ReceivedDelta& delta) {
   return rows;
 }
 
-// Freshness samples in milliseconds: the last kFreshnessSamples.
-class FreshnessWindow {
- public:
-  void Add(double ms) {
-    if (samples_.size() < kFreshnessSamples) {
-      samples_.push_back(ms);
-    } else {
-      samples_[next_] = ms;
-      next_ = (next_ + 1) % kFreshnessSamples;
-    }
+bool IsFatal(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnauthenticated ||
+         status.code() == absl::StatusCode::kPermissionDenied;
+}
+
+}  // namespace
+
+Predictor::Predictor(PredictorOptions options,
+                     std::unique_ptr<DeltaClient> client,
+                     std::unique_ptr<Replica> replica, FILE* apply_log)
+    : options_(std::move(options)),
+      client_(std::move(client)),
+      replica_(std::move(replica)),
+      apply_log_(apply_log) {}
+
+void Predictor::Stop() {
+  absl::MutexLock lock(&stop_mu_);
+  stopping_.store(true);
+  if (subscription_ != nullptr) subscription_->Cancel();
+  stop_cv_.SignalAll();
+}
+
+bool Predictor::Sleep(absl::Duration duration) {
+  const absl::Time deadline = absl::Now() + duration;
+  absl::MutexLock lock(&stop_mu_);
+  while (!stopping_.load()) {
+    if (stop_cv_.WaitWithDeadline(&stop_mu_, deadline)) break;
   }
-  // The q-quantile (nearest rank) of the samples held; 0 without any.
-  double Quantile(double q) const {
-    if (samples_.empty()) return 0;
-    std::vector<double> sorted = samples_;
-    const size_t rank = std::min(
-        sorted.size() - 1,
-        static_cast<size_t>(std::ceil(q * sorted.size())) - (q > 0 ? 1 : 0));
-    std::nth_element(sorted.begin(), sorted.begin() + rank, sorted.end());
-    return sorted[rank];
-  }
-  double Max() const {
-    return samples_.empty()
-               ? 0
-               : *std::max_element(samples_.begin(), samples_.end());
-  }
-  int64_t size() const { return static_cast<int64_t>(samples_.size()); }
-
- private:
-  std::vector<double> samples_;
-  size_t next_ = 0;
-};
-
-struct PredictorOptions {
-  std::string target;
-  std::string consumer;
-  std::string bootstrap_chain;
-  int64_t every_ms = 100;
-  int64_t every_steps = 0;
-  int64_t dense_every_steps = 0;
-  int64_t dense_every_ms = 0;
-};
-
-// Keeps a replica in step with a tracker (see the top of this file). Run()
-// is the one thread that writes the replica; Status(), the replica's reads,
-// Stop() and PollTrainer() may run on other threads.
-class Predictor {
- public:
-  Predictor(PredictorOptions options, std::unique_ptr<DeltaClient> client,
-            std::unique_ptr<Replica> replica, FILE* apply_log)
-      : options_(std::move(options)),
-        client_(std::move(client)),
-        replica_(std::move(replica)),
-        apply_log_(apply_log) {}
-
-  // Follows the tracker until Stop(); returns only an error that retrying
-  // cannot fix (OK once stopped).
-  absl::Status Run();
-
-  // Ends Run() and PollTrainer() soon: cancels the subscription, wakes
-  // sleeps. Any thread; idempotent.
-  void Stop() {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    stopping_.store(true);
-    if (subscription_ != nullptr) subscription_->Cancel();
-    stop_cv_.notify_all();
-  }
-
-  // Until Stop(): polls the tracker's current batch every kTrainerPoll and
-  // logs a summary every kSummaryEvery.
-  void PollTrainer();
-
-  v1::PredictorStatus Status() const;
-  const Replica& replica() const { return *replica_; }
-
- private:
-  // One connection: bootstrap or resync when needed, then the subscription.
-  // OK when it ended for a resync or Stop().
-  absl::Status Session();
-  // A full read (all_rows, dense) replacing the replica's contents.
-  absl::Status FullRead(const std::string& why);
-  // Loads --bootstrap_chain when it fits; false (logged) when it does not.
-  bool BootstrapFromChain(const v1::StatusResponse& tracker, int64_t cursor);
-  // The subscription's callback; false ends the subscription.
-  bool OnPush(ReceivedDelta&& delta);
-  // Commits `end_batch` in acknowledged mode (errors logged: the tracker
-  // then delivers the rows again, which is harmless).
-  void Commit(int64_t end_batch);
-  void LogApply(int64_t from, int64_t to, int64_t rows, bool dense,
-                bool all_rows, const std::string& run_id);
-  void NoteError(const absl::Status& status);
-  // Sleeps unless stopped meanwhile; false when stopped.
-  bool Sleep(std::chrono::milliseconds duration);
-
-  const PredictorOptions options_;
-  const std::unique_ptr<DeltaClient> client_;
-  const std::unique_ptr<Replica> replica_;
-  FILE* const apply_log_;  // may be null
-
-  std::atomic<bool> stopping_{false};
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  Subscription* subscription_ = nullptr;  // guarded by stop_mu_
-
-  // Run()'s own state.
-  std::vector<ReceivedDelta> staged_;  // pushes waiting for dense parameters
-  std::string resync_reason_;          // non-empty: resync before subscribing
-  absl::Status push_error_;            // a push that failed to apply
-  bool first_push_ = true;             // of the current subscription
-  bool chain_tried_ = false;
-  bool progressed_ = false;  // the current session applied something
-  // When the newest batch of the replica's version was closed (0: unknown).
-  int64_t version_newest_change_us_ = 0;
-  bool acknowledged_ = false;
-  bool fatal_ = false;  // Session() failed in a way retrying cannot fix
-
-  // What Status() reports.
-  mutable std::mutex mu_;
-  int64_t trainer_batch_ = -1;
-  int64_t applied_deltas_ = 0;
-  int64_t applied_rows_ = 0;
-  int64_t bytes_received_ = 0;
-  int64_t resyncs_ = 0;
-  int64_t reconnects_ = 0;
-  int64_t staged_count_ = 0;
-  int64_t superseded_commits_ = 0;
-  // Whether the trainer sends dense parameters (a full read or a
-  // subscription's first push tells).
-  bool dense_expected_ = false;
-  std::string last_error_;
-  FreshnessWindow freshness_;
-};
-
-bool Predictor::Sleep(std::chrono::milliseconds duration) {
-  std::unique_lock<std::mutex> lock(stop_mu_);
-  stop_cv_.wait_for(lock, duration, [this] { return stopping_.load(); });
   return !stopping_.load();
 }
 
 void Predictor::NoteError(const absl::Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   last_error_ = std::string(status.message());
-}
-
-bool IsFatal(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kUnauthenticated ||
-         status.code() == absl::StatusCode::kPermissionDenied;
 }
 
 absl::Status Predictor::Run() {
@@ -298,12 +120,12 @@ absl::Status Predictor::Run() {
     if (fatal_ || IsFatal(status)) return status;
     if (progressed_) backoff = kFirstBackoff;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ++reconnects_;
     }
     Log(absl::StrFormat("reconnect in %d ms: %s", backoff.count(),
                         status.message()));
-    if (!Sleep(backoff)) break;
+    if (!Sleep(absl::FromChrono(backoff))) break;
     backoff = std::min(backoff * 2, kLongestBackoff);
   }
   return absl::OkStatus();
@@ -325,7 +147,7 @@ absl::Status Predictor::Session() {
   }
   acknowledged_ = tracker->acknowledged_reads();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     trainer_batch_ = tracker->current_batch();
     if (replica_->Version() >= 0 && !dense_expected_) {
       dense_expected_ = !replica_->Dense().parameters.empty();
@@ -358,7 +180,7 @@ absl::Status Predictor::Session() {
     }
   } else if (!resync_reason_.empty()) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ++resyncs_;
     }
     Log(absl::StrCat("resync: ", resync_reason_));
@@ -379,7 +201,7 @@ absl::Status Predictor::Session() {
   request.set_dense_every_ms(options_.dense_every_ms);
   Subscription subscription;
   {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+    absl::MutexLock lock(&stop_mu_);
     if (stopping_.load()) return absl::OkStatus();
     subscription_ = &subscription;
   }
@@ -388,7 +210,7 @@ absl::Status Predictor::Session() {
       [this](ReceivedDelta&& delta) { return OnPush(std::move(delta)); },
       &subscription);
   {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+    absl::MutexLock lock(&stop_mu_);
     subscription_ = nullptr;
   }
   if (!push_error_.ok()) return std::exchange(push_error_, absl::OkStatus());
@@ -411,7 +233,7 @@ absl::Status Predictor::FullRead(const std::string& why) {
   const int64_t rows = Rows(*delta);
   const int64_t bytes = PayloadBytes(*delta);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     bytes_received_ += bytes;
     trainer_batch_ = std::max(trainer_batch_, header.end_batch());
   }
@@ -428,7 +250,7 @@ absl::Status Predictor::FullRead(const std::string& why) {
   LogApply(std::max<int64_t>(header.start_batch(), 0), header.end_batch(), rows,
            !delta->dense.empty(), true, header.run_id());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     dense_expected_ = header.dense_parameters() > 0;
     ++applied_deltas_;
     applied_rows_ += rows;
@@ -459,8 +281,8 @@ bool Predictor::BootstrapFromChain(const v1::StatusResponse& tracker,
         dir, chain->end_batch, cursor, tracker.current_batch()));
     return false;
   }
-  if (!chain->run_id.empty() && chain->run_id != tracker.run_id() &&
-      chain->end_batch > tracker.run_start_batch()) {
+  if (RunLostHeldBatches({chain->end_batch, chain->run_id}, tracker.run_id(),
+                         tracker.run_start_batch())) {
     Log(absl::StrFormat(
         "bootstrap: not from the chain in %s: it ends at batch %d of run %s, "
         "after the trainer's run %s started at batch %d (it holds changes "
@@ -492,7 +314,7 @@ bool Predictor::BootstrapFromChain(const v1::StatusResponse& tracker,
   LogApply(std::max<int64_t>(cursor, 0), chain->end_batch, rows,
            !delta.dense.empty(), true, tracker.run_id());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++applied_deltas_;
     applied_rows_ += rows;
   }
@@ -507,7 +329,7 @@ bool Predictor::OnPush(ReceivedDelta&& delta) {
   const v1::DeltaHeader header = delta.header;
   const int64_t end = header.end_batch();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     bytes_received_ += PayloadBytes(delta);
     trainer_batch_ = std::max(trainer_batch_, end);
     if (first_push_) {
@@ -517,38 +339,22 @@ bool Predictor::OnPush(ReceivedDelta&& delta) {
     }
   }
   first_push_ = false;
-  if (header.resync_required()) {
-    resync_reason_ =
-        absl::StrCat("the tracker dropped ", header.lost_rows(),
-                     " IDs this consumer had not read (its memory cap)");
-    return false;
-  }
   const int64_t version = replica_->Version();
-  const std::string run_id = replica_->RunId();
-  if (header.run_id() != run_id && version > header.run_start_batch()) {
-    resync_reason_ = absl::StrFormat(
-        "the trainer restarted (run %s from batch %d) behind the replica's "
-        "version %d of run %s",
-        header.run_id(), header.run_start_batch(), version, run_id);
-    return false;
-  }
   const int64_t covered =
       staged_.empty() ? version : staged_.back().header.end_batch();
-  const int64_t start = std::max<int64_t>(header.start_batch(), 0);
-  if (start > covered) {
-    resync_reason_ = absl::StrFormat(
-        "a gap: the push starts at batch %d, the replica holds batches up to "
-        "%d",
-        start, covered);
+  const DeltaVerdict verdict =
+      ClassifyDelta({version, replica_->RunId()}, covered, header);
+  if (verdict.must_resync()) {
+    resync_reason_ = verdict.reason;
     return false;
   }
   const bool dense_expected = [this] {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return dense_expected_;
   }();
   const bool catches_up_dense = end == version && !delta.dense.empty() &&
                                 replica_->Dense().version < version;
-  if (end <= covered && !catches_up_dense) {
+  if (verdict.fit == DeltaFit::kHeldAlready && !catches_up_dense) {
     // Nothing the replica lacks: a redelivery, or a push of no new batch.
     Commit(end);
     return true;
@@ -556,7 +362,7 @@ bool Predictor::OnPush(ReceivedDelta&& delta) {
   const bool has_dense = !delta.dense.empty();
   staged_.push_back(std::move(delta));
   if (dense_expected && !has_dense) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     staged_count_ = static_cast<int64_t>(staged_.size());
     return true;
   }
@@ -588,7 +394,7 @@ bool Predictor::OnPush(ReceivedDelta&& delta) {
   progressed_ = true;
   LogApply(version, end, rows, has_dense, false, header.run_id());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++applied_deltas_;
     applied_rows_ += rows;
     staged_count_ = 0;
@@ -605,7 +411,7 @@ void Predictor::Commit(int64_t end_batch) {
   // it, or more than Tracker::kMaxPendingReads reads were delivered since);
   // its rows come again in the next push, whose commit covers them.
   if (status.code() == absl::StatusCode::kFailedPrecondition) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++superseded_commits_;
   } else if (!status.ok()) {
     NoteError(status);
@@ -626,10 +432,10 @@ void Predictor::LogApply(int64_t from, int64_t to, int64_t rows, bool dense,
 
 void Predictor::PollTrainer() {
   Clock::time_point next_summary = Clock::now() + kSummaryEvery;
-  while (Sleep(kTrainerPoll)) {
+  while (Sleep(absl::FromChrono(kTrainerPoll))) {
     if (absl::StatusOr<v1::StatusResponse> tracker = client_->Status();
         tracker.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       trainer_batch_ = tracker->current_batch();
     }
     if (Clock::now() < next_summary) continue;
@@ -663,7 +469,7 @@ v1::PredictorStatus Predictor::Status() const {
     table->set_fqn(fqn);
     table->set_rows(info.rows);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   status.set_trainer_batch(trainer_batch_);
   status.set_lag_steps(version >= 0 && trainer_batch_ >= 0
                            ? std::max<int64_t>(trainer_batch_ - version, 0)
@@ -684,205 +490,4 @@ v1::PredictorStatus Predictor::Status() const {
   return status;
 }
 
-// ------------------------------------------------------------ the lookup API
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
-
-// Translates requests to the replica's calls; the semantics live there.
-class ReplicaLookupService final : public v1::ReplicaLookup::Service {
- public:
-  explicit ReplicaLookupService(const Predictor* predictor)
-      : predictor_(predictor) {}
-
-  grpc::Status Lookup(grpc::ServerContext*, const v1::LookupRequest* request,
-                      v1::LookupResponse* response) override {
-    const Replica& replica = predictor_->replica();
-    if (replica.Version() < 0) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the replica holds no version yet");
-    }
-    absl::StatusOr<at::Tensor> ids = DecodeTensor(request->ids());
-    if (!ids.ok()) return ToGrpc(ids.status());
-    absl::StatusOr<ReplicaRows> rows = replica.Lookup(request->fqn(), *ids);
-    if (!rows.ok()) return ToGrpc(rows.status());
-    response->set_version(rows->version);
-    response->set_run_id(replica.RunId());
-    if (absl::Status s = EncodeTensor(rows->rows, response->mutable_rows());
-        !s.ok()) {
-      return ToGrpc(s);
-    }
-    const bool* found = rows->found.data_ptr<bool>();
-    const int64_t* id = ids->data_ptr<int64_t>();
-    for (int64_t i = 0; i < rows->found.numel(); ++i) {
-      if (!found[i]) response->add_missing_ids(id[i]);
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status GetDense(grpc::ServerContext*, const v1::GetDenseRequest*,
-                        v1::GetDenseResponse* response) override {
-    const ReplicaDense dense = predictor_->replica().Dense();
-    response->set_version(dense.version);
-    for (const auto& [name, tensor] : dense.parameters) {
-      v1::NamedTensor* named = response->add_parameters();
-      named->set_name(name);
-      if (absl::Status s = EncodeTensor(tensor, named->mutable_tensor());
-          !s.ok()) {
-        return ToGrpc(s);
-      }
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Status(grpc::ServerContext*, const v1::PredictorStatusRequest*,
-                      v1::PredictorStatus* response) override {
-    *response = predictor_->Status();
-    return grpc::Status::OK;
-  }
-
- private:
-  const Predictor* const predictor_;
-};
-
-// ------------------------------------------------------------ main
-
-// Checks every command-line flag is known and its value parses, so that bad
-// flags end with one line and exit code 2 (absl's parser exits 1).
-std::string CommandLineError(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (!absl::StartsWith(arg, "-")) {
-      return absl::StrCat("unexpected argument '", arg, "'");
-    }
-    arg.remove_prefix(absl::StartsWith(arg, "--") ? 2 : 1);
-    const size_t equals = arg.find('=');
-    const absl::string_view name = arg.substr(0, equals);
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      absl::CommandLineFlag* negated =
-          absl::FindCommandLineFlag(name.substr(2));
-      if (negated != nullptr && negated->IsOfType<bool>() &&
-          equals == absl::string_view::npos) {
-        continue;
-      }
-    }
-    if (flag == nullptr) return absl::StrCat("unknown flag --", name);
-    if (equals == absl::string_view::npos) {
-      if (flag->IsOfType<bool>()) continue;
-      if (i + 1 >= argc) return absl::StrCat("--", name, " needs a value");
-      arg = argv[++i];
-    } else {
-      arg = arg.substr(equals + 1);
-    }
-    std::string error;
-    if (!flag->ParseFrom(arg, &error)) {
-      return absl::StrCat("--", name, ": ", error);
-    }
-  }
-  return "";
-}
-
-int Main() {
-  PredictorOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  options.consumer = absl::GetFlag(FLAGS_consumer);
-  options.bootstrap_chain = absl::GetFlag(FLAGS_bootstrap_chain);
-  options.every_ms = absl::GetFlag(FLAGS_every_ms);
-  options.every_steps = absl::GetFlag(FLAGS_every_steps);
-  options.dense_every_steps = absl::GetFlag(FLAGS_dense_every_steps);
-  options.dense_every_ms = absl::GetFlag(FLAGS_dense_every_ms);
-  if (options.target.empty()) return Fail(2, "--target is required");
-  if (options.consumer.empty()) return Fail(2, "--consumer must not be empty");
-  if (options.every_ms < 0 || options.every_steps < 0 ||
-      options.dense_every_steps < 0 || options.dense_every_ms < 0) {
-    return Fail(2,
-                "--every_ms, --every_steps, --dense_every_steps and "
-                "--dense_every_ms must be >= 0");
-  }
-  const std::string listen = absl::GetFlag(FLAGS_listen);
-  if (listen.rfind(':') == std::string::npos) {
-    return Fail(2,
-                absl::StrCat("--listen must be HOST:PORT, not '", listen, "'"));
-  }
-  ClientOptions client_options;
-  if (absl::Status read =
-          ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
-                              absl::GetFlag(FLAGS_tls_ca), client_options);
-      !read.ok()) {
-    return Fail(2, read.message());
-  }
-  FILE* apply_log = nullptr;
-  if (const std::string path = absl::GetFlag(FLAGS_apply_log); !path.empty()) {
-    apply_log = std::fopen(path.c_str(), "a");
-    if (apply_log == nullptr) {
-      return Fail(2, absl::StrCat("cannot append to --apply_log '", path, "'"));
-    }
-  }
-
-  // Signals are taken by a thread of their own: blocked before any other
-  // thread starts (gRPC's and RocksDB's inherit the mask).
-  const sigset_t signals = BlockTerminationSignals();
-
-  ReplicaOptions replica_options;
-  replica_options.db_path = absl::GetFlag(FLAGS_replica_db);
-  absl::StatusOr<std::unique_ptr<Replica>> replica =
-      Replica::Open(replica_options);
-  if (!replica.ok()) return Fail(1, replica.status().message());
-  if ((*replica)->Version() >= 0) {
-    Log(absl::StrFormat("replica in %s resumes at version %d of run %s",
-                        (*replica)->where(), (*replica)->Version(),
-                        (*replica)->RunId()));
-  }
-  Predictor predictor(options,
-                      DeltaClient::Create(options.target, client_options),
-                      *std::move(replica), apply_log);
-
-  ReplicaLookupService service(&predictor);
-  grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(64 << 20);
-  builder.RegisterService(&service);
-  absl::StatusOr<StartedServer> started =
-      StartServer(builder, listen, grpc::InsecureServerCredentials());
-  if (!started.ok()) return Fail(kExitUsage, started.status());
-  std::unique_ptr<grpc::Server> server = std::move(started->server);
-  std::printf("listening on %s\n", started->address.c_str());
-  std::fflush(stdout);
-
-  std::atomic<bool> signalled{false};
-  std::thread stopper([&] {
-    const int signal = WaitForTerminationSignal(signals);
-    if (!signalled.exchange(true)) {
-      Log(absl::StrCat("signal ", signal, ": stopping"));
-    }
-    predictor.Stop();
-  });
-  std::thread poller([&predictor] { predictor.PollTrainer(); });
-  const absl::Status run = predictor.Run();
-  predictor.Stop();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  poller.join();
-  if (!signalled.exchange(true)) kill(getpid(), SIGTERM);  // wakes `stopper`
-  stopper.join();
-  if (apply_log != nullptr) std::fclose(apply_log);
-  if (!run.ok()) return Fail(1, run.message());
-  return 0;
-}
-
-}  // namespace
 }  // namespace deltastream
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "predictor --target=HOST:PORT [--replica_db=DIR]; see --helpfull");
-  if (const std::string error = deltastream::CommandLineError(argc, argv);
-      !error.empty()) {
-    return deltastream::Fail(2, error);
-  }
-  absl::ParseCommandLine(argc, argv);
-  return deltastream::Main();
-}

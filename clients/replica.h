@@ -143,7 +143,7 @@ class Replica {
   // Where it lives: "memory" or the RocksDB path.
   const std::string& where() const { return where_; }
 
-  // The backend's storage of rows (clients/replica.cc).
+  // The backend's storage of rows (clients/replica_row_store.h).
   class RowStore;
 
  private:

@@ -10,7 +10,9 @@ set -euo pipefail
 # c10d), nlohmann JSON (deltactl); tests and benchmarks: GoogleTest/GoogleMock,
 # Google Benchmark; lint and formatting: clang (-Wthread-safety) with its
 # runtimes, clang-format; NumPy (tests read .npz files as users do), openssl
-# (tests make TLS certificates). All names checked with `apt-cache policy`.
+# (tests make TLS certificates); the Python client and its tests
+# (clients/python: gRPC, protobuf, PyTorch; tests/deploy: YAML). All names
+# checked with `apt-cache policy`.
 PACKAGES=(
   bazel-bootstrap cmake ninja-build g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
@@ -18,6 +20,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format
   python3-numpy openssl
+  python3-grpcio python3-protobuf python3-torch python3-yaml
 )
 
 missing=()

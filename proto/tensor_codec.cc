@@ -59,6 +59,47 @@ absl::Status EncodeTensor(const at::Tensor& tensor, v1::Tensor* out) {
   return absl::OkStatus();
 }
 
+namespace {
+
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>(value | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+// A length-delimited field's tag (wire type 2).
+uint64_t DelimitedTag(int field_number) {
+  return (static_cast<uint64_t>(field_number) << 3) | 2;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> TensorFieldPrefix(int field_number,
+                                              const at::Tensor& tensor) {
+  absl::StatusOr<v1::Tensor::DType> dtype = WireDType(tensor.scalar_type());
+  if (!dtype.ok()) return dtype.status();
+  if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    return absl::InvalidArgumentError(
+        "only a contiguous host tensor's data can go on the wire in place");
+  }
+  v1::Tensor meta;  // dtype and shape, serialised as EncodeTensor's are
+  meta.set_dtype(*dtype);
+  for (int64_t size : tensor.sizes()) meta.add_shape(size);
+  std::string inner = meta.SerializeAsString();
+  const uint64_t data_bytes = tensor.nbytes();
+  if (data_bytes > 0) {
+    AppendVarint(DelimitedTag(v1::Tensor::kDataFieldNumber), &inner);
+    AppendVarint(data_bytes, &inner);
+  }
+  std::string prefix;
+  AppendVarint(DelimitedTag(field_number), &prefix);
+  AppendVarint(inner.size() + data_bytes, &prefix);
+  prefix += inner;
+  return prefix;
+}
+
 absl::StatusOr<WireLayout> CheckLayout(int dtype, std::vector<int64_t> shape) {
   absl::StatusOr<at::ScalarType> host = HostDType(dtype);
   if (!host.ok()) return host.status();

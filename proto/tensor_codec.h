@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,6 +20,18 @@ absl::StatusOr<at::ScalarType> HostDType(int dtype);
 // any layout) as raw little-endian bytes with dtype and shape. InvalidArgument
 // for another dtype.
 absl::Status EncodeTensor(const at::Tensor& tensor, v1::Tensor* out);
+
+// The wire bytes that put `tensor` (host, contiguous) in field `field_number`
+// (a v1::Tensor field) of an enclosing message, all but the raw data: the
+// field's tag and length, dtype, shape, and the data field's tag and length
+// (left out with the data when the tensor has no bytes, as proto3 does).
+// These bytes followed by the tensor's nbytes() bytes are exactly what
+// serializing EncodeTensor's result in that field writes: a writer can send
+// the data from where it lies instead of copying it into a message.
+// InvalidArgument for a dtype the wire lacks or a tensor that is not a
+// contiguous host tensor.
+absl::StatusOr<std::string> TensorFieldPrefix(int field_number,
+                                              const at::Tensor& tensor);
 
 // Reads a wire tensor into a new host tensor. InvalidArgument, with the
 // numbers, for an unknown dtype, a negative or overflowing shape, or a byte

@@ -62,12 +62,17 @@ bool IsStateDtype(at::ScalarType dtype) {
   return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
 }
 
-// Folds a recorded host lookup into `index`.
+// Folds a recorded host lookup into `index`. The states folded stay
+// referenced by `keep` when given (a borrowing index points into them).
 void FoldRecorded(RowIndex& index, const at::Tensor& ids,
-                  const at::Tensor& states) {
+                  const at::Tensor& states,
+                  std::vector<at::Tensor>* keep = nullptr) {
   at::Tensor contiguous_ids = ids.contiguous();
   at::Tensor contiguous_states =
       states.defined() ? states.contiguous() : at::Tensor();
+  if (keep != nullptr && contiguous_states.defined()) {
+    keep->push_back(contiguous_states);
+  }
   index.Fold(contiguous_ids.data_ptr<int64_t>(),
              contiguous_states.defined()
                  ? static_cast<const uint8_t*>(contiguous_states.data_ptr())
@@ -311,12 +316,15 @@ UniqueRows DeltaStore::UniqueRowsIn(const Table& table, int64_t from_idx,
   if (last - first == 1 && first->rows) {
     return first->rows->ToUniqueRows(table.state_dtype);
   }
-  RowIndex index(mode_, table.row_bytes());
+  // The lookups outlive this read (the reader lock is held): index their rows
+  // where they are and copy each kept one once, into the result.
+  RowIndex index(mode_, table.row_bytes(), RowIndex::Rows::kBorrowed);
+  std::vector<at::Tensor> borrowed;
   for (auto it = first; it != last; ++it) {
     if (it->rows) {
       index.Fold(*it->rows);
     } else {
-      FoldRecorded(index, it->ids, it->states);
+      FoldRecorded(index, it->ids, it->states, &borrowed);
     }
   }
   return index.ToUniqueRows(table.state_dtype);

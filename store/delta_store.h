@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "store/row_index.h"
 #include "base/shared_mutex.h"
+#include "store/row_index.h"
 #include "store/unique_rows.h"
 #include "store/update_mode.h"
 
@@ -88,7 +88,10 @@ struct StoreUsage {
 // Cost: Append keeps references to the given tensors: no copy, no device
 // synchronisation (tensors are detached from autograd). Host-resident lookups
 // are compacted into a hashed row index that later compactions extend in place,
-// so time grows with the IDs recorded, not with steps x rows held.
+// so time grows with the IDs recorded, not with steps x rows held; they copy
+// only the states they keep (kFirst: a row's first; kLast: its last in each
+// compacted lookup). A read copies each row it returns once, into its result,
+// indexing recorded lookups where they lie.
 // Device-resident (CUDA) lookups are compacted with tensor operations on their
 // device.
 //

@@ -22,9 +22,33 @@ constexpr int64_t kDenseBitsPerRow = 128;
 constexpr int64_t kDenseFreeBits = int64_t{1} << 20;
 
 // The slot array may span up to this many IDs per row held (16 bytes per row,
-// as much as a hash slot takes), and always the first 2^18 IDs (1 MiB).
+// as much as a hash slot takes), and always the first 2^20 IDs (4 MiB, the
+// size of a table of 1M rows' index: 1/64 of its float32 rows of dim 64).
 constexpr int64_t kDirectSlotsPerRow = 4;
-constexpr int64_t kDirectFreeSlots = int64_t{1} << 18;
+constexpr int64_t kDirectFreeSlots = int64_t{1} << 20;
+
+// Rows are copied this many rows ahead of where they are prefetched: row
+// copies of a fold or a read land on rows spread over memory, so each one
+// would otherwise wait for its cache misses in turn.
+constexpr int64_t kCopyPrefetchRows = 8;
+
+void PrefetchRow(const uint8_t* row, int64_t row_bytes) {
+  for (int64_t offset = 0; offset < row_bytes; offset += 64) {
+    __builtin_prefetch(row + offset);
+  }
+}
+
+// Copies `n` rows of `row_bytes`: row k from source(k) to dest(k), prefetching
+// the source rows kCopyPrefetchRows ahead.
+template <typename Source, typename Dest>
+void CopyRows(int64_t n, int64_t row_bytes, Source&& source, Dest&& dest) {
+  for (int64_t k = 0; k < n; ++k) {
+    if (k + kCopyPrefetchRows < n) {
+      PrefetchRow(source(k + kCopyPrefetchRows), row_bytes);
+    }
+    std::memcpy(dest(k), source(k), row_bytes);
+  }
+}
 
 int BlockShift(int64_t row_bytes) {
   int shift = 0;
@@ -63,12 +87,13 @@ void SortById(std::vector<std::pair<int64_t, int64_t>>& items) {
 
 }  // namespace
 
-RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes)
+RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes, Rows rows)
     : mode_(mode),
       row_bytes_(mode == UpdateMode::kNone ? 0 : row_bytes),
       dense_(mode == UpdateMode::kNone),
       direct_(mode != UpdateMode::kNone),
-      block_shift_(BlockShift(row_bytes_)) {}
+      block_shift_(BlockShift(row_bytes_)),
+      borrowed_(rows == Rows::kBorrowed && row_bytes_ > 0) {}
 
 bool RowIndex::DenseCanHold(int64_t id) const {
   return id >= 0 &&
@@ -80,18 +105,62 @@ bool RowIndex::DirectCanHold(int64_t id) const {
          id < std::max(kDirectFreeSlots, kDirectSlotsPerRow * (rows_ + 1));
 }
 
-void RowIndex::Append(int64_t id, const uint8_t* state) {
-  if (row_bytes_ > 0) {
+int64_t RowIndex::Append(int64_t id) {
+  if (borrowed_) {
+    borrowed_rows_.push_back(nullptr);
+  } else if (row_bytes_ > 0) {
     GrowStates();
-    std::memcpy(StateRow(size()), state, row_bytes_);
   }
   ids_.push_back(id);
-  ++rows_;
+  return rows_++;
 }
 
-int64_t RowIndex::FoldDirect(const int64_t* ids, const uint8_t* states,
-                             int64_t from, int64_t count) {
+void RowIndex::CopyPending(const uint8_t* states) {
+  if (borrowed_) {
+    for (const auto& [slot, row] : pending_) {
+      borrowed_rows_[slot] = states + row * row_bytes_;
+    }
+    std::vector<std::pair<int64_t, int64_t>>().swap(pending_);
+    return;
+  }
+  if (mode_ == UpdateMode::kLast && !pending_.empty()) {
+    // A row looked up several times in one fold is copied once, from its last
+    // occurrence: walk backwards, keep each slot's first sighting.
+    ++folds_;
+    if (folds_ == 0) {  // the stamps wrapped around: forget them all
+      std::fill(fold_of_slot_.begin(), fold_of_slot_.end(), 0);
+      folds_ = 1;
+    }
+    fold_of_slot_.resize(rows_, 0);
+    auto kept = pending_.end();
+    for (auto it = pending_.end(); it != pending_.begin();) {
+      --it;
+      uint32_t& stamp = fold_of_slot_[it->first];
+      if (stamp == folds_) continue;
+      stamp = folds_;
+      *--kept = *it;
+    }
+    pending_.erase(pending_.begin(), kept);
+  }
+  if (row_bytes_ > 0) {
+    CopyRows(
+        static_cast<int64_t>(pending_.size()), row_bytes_,
+        [&](int64_t k) { return states + pending_[k].second * row_bytes_; },
+        [&](int64_t k) { return OwnedRow(pending_[k].first); });
+  }
+  // Scratch only: the memory held stays what bytes() counts.
+  std::vector<std::pair<int64_t, int64_t>>().swap(pending_);
+}
+
+int64_t RowIndex::FoldDirect(const int64_t* ids, int64_t from, int64_t count) {
+  // The slots of a large table miss the cache: prefetch them ahead.
+  constexpr int64_t kPrefetchDistance = 16;
   for (int64_t i = from; i < count; ++i) {
+    if (i + kPrefetchDistance < count &&
+        static_cast<uint64_t>(ids[i + kPrefetchDistance]) <
+            direct_slot_.size()) {
+      __builtin_prefetch(&direct_slot_[ids[i + kPrefetchDistance]]);
+    }
     const int64_t id = ids[i];
     if (static_cast<uint64_t>(id) >= direct_slot_.size()) {
       if (!DirectCanHold(id)) return i;
@@ -102,10 +171,11 @@ int64_t RowIndex::FoldDirect(const int64_t* ids, const uint8_t* states,
     }
     int32_t& slot = direct_slot_[id];
     if (slot == 0) {
-      slot = static_cast<int32_t>(size() + 1);
-      Append(id, states + i * row_bytes_);
+      const int64_t added = Append(id);
+      slot = static_cast<int32_t>(added + 1);
+      pending_.emplace_back(added, i);
     } else if (mode_ == UpdateMode::kLast) {
-      std::memcpy(StateRow(slot - 1), states + i * row_bytes_, row_bytes_);
+      pending_.emplace_back(slot - 1, i);
     }
   }
   return count;
@@ -172,7 +242,8 @@ void RowIndex::GrowStates() {
     // stay small; its rows move, which is cheap below one block.
     const int64_t rows = std::min(
         rows_per_block, std::max(kFirstBlockMinRows, 2 * first_block_rows_));
-    auto grown = std::make_unique<uint8_t[]>(rows * row_bytes_);
+    // Not value-initialised: every row is written before it is read.
+    std::unique_ptr<uint8_t[]> grown(new uint8_t[rows * row_bytes_]);
     if (!state_blocks_.empty()) {
       std::memcpy(grown.get(), state_blocks_[0].get(), size() * row_bytes_);
       state_blocks_[0] = std::move(grown);
@@ -185,19 +256,20 @@ void RowIndex::GrowStates() {
   if ((size() >> block_shift_) < static_cast<int64_t>(state_blocks_.size())) {
     return;
   }
-  state_blocks_.push_back(
-      std::make_unique<uint8_t[]>(rows_per_block * row_bytes_));
+  state_blocks_.emplace_back(new uint8_t[rows_per_block * row_bytes_]);
 }
 
 void RowIndex::Fold(const int64_t* ids, const uint8_t* states, int64_t count) {
+  // First the slots of all IDs (the rows to copy go to pending_), then the
+  // copies, prefetched: only new rows in kFirst, every row in kLast.
   int64_t start = 0;
   if (dense_) {
     start = FoldDense(ids, 0, count);
     if (start == count) return;
     MakeSparse();
   } else if (direct_) {
-    start = FoldDirect(ids, states, 0, count);
-    if (start == count) return;
+    start = FoldDirect(ids, 0, count);
+    if (start == count) return CopyPending(states);
     MakeHashed();
   }
   // Hash probes miss the cache once the index outgrows it; prefetching the
@@ -209,11 +281,13 @@ void RowIndex::Fold(const int64_t* ids, const uint8_t* states, int64_t count) {
     }
     auto [it, inserted] = slot_of_id_.try_emplace(ids[i], size());
     if (inserted) {
-      Append(ids[i], states + i * row_bytes_);
+      const int64_t added = Append(ids[i]);
+      if (row_bytes_ > 0) pending_.emplace_back(added, i);
     } else if (mode_ == UpdateMode::kLast) {
-      std::memcpy(StateRow(it->second), states + i * row_bytes_, row_bytes_);
+      pending_.emplace_back(it->second, i);
     }
   }
+  CopyPending(states);
 }
 
 void RowIndex::Fold(const RowIndex& later) {
@@ -222,6 +296,12 @@ void RowIndex::Fold(const RowIndex& later) {
     ids.reserve(later.size());
     later.ForEachId([&ids](int64_t id) { ids.push_back(id); });
     Fold(ids.data(), nullptr, static_cast<int64_t>(ids.size()));
+    return;
+  }
+  if (later.borrowed_) {  // rows anywhere: one at a time
+    for (int64_t slot = 0; slot < later.size(); ++slot) {
+      Fold(&later.ids_[slot], later.StateRow(slot), 1);
+    }
     return;
   }
   // Rows of one state block are contiguous: fold a block at a time, so the
@@ -247,8 +327,11 @@ int64_t RowIndex::bytes() const {
   const int64_t state_bytes =
       (first_block_rows_ + full_blocks * (int64_t{1} << block_shift_)) *
       row_bytes_;
-  return static_cast<int64_t>(ids_.capacity() * sizeof(int64_t)) + state_bytes +
-         index_bytes;
+  return static_cast<int64_t>(ids_.capacity() * sizeof(int64_t) +
+                              fold_of_slot_.capacity() * sizeof(uint32_t) +
+                              borrowed_rows_.capacity() *
+                                  sizeof(borrowed_rows_[0])) +
+         state_bytes + index_bytes;
 }
 
 UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
@@ -262,7 +345,11 @@ UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
   }
   std::vector<std::pair<int64_t, int64_t>> order;  // (ID, slot)
   order.reserve(n);
-  if (direct_) {  // the slot array is in ID order
+  // The slot array is in ID order; scanning it beats sorting unless it is
+  // sparse (IDs spread over a large table).
+  constexpr int64_t kScanSlotsPerRow = 16;
+  if (direct_ && static_cast<int64_t>(direct_slot_.size()) <=
+                     kScanSlotsPerRow * std::max<int64_t>(n, 1)) {
     for (size_t id = 0; id < direct_slot_.size(); ++id) {
       if (direct_slot_[id] != 0) {
         order.emplace_back(static_cast<int64_t>(id), direct_slot_[id] - 1);
@@ -283,10 +370,9 @@ UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
   const int64_t element_size = c10::elementSize(state_dtype);
   rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
   auto* out_states = static_cast<uint8_t*>(rows.states.data_ptr());
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(out_states + i * row_bytes_, StateRow(order[i].second),
-                row_bytes_);
-  }
+  CopyRows(
+      n, row_bytes_, [&](int64_t i) { return StateRow(order[i].second); },
+      [&](int64_t i) { return out_states + i * row_bytes_; });
   return rows;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -31,8 +32,16 @@ namespace deltastream {
 // Not thread-safe: the owning DeltaStore serialises access.
 class RowIndex {
  public:
+  // How an index holds state rows.
+  enum class Rows {
+    kOwned,     // copied into the index's own blocks
+    kBorrowed,  // pointers into the folded memory, which must outlive the
+                // index and stay unchanged: for a read's transient index,
+                // so that a read copies each row once, into its result
+  };
+
   // `row_bytes` is the size of one state row; 0 when `mode` is kNone.
-  RowIndex(UpdateMode mode, int64_t row_bytes);
+  RowIndex(UpdateMode mode, int64_t row_bytes, Rows rows = Rows::kOwned);
 
   RowIndex(const RowIndex&) = delete;
   RowIndex& operator=(const RowIndex&) = delete;
@@ -40,7 +49,9 @@ class RowIndex {
   // Folds `count` IDs, in order, with their state rows (`states` points at
   // count * row_bytes bytes; ignored, may be null, in kNone). A new ID takes a
   // new slot; a known ID keeps its state in kFirst and takes the new one in
-  // kLast.
+  // kLast. An owning index copies the rows it keeps (in kFirst only new IDs'
+  // rows, in kLast a row looked up several times here once); a borrowing one
+  // keeps pointers to them.
   void Fold(const int64_t* ids, const uint8_t* states, int64_t count);
 
   // Folds every row of `later` as if its lookups came after this index's.
@@ -57,7 +68,11 @@ class RowIndex {
   UniqueRows ToUniqueRows(at::ScalarType state_dtype) const;
 
  private:
-  uint8_t* StateRow(int64_t slot) const {
+  // Where the state row of `slot` is.
+  const uint8_t* StateRow(int64_t slot) const {
+    return borrowed_ ? borrowed_rows_[slot] : OwnedRow(slot);
+  }
+  uint8_t* OwnedRow(int64_t slot) const {
     return state_blocks_[slot >> block_shift_].get() +
            (slot & ((int64_t{1} << block_shift_) - 1)) * row_bytes_;
   }
@@ -72,14 +87,15 @@ class RowIndex {
   bool DenseCanHold(int64_t id) const;
   // Leaves bitmap mode: the IDs held move to ids_ and slot_of_id_.
   void MakeSparse();
-  // Direct-slot mode: as FoldDense, with state rows.
-  int64_t FoldDirect(const int64_t* ids, const uint8_t* states, int64_t from,
-                     int64_t count);
+  // Direct-slot mode: as FoldDense; the state rows to copy go to pending_.
+  int64_t FoldDirect(const int64_t* ids, int64_t from, int64_t count);
   bool DirectCanHold(int64_t id) const;
   // Leaves direct-slot mode: slots move to slot_of_id_.
   void MakeHashed();
-  // Takes a new slot for `id` with the state row at `state`.
-  void Append(int64_t id, const uint8_t* state);
+  // Takes a new slot for `id`, its state row not yet written; returns it.
+  int64_t Append(int64_t id);
+  // Copies the state rows pending_ names from `states` and clears it.
+  void CopyPending(const uint8_t* states);
   // Calls f(id) for every ID held, ascending in bitmap mode, else by slot.
   template <typename F>
   void ForEachId(F&& f) const;
@@ -95,7 +111,15 @@ class RowIndex {
   int64_t first_block_rows_ = 0;      // rows allocated in state_blocks_[0]
   std::vector<int64_t> ids_;          // slot -> ID
   std::vector<std::unique_ptr<uint8_t[]>> state_blocks_;
+  bool borrowed_;                              // Rows::kBorrowed
+  std::vector<const uint8_t*> borrowed_rows_;  // borrowed: slot -> row
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
+  // During a Fold: (slot, row of the folded states) for each state to copy;
+  // released when the fold ends.
+  std::vector<std::pair<int64_t, int64_t>> pending_;
+  // kLast: the fold (numbered by folds_) that last copied each slot's row.
+  uint32_t folds_ = 0;
+  std::vector<uint32_t> fold_of_slot_;
 };
 
 }  // namespace deltastream

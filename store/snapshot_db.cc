@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/rocksdb_options.h"
 #include "proto/snapshot.pb.h"
 #include "proto/tensor_codec.h"
 
@@ -25,14 +26,11 @@ constexpr absl::string_view kFormatKey = "format";
 constexpr absl::string_view kGenerationsBegin = "g/";
 constexpr absl::string_view kGenerationsEnd = "g0";  // '0' follows '/'
 constexpr absl::string_view kManifestSuffix = "/manifest";
+// Each generation carries the format marker too, inside its own key range (so
+// that deleting an old generation's files stays a range deletion).
+constexpr absl::string_view kGenerationFormatSuffix = "/format";
 // A data value holds about this many bytes of rows.
 constexpr int64_t kChunkBytes = 4 << 20;
-
-void AppendBigEndian(std::string& out, uint64_t value, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) {
-    out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-  }
-}
 
 std::string GenerationPrefix(uint64_t generation) {
   std::string key(kGenerationsBegin);
@@ -54,31 +52,9 @@ std::string ChunkKey(uint64_t generation, uint32_t table, uint32_t lookup,
   return key;
 }
 
-rocksdb::Slice ToSlice(absl::string_view s) {
-  return rocksdb::Slice(s.data(), s.size());
-}
-
-rocksdb::Options DbOptions() {
-  rocksdb::Options options;
-  options.create_if_missing = true;
-  options.paranoid_checks = true;
-  // Rows are floats: compression costs time and saves little.
-  options.compression = rocksdb::kNoCompression;
-  options.info_log_level = rocksdb::WARN_LEVEL;
-  options.keep_log_file_num = 2;
-  return options;
-}
-
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
                        absl::string_view path) {
-  std::string message = absl::StrCat(what, " snapshot database '", path,
-                                     "': ", status.ToString());
-  if (status.IsCorruption()) return absl::DataLossError(message);
-  if (status.IsIOError() && absl::StrContains(status.ToString(), "lock")) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(message, " (is another process using it?)"));
-  }
-  return absl::InternalError(message);
+  return FromRocksStatus(status, what, "snapshot", path);
 }
 
 // Bytes of one row of `t` ([n, ...]).
@@ -104,6 +80,63 @@ absl::StatusOr<std::string> NewestManifestKey(rocksdb::DB& db,
   return std::string(key);
 }
 
+// Checks what a database holds before it is opened for writing: its format
+// marker, and that its newest generation has a manifest that parses. `db` is
+// the read-only handle of OpenForCheck. Sets `*write_marker` when the
+// database lacks the "format" key but may have it written: it holds no key
+// at all (a new database), or its newest generation carries the marker (the
+// "format" key of a database written by an older build was lost with its
+// WAL).
+absl::Status CheckContents(rocksdb::DB& db, const std::string& path,
+                           bool* write_marker) {
+  std::string format;
+  rocksdb::Status status =
+      db.Get(rocksdb::ReadOptions(), ToSlice(kFormatKey), &format);
+  if (!status.ok() && !status.IsNotFound()) {
+    return FromRocks(status, "cannot read", path);
+  }
+  absl::StatusOr<std::string> newest = NewestManifestKey(db, path);
+  if (!newest.ok()) return newest.status();
+  if (status.IsNotFound()) {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db.NewIterator(rocksdb::ReadOptions()));
+    it->SeekToFirst();
+    if (!it->status().ok()) return FromRocks(it->status(), "cannot read", path);
+    if (it->Valid() && !newest->empty()) {
+      const std::string key = absl::StrCat(
+          newest->substr(0, newest->size() - kManifestSuffix.size()),
+          kGenerationFormatSuffix);
+      status = db.Get(rocksdb::ReadOptions(), key, &format);
+      if (!status.ok() && !status.IsNotFound()) {
+        return FromRocks(status, "cannot read", path);
+      }
+    }
+    if (it->Valid() && format.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("'", path,
+                       "' holds a RocksDB database that is not a deltastream "
+                       "snapshot database (no \"format\" key)"));
+    }
+    *write_marker = true;
+    if (format.empty()) return absl::OkStatus();  // a new database
+  }
+  if (format != SnapshotDb::kFormat) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("snapshot database '", path, "' has format '", format,
+                     "'; this build reads '", SnapshotDb::kFormat, "' only"));
+  }
+  if (newest->empty()) return absl::OkStatus();
+  std::string bytes;
+  status = db.Get(rocksdb::ReadOptions(), *newest, &bytes);
+  if (!status.ok()) return FromRocks(status, "cannot read", path);
+  v1::SnapshotManifest manifest;
+  if (!manifest.ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat(
+        "snapshot database '", path, "': the newest manifest is corrupt"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 SnapshotDb::SnapshotDb(std::string path, std::unique_ptr<rocksdb::DB> db)
@@ -113,46 +146,34 @@ SnapshotDb::~SnapshotDb() = default;
 
 absl::StatusOr<std::unique_ptr<SnapshotDb>> SnapshotDb::Open(
     const std::string& path) {
-  std::error_code error;
-  if (fs::exists(path, error)) {
-    if (!fs::is_directory(path, error)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("snapshot database '", path, "' is not a directory"));
-    }
-    if (!fs::is_empty(path, error) && !fs::exists(fs::path(path) / "CURRENT")) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "'", path,
-          "' is not empty and holds no RocksDB database (no CURRENT file); "
-          "refusing to create a snapshot database over its files"));
+  // Everything that can refuse the database is checked read-only first: a
+  // refused database is left exactly as it was.
+  bool write_marker = true;
+  {
+    absl::StatusOr<std::unique_ptr<rocksdb::DB>> check =
+        OpenForCheck(path, DurableDbOptions(), "snapshot",
+                     /*verify_checksums=*/true);
+    if (!check.ok()) return check.status();
+    if (*check != nullptr) {
+      write_marker = false;
+      if (absl::Status s = CheckContents(**check, path, &write_marker);
+          !s.ok()) {
+        return s;
+      }
     }
   }
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status status = rocksdb::DB::Open(DbOptions(), path, &raw);
+  rocksdb::Status status = rocksdb::DB::Open(DurableDbOptions(), path, &raw);
   if (!status.ok()) return FromRocks(status, "cannot open", path);
   std::unique_ptr<rocksdb::DB> db(raw);
-
-  std::string format;
-  status = db->Get(rocksdb::ReadOptions(), ToSlice(kFormatKey), &format);
-  if (status.IsNotFound()) {
-    std::unique_ptr<rocksdb::Iterator> it(
-        db->NewIterator(rocksdb::ReadOptions()));
-    it->SeekToFirst();
-    if (it->Valid()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("'", path,
-                       "' holds a RocksDB database that is not a deltastream "
-                       "snapshot database (no \"format\" key)"));
-    }
+  if (write_marker) {
+    // The marker goes to a table file, not only the WAL: a database whose WAL
+    // is lost still says what it is.
     rocksdb::WriteOptions sync;
     sync.sync = true;
     status = db->Put(sync, ToSlice(kFormatKey), ToSlice(kFormat));
+    if (status.ok()) status = db->Flush(rocksdb::FlushOptions());
     if (!status.ok()) return FromRocks(status, "cannot initialise", path);
-  } else if (!status.ok()) {
-    return FromRocks(status, "cannot read", path);
-  } else if (format != kFormat) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("snapshot database '", path, "' has format '", format,
-                     "'; this build reads '", kFormat, "' only"));
   }
 
   auto snapshots =
@@ -187,6 +208,7 @@ absl::StatusOr<std::unique_ptr<SnapshotDb>> SnapshotDb::Open(
                                          begin_slice, end_slice);
     if (!status.ok()) return FromRocks(status, "cannot clean", path);
   }
+  std::error_code error;
   fs::remove_all(fs::path(path) / "staging", error);
   return snapshots;
 }
@@ -216,7 +238,7 @@ absl::StatusOr<SnapshotInfo> SnapshotDb::Write(const Snapshot& snapshot) {
   }
   const std::string file =
       (staging / absl::StrCat("generation-", generation, ".sst")).string();
-  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), DbOptions());
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), DurableDbOptions());
   rocksdb::Status status = writer.Open(file);
   if (!status.ok()) return FromRocks(status, "cannot write", path_);
 
@@ -281,7 +303,13 @@ absl::StatusOr<SnapshotInfo> SnapshotDb::Write(const Snapshot& snapshot) {
         absl::StrCat("cannot gather rows to snapshot: ", e.what()));
   }
   manifest.set_payload_bytes(payload);
-  status = writer.Put(ManifestKey(generation), manifest.SerializeAsString());
+  // "/format" sorts after the rows ("/d/") and before "/manifest".
+  status = writer.Put(
+      absl::StrCat(GenerationPrefix(generation), kGenerationFormatSuffix),
+      ToSlice(kFormat));
+  if (status.ok()) {
+    status = writer.Put(ManifestKey(generation), manifest.SerializeAsString());
+  }
   if (status.ok()) status = writer.Finish();
   if (!status.ok()) return FromRocks(status, "cannot write", path_);
 

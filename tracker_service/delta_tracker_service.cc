@@ -1,9 +1,12 @@
 #include "tracker_service/delta_tracker_service.h"
 
 #include <ATen/ATen.h>
+#include <grpcpp/support/method_handler.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +16,123 @@
 #include "tracker_service/subscription_schedule.h"
 
 namespace deltastream {
+
+// Where WriteDelta's chunks go: protobuf messages (tensors copied into them)
+// or bytes (tensors sent from where they lie). Both put the same messages on
+// the wire.
+class ChunkSink {
+ public:
+  // A tensor field of a chunk: its number in v1::DeltaChunk and its rows.
+  struct Part {
+    int field_number;
+    at::Tensor rows;
+  };
+
+  virtual ~ChunkSink() = default;
+  // Writes `chunk`, which holds no tensor field, with `parts` as its tensor
+  // fields. false when the client went away; an error for rows the wire
+  // cannot carry.
+  virtual absl::StatusOr<bool> Write(v1::DeltaChunk& chunk,
+                                     const std::vector<Part>& parts) = 0;
+};
+
 namespace {
+
+// v1.DeltaTracker's GetDelta, as the generated service numbers its methods
+// (in the order of proto/tracker.proto).
+constexpr int kGetDeltaMethod = 2;
+
+class MessageSink final : public ChunkSink {
+ public:
+  explicit MessageSink(grpc::ServerWriterInterface<v1::DeltaChunk>* writer)
+      : writer_(writer) {
+    for (auto& buffer : buffers_) buffer = std::make_unique<v1::Tensor>();
+  }
+
+  absl::StatusOr<bool> Write(v1::DeltaChunk& chunk,
+                             const std::vector<Part>& parts) override {
+    // Each field's rows are encoded into this sink's buffer for that field,
+    // lent to `chunk` for the write: buffers keep their capacity from chunk
+    // to chunk and `chunk` holds no tensor field afterwards.
+    for (const Part& part : parts) {
+      const Field& field = kFields[part.field_number - kFields[0].number];
+      std::unique_ptr<v1::Tensor>& buffer = buffers_[&field - kFields];
+      if (absl::Status s = EncodeTensor(part.rows, buffer.get()); !s.ok()) {
+        return s;
+      }
+      (chunk.*field.lend)(buffer.release());
+    }
+    const bool written = writer_->Write(chunk);
+    for (const Part& part : parts) {
+      const Field& field = kFields[part.field_number - kFields[0].number];
+      buffers_[&field - kFields].reset((chunk.*field.take_back)());
+    }
+    return written;
+  }
+
+ private:
+  struct Field {
+    int number;
+    void (v1::DeltaChunk::*lend)(v1::Tensor*);
+    v1::Tensor* (v1::DeltaChunk::*take_back)();
+  };
+  // The tensor fields, by consecutive field number.
+  static constexpr Field kFields[] = {
+      {v1::DeltaChunk::kIdsFieldNumber, &v1::DeltaChunk::set_allocated_ids,
+       &v1::DeltaChunk::release_ids},
+      {v1::DeltaChunk::kStatesFieldNumber,
+       &v1::DeltaChunk::set_allocated_states, &v1::DeltaChunk::release_states},
+      {v1::DeltaChunk::kValuesFieldNumber,
+       &v1::DeltaChunk::set_allocated_values, &v1::DeltaChunk::release_values},
+      {v1::DeltaChunk::kScoresFieldNumber,
+       &v1::DeltaChunk::set_allocated_scores, &v1::DeltaChunk::release_scores}};
+
+  static_assert(v1::DeltaChunk::kScoresFieldNumber -
+                        v1::DeltaChunk::kIdsFieldNumber ==
+                    3,
+                "the tensor fields are numbered consecutively");
+
+  grpc::ServerWriterInterface<v1::DeltaChunk>* const writer_;
+  std::unique_ptr<v1::Tensor> buffers_[4];
+};
+
+// Bytes out: the chunk's other fields serialised, each tensor field's header
+// (TensorFieldPrefix), and its rows as a slice of the tensor's own memory,
+// which the slice keeps alive until gRPC has sent it.
+class ByteSink final : public ChunkSink {
+ public:
+  explicit ByteSink(
+      grpc::ServerSplitStreamer<v1::GetDeltaRequest, grpc::ByteBuffer>* stream)
+      : stream_(stream) {}
+
+  absl::StatusOr<bool> Write(v1::DeltaChunk& chunk,
+                             const std::vector<Part>& parts) override {
+    std::vector<grpc::Slice> slices;
+    std::string bytes = chunk.SerializeAsString();
+    for (const Part& part : parts) {
+      at::Tensor host = part.rows.cpu().contiguous();
+      absl::StatusOr<std::string> prefix =
+          TensorFieldPrefix(part.field_number, host);
+      if (!prefix.ok()) return prefix.status();
+      bytes += *prefix;
+      if (host.nbytes() == 0) continue;
+      slices.emplace_back(bytes);
+      bytes.clear();
+      void* data = host.data_ptr();
+      const size_t size = host.nbytes();
+      slices.emplace_back(
+          data, size, [](void* held) { delete static_cast<at::Tensor*>(held); },
+          new at::Tensor(std::move(host)));
+    }
+    if (!bytes.empty()) slices.emplace_back(bytes);
+    grpc::ByteBuffer buffer(slices.data(), slices.size());
+    return stream_->Write(buffer);
+  }
+
+ private:
+  grpc::ServerSplitStreamer<v1::GetDeltaRequest, grpc::ByteBuffer>* const
+      stream_;
+};
 
 absl::StatusOr<TopK> ToTopK(const v1::TopK& top_k) {
   TopK result;
@@ -136,6 +255,23 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+DeltaTrackerService::DeltaTrackerService(Tracker* tracker,
+                                         ServiceOptions options)
+    : tracker_(tracker), options_(options) {
+  // GetDelta is served as split streaming (one request read, then any number
+  // of writes: what the generated WithSplitStreamingMethod_GetDelta does)
+  // with bytes out, so that its rows go out without a copy; clients see the
+  // same server stream of DeltaChunk messages.
+  MarkMethodStreamed(
+      kGetDeltaMethod,
+      new grpc::internal::SplitServerStreamingHandler<v1::GetDeltaRequest,
+                                                      grpc::ByteBuffer>(
+          [this](
+              grpc::ServerContext* context,
+              grpc::ServerSplitStreamer<v1::GetDeltaRequest, grpc::ByteBuffer>*
+                  stream) { return StreamDelta(context, stream); }));
+}
+
 grpc::Status DeltaTrackerService::Authorize(const grpc::ServerContext* context,
                                             Action action,
                                             absl::string_view consumer) const {
@@ -181,10 +317,10 @@ grpc::Status DeltaTrackerService::Step(grpc::ServerContext* context,
   });
 }
 
-grpc::Status DeltaTrackerService::WriteDelta(
-    grpc::ServerContext* context, const Delta& delta,
-    const v1::GetDeltaRequest& request,
-    grpc::ServerWriterInterface<v1::DeltaChunk>* writer) {
+grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
+                                             const Delta& delta,
+                                             const v1::GetDeltaRequest& request,
+                                             ChunkSink& sink) {
   const int64_t chunk_bytes = ChunkBytes(request);
   v1::DeltaChunk chunk;
   v1::DeltaHeader* header = chunk.mutable_header();
@@ -204,12 +340,20 @@ grpc::Status DeltaTrackerService::WriteDelta(
   header->set_dense_parameters(static_cast<int64_t>(delta.dense.size()));
   header->set_run_id(delta.run_id);
   header->set_run_start_batch(delta.run_start_batch);
+  // Writes `message` with `parts`: OK, or why not.
+  auto write = [&sink](v1::DeltaChunk& message,
+                       const std::vector<ChunkSink::Part>& parts) {
+    absl::StatusOr<bool> written = sink.Write(message, parts);
+    if (!written.ok()) return ToGrpcStatus(written.status());
+    return *written ? grpc::Status::OK : kClientGone;
+  };
   if (delta.tables.empty() && delta.dense.empty()) {
     chunk.set_last(true);
-    return writer->Write(chunk) ? grpc::Status::OK : kClientGone;
+    return write(chunk, {});
   }
   // Tables, then dense parameters; `last` marks the final chunk of all.
   size_t tables_left = delta.tables.size() + delta.dense.size();
+  std::vector<ChunkSink::Part> parts;
   for (const auto& [fqn, full_table] : delta.tables) {
     --tables_left;
     TableDelta table = full_table;  // tensor handles: no copy
@@ -226,21 +370,17 @@ grpc::Status DeltaTrackerService::WriteDelta(
       chunk.set_row_offset(offset);
       chunk.set_table_rows(rows);
       chunk.set_last(tables_left == 0 && offset + n >= rows);
-      using Field = v1::Tensor* (v1::DeltaChunk::*)();
+      parts.clear();
       for (auto [tensor, field] :
-           {std::pair<const at::Tensor*, Field>{&table.ids,
-                                                &v1::DeltaChunk::mutable_ids},
-            {&table.states, &v1::DeltaChunk::mutable_states},
-            {&table.values, &v1::DeltaChunk::mutable_values},
-            {&table.scores, &v1::DeltaChunk::mutable_scores}}) {
+           {std::pair<const at::Tensor*, int>{&table.ids,
+                                              v1::DeltaChunk::kIdsFieldNumber},
+            {&table.states, v1::DeltaChunk::kStatesFieldNumber},
+            {&table.values, v1::DeltaChunk::kValuesFieldNumber},
+            {&table.scores, v1::DeltaChunk::kScoresFieldNumber}}) {
         if (!tensor->defined()) continue;  // the mode provides none
-        if (absl::Status s =
-                EncodeTensor(tensor->narrow(0, offset, n), (chunk.*field)());
-            !s.ok()) {
-          return ToGrpcStatus(s);
-        }
+        parts.push_back({field, tensor->narrow(0, offset, n)});
       }
-      if (!writer->Write(chunk)) return kClientGone;
+      if (grpc::Status s = write(chunk, parts); !s.ok()) return s;
       chunk.clear_header();
       offset += n;
     } while (offset < rows);
@@ -259,26 +399,45 @@ grpc::Status DeltaTrackerService::WriteDelta(
       return ToGrpcStatus(s);
     }
     dense_chunk.set_last(tables_left == 0);
-    if (!writer->Write(dense_chunk)) return kClientGone;
+    if (grpc::Status s = write(dense_chunk, {}); !s.ok()) return s;
     dense_chunk.Clear();
   }
   return grpc::Status::OK;
 }
 
-grpc::Status DeltaTrackerService::GetDelta(
-    grpc::ServerContext* context, const v1::GetDeltaRequest* request,
-    grpc::ServerWriter<v1::DeltaChunk>* writer) {
+grpc::Status DeltaTrackerService::ServeDelta(grpc::ServerContext* context,
+                                             const v1::GetDeltaRequest& request,
+                                             ChunkSink& sink) {
   return Guarded([&]() -> grpc::Status {
-    if (grpc::Status s = Authorize(context, Action::kRead, request->consumer());
+    if (grpc::Status s = Authorize(context, Action::kRead, request.consumer());
         !s.ok()) {
       return s;
     }
-    absl::StatusOr<DeltaRequest> read = ToDeltaRequest(*request);
+    absl::StatusOr<DeltaRequest> read = ToDeltaRequest(request);
     if (!read.ok()) return ToGrpcStatus(read.status());
     absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
     if (!delta.ok()) return ToGrpcStatus(delta.status());
-    return WriteDelta(context, *delta, *request, writer);
+    return WriteDelta(context, *delta, request, sink);
   });
+}
+
+grpc::Status DeltaTrackerService::GetDelta(
+    grpc::ServerContext* context, const v1::GetDeltaRequest* request,
+    grpc::ServerWriter<v1::DeltaChunk>* writer) {
+  MessageSink sink(writer);
+  return ServeDelta(context, *request, sink);
+}
+
+grpc::Status DeltaTrackerService::StreamDelta(
+    grpc::ServerContext* context,
+    grpc::ServerSplitStreamer<v1::GetDeltaRequest, grpc::ByteBuffer>* stream) {
+  v1::GetDeltaRequest request;
+  if (!stream->Read(&request)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "no readable GetDelta request");
+  }
+  ByteSink sink(stream);
+  return ServeDelta(context, request, sink);
 }
 
 grpc::Status DeltaTrackerService::Subscribe(
@@ -299,6 +458,7 @@ grpc::Status DeltaTrackerService::Subscribe(
              request->dense_every_steps(), request->dense_every_ms()},
             absl::Now());
     if (!schedule.ok()) return ToGrpcStatus(schedule.status());
+    MessageSink sink(writer);
     while (true) {
       if (context->IsCancelled()) return kClientGone;
       if (stopping_) {
@@ -316,7 +476,7 @@ grpc::Status DeltaTrackerService::Subscribe(
       const DeltaRequest push = schedule->NextRead(*read, current, now);
       absl::StatusOr<Delta> delta = tracker_->GetDelta(push);
       if (!delta.ok()) return ToGrpcStatus(delta.status());
-      if (grpc::Status s = WriteDelta(context, *delta, read_request, writer);
+      if (grpc::Status s = WriteDelta(context, *delta, read_request, sink);
           !s.ok()) {
         return s;
       }

@@ -12,6 +12,9 @@
 
 namespace deltastream {
 
+// Where a delta's chunks go (delta_tracker_service.cc).
+class ChunkSink;
+
 struct ServiceOptions {
   // Snapshot RPC and the status's snapshot fields; null: no database.
   TrackerSnapshots* snapshots = nullptr;
@@ -43,8 +46,7 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   static constexpr int64_t kDefaultChunkBytes = 1 << 20;
 
   // `tracker` and what `options` points to must outlive the service.
-  explicit DeltaTrackerService(Tracker* tracker, ServiceOptions options = {})
-      : tracker_(tracker), options_(options) {}
+  explicit DeltaTrackerService(Tracker* tracker, ServiceOptions options = {});
 
   // Ends running Subscribe calls (within 100 ms) so that the server can shut
   // down; call before grpc::Server::Shutdown.
@@ -90,11 +92,18 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
  private:
   grpc::Status Authorize(const grpc::ServerContext* context, Action action,
                          absl::string_view consumer = "") const;
+  // GetDelta as gRPC serves it: the chunks go out as bytes, each table's
+  // rows sent from the delta's tensors without a copy into a message.
+  grpc::Status StreamDelta(
+      grpc::ServerContext* context,
+      grpc::ServerSplitStreamer<v1::GetDeltaRequest, grpc::ByteBuffer>* stream);
+  // Reads the delta `request` asks for and writes it to `sink`.
+  grpc::Status ServeDelta(grpc::ServerContext* context,
+                          const v1::GetDeltaRequest& request, ChunkSink& sink);
   // Streams `delta` as `request` asks (chunk size, fields left out); the
   // last chunk has `last`.
   grpc::Status WriteDelta(grpc::ServerContext* context, const Delta& delta,
-                          const v1::GetDeltaRequest& request,
-                          grpc::ServerWriterInterface<v1::DeltaChunk>* writer);
+                          const v1::GetDeltaRequest& request, ChunkSink& sink);
   void FillStatus(v1::StatusResponse* response) const;
 
   Tracker* const tracker_;

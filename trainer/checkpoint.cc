@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file_io.h"
+#include "base/zip_checksums.h"
 
 namespace deltastream {
 namespace {
@@ -127,6 +128,13 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
   }
   std::fclose(file);
 
+  // torch::pickle_load does not check the archive's CRCs: a flipped byte in
+  // a table would load as a wrong value.
+  if (absl::Status s = VerifyZipChecksums(
+          absl::string_view(bytes.data(), bytes.size()), path);
+      !s.ok()) {
+    return s;
+  }
   std::map<std::string, at::Tensor> tensors;
   try {
     c10::IValue loaded = torch::pickle_load(bytes);

@@ -12,12 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "trainer/models/model.h"
-
-namespace torch {
-namespace optim {
-class Optimizer;
-}  // namespace optim
-}  // namespace torch
+#include "trainer/optim/dense_optimizer.h"
 
 namespace deltastream {
 

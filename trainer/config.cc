@@ -3,11 +3,11 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
-
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file_io.h"
+#include "trainer/optim/dense_optimizer.h"
 
 namespace deltastream {
 namespace {
@@ -159,12 +159,9 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   }
   settings.dense_optimizer =
       Or<std::string>(model.dense_optimizer().type(), "adagrad");
-  if (settings.dense_optimizer != "sgd" &&
-      settings.dense_optimizer != "adagrad" &&
-      settings.dense_optimizer != "adam") {
-    return Invalid("model.dense_optimizer.type",
-                   absl::StrCat("sgd, adagrad or adam, got '",
-                                settings.dense_optimizer, "'"));
+  if (absl::Status status = ValidateDenseOptimizer(settings.dense_optimizer);
+      !status.ok()) {
+    return Invalid("model.dense_optimizer.type", status.message());
   }
   settings.dense_learning_rate =
       Or(model.dense_optimizer().learning_rate(), 0.05);

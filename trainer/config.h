@@ -15,7 +15,7 @@
 #include "trainer/data/criteo_tsv.h"
 #include "trainer/data/synthetic.h"
 #include "trainer/modules/embedding_config.h"
-#include "trainer/modules/sparse_optimizer.h"
+#include "trainer/optim/sparse_optimizer.h"
 
 namespace deltastream {
 

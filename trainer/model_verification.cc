@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "clients/checkpoint_chain.h"
 #include "proto/predictor.grpc.pb.h"
 #include "proto/tensor_codec.h"
+#include "store/checkpoint_chain.h"
 
 namespace deltastream {
 namespace {

@@ -31,7 +31,7 @@ struct Verified {
 absl::StatusOr<Verified> VerifyReplica(const CheckpointModel& model,
                                        const std::string& target);
 
-// Loads the checkpoint chain in `dir` (clients/checkpoint_chain.h) and
+// Loads the checkpoint chain in `dir` (store/checkpoint_chain.h) and
 // compares it the same way (every row must be there: a full base plus
 // increments); the chain's dense parameters too when it has them at its end.
 // LoadChain's errors; FailedPrecondition naming the first difference.

@@ -2,20 +2,20 @@
 
 #include <torch/torch.h>
 
-#include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "base/torch_status.h"
-#include "clients/checkpoint_chain.h"
 #include "trainer/checkpoint.h"
+#include "trainer/consumer_drain.h"
 #include "trainer/data/criteo_tsv.h"
 #include "trainer/data/synthetic.h"
 #include "trainer/models/dlrm.h"
 #include "trainer/models/metrics.h"
 #include "trainer/models/sequence_model.h"
+#include "trainer/pipeline/sequential_pipeline.h"
 
 namespace deltastream {
 namespace {
@@ -39,22 +39,6 @@ absl::StatusOr<std::unique_ptr<RecModel>> MakeModel(
       SequenceModel::Create(config);
   if (!model.ok()) return model.status();
   return std::unique_ptr<RecModel>(*std::move(model));
-}
-
-std::unique_ptr<torch::optim::Optimizer> MakeDenseOptimizer(
-    const TrainerSettings& settings, torch::nn::Module& dense) {
-  std::vector<at::Tensor> parameters = dense.parameters();
-  const double lr = settings.dense_learning_rate;
-  if (settings.dense_optimizer == "sgd") {
-    return std::make_unique<torch::optim::SGD>(parameters,
-                                               torch::optim::SGDOptions(lr));
-  }
-  if (settings.dense_optimizer == "adam") {
-    return std::make_unique<torch::optim::Adam>(parameters,
-                                                torch::optim::AdamOptions(lr));
-  }
-  return std::make_unique<torch::optim::Adagrad>(
-      parameters, torch::optim::AdagradOptions(lr));
 }
 
 absl::StatusOr<std::unique_ptr<BatchSource>> MakeSource(
@@ -100,7 +84,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   absl::StatusOr<std::unique_ptr<RecModel>> model = MakeModel(s);
   if (!model.ok()) return model.status();
   trainer->model_ = *std::move(model);
-  trainer->dense_optimizer_ = MakeDenseOptimizer(s, trainer->model_->dense());
+  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> dense_optimizer =
+      MakeDenseOptimizer(s.dense_optimizer, s.dense_learning_rate,
+                         trainer->model_->dense().parameters());
+  if (!dense_optimizer.ok()) return dense_optimizer.status();
+  trainer->dense_optimizer_ = *std::move(dense_optimizer);
 
   absl::StatusOr<std::unique_ptr<BatchSource>> source = MakeSource(s, 0);
   if (!source.ok()) return source.status();
@@ -142,6 +130,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (absl::Status status = trainer->RestoreOrStart(); !status.ok()) {
     return status;
   }
+  TrainPipelineParts parts;
+  parts.model = trainer->model_.get();
+  parts.dense_optimizer = trainer->dense_optimizer_.get();
+  parts.rows_reader = trainer->rows_reader_.get();
+  parts.tracker = trainer->tracker_.get();
+  trainer->pipeline_ = std::make_unique<SequentialTrainPipeline>(parts);
   return trainer;
 }
 
@@ -153,186 +147,6 @@ void Trainer::StopService() {
 
 std::string Trainer::service_address() const {
   return host_ != nullptr ? host_->address() : "";
-}
-
-absl::Status Trainer::RestoreOrStart() {
-  const TrainerSettings& s = settings_;
-  std::optional<std::string> checkpoint;
-  if (!s.checkpoint_dir.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(s.checkpoint_dir, error);
-    if (error) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "cannot create '", s.checkpoint_dir, "': ", error.message()));
-    }
-    checkpoint = LatestCheckpoint(s.checkpoint_dir + "/checkpoints");
-  }
-  bool from_chain = false;
-  if (checkpoint.has_value()) {
-    absl::StatusOr<CheckpointInfo> loaded =
-        LoadCheckpoint(*checkpoint, *model_, *dense_optimizer_);
-    if (!loaded.ok()) return loaded.status();
-    step_ = loaded->step;
-    examples_ = loaded->examples;
-    log_(absl::StrFormat("restored checkpoint %s (step %d, %.1f MiB in %.2f s)",
-                         loaded->path, loaded->step, loaded->bytes / 1048576.0,
-                         absl::ToDoubleSeconds(loaded->elapsed)));
-  } else if (!s.restore_chain.empty()) {
-    if (absl::Status status = RestoreFromChain(); !status.ok()) return status;
-    from_chain = true;
-  }
-  if (step_ > 0) {
-    // The data resumes where the checkpoint's training stopped.
-    for (int64_t b = 0; b < step_; ++b) {
-      absl::StatusOr<std::optional<Batch>> skipped = source_->Next();
-      if (!skipped.ok()) return skipped.status();
-      if (!skipped->has_value()) break;
-    }
-  }
-  if (tracker_ == nullptr) return absl::OkStatus();
-
-  // Tracker snapshots: the service's database, or one of our own.
-  if (s.serve) {
-    absl::StatusOr<std::unique_ptr<ServiceHost>> host =
-        ServiceHost::Start(tracker_.get(), s.service, /*restore=*/true);
-    if (!host.ok()) return host.status();
-    host_ = *std::move(host);
-    snapshots_ = host_->snapshots();
-    if (host_->restored().has_value()) {
-      log_(absl::StrCat("restored tracker ",
-                        DescribeSnapshot(*host_->restored())));
-    }
-  } else if (!s.service.db.empty()) {
-    absl::StatusOr<std::unique_ptr<TrackerSnapshots>> opened =
-        TrackerSnapshots::Open(s.service.db, tracker_.get());
-    if (!opened.ok()) return opened.status();
-    own_snapshots_ = *std::move(opened);
-    snapshots_ = own_snapshots_.get();
-    absl::StatusOr<std::optional<SnapshotInfo>> restored =
-        snapshots_->Restore();
-    if (!restored.ok()) return restored.status();
-    if (restored->has_value()) {
-      log_(absl::StrCat("restored tracker ", DescribeSnapshot(**restored)));
-    }
-  }
-  // Snapshots and checkpoints are written together, so their steps agree;
-  // a tracker ahead of or behind the model (a crash between the two writes)
-  // is reported, and the tracker's batch follows the model's steps from here.
-  const int64_t batch = tracker_->current_batch();
-  if (from_chain && batch < step_) {
-    // A fresh tracker: its batches follow the model's steps.
-    while (tracker_->current_batch() < step_) tracker_->Step();
-  } else if (batch != step_) {
-    // Changes of steps between the two were never recorded (or recorded but
-    // lost with the model): no delta can carry them.
-    log_(absl::StrFormat(
-        "warning: tracker snapshot is at batch %d but the model at step %d; "
-        "the tracker did not record steps %d..%d: every consumer is told to "
-        "resync",
-        batch, step_, std::min(batch, step_), std::max(batch, step_) - 1));
-    tracker_->RequireResync();
-    while (tracker_->current_batch() < step_) tracker_->Step();
-  }
-  // Consumers that hold rows of later steps (from before a crash) hold
-  // changes this run lost: deltas tell them where this run starts.
-  tracker_->MarkRunStart(std::min(batch, step_));
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::RestoreFromChain() {
-  const std::string& dir = settings_.restore_chain;
-  const absl::Time start = absl::Now();
-  absl::StatusOr<LoadedChain> chain = LoadChain(dir);
-  if (!chain.ok()) {
-    return absl::Status(
-        chain.status().code(),
-        absl::StrCat("restore_chain '", dir, "': ", chain.status().message()));
-  }
-  // Tables by FQN, as the tracker names them.
-  std::map<std::string, std::pair<EmbeddingModule*, int64_t>> tables;
-  for (EmbeddingModule* module : model_->embedding_modules()) {
-    for (size_t t = 0; t < module->tables().size(); ++t) {
-      tables[CleanFqn(module->TableFqn(t))] = {module, static_cast<int64_t>(t)};
-    }
-  }
-  int64_t rows = 0;
-  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
-    torch::NoGradGuard no_grad;
-    for (const auto& [fqn, table] : chain->tables) {
-      auto it = tables.find(fqn);
-      if (it == tables.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("restore_chain '", dir, "' holds table '", fqn,
-                         "', which this model does not have"));
-      }
-      const at::Tensor& weight = it->second.first->weight(it->second.second);
-      if (table.ids.numel() == 0) continue;
-      if (table.values.dim() != 2 || table.values.size(1) != weight.size(1) ||
-          table.ids.max().item<int64_t>() >= weight.size(0) ||
-          table.ids.min().item<int64_t>() < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "restore_chain '", dir, "': table '", fqn, "' of ", weight.size(0),
-            " x ", weight.size(1), " does not fit the chain's rows (",
-            c10::str(table.values.sizes()), ", IDs up to ",
-            table.ids.max().item<int64_t>(), ")"));
-      }
-      weight.index_copy_(0, table.ids.to(weight.device()),
-                         table.values.to(weight.device(), weight.dtype()));
-      rows += table.ids.numel();
-    }
-    if (chain->dense_batch == chain->end_batch) {
-      std::map<std::string, at::Tensor> dense(chain->dense.begin(),
-                                              chain->dense.end());
-      for (auto& item : model_->dense().named_parameters()) {
-        auto it = dense.find(item.key());
-        if (it == dense.end() ||
-            !it->second.sizes().equals(item.value().sizes())) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("restore_chain '", dir, "': dense parameter '",
-                           item.key(), "' is missing or has another shape"));
-        }
-        item.value().copy_(it->second);
-      }
-    }
-    return absl::OkStatus();
-  });
-  if (!status.ok()) return status;
-  step_ = chain->end_batch;
-  log_(absl::StrFormat(
-      "restored checkpoint chain %s: %d links through batch %d, %d rows%s, in "
-      "%.2f s; optimizer states start fresh",
-      dir, chain->links.size(), chain->end_batch, rows,
-      chain->dense_batch == chain->end_batch
-          ? " and the dense parameters"
-          : " (no dense parameters at its end: they start fresh)",
-      absl::ToDoubleSeconds(absl::Now() - start)));
-  return absl::OkStatus();
-}
-
-void Trainer::DrainConsumers() {
-  if (host_ == nullptr || settings_.drain_seconds <= 0) return;
-  const absl::Time deadline =
-      absl::Now() + absl::Seconds(settings_.drain_seconds);
-  std::vector<std::string> behind;
-  do {
-    behind.clear();
-    const TrackerStatus status = tracker_->Status();
-    for (const ConsumerStatus& consumer : status.consumers) {
-      if (consumer.cursor < status.current_batch ||
-          consumer.pending_end.has_value()) {
-        behind.push_back(absl::StrCat(consumer.name, " at batch ",
-                                      std::max<int64_t>(consumer.cursor, 0)));
-      }
-    }
-    if (behind.empty()) {
-      log_(absl::StrCat("drained: every consumer has read through batch ",
-                        status.current_batch));
-      return;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  } while (absl::Now() < deadline);
-  log_(absl::StrCat("drain ended after ", settings_.drain_seconds,
-                    " s with consumers behind: ", absl::StrJoin(behind, ", ")));
 }
 
 absl::Status Trainer::SaveState() {
@@ -368,29 +182,6 @@ absl::StatusOr<double> Trainer::Evaluate() {
   });
   if (!status.ok()) return status;
   return Auc(at::cat(scores), at::cat(labels));
-}
-
-absl::Status Trainer::TrainStep(Batch batch) {
-  return CatchTorchErrors([&]() -> absl::Status {
-    absl::StatusOr<at::Tensor> logits = model_->Forward(batch);
-    if (!logits.ok()) return logits.status();
-    at::Tensor loss = BinaryCrossEntropyWithLogits(*logits, batch.labels);
-    {
-      // Rows, dense parameters and the batch index change together: a read
-      // (which pins the rows) sees the model after a whole step or before it.
-      std::optional<ModuleRowsReader::UpdateGuard> guard;
-      if (rows_reader_ != nullptr) guard.emplace(*rows_reader_);
-      dense_optimizer_->zero_grad();
-      loss.backward();
-      dense_optimizer_->step();
-      if (tracker_ != nullptr) tracker_->Step();
-    }
-    loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
-    ++loss_count_;
-    ++step_;
-    examples_ += batch.size();
-    return absl::OkStatus();
-  });
 }
 
 absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
@@ -433,20 +224,24 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
 
   const TrainerSettings& s = settings_;
   while (!stop.load() && (steps < 0 || progress.steps_this_run < steps)) {
-    absl::StatusOr<std::optional<Batch>> next = source_->Next();
-    if (!next.ok()) return next.status();
-    if (!next->has_value()) {
+    absl::StatusOr<std::optional<TrainedStep>> trained =
+        pipeline_->Progress(*source_);
+    if (!trained.ok()) {
+      return absl::Status(
+          trained.status().code(),
+          absl::StrCat("step ", step_ + 1, ": ", trained.status().message()));
+    }
+    if (!trained->has_value()) {
       log_(absl::StrCat("data ended after step ", step_));
       break;
     }
-    const int64_t batch_size = (*next)->size();
-    if (absl::Status status = TrainStep((*next)->To(model_->device()));
-        !status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("step ", step_ + 1, ": ",
-                                                      status.message()));
-    }
+    const TrainedStep& done = **trained;
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + done.loss : done.loss;
+    ++loss_count_;
+    ++step_;
+    examples_ += done.examples;
     ++progress.steps_this_run;
-    progress.examples_this_run += batch_size;
+    progress.examples_this_run += done.examples;
     if (s.log_every_steps > 0 && step_ % s.log_every_steps == 0) {
       if (absl::Status status = report(); !status.ok()) return status;
     }
@@ -465,7 +260,9 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
     if (absl::Status status = report(); !status.ok()) return status;
   }
   if (absl::Status status = SaveState(); !status.ok()) return status;
-  DrainConsumers();
+  if (host_ != nullptr && settings_.drain_seconds > 0) {
+    DrainConsumers(*tracker_, absl::Seconds(settings_.drain_seconds), log_);
+  }
   progress.step = step_;
   progress.elapsed = absl::Now() - start;
   return progress;

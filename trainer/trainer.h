@@ -19,13 +19,8 @@
 #include "trainer/config.h"
 #include "trainer/data/batch.h"
 #include "trainer/models/model.h"
+#include "trainer/pipeline/train_pipeline.h"
 #include "trainer/tracking/module_tracking.h"
-
-namespace torch {
-namespace optim {
-class Optimizer;
-}  // namespace optim
-}  // namespace torch
 
 namespace deltastream {
 
@@ -40,19 +35,23 @@ struct TrainerProgress {
   absl::Duration elapsed;          // of this run
 };
 
-// The training loop of one process: model, data, fused sparse optimizers,
-// dense optimizer, tracker (with the tracker service in-process), snapshots
-// and checkpoints.
+// The training job of one process: it assembles model, data, fused sparse
+// optimizers, dense optimizer, tracker (with the tracker service in-process),
+// snapshots and checkpoints, restores them, and drives a TrainPipeline
+// (trainer/pipeline/) one step at a time between progress lines and
+// checkpoints.
 //
-// Each step: next batch -> device; forward (the embedding modules' hooks
-// record lookups into the tracker and trigger auto-compaction); loss;
-// backward under the rows reader's update guard (the fused sparse
-// optimizers change rows; the tracker service reads rows only between
-// steps); dense optimizer step; tracker Step(). With a checkpoint dir, a
-// tracker snapshot (RocksDB, <dir>/db) and a full checkpoint
+// Each step (SequentialTrainPipeline): next batch -> device; forward (the
+// embedding modules' hooks record lookups into the tracker and trigger
+// auto-compaction); loss; backward under the rows reader's update guard (the
+// fused sparse optimizers change rows; the tracker service reads rows only
+// between steps); dense optimizer step; tracker Step(). With a checkpoint
+// dir, a tracker snapshot (RocksDB, <dir>/db) and a full checkpoint
 // (<dir>/checkpoints) are written together at the same step boundary on the
 // configured schedule and at the end; on start, the latest of both are
-// restored and the data is fast-forwarded past the steps already trained.
+// restored and the data is fast-forwarded past the steps already trained
+// (trainer_restore.cc). At the end of a run with the service, consumers are
+// given settings.drain_seconds to read the final batch (consumer_drain.h).
 class Trainer {
  public:
   // `log` receives human-readable lines (progress, restores, snapshots).
@@ -84,14 +83,13 @@ class Trainer {
 
  private:
   Trainer() = default;
+  // trainer_restore.cc: the latest checkpoint (or settings_.restore_chain),
+  // the data fast-forwarded past its steps, the tracker's snapshot and its
+  // batch index in line with the model's step.
   absl::Status RestoreOrStart();
   // Tables (and dense parameters) from settings_.restore_chain.
   absl::Status RestoreFromChain();
-  // Keeps serving until every consumer has read the final batch, or
-  // settings_.drain_seconds pass.
-  void DrainConsumers();
   absl::Status SaveState();
-  absl::Status TrainStep(Batch batch);
 
   TrainerSettings settings_;
   std::function<void(const std::string&)> log_;
@@ -105,6 +103,8 @@ class Trainer {
   std::unique_ptr<ServiceHost> host_;
   std::unique_ptr<TrackerSnapshots> own_snapshots_;
   TrackerSnapshots* snapshots_ = nullptr;
+  // The step loop over the parts above.
+  std::unique_ptr<TrainPipeline> pipeline_;
 
   int64_t step_ = 0;
   int64_t examples_ = 0;

@@ -1,10 +1,14 @@
 // Drives the DeltaStore as the tracker drives it in TorchRec: every batch
 // appends one lookup per table, auto-compaction after every step compacts
 // everything since the consumer's cursor, and one consumer reads once at the
-// end. Reports the median of --repeat runs and the ratio to a plain copy of the
-// same bytes.
+// end. Reports the median of --repeat runs and the ratios to a plain copy of
+// the same bytes and to a copy of just the unique rows the read returns.
 //
 //   bazel run -c opt //tests/bench:store_bench -- --mode=first [--json]
+//
+// --write_ids=F writes the workload's IDs to F and exits; --ids_file=F reads
+// them back instead of drawing them, so that another implementation
+// (tests/bench/torchrec_side_by_side.py) runs on the very same IDs.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -13,8 +17,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -35,6 +42,12 @@ ABSL_FLAG(double, zipf, 1.05, "Zipf exponent of ID popularity");
 ABSL_FLAG(uint64_t, seed, 1, "random seed");
 ABSL_FLAG(int, repeat, 3, "runs; the median is reported");
 ABSL_FLAG(bool, json, false, "print one JSON line instead of a table");
+ABSL_FLAG(std::string, write_ids, "",
+          "write the workload's IDs to this file (raw little-endian int64, "
+          "batch-major then table then lookup order) and exit");
+ABSL_FLAG(std::string, ids_file, "",
+          "read the IDs from this file (as --write_ids writes it, for the same "
+          "--tables, --batches and --ids) instead of drawing them");
 
 namespace deltastream {
 namespace {
@@ -50,6 +63,23 @@ struct Workload {
   int64_t bytes = 0;
 };
 
+// Fills `ids` (int64 [n]) from the Zipf draw, or from `file` when it is open.
+void FillIds(ZipfIds& zipf, std::ifstream& file, at::Tensor& ids) {
+  int64_t* out = ids.data_ptr<int64_t>();
+  if (!file.is_open()) {
+    for (int64_t i = 0; i < ids.numel(); ++i) out[i] = zipf.Next();
+    return;
+  }
+  if (!file.read(reinterpret_cast<char*>(out),
+                 static_cast<std::streamsize>(ids.nbytes()))) {
+    std::fprintf(stderr,
+                 "store_bench: --ids_file=%s is shorter than "
+                 "--tables x --batches x --ids IDs\n",
+                 absl::GetFlag(FLAGS_ids_file).c_str());
+    std::exit(2);
+  }
+}
+
 Workload MakeWorkload(UpdateMode mode) {
   Workload w;
   const int64_t tables = absl::GetFlag(FLAGS_tables);
@@ -60,13 +90,21 @@ Workload MakeWorkload(UpdateMode mode) {
   }
   ZipfIds zipf(absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_zipf),
                absl::GetFlag(FLAGS_seed));
+  std::ifstream file;
+  if (!absl::GetFlag(FLAGS_ids_file).empty()) {
+    file.open(absl::GetFlag(FLAGS_ids_file), std::ios::binary);
+    if (!file) {
+      std::fprintf(stderr, "store_bench: cannot read --ids_file=%s\n",
+                   absl::GetFlag(FLAGS_ids_file).c_str());
+      std::exit(2);
+    }
+  }
   for (int64_t b = 0; b < absl::GetFlag(FLAGS_batches); ++b) {
     w.ids.emplace_back();
     w.states.emplace_back();
     for (int64_t t = 0; t < tables; ++t) {
       at::Tensor ids = at::empty({n}, at::kLong);
-      int64_t* out = ids.data_ptr<int64_t>();
-      for (int64_t i = 0; i < n; ++i) out[i] = zipf.Next();
+      FillIds(zipf, file, ids);
       w.bytes += ids.nbytes();
       w.ids.back().push_back(ids);
       if (mode != UpdateMode::kNone) {
@@ -139,6 +177,89 @@ double CopySeconds(const Workload& w) {
   return seconds;
 }
 
+// The unique rows a read returns, as pointers into the recorded tensors: per
+// table, ascending by ID, each ID's first (kFirst) or last (kLast) recorded
+// state, or just the ID (kNone).
+struct UniqueSources {
+  std::vector<std::vector<std::pair<int64_t, const uint8_t*>>> tables;
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+};
+
+UniqueSources FindUniqueSources(UpdateMode mode, const Workload& w) {
+  UniqueSources sources;
+  sources.tables.resize(w.fqns.size());
+  for (size_t t = 0; t < w.fqns.size(); ++t) {
+    std::map<int64_t, const uint8_t*> chosen;
+    for (size_t b = 0; b < w.ids.size(); ++b) {
+      const int64_t* ids = w.ids[b][t].data_ptr<int64_t>();
+      const auto* states =
+          mode == UpdateMode::kNone
+              ? nullptr
+              : static_cast<const uint8_t*>(w.states[b][t].data_ptr());
+      if (states != nullptr) {
+        sources.row_bytes = w.states[b][t].size(1) * sizeof(float);
+      }
+      for (int64_t i = 0; i < w.ids[b][t].numel(); ++i) {
+        const uint8_t* row =
+            states == nullptr ? nullptr : states + i * sources.row_bytes;
+        auto [it, inserted] = chosen.emplace(ids[i], row);
+        if (!inserted && mode == UpdateMode::kLast) it->second = row;
+      }
+    }
+    sources.tables[t].assign(chosen.begin(), chosen.end());
+    sources.rows += static_cast<int64_t>(chosen.size());
+  }
+  return sources;
+}
+
+// The floor of any store: copying each unique row's ID and chosen state once,
+// in ID order, into newly allocated memory (one buffer per table, as a read's
+// result tensors).
+double UniqueCopySeconds(const UniqueSources& sources) {
+  const auto start = Clock::now();
+  uint8_t check = 0;
+  for (const auto& table : sources.tables) {
+    const int64_t n = static_cast<int64_t>(table.size());
+    std::unique_ptr<int64_t[]> ids(new int64_t[n]);
+    std::unique_ptr<uint8_t[]> states(new uint8_t[n * sources.row_bytes + 1]);
+    for (int64_t i = 0; i < n; ++i) {
+      ids[i] = table[i].first;
+      if (sources.row_bytes > 0) {
+        std::memcpy(states.get() + i * sources.row_bytes, table[i].second,
+                    sources.row_bytes);
+      }
+    }
+    check ^=
+        states[n * sources.row_bytes / 2] ^ static_cast<uint8_t>(ids[n / 2]);
+  }
+  const double seconds = Seconds(start);
+  if (check == 0xff) std::puts("");  // keeps the copy observable
+  return seconds;
+}
+
+// --write_ids: the IDs alone, without drawing states.
+int WriteIds() {
+  const std::string path = absl::GetFlag(FLAGS_write_ids);
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  ZipfIds zipf(absl::GetFlag(FLAGS_rows), absl::GetFlag(FLAGS_zipf),
+               absl::GetFlag(FLAGS_seed));
+  std::vector<int64_t> ids(absl::GetFlag(FLAGS_ids));
+  for (int64_t b = 0; b < absl::GetFlag(FLAGS_batches); ++b) {
+    for (int64_t t = 0; t < absl::GetFlag(FLAGS_tables); ++t) {
+      for (int64_t& id : ids) id = zipf.Next();
+      file.write(reinterpret_cast<const char*>(ids.data()),
+                 static_cast<std::streamsize>(ids.size() * sizeof(int64_t)));
+    }
+  }
+  if (!file.flush()) {
+    std::fprintf(stderr, "store_bench: cannot write --write_ids=%s\n",
+                 path.c_str());
+    return 2;
+  }
+  return 0;
+}
+
 int Main() {
   auto mode = ParseUpdateMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) {
@@ -146,13 +267,15 @@ int Main() {
                  std::string(mode.status().message()).c_str());
     return 2;
   }
+  if (!absl::GetFlag(FLAGS_write_ids).empty()) return WriteIds();
   at::set_num_threads(1);
   KeepHostMemoryForReuse();  // as a long-running trainer or server
   const Workload w = MakeWorkload(*mode);
+  const UniqueSources sources = FindUniqueSources(*mode, w);
   const int64_t total_ids = absl::GetFlag(FLAGS_tables) *
                             absl::GetFlag(FLAGS_batches) *
                             absl::GetFlag(FLAGS_ids);
-  std::vector<double> totals, compacts, reads, copies;
+  std::vector<double> totals, compacts, reads, copies, unique_copies;
   int64_t unique_rows = 0;
   for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_repeat)); ++i) {
     RunResult r = RunOnce(*mode, w);
@@ -160,19 +283,31 @@ int Main() {
     compacts.push_back(r.compact_s);
     reads.push_back(r.read_s);
     copies.push_back(CopySeconds(w));
+    unique_copies.push_back(UniqueCopySeconds(sources));
     unique_rows = r.unique_rows;
+  }
+  if (unique_rows != sources.rows) {
+    std::fprintf(stderr,
+                 "store_bench: the store read %lld unique rows, %lld "
+                 "were recorded\n",
+                 static_cast<long long>(unique_rows),
+                 static_cast<long long>(sources.rows));
+    return 1;
   }
   const double total_s = Median(totals);
   const double copy_s = Median(copies);
+  const double unique_copy_s = Median(unique_copies);
   if (absl::GetFlag(FLAGS_json)) {
     std::printf(
         "{\"mode\":\"%s\",\"total_s\":%.6f,\"ids_per_s\":%.0f,"
         "\"unique_rows\":%lld,\"copy_ratio\":%.3f,\"compact_s\":%.6f,"
-        "\"read_s\":%.6f,\"copy_s\":%.6f,\"bytes\":%lld}\n",
+        "\"read_s\":%.6f,\"copy_s\":%.6f,\"bytes\":%lld,"
+        "\"unique_copy_s\":%.6f,\"unique_copy_ratio\":%.3f}\n",
         std::string(UpdateModeName(*mode)).c_str(), total_s,
         total_ids / total_s, static_cast<long long>(unique_rows),
         total_s / copy_s, Median(compacts), Median(reads), copy_s,
-        static_cast<long long>(w.bytes));
+        static_cast<long long>(w.bytes), unique_copy_s,
+        total_s / unique_copy_s);
     return 0;
   }
   std::printf(
@@ -194,6 +329,11 @@ int Main() {
   std::printf("  %-22s %12.1f MiB in %.4f s\n", "plain copy",
               w.bytes / 1048576.0, copy_s);
   std::printf("  %-22s %12.2f x\n", "time / plain copy", total_s / copy_s);
+  std::printf("  %-22s %12.1f MiB in %.4f s\n", "unique rows copy",
+              sources.rows * (8.0 + sources.row_bytes) / 1048576.0,
+              unique_copy_s);
+  std::printf("  %-22s %12.2f x\n", "time / unique copy",
+              total_s / unique_copy_s);
   return 0;
 }
 

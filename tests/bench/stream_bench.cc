@@ -6,9 +6,13 @@
 // compacted rows; the compaction itself is store_bench's subject.
 //
 //   bazel run -c opt //tests/bench:stream_bench -- [--rows --dim --repeat]
+//
+// Prints the median, min and max over --repeat runs of each rate and of each
+// run's GetDelta rate as a percentage of that run's bare stream.
 
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +24,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
 #include "clients/delta_client.h"
 #include "base/host_memory.h"
 #include "tests/bench/raw_stream.grpc.pb.h"
@@ -52,6 +57,15 @@ class RawStreamService final : public bench::RawStream::Service {
     return grpc::Status::OK;
   }
 };
+
+// CPU seconds this process (server and clients, every thread) has used: on a
+// machine shared with other work, CPU per byte holds steadier than wall time.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 int Main() {
   KeepHostMemoryForReuse();  // as a long-running trainer or server
@@ -116,28 +130,35 @@ int Main() {
   };
 
   std::vector<double> raw_gbs, one_gbs, many_gbs;
+  // CPU seconds per GB delivered.
+  std::vector<double> raw_cpu, one_cpu, many_cpu;
   int failed_calls = 0;
   for (int run = 0; run < absl::GetFlag(FLAGS_repeat); ++run) {
     auto start = Clock::now();
+    double cpu_start = ProcessCpuSeconds();
     if (!read_raw(payload)) ++failed_calls;
     raw_gbs.push_back(
         payload / std::chrono::duration<double>(Clock::now() - start).count() /
         1e9);
+    raw_cpu.push_back((ProcessCpuSeconds() - cpu_start) / (payload / 1e9));
 
     record();  // every consumer has this delta to read
     v1::GetDeltaRequest request;
     request.set_consumer("c0");
     request.set_max_chunk_bytes(absl::GetFlag(FLAGS_chunk_bytes));
     start = Clock::now();
+    cpu_start = ProcessCpuSeconds();
     auto delta = client->GetDelta(request);
     one_gbs.push_back(
         payload / std::chrono::duration<double>(Clock::now() - start).count() /
         1e9);
+    one_cpu.push_back((ProcessCpuSeconds() - cpu_start) / (payload / 1e9));
     if (!delta.ok() || delta->tables["t"].ids.numel() != rows) ++failed_calls;
 
     std::atomic<int> failures{0};
     std::vector<std::thread> readers;
     start = Clock::now();
+    cpu_start = ProcessCpuSeconds();
     for (int c = 1; c <= consumers; ++c) {
       readers.emplace_back([&, c] {
         auto reader = DeltaClient::Create(target);
@@ -152,6 +173,8 @@ int Main() {
     many_gbs.push_back(
         payload * consumers /
         std::chrono::duration<double>(Clock::now() - start).count() / 1e9);
+    many_cpu.push_back((ProcessCpuSeconds() - cpu_start) /
+                       (payload * consumers / 1e9));
     failed_calls += failures.load();
   }
   std::printf(
@@ -161,11 +184,37 @@ int Main() {
       payload / 1048576.0,
       static_cast<long long>(absl::GetFlag(FLAGS_chunk_bytes) / 1024),
       raw_gbs.size());
-  std::printf("  bare gRPC byte stream      %6.3f GB/s\n", Median(raw_gbs));
-  std::printf("  GetDelta, one consumer     %6.3f GB/s  (%.0f%% of bare)\n",
-              Median(one_gbs), 100 * Median(one_gbs) / Median(raw_gbs));
-  std::printf("  GetDelta, %d consumers at once %6.3f GB/s aggregate\n",
-              consumers, Median(many_gbs));
+  // Each run's GetDelta against the bare stream of the same run.
+  std::vector<double> one_ratio, many_ratio;
+  for (size_t run = 0; run < raw_gbs.size(); ++run) {
+    one_ratio.push_back(100 * one_gbs[run] / raw_gbs[run]);
+    many_ratio.push_back(100 * many_gbs[run] / raw_gbs[run]);
+  }
+  auto spread = [](const std::vector<double>& v) {
+    return absl::StrFormat("median %.3f, min %.3f, max %.3f", Median(v),
+                           *std::min_element(v.begin(), v.end()),
+                           *std::max_element(v.begin(), v.end()));
+  };
+  std::printf("  bare gRPC byte stream      GB/s: %s\n",
+              spread(raw_gbs).c_str());
+  std::printf("  GetDelta, one consumer     GB/s: %s\n",
+              spread(one_gbs).c_str());
+  std::printf("    %% of bare, same run          %s\n",
+              spread(one_ratio).c_str());
+  std::printf("  GetDelta, %d consumers at once, aggregate GB/s: %s\n",
+              consumers, spread(many_gbs).c_str());
+  std::printf("    %% of bare, same run          %s\n",
+              spread(many_ratio).c_str());
+  std::string runs;
+  for (size_t run = 0; run < raw_gbs.size(); ++run) {
+    absl::StrAppendFormat(&runs, " %.0f/%.0f", one_ratio[run], many_ratio[run]);
+  }
+  std::printf("  per run, %% of bare (one/%d):%s\n", consumers, runs.c_str());
+  std::printf(
+      "  CPU s per GB (all threads): bare %.3f, GetDelta one %.3f (%.2fx "
+      "bare), %d at once %.3f (%.2fx)\n",
+      Median(raw_cpu), Median(one_cpu), Median(one_cpu) / Median(raw_cpu),
+      consumers, Median(many_cpu), Median(many_cpu) / Median(raw_cpu));
   std::printf("  failed calls               %d\n", failed_calls);
   server->Shutdown();
   return failed_calls == 0 ? 0 : 1;

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/zip_checksums.h"
+
 namespace deltastream {
 namespace {
 
@@ -143,6 +145,43 @@ TEST(NpzFileTest, ZipStructureAndChecksums) {
   EXPECT_EQ(directory, data + size);
   EXPECT_EQ(Le32(zip, directory), 0x02014b50u);
   EXPECT_EQ(Le32(zip, directory + 16), crc);
+}
+
+// base/zip_checksums reads what WriteNpz writes (ZIP64 too) and refuses
+// every flipped byte of an entry and a torn archive; a failed rewrite leaves
+// the previous export.
+TEST(NpzFileTest, ArchivesVerifyAndARefusedRewriteKeepsThePreviousOne) {
+  const std::string path = TempPath("verified.npz");
+  for (bool zip64 : {false, true}) {
+    SCOPED_TRACE(zip64);
+    ASSERT_TRUE(
+        WriteNpz(path,
+                 {{"a", at::arange(300, at::kLong)}, {"b", at::ones({7, 3})}},
+                 zip64)
+            .ok());
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    const std::string zip = bytes.str();
+    EXPECT_TRUE(VerifyZipChecksums(zip, path).ok());
+    for (size_t at = 100; at < 2400; at += 50) {  // inside entry "a"
+      std::string bad = zip;
+      bad[at] ^= 0x01;
+      EXPECT_EQ(VerifyZipChecksums(bad, path).code(),
+                absl::StatusCode::kDataLoss)
+          << at;
+    }
+    EXPECT_EQ(VerifyZipChecksums(zip.substr(0, zip.size() - 3), path).code(),
+              absl::StatusCode::kDataLoss);
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream before;
+  before << in.rdbuf();
+  EXPECT_FALSE(WriteNpz(path, {{"c", at::ones({2}, at::kComplexFloat)}}).ok());
+  std::ifstream again(path, std::ios::binary);
+  std::stringstream after;
+  after << again.rdbuf();
+  EXPECT_EQ(before.str(), after.str());
 }
 
 TEST(NpzFileTest, UnwritablePathIsAnErrorAndLeavesNoFile) {

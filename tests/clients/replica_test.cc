@@ -18,20 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/tensor_values.h"
+#include "tests/testing/test_dirs.h"
+
 namespace deltastream {
 namespace {
-
-std::string TempDir(const std::string& name) {
-  const char* root = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      std::string(root != nullptr ? root : "/tmp") + "/replica_test_" + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-at::Tensor Ids(std::vector<int64_t> ids) {
-  return at::tensor(ids, at::TensorOptions(at::kLong));
-}
 
 at::Tensor Mask(std::vector<int64_t> bits) {
   return at::tensor(bits, at::TensorOptions(at::kLong)).to(at::kBool);
@@ -79,7 +70,7 @@ class ReplicaTest : public ::testing::TestWithParam<bool> {
 
   std::unique_ptr<Replica> Open(const std::string& name) {
     ReplicaOptions options;
-    if (rocks()) options.db_path = TempDir(name);
+    if (rocks()) options.db_path = FreshDir(name);
     absl::StatusOr<std::unique_ptr<Replica>> replica = Replica::Open(options);
     EXPECT_TRUE(replica.ok()) << replica.status();
     return replica.ok() ? *std::move(replica) : nullptr;
@@ -342,7 +333,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, ReplicaTest, ::testing::Bool(),
                          });
 
 TEST(RocksDbReplicaTest, ReopenKeepsEverythingBitForBit) {
-  const std::string dir = TempDir("reopen");
+  const std::string dir = FreshDir("reopen");
   at::manual_seed(7);
   at::Tensor big = at::randn({1000, 16});
   big[3][2] = std::numeric_limits<float>::quiet_NaN();
@@ -457,7 +448,7 @@ TEST(RocksDbReplicaTest, ReopenRefusesRowsThatDisagreeWithTheirTable) {
   };
   for (const Damage& damage : damages) {
     SCOPED_TRACE(damage.name);
-    const std::string dir = TempDir("damaged_" + damage.name);
+    const std::string dir = FreshDir("damaged_" + damage.name);
     {
       absl::StatusOr<std::unique_ptr<Replica>> replica =
           Replica::Open(AtPath(dir));
@@ -485,7 +476,7 @@ TEST(RocksDbReplicaTest, ReopenRefusesRowsThatDisagreeWithTheirTable) {
 }
 
 TEST(RocksDbReplicaTest, RefusesDirectoriesThatAreNotReplicas) {
-  const std::string dir = TempDir("foreign");
+  const std::string dir = FreshDir("foreign");
   std::filesystem::create_directories(dir);
   {
     FILE* f = std::fopen((dir + "/notes.txt").c_str(), "w");

@@ -267,7 +267,7 @@ TEST(CheckpointJobTest, RowsDroppedUnderTheMemoryCapMakeAFullLink) {
   const std::string chain = work + "/chain";
   CommandResult job = RunCommand(Job(trainer, chain, 2, "--dense=false"));
   ASSERT_EQ(job.exit_code, 0) << job.err;
-  EXPECT_THAT(job.out, HasSubstr("resync: the service dropped"));
+  EXPECT_THAT(job.out, HasSubstr("resync: the tracker dropped"));
   EXPECT_EQ(Count(job.out, "full batches 0.."), 2) << job.out;
   json view = Chain(chain);
   EXPECT_TRUE(view["problems"].empty()) << view.dump();

@@ -13,6 +13,7 @@
 
 #include "clients/delta_client.h"
 #include "tests/integration/server_process.h"
+#include "tests/testing/tensor_values.h"
 
 namespace deltastream {
 namespace {
@@ -24,8 +25,6 @@ std::string FreshDb(const std::string& name) {
   fs::remove_all(path);
   return path;
 }
-
-at::Tensor Ids(std::vector<int64_t> ids) { return at::tensor(ids, at::kLong); }
 
 // Rows of dim 2 whose values are their IDs, plus `shift`.
 at::Tensor StatesFor(const at::Tensor& ids, float shift) {

@@ -366,7 +366,9 @@ TEST_F(PredictorTest, ResyncsWhenTheTrainerRestartsBehindIt) {
   EXPECT_EQ(resynced, told_to_resync || restored_batch < held)
       << "held version " << held << ", restarted trainer:\n"
       << restart;
-  if (resynced) EXPECT_GE(after->resyncs(), 1);
+  if (resynced) {
+    EXPECT_GE(after->resyncs(), 1);
+  }
 }
 
 TEST(PredictorFlagsTest, BadFlagsExitTwo) {
@@ -383,6 +385,24 @@ TEST(PredictorFlagsTest, BadFlagsExitTwo) {
         << args << ": " << result.err;
     EXPECT_TRUE(result.out.empty()) << args;
   }
+}
+
+TEST(PredictorFlagsTest, ASecondPredictorOnAnAddressInUseExitsTwo) {
+  // The first one serves lookups while it keeps trying to reach a trainer
+  // that is not there.
+  ServerProcess first({"--target=127.0.0.1:1"}, "clients/predictor");
+  ASSERT_GT(first.port(), 0);
+  const CommandResult second =
+      RunCommand(RunfilePath("clients/predictor") +
+                 " --target=127.0.0.1:1 --listen=127.0.0.1:" +
+                 std::to_string(first.port()));
+  EXPECT_EQ(second.exit_code, 2) << second.err;
+  EXPECT_EQ(std::count(second.err.begin(), second.err.end(), '\n'), 1)
+      << second.err;
+  EXPECT_TRUE(second.out.empty()) << second.out;
+  // The first still answers.
+  std::unique_ptr<Stub> stub = Connect(first);
+  EXPECT_TRUE(StatusOf(*stub).has_value());
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/test_dirs.h"
+
 namespace deltastream {
 
 // A file of this workspace (a binary): from the runfiles of a test
@@ -35,12 +37,6 @@ inline std::string RunfilePath(const std::string& path) {
     if (access(beside.c_str(), F_OK) == 0) return beside;
   }
   return path;
-}
-
-// Scratch space: Bazel's TEST_TMPDIR, else /tmp.
-inline std::string TestTempDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir != nullptr ? dir : "/tmp";
 }
 
 // The real tracker_server (or another serving binary of the workspace that

@@ -5,8 +5,16 @@
 set -euo pipefail
 cd "${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}"
 status=0
-for source in store/*.cc tracker_service/*.cc trainer/tracking/*.cc; do
+# clients/: every source that holds a lock, in its own text or its header
+# (a new one is covered as soon as it takes one).
+for source in store/*.cc tracker_service/*.cc trainer/tracking/*.cc \
+    clients/*.cc; do
   [[ "$source" == *_demo.cc ]] && continue
+  if [[ "$source" == clients/* ]] &&
+      ! grep -qE 'Mutex|ABSL_GUARDED_BY|ABSL_PT_GUARDED_BY' \
+        "$source" "${source%.cc}.h" 2>/dev/null; then
+    continue
+  fi
   if ! clang++ -std=c++17 -fsyntax-only -I. \
       -isystem /usr/include/torch/csrc/api/include \
       -Wthread-safety -Werror=thread-safety "$source"; then

@@ -22,6 +22,30 @@ TEST(TensorCodecTest, EveryDtypeRoundTripsAsRawBytes) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A tensor's field prefix and its raw bytes, sent from where they lie, must
+// be byte for byte what serialising the encoded tensor in that field gives.
+TEST(TensorCodecTest, FieldPrefixAndRawDataEqualTheSerializedField) {
+  for (at::ScalarType dtype :
+       {at::kLong, at::kFloat, at::kHalf, at::kBFloat16, at::kDouble}) {
+    for (int64_t rows : {0, 1, 3, 5000}) {
+      at::Tensor t = at::randn({rows, 7}).to(dtype);
+      v1::NamedTensor expected;  // field 2 holds a v1::Tensor
+      ASSERT_TRUE(EncodeTensor(t, expected.mutable_tensor()).ok());
+      absl::StatusOr<std::string> prefix = TensorFieldPrefix(2, t);
+      ASSERT_TRUE(prefix.ok()) << prefix.status();
+      const std::string got =
+          *prefix + std::string(static_cast<const char*>(t.data_ptr()),
+                                static_cast<size_t>(t.nbytes()));
+      EXPECT_EQ(got, expected.SerializeAsString())
+          << c10::toString(dtype) << " rows " << rows;
+    }
+  }
+  EXPECT_EQ(TensorFieldPrefix(2, at::ones({2}, at::kInt)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TensorFieldPrefix(2, at::ones({3, 4}).t()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TensorCodecTest, MalformedWireTensorsAreRefused) {
   v1::Tensor wire;
   wire.set_dtype(v1::Tensor::FLOAT32);

@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "store/unique_rows.h"
+#include "tests/testing/tensor_values.h"
 
 namespace deltastream {
 namespace {
-
-at::Tensor Ids(std::vector<int64_t> ids) { return at::tensor(ids, at::kLong); }
 
 // One state row per ID: row i is filled with values[i].
 at::Tensor States(std::vector<float> values, int64_t dim = 2,
@@ -65,6 +64,33 @@ TEST(DeltaStoreTest, FirstKeepsEarliestStateAndLastKeepsLatest) {
                                         : std::vector<float>{21, 40, 12};
       EXPECT_EQ(FirstColumn(rows.states), expected)
           << UpdateModeName(mode) << " compacted=" << compacted;
+    }
+  }
+}
+
+// A read indexes the lookups' rows where they are and copies each once into
+// its result; states recorded as strided views (made contiguous for the read)
+// and reads over compacted and recorded lookups together must answer as the
+// tensor reference does, and leave the store's lookups unchanged.
+TEST(DeltaStoreTest, ReadsOverStridedAndMixedLookupsMatchReference) {
+  for (UpdateMode mode : {UpdateMode::kFirst, UpdateMode::kLast}) {
+    DeltaStore store(mode);
+    std::vector<at::Tensor> ids, states;
+    for (int64_t b = 0; b < 6; ++b) {
+      ids.push_back(at::randint(0, 40, {30}, at::kLong));
+      // [30, 5] viewed from a [5, 30] tensor: not contiguous.
+      states.push_back(at::randn({5, 30}).t());
+      ASSERT_FALSE(states.back().is_contiguous());
+      ASSERT_TRUE(store.Append(b, {{"t", ids.back(), states.back()}}).ok());
+      if (b == 3) store.Compact(0, 3);  // batches 0-2 compacted, 3-5 recorded
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      UniqueRows expected = UniqueRowsOf(ids, states, mode);
+      UniqueRows got = store.GetUnique(-1)["t"];
+      EXPECT_TRUE(at::equal(got.ids, expected.ids)) << UpdateModeName(mode);
+      EXPECT_TRUE(at::equal(got.states, expected.states))
+          << UpdateModeName(mode);
+      EXPECT_EQ(store.BatchIndices("t"), (std::vector<int64_t>{0, 3, 4, 5}));
     }
   }
 }

@@ -7,12 +7,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "store/delta_store.h"
+#include "tests/crash/directory_contents.h"
 
 namespace deltastream {
 namespace {
@@ -290,14 +293,106 @@ TEST(SnapshotDbTest, CorruptedFilesGiveDataLossNotACrashOrAReset) {
     ++corrupted;
   }
   ASSERT_GT(corrupted, 0);
+  const std::map<std::string, std::string> before = DirectoryContents(path);
   auto db = SnapshotDb::Open(path);
-  absl::Status status = db.status();
-  if (db.ok()) {
-    auto read = (*db)->Read();
-    status = read.status();
+  // Refused before the database is opened for writing: nothing changed.
+  EXPECT_EQ(db.status().code(), absl::StatusCode::kDataLoss) << db.status();
+  EXPECT_NE(db.status().message().find(path), std::string::npos) << db.status();
+  EXPECT_TRUE(DirectoryContents(path) == before);
+}
+
+// Issue 21, defect 1: a MANIFEST that lost its last bytes (a torn write) used
+// to open as an empty database, and RocksDB deleted the snapshot's file.
+TEST(SnapshotDbTest, TornManifestIsRefusedAndNothingChanges) {
+  Snapshot snapshot;
+  snapshot.owner_state = "kept";
+  snapshot.tables = {MakeTable("t", at::kFloat, 16, {5000}, true, 11)};
+  for (int64_t lost : {1, 7, 40}) {
+    SCOPED_TRACE(lost);
+    const std::string path = FreshPath(absl::StrCat("torn_manifest.", lost));
+    {
+      auto db = SnapshotDb::Open(path);
+      ASSERT_TRUE(db.ok()) << db.status();
+      ASSERT_TRUE((*db)->Write(snapshot).ok());
+    }
+    int manifests = 0;
+    for (const auto& entry : fs::directory_iterator(path)) {
+      if (entry.path().filename().string().rfind("MANIFEST-", 0) != 0) {
+        continue;
+      }
+      fs::resize_file(entry.path(), entry.file_size() - lost);
+      ++manifests;
+    }
+    ASSERT_EQ(manifests, 1);
+    const std::map<std::string, std::string> before = DirectoryContents(path);
+    auto db = SnapshotDb::Open(path);
+    EXPECT_FALSE(db.ok()) << "a torn database opened; latest: "
+                          << (db.ok() && (*db)->latest().has_value());
+    if (!db.ok()) {
+      EXPECT_NE(db.status().message().find(path), std::string::npos)
+          << db.status();
+    }
+    db = absl::UnknownError("closed");
+    EXPECT_TRUE(DirectoryContents(path) == before);
   }
-  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_NE(status.message().find(path), std::string::npos) << status;
+}
+
+// A process killed after a snapshot's file was linked into the database but
+// before its MANIFEST record was written leaves a table file the MANIFEST
+// does not name, beside a MANIFEST that ends cleanly: the database opens as
+// it was before that snapshot (RocksDB removes the file).
+TEST(SnapshotDbTest, TableFileOfAnInterruptedWriteOpensThePreviousSnapshot) {
+  const std::string path = FreshPath("interrupted_ingest");
+  Snapshot snapshot;
+  snapshot.owner_state = "before";
+  snapshot.tables = {MakeTable("t", at::kFloat, 4, {200}, true, 13)};
+  {
+    auto db = SnapshotDb::Open(path);
+    ASSERT_TRUE(db.ok()) << db.status();
+    ASSERT_TRUE((*db)->Write(snapshot).ok());
+  }
+  std::string table_file;
+  for (const auto& entry : fs::directory_iterator(path)) {
+    if (entry.path().extension() == ".sst") table_file = entry.path().string();
+  }
+  ASSERT_FALSE(table_file.empty());
+  fs::copy_file(table_file, fs::path(path) / "000999.sst");
+  auto db = SnapshotDb::Open(path);
+  ASSERT_TRUE(db.ok()) << db.status();
+  auto read = (*db)->Read();
+  ASSERT_TRUE(read.ok() && read->has_value()) << read.status();
+  EXPECT_EQ((*read)->owner_state, "before");
+}
+
+// The format marker is kept in table files, not only the WAL: a database
+// without its WAL is still a snapshot database, with its snapshot.
+TEST(SnapshotDbTest, DatabaseWithoutItsWalKeepsItsFormatAndSnapshot) {
+  Snapshot snapshot;
+  snapshot.owner_state = "no wal";
+  snapshot.tables = {MakeTable("t", at::kFloat, 4, {300}, true, 12)};
+  for (bool with_snapshot : {false, true}) {
+    SCOPED_TRACE(with_snapshot);
+    const std::string path = FreshPath(absl::StrCat("no_wal.", with_snapshot));
+    {
+      auto db = SnapshotDb::Open(path);
+      ASSERT_TRUE(db.ok()) << db.status();
+      if (with_snapshot) {
+        ASSERT_TRUE((*db)->Write(snapshot).ok());
+      }
+    }
+    for (const auto& entry : fs::directory_iterator(path)) {
+      if (entry.path().extension() == ".log") fs::remove(entry.path());
+    }
+    auto db = SnapshotDb::Open(path);
+    ASSERT_TRUE(db.ok()) << db.status();
+    auto read = (*db)->Read();
+    ASSERT_TRUE(read.ok()) << read.status();
+    ASSERT_EQ(read->has_value(), with_snapshot);
+    if (with_snapshot) {
+      EXPECT_EQ((*read)->owner_state, "no wal");
+      ExpectSameTables(snapshot.tables, (*read)->tables);
+    }
+  }
 }
 
 TEST(SnapshotDbTest, SecondOpenOfTheSameDatabaseIsRefused) {

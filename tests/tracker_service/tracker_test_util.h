@@ -8,23 +8,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/testing/tensor_values.h"
 #include "tracker_service/live_rows_reader.h"
 
 namespace deltastream {
 
-inline at::Tensor Ids(std::vector<int64_t> ids) {
-  return at::tensor(ids, at::kLong);
-}
-
-inline std::vector<int64_t> ToIds(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
-inline std::vector<float> ToFloats(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kFloat).contiguous().reshape({-1});
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
+// The tracker tests' names for tests/testing/tensor_values.h's helpers.
+inline std::vector<int64_t> ToIds(const at::Tensor& t) { return Longs(t); }
+inline std::vector<float> ToFloats(const at::Tensor& t) { return Floats(t); }
 
 // Live rows held in plain tensors: the part of a trainer the tracker reads.
 // Tests change rows as an optimizer would.

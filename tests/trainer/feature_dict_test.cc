@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tests/testing/tensor_values.h"
 #include "trainer/sparse/jagged_tensor.h"
 #include "trainer/sparse/keyed_jagged_tensor.h"
 
@@ -20,16 +21,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-std::vector<int64_t> Longs(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
-std::vector<float> Floats(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
 
 JaggedTensor Jagged(std::vector<int64_t> ids, std::vector<int64_t> lengths,
                     at::ScalarType lengths_dtype = at::kLong,

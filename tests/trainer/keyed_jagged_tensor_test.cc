@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tests/testing/tensor_values.h"
 #include "trainer/sparse/jagged_tensor.h"
 
 namespace deltastream {
@@ -18,18 +19,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-std::vector<int64_t> Longs(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
-std::vector<float> Floats(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
-
-at::Tensor Ids(std::vector<int64_t> ids) { return at::tensor(ids, at::kLong); }
 
 // Two features over a batch of 3:
 //   f1: [1, 2], [], [3]      f2: [4], [5, 6], [7]

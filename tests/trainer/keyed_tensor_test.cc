@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tests/testing/tensor_values.h"
 
 namespace deltastream {
 namespace {
@@ -18,11 +19,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-std::vector<float> Floats(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
 
 // A batch of 2, keys "a" (width 1), "b" (width 2), "c" (width 3):
 //   values = [[0, 1, 2, 3, 4, 5],

@@ -9,7 +9,7 @@
 #include "trainer/models/model.h"
 #include "trainer/modules/embedding_config.h"
 #include "trainer/modules/embedding_modules.h"
-#include "trainer/modules/sparse_optimizer.h"
+#include "trainer/optim/sparse_optimizer.h"
 
 namespace deltastream {
 

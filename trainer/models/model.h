@@ -11,7 +11,7 @@
 #include "trainer/data/batch.h"
 #include "trainer/modules/embedding_config.h"
 #include "trainer/modules/embedding_modules.h"
-#include "trainer/modules/sparse_optimizer.h"
+#include "trainer/optim/sparse_optimizer.h"
 
 namespace torch {
 namespace nn {

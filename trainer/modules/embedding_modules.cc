@@ -55,6 +55,11 @@ void ApplySparseGradient(SparseTableOptimizer& optimizer, at::Tensor weight,
 
 }  // namespace
 
+at::Tensor InitialTableRows(const EmbeddingTableConfig& table, uint64_t seed,
+                            int64_t index) {
+  return InitialRows(table, seed * 1000003 + static_cast<uint64_t>(index));
+}
+
 absl::Status EmbeddingModule::Validate(const EmbeddingModuleOptions& options,
                                        bool pooled) {
   if (options.path.empty()) {
@@ -106,7 +111,8 @@ EmbeddingModule::EmbeddingModule(EmbeddingModuleOptions options, bool pooled)
     feature_names_.insert(feature_names_.end(), table.feature_names.begin(),
                           table.feature_names.end());
     weights_.push_back(
-        InitialRows(table, options_.seed * 1000003 + t).to(options_.device));
+        InitialTableRows(table, options_.seed, static_cast<int64_t>(t))
+            .to(options_.device));
     // The live tensor, never part of an autograd graph.
     weights_.back().set_requires_grad(false);
     optimizers_.push_back(std::make_shared<SparseTableOptimizer>(

@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "trainer/modules/embedding_config.h"
-#include "trainer/modules/sparse_optimizer.h"
+#include "trainer/optim/sparse_optimizer.h"
 #include "trainer/sparse/feature_dict.h"
 #include "trainer/sparse/keyed_jagged_tensor.h"
 #include "trainer/sparse/keyed_tensor.h"
@@ -164,6 +164,12 @@ class EmbeddingModule {
   std::vector<PostLookupHook> post_lookup_hooks_;
   std::vector<PostOutputHook> post_output_hooks_;
 };
+
+// The rows table `index` of a module built with `seed` starts from (on the
+// CPU): what a sharded module slices its shards from, so that every shard
+// starts where the unsharded table does.
+at::Tensor InitialTableRows(const EmbeddingTableConfig& table, uint64_t seed,
+                            int64_t index);
 
 // Pooled embeddings (TorchRec's EmbeddingBagCollection): for every feature
 // and example, the sum (or mean) of the rows of its IDs (scaled by their

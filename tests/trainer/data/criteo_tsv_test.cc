@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tests/testing/tensor_values.h"
 #include "trainer/data/batch.h"
 
 namespace deltastream {
@@ -27,16 +28,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
-
-std::vector<int64_t> Longs(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
-std::vector<float> Floats(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
 
 // A Criteo line: label, 13 integer fields, 26 categorical fields.
 struct Line {

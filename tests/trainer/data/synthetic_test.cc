@@ -17,22 +17,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tests/testing/tensor_values.h"
 #include "trainer/data/batch.h"
 
 namespace deltastream {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::vector<int64_t> Longs(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
-std::vector<float> Floats(const at::Tensor& t) {
-  at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
 
 SyntheticOptions SmallOptions() {
   SyntheticOptions options;

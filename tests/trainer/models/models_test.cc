@@ -395,7 +395,9 @@ void CheckLearns(bool sequence) {
                      << changed.numel() << " rows changed, "
                      << looked_up[t].numel() << " looked up");
         EXPECT_TRUE(at::isin(changed, looked_up[t]).all().item<bool>());
-        if (step == 0) EXPECT_TRUE(at::equal(changed, looked_up[t]));
+        if (step == 0) {
+          EXPECT_TRUE(at::equal(changed, looked_up[t]));
+        }
         EXPECT_GT(changed.numel(), looked_up[t].numel() / 2);
       }
     }

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/tensor_values.h"
 #include "trainer/modules/embedding_modules.h"
 
 namespace deltastream {
@@ -55,11 +56,6 @@ std::vector<int64_t> ChangedRows(const at::Tensor& before,
   at::Tensor changed = (before != after).any(1).nonzero().reshape({-1});
   return {changed.data_ptr<int64_t>(),
           changed.data_ptr<int64_t>() + changed.numel()};
-}
-
-std::vector<int64_t> Ids(const at::Tensor& ids) {
-  at::Tensor c = ids.contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
 // A training loop over one module of either kind: loss = sum of outputs
@@ -141,7 +137,8 @@ TEST(ModuleTrackingTest, DeltaIdsAreExactlyTheRowsTheOptimizerChanged) {
       ASSERT_EQ(delta.tables.size(), 2u);
       for (int64_t t = 0; t < 2; ++t) {
         const TableDelta& table = delta.tables.at(h.module().TableFqn(t));
-        EXPECT_EQ(Ids(table.ids), ChangedRows(before[t], h.module().weight(t)))
+        EXPECT_EQ(Longs(table.ids),
+                  ChangedRows(before[t], h.module().weight(t)))
             << SparseOptimizerName(optimizer) << " pooled=" << pooled
             << " table " << t;
         // Values are the live rows.
@@ -153,7 +150,7 @@ TEST(ModuleTrackingTest, DeltaIdsAreExactlyTheRowsTheOptimizerChanged) {
       for (int64_t step = 5; step < 8; ++step) h.Train(step);
       delta = *h.tracker().GetDelta(Read("predictor"));
       for (int64_t t = 0; t < 2; ++t) {
-        EXPECT_EQ(Ids(delta.tables.at(h.module().TableFqn(t)).ids),
+        EXPECT_EQ(Longs(delta.tables.at(h.module().TableFqn(t)).ids),
                   ChangedRows(before[t], h.module().weight(t)));
       }
     }
@@ -229,7 +226,7 @@ void CheckOptimizerStateDiff(TrackingMode mode, SparseOptimizerType optimizer) {
       at::allclose(table.states, expected.reshape_as(table.states), 1e-6, 1e-6))
       << TrackingModeName(mode);
   // The rows whose state changed are exactly the delta's.
-  EXPECT_EQ(Ids(table.ids), ChangedRows(state_before, state_now));
+  EXPECT_EQ(Longs(table.ids), ChangedRows(state_before, state_now));
 }
 
 TEST(ModuleTrackingTest, MomentumDiffIsTheChangeOfTheRowState) {
@@ -326,12 +323,12 @@ TEST(ModuleTrackingTest, FeaturesGoToTheirTablesCleanedFqnOneLookupPerBatch) {
     EXPECT_EQ(status.usage.tables.count("sparse.ec.embeddings.user"),
               skip_user ? 0u : 1u);
     Delta delta = *tracker->GetDelta({});
-    EXPECT_THAT(Ids(delta.tables.at("sparse.ec.embeddings.item").ids),
+    EXPECT_THAT(Longs(delta.tables.at("sparse.ec.embeddings.item").ids),
                 ElementsAre(1, 3, 8));
     if (skip_user) {
       EXPECT_EQ(delta.tables.count("sparse.ec.embeddings.user"), 0u);
     } else {
-      EXPECT_THAT(Ids(delta.tables.at("sparse.ec.embeddings.user").ids),
+      EXPECT_THAT(Longs(delta.tables.at("sparse.ec.embeddings.user").ids),
                   ElementsAre(7, 9));
     }
   }

@@ -2,14 +2,17 @@
 // a missing, duplicated or overlapping increment, a corrupt or truncated file
 // are refused with a clear error; compaction gives the same tables; dense
 // parameters and run ids round-trip; a newer full link supersedes older
-// increments; truncation after a trainer's restart point.
-#include "clients/checkpoint_chain.h"
+// increments; truncation after a trainer's restart point; links are chunked
+// (any size) and every byte of them is verified, by the loader and by
+// `deltactl chain`.
+#include "store/checkpoint_chain.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -18,18 +21,14 @@
 #include <utility>
 #include <vector>
 
+#include "clients/checkpoint_chain.h"
+#include "tests/testing/tensor_values.h"
+#include "tests/testing/test_dirs.h"
+
 namespace deltastream {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string FreshDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name + "." +
-                    std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 // A read of batches [start, end): rows `ids` of table "t" with values id*10+v.
 ReceivedDelta Read(int64_t start, int64_t end, std::vector<int64_t> ids,
@@ -72,11 +71,6 @@ std::vector<float> Column(const at::Tensor& values) {
   at::Tensor c = values.select(1, 0).contiguous();
   return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
 }
-std::vector<int64_t> Longs(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-
 TEST(CheckpointChainTest, BaseAndIncrementsLoadNewestValues) {
   const std::string dir = FreshDir("chain");
   ASSERT_TRUE(WriteChainLink(dir, Full(10, {1, 2, 3}, 0)).ok());
@@ -340,8 +334,12 @@ TEST(CheckpointChainTest, LinkInfoOfBadFilesIsRefused) {
     std::ifstream in(link->path, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
+  // The info reads the description only; verifying reads the rest.
   std::ofstream(link->path, std::ios::binary)
       << bytes.substr(0, bytes.size() - 5);
+  EXPECT_TRUE(ReadChainLinkInfo(link->path).ok());
+  EXPECT_THAT(VerifyChainLink(*link).message(), HasSubstr("truncated"));
+  std::ofstream(link->path, std::ios::binary) << bytes.substr(0, 40);
   EXPECT_THAT(ReadChainLinkInfo(link->path).status().message(),
               HasSubstr("truncated"));
   std::ofstream(link->path, std::ios::binary) << "not a link at all, no";
@@ -351,8 +349,131 @@ TEST(CheckpointChainTest, LinkInfoOfBadFilesIsRefused) {
   std::string garbage = bytes;
   for (size_t i = 20; i < garbage.size(); ++i) garbage[i] = '\xff';
   std::ofstream(link->path, std::ios::binary) << garbage;
-  EXPECT_THAT(ReadChainLinkInfo(link->path).status().message(),
-              HasSubstr("does not parse"));
+  EXPECT_EQ(ReadChainLinkInfo(link->path).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A link of 1000 rows of dim 3 and a dense parameter, written in records of
+// at most 100 bytes: dozens of records per tensor.
+ChainLinkContent ChunkedContent() {
+  ChainLinkContent content;
+  content.full = true;
+  content.end_batch = 10;
+  content.consumer = "chunked";
+  at::Tensor ids = at::arange(1000, at::kLong) * 3;
+  content.tables["big"] = {ids,
+                           at::arange(3000, at::kFloat).reshape({1000, 3})};
+  content.tables["half"] = {at::arange(5, at::kLong),
+                            at::ones({5, 2}, at::kHalf)};
+  content.tables["empty"] = {at::empty({0}, at::kLong),
+                             at::empty({0, 4}, at::kFloat)};
+  content.dense = {{"w", at::arange(70, at::kDouble).reshape({7, 10})}};
+  content.dense_batch = 10;
+  return content;
+}
+
+TEST(CheckpointChainTest, ChunkedLinksRoundTripAndEveryByteIsVerified) {
+  const std::string dir = FreshDir("chunked");
+  const ChainLinkContent content = ChunkedContent();
+  absl::StatusOr<ChainLink> link =
+      WriteChainLinkContent(dir, content, ChainWriteOptions{100});
+  ASSERT_TRUE(link.ok()) << link.status();
+  // 8000 + 12000 bytes of the big table alone: 200 records of 12 + 100.
+  EXPECT_GT(link->bytes, 20000 + 200 * 12);
+  absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (const auto& [fqn, table] : content.tables) {
+    SCOPED_TRACE(fqn);
+    ASSERT_EQ(loaded->tables.count(fqn), 1u);
+    EXPECT_TRUE(at::equal(loaded->tables.at(fqn).ids, table.ids));
+    EXPECT_EQ(loaded->tables.at(fqn).values.scalar_type(),
+              table.values.scalar_type());
+    EXPECT_TRUE(at::equal(loaded->tables.at(fqn).values, table.values));
+  }
+  ASSERT_EQ(loaded->dense.size(), 1u);
+  EXPECT_TRUE(at::equal(loaded->dense[0].second, content.dense[0].second));
+  EXPECT_TRUE(VerifyChainLink(*link).ok());
+
+  const std::string good = ReadBytes(link->path);
+  // Every 197th byte flipped, one at a time: framing, description, rows.
+  int refused = 0;
+  for (size_t at = 0; at < good.size(); at += 197) {
+    std::string bad = good;
+    bad[at] ^= 0x10;
+    WriteBytes(link->path, bad);
+    absl::Status load = LoadChain(dir).status();
+    absl::Status verify = VerifyChainLink(*link);
+    EXPECT_EQ(load.code(), absl::StatusCode::kDataLoss) << at << ": " << load;
+    EXPECT_EQ(verify.code(), absl::StatusCode::kDataLoss) << at;
+    refused += load.code() == absl::StatusCode::kDataLoss;
+  }
+  EXPECT_GT(refused, 100);
+  // Cut at every 151st byte, and one byte too many.
+  for (size_t size = 0; size < good.size(); size += 151) {
+    WriteBytes(link->path, good.substr(0, size));
+    EXPECT_EQ(LoadChain(dir).status().code(), absl::StatusCode::kDataLoss)
+        << size;
+    EXPECT_EQ(VerifyChainLink(*link).code(), absl::StatusCode::kDataLoss)
+        << size;
+  }
+  WriteBytes(link->path, good + "x");
+  EXPECT_THAT(LoadChain(dir).status().message(), HasSubstr("after its last"));
+  WriteBytes(link->path, good);
+  EXPECT_TRUE(LoadChain(dir).ok());
+}
+
+TEST(CheckpointChainTest, ALinkHoldingOtherBatchesThanItsNameIsRefused) {
+  const std::string dir = FreshDir("renamed");
+  absl::StatusOr<ChainLink> base = WriteChainLink(dir, Full(10, {1, 2}, 0));
+  absl::StatusOr<ChainLink> next = WriteChainLink(dir, Read(10, 20, {2}, 1));
+  ASSERT_TRUE(base.ok() && next.ok());
+  // An increment of [10, 20) renamed to claim [10, 30).
+  const std::string renamed = dir + "/incr-000000000010-000000000030.ckpt";
+  std::filesystem::rename(next->path, renamed);
+  absl::Status load = LoadChain(dir).status();
+  EXPECT_EQ(load.code(), absl::StatusCode::kDataLoss) << load;
+  EXPECT_THAT(load.message(), HasSubstr("not what its name says"));
+  ChainLink claimed{renamed, false, 10, 30, 0};
+  EXPECT_THAT(VerifyChainLink(claimed).message(),
+              HasSubstr("not what its name says"));
+}
+
+TEST(CheckpointChainTest, LinksOfTheFirstFormatAreStillRead) {
+  // "DSCHAIN1": size, CRC-32, one v1::CheckpointLink message with its data
+  // (a full link of table "t": rows 1 and 2, values [[10, 10], [20, 20]]).
+  const std::string dir = FreshDir("v1");
+  std::filesystem::create_directories(dir);
+  const std::string payload(
+      "\x08\x01\x18\x0a\x22\x36\x0a\x01\x74\x12\x17\x08\x01\x12\x01\x02"
+      "\x1a\x10\x01\x00\x00\x00\x00\x00\x00\x00\x02\x00\x00\x00\x00\x00"
+      "\x00\x00\x1a\x18\x08\x02\x12\x02\x02\x02\x1a\x10\x00\x00\x20\x41"
+      "\x00\x00\x20\x41\x00\x00\xa0\x41\x00\x00\xa0\x41",
+      60);
+  const uint64_t size = payload.size();
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32(crc32(0, nullptr, 0),
+            reinterpret_cast<const Bytef*>(payload.data()), payload.size()));
+  std::string bytes("DSCHAIN1", 8);
+  bytes.append(reinterpret_cast<const char*>(&size), 8);
+  bytes.append(reinterpret_cast<const char*>(&crc), 4);
+  WriteBytes(dir + "/full-000000000000-000000000010.ckpt", bytes + payload);
+  absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(Longs(loaded->tables.at("t").ids), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(Column(loaded->tables.at("t").values),
+            (std::vector<float>{10, 20}));
+  bytes[16] ^= 1;
+  WriteBytes(dir + "/full-000000000000-000000000010.ckpt", bytes + payload);
+  EXPECT_THAT(LoadChain(dir).status().message(), HasSubstr("checksum"));
 }
 
 // deltactl chain: the operator's view of a chain.
@@ -386,6 +507,44 @@ TEST(CheckpointChainTest, DeltactlShowsLinksAndGaps) {
   EXPECT_EQ(code, 1) << out;
   EXPECT_THAT(out, HasSubstr("batches 20..29 missing"));
   EXPECT_THAT(out, HasSubstr("\"kind\":\"increment\""));
+}
+
+// Issue 21, defect 6: `deltactl chain` said "no gaps" and exit 0 for links
+// the loader refuses.
+TEST(CheckpointChainTest, DeltactlReportsWhatTheLoaderRefuses) {
+  const std::string dir = FreshDir("view_corrupt");
+  ASSERT_TRUE(WriteChainLink(dir, Full(10, {1, 2, 3}, 0)).ok());
+  absl::StatusOr<ChainLink> next = WriteChainLink(dir, Read(10, 20, {2}, 1));
+  ASSERT_TRUE(next.ok());
+  const std::string good = ReadBytes(next->path);
+  int code = -1;
+  struct Case {
+    const char* what;
+    std::string bytes;
+  };
+  std::string flipped_payload = good;
+  flipped_payload[good.size() - 2] ^= 0x01;
+  std::string wrong_crc = good;
+  wrong_crc[17] ^= 0x01;  // the description record's CRC
+  for (const Case& c : {Case{"flipped payload byte", flipped_payload},
+                        Case{"wrong CRC", wrong_crc}}) {
+    SCOPED_TRACE(c.what);
+    WriteBytes(next->path, c.bytes);
+    ASSERT_FALSE(LoadChain(dir).ok());
+    std::string out = Deltactl("chain --dir=" + dir, &code);
+    EXPECT_NE(code, 0) << out;
+    EXPECT_THAT(out, HasSubstr("problem: '" + next->path));
+    EXPECT_THAT(out, HasSubstr("checksum"));
+    EXPECT_THAT(out, ::testing::Not(HasSubstr("no gaps")));
+  }
+  // Content that does not match the name: [10, 20) saved as [10, 30).
+  WriteBytes(next->path, good);
+  std::filesystem::rename(next->path,
+                          dir + "/incr-000000000010-000000000030.ckpt");
+  ASSERT_FALSE(LoadChain(dir).ok());
+  std::string out = Deltactl("chain --dir=" + dir, &code);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("not what its name says"));
 }
 
 TEST(CheckpointChainTest, DeltactlShowsDenseRunsAndSupersededLinks) {

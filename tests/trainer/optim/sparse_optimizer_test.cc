@@ -1,6 +1,6 @@
 // The fused sparse optimizers against their textbook formulas, computed by
 // hand in doubles on small tables over several steps.
-#include "trainer/modules/sparse_optimizer.h"
+#include "trainer/optim/sparse_optimizer.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>

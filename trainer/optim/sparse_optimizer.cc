@@ -1,4 +1,4 @@
-#include "trainer/modules/sparse_optimizer.h"
+#include "trainer/optim/sparse_optimizer.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

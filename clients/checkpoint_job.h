@@ -1,0 +1,123 @@
+#ifndef DELTASTREAM_CLIENTS_CHECKPOINT_JOB_H_
+#define DELTASTREAM_CLIENTS_CHECKPOINT_JOB_H_
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "clients/delta_client.h"
+#include "clients/delta_continuity.h"
+
+namespace deltastream {
+
+// What a checkpoint job does (the checkpoint_job binary's flags).
+struct CheckpointJobOptions {
+  // The chain's directory (clients/checkpoint_chain.h). Required.
+  std::string dir;
+  // The job's consumer name. Required.
+  std::string consumer = "checkpoint";
+  // The pull period.
+  int64_t every_ms = 1000;
+  // Stop after this many links (0: never).
+  int64_t count = 0;
+  // Compact the chain into one full link every N links written (0: never).
+  int64_t compact_every = 0;
+  // Store the model's dense parameters in every link.
+  bool dense = true;
+  // How long an unreachable service (a trainer restarting) is retried from
+  // its first failure before the job fails; 0: fail at once.
+  int64_t retry_s = 60;
+};
+
+// OK, or InvalidArgument naming the first bad field as one line: an empty
+// dir or consumer, a negative count or interval.
+absl::Status ValidateCheckpointJobOptions(const CheckpointJobOptions& options);
+
+// Where the chain in `dir` ends and the trainer run its last applied link
+// came from: end_batch -1 for an empty (or missing) directory.
+// FailedPrecondition naming the first problem when the chain is broken; the
+// chain's read errors.
+absl::StatusOr<HeldVersion> ReadChainEnd(const std::string& dir);
+
+// Whether a failed call is retried: Unavailable and Cancelled (a server that
+// shuts down cancels the calls in flight) are, for `limit` from the first
+// such failure since the last success; every other error is not. Not
+// thread-safe.
+class UnreachableRetry {
+ public:
+  explicit UnreachableRetry(absl::Duration limit) : limit_(limit) {}
+
+  // Whether to retry `status`, a call failing at `now`.
+  bool ShouldRetry(const absl::Status& status, absl::Time now);
+  // A call succeeded: the next failure starts a new window.
+  void Succeeded() { since_.reset(); }
+  // Whether ShouldRetry's last true started a window (worth a log line).
+  bool just_started() const { return just_started_; }
+
+ private:
+  const absl::Duration limit_;
+  std::optional<absl::Time> since_;
+  bool just_started_ = false;
+};
+
+// Pulls deltas on a schedule as its own consumer and writes incremental
+// checkpoints (clients/checkpoint_chain.h) into options.dir, one link per
+// pull that brought new batches.
+//
+// The first link is a full one, from a read of every row (all_rows). Then
+// one increment per pull, continuing where the chain ends; with the
+// tracker's acknowledged reads a pull is committed only once its link is on
+// disk, so a job killed in between reads the same batches again and writes
+// only what its chain lacks. Whether a read continues the chain is
+// ClassifyDelta's rule (clients/delta_continuity.h): dropped rows or a gap
+// start the chain again with a full read; a trainer that restarted behind
+// the chain's end makes the job remove the links after the run's start
+// batch. Every step is reported as one line on `out`: "full"/"increment"
+// links, "resync: ..." and "removed ..." lines.
+//
+// Thread safety: Run() on one thread; Stop() from any thread or a signal
+// handler (it only sets an atomic flag).
+class CheckpointJob {
+ public:
+  // `client` talks to the trainer's tracker; `out` (not owned, must outlive
+  // the job) receives the report lines.
+  CheckpointJob(CheckpointJobOptions options,
+                std::unique_ptr<DeltaClient> client, FILE* out);
+
+  // Pulls until options.count links are written or Stop() is called (OK),
+  // or until a pull, write or commit fails in a way retrying cannot fix
+  // (that error; an unreachable service is retried for options.retry_s).
+  absl::Status Run();
+
+  // Ends Run() after the pull in progress. Async-signal-safe.
+  void Stop() { stopping_.store(true); }
+
+ private:
+  // One pull and what follows from it. Sets `*again` when the next pull
+  // should come at once (a resync, a retried call).
+  absl::Status Pull(bool* again);
+  // Removes the links a restarted trainer lost, reporting each.
+  absl::Status DropLostLinks(const v1::DeltaHeader& header);
+  // Sleeps `duration` unless stopped meanwhile.
+  void Wait(absl::Duration duration);
+  void Report(const std::string& line);
+
+  const CheckpointJobOptions options_;
+  const std::unique_ptr<DeltaClient> client_;
+  FILE* const out_;
+  std::atomic<bool> stopping_{false};
+  UnreachableRetry retry_;
+  HeldVersion chain_;
+  bool need_full_ = false;
+  int64_t written_ = 0;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_CLIENTS_CHECKPOINT_JOB_H_

@@ -1,0 +1,110 @@
+// The checkpoint job: pulls deltas on a schedule as its own consumer and
+// writes incremental checkpoints (clients/checkpoint_chain.h) into a
+// directory, one link per pull that brought new batches.
+//
+//   checkpoint_job --target=HOST:PORT --consumer=checkpoint --dir=D
+//       [--every_ms=1000] [--count=0] [--compact_every=0] [--dense=true]
+//       [--retry_s=60] [--token_file=F] [--tls_ca=F]
+//
+// The first link is a full one, from a read of every row (all_rows): the
+// trainer's whole tables at its end batch, whenever the consumer started.
+// Then one increment per pull, continuing where the chain ends; every link
+// carries the model's dense parameters unless --dense=false. With the
+// tracker's acknowledged reads, a pull is committed only once its link is on
+// disk: a job killed in between reads the same batches again and writes only
+// the part its chain lacks, so nothing is missed and nothing applied twice.
+//
+// The chain starts again with a full read, said on stdout, when a read cannot
+// continue it: the service dropped rows the job had not read
+// (resync_required), or the read starts after the chain's end. When the
+// trainer restarted from a snapshot older than the chain's end (a new run id
+// whose start batch is before it), the links after that batch hold changes
+// the trainer lost: they are removed (each printed) before going on.
+// SIGTERM/SIGINT end it after the pull in progress. Exit codes: 0 done, 1 a
+// pull or write failed (an unreachable service, a trainer restarting, is
+// retried for --retry_s first: 60 s unless told), 2 bad flags (one line).
+// The job itself: clients/checkpoint_job.h; this file holds flags and main.
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "base/process.h"
+#include "clients/checkpoint_job.h"
+#include "clients/command_line.h"
+#include "clients/delta_client.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051", "tracker HOST:PORT");
+ABSL_FLAG(std::string, consumer, "checkpoint", "the job's consumer name");
+ABSL_FLAG(std::string, dir, "", "the checkpoint chain's directory");
+ABSL_FLAG(int64_t, every_ms, 1000, "pull period");
+ABSL_FLAG(int64_t, count, 0, "stop after N links (0: never)");
+ABSL_FLAG(int64_t, compact_every, 0,
+          "compact the chain into one full link every N links (0: never)");
+ABSL_FLAG(bool, dense, true,
+          "store the model's dense parameters in every link");
+ABSL_FLAG(int64_t, retry_s, 60,
+          "keep retrying an unreachable service for this long (a trainer "
+          "restarting) before failing; 0: fail at once");
+ABSL_FLAG(std::string, token_file, "", "bearer token (first line)");
+ABSL_FLAG(std::string, tls_ca, "", "PEM roots: connect with TLS");
+
+namespace deltastream {
+namespace {
+
+CheckpointJob* running_job = nullptr;
+
+void OnSignal(int) {
+  if (running_job != nullptr) running_job->Stop();
+}
+
+int Main() {
+  CheckpointJobOptions options;
+  options.dir = absl::GetFlag(FLAGS_dir);
+  options.consumer = absl::GetFlag(FLAGS_consumer);
+  options.every_ms = absl::GetFlag(FLAGS_every_ms);
+  options.count = absl::GetFlag(FLAGS_count);
+  options.compact_every = absl::GetFlag(FLAGS_compact_every);
+  options.dense = absl::GetFlag(FLAGS_dense);
+  options.retry_s = absl::GetFlag(FLAGS_retry_s);
+  if (absl::Status valid = ValidateCheckpointJobOptions(options); !valid.ok()) {
+    return Fail(kExitUsage, valid);
+  }
+  const std::string target = absl::GetFlag(FLAGS_target);
+  if (target.empty()) return Fail(kExitUsage, "--target must not be empty");
+  ClientOptions client_options;
+  if (absl::Status read =
+          ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
+                              absl::GetFlag(FLAGS_tls_ca), client_options);
+      !read.ok()) {
+    return Fail(kExitUsage, read.message());
+  }
+  CheckpointJob job(options, DeltaClient::Create(target, client_options),
+                    stdout);
+  running_job = &job;
+  signal(SIGTERM, OnSignal);
+  signal(SIGINT, OnSignal);
+  const absl::Status run = job.Run();
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  running_job = nullptr;
+  return run.ok() ? 0 : Fail(kExitFailure, run.message());
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "checkpoint_job --target=HOST:PORT --consumer=C --dir=D; see --helpfull");
+  if (const std::string error = deltastream::CommandLineError(argc, argv);
+      !error.empty()) {
+    return deltastream::Fail(deltastream::kExitUsage, error);
+  }
+  absl::ParseCommandLine(argc, argv);
+  return deltastream::Main();
+}

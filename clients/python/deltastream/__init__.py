@@ -1,0 +1,20 @@
+"""deltastream: a Python client of the delta-streaming service.
+
+Generate the protocol modules once with `bash clients/python/build.sh`, then
+put clients/python on PYTHONPATH. See docs/python.md.
+"""
+
+import importlib.util
+
+if importlib.util.find_spec(".tracker_pb2", __name__ + "._proto") is None:
+    raise ImportError("deltastream's protocol modules are missing: run "
+                      "`bash clients/python/build.sh` first")
+
+from .client import (Delta, LookupResult, PredictorClient, Subscription,
+                     TableDelta, TrackerClient)
+from .npz import read_delta_npz
+from .tensors import from_numpy, to_numpy
+
+__all__ = ["Delta", "LookupResult", "PredictorClient", "Subscription",
+           "TableDelta", "TrackerClient", "from_numpy", "read_delta_npz",
+           "to_numpy"]

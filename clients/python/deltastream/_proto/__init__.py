@@ -1,0 +1,1 @@
+"""Generated from proto/*.proto by build.sh (not committed)."""

@@ -1,0 +1,386 @@
+"""Clients of the tracker service (proto/tracker.proto) and the predictor's
+lookup API (proto/predictor.proto).
+
+Arrays come back as NumPy arrays over the received bytes: a table that
+arrives in one chunk is `np.frombuffer` over the message's bytes (read-only,
+no copy); a table streamed in several chunks is assembled with one copy of
+each chunk into its array. Errors are `grpc.RpcError` with the server's code
+and message (for example NOT_FOUND for an unknown consumer); bad arguments
+raise ValueError before anything is sent.
+
+A client holds one gRPC channel; it is safe to use from several threads (as
+gRPC's channels are). Close it with `close()` or a `with` block.
+"""
+
+import dataclasses
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+
+import grpc
+import numpy as np
+
+from . import tensors
+from ._proto import predictor_pb2, predictor_pb2_grpc, tracker_pb2, tracker_pb2_grpc
+
+@dataclasses.dataclass
+class TableDelta:
+    """One table's rows in a delta, row i for ids[i], IDs ascending.
+
+    ids: int64 [n]. states: [n, ...] the tracked states (by mode; None when
+    the mode keeps none). values: [n, dim] the rows' current values (None on
+    a standalone server). scores: float32 [n] when asked for.
+    """
+    ids: np.ndarray
+    states: Optional[np.ndarray] = None
+    values: Optional[np.ndarray] = None
+    scores: Optional[np.ndarray] = None
+
+
+@dataclasses.dataclass
+class Delta:
+    """A consumer's read: the batches [start_batch, end_batch), per table.
+
+    end_batch is the token to `commit` in acknowledged mode. When
+    resync_required is set the consumer lost `lost_rows` rows to the memory
+    cap and must read all rows again (all_rows=True, inside a trainer).
+    dense: the model's dense parameters by name, when asked for.
+    """
+    consumer: str
+    start_batch: int
+    end_batch: int
+    tables: Dict[str, TableDelta]
+    resync_required: bool = False
+    lost_rows: int = 0
+    all_rows: bool = False
+    dense: Dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    oldest_change_unix_micros: int = 0
+    newest_change_unix_micros: int = 0
+    run_id: str = ""
+    run_start_batch: int = 0
+
+
+TopK = Union[None, int, float]
+
+
+def _top_k(value: TopK, out: tracker_pb2.TopK) -> None:
+    """int: a row count (>= 1); float: a percentage in (0, 100]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"top_k must be an int (rows) or a float (percent), "
+                         f"not {value!r}")
+    if isinstance(value, int):
+        out.count = value
+    else:
+        out.percentage = value
+
+
+def _channel(target: str, root_certificates: Optional[bytes],
+             max_message_bytes: int) -> grpc.Channel:
+    options = [("grpc.max_receive_message_length", max_message_bytes),
+               ("grpc.max_send_message_length", max_message_bytes)]
+    if root_certificates is None:
+        return grpc.insecure_channel(target, options=options)
+    credentials = grpc.ssl_channel_credentials(root_certificates)
+    return grpc.secure_channel(target, credentials, options=options)
+
+
+class _Connection:
+    """A channel and the call metadata (the bearer token) shared by clients."""
+
+    def __init__(self, target: str, token: Optional[str],
+                 root_certificates: Optional[bytes], timeout: Optional[float],
+                 max_message_bytes: int):
+        if not target:
+            raise ValueError("target must be HOST:PORT")
+        self.target = target
+        self.timeout = timeout
+        self._metadata = ((("authorization", f"Bearer {token}"),)
+                          if token else ())
+        self._channel = _channel(target, root_certificates, max_message_bytes)
+
+    def call(self, method, request, timeout=None, **kwargs):
+        return method(request, metadata=self._metadata,
+                      timeout=timeout if timeout is not None else self.timeout,
+                      **kwargs)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _DeltaAssembler:
+    """Builds Deltas from a stream of DeltaChunks (one delta per `last`)."""
+
+    def __init__(self):
+        self._delta: Optional[Delta] = None
+        self._pending: Dict[str, Dict[str, np.ndarray]] = {}
+
+    def add(self, chunk: tracker_pb2.DeltaChunk) -> Optional[Delta]:
+        """Adds a chunk; returns the delta when `chunk` is its last one."""
+        if chunk.HasField("header"):
+            h = chunk.header
+            self._delta = Delta(
+                consumer=h.consumer, start_batch=h.start_batch,
+                end_batch=h.end_batch, tables={fqn: None for fqn in h.fqns},
+                resync_required=h.resync_required, lost_rows=h.lost_rows,
+                all_rows=h.all_rows,
+                oldest_change_unix_micros=h.oldest_change_unix_micros,
+                newest_change_unix_micros=h.newest_change_unix_micros,
+                run_id=h.run_id, run_start_batch=h.run_start_batch)
+            self._pending = {}
+        if self._delta is None:
+            raise ValueError("delta stream without a header")
+        if chunk.HasField("dense"):
+            self._delta.dense[chunk.dense.name] = tensors.to_numpy(
+                chunk.dense.tensor)
+        elif chunk.fqn:
+            self._add_rows(chunk)
+        if not chunk.last:
+            return None
+        delta, self._delta = self._delta, None
+        for fqn, table in delta.tables.items():
+            if table is None:  # announced, never sent
+                delta.tables[fqn] = TableDelta(ids=np.empty(0, np.int64))
+        return delta
+
+    def _add_rows(self, chunk: tracker_pb2.DeltaChunk) -> None:
+        fields = {}
+        for name in ("ids", "states", "values", "scores"):
+            if chunk.HasField(name):
+                fields[name] = tensors.to_numpy(getattr(chunk, name))
+        rows = chunk.table_rows
+        whole = chunk.row_offset == 0 and all(
+            a.shape[0] == rows for a in fields.values())
+        if whole:  # one chunk: the arrays share the message's bytes
+            self._delta.tables[chunk.fqn] = TableDelta(**fields)
+            return
+        arrays = self._pending.setdefault(chunk.fqn, {})
+        for name, part in fields.items():
+            if name not in arrays:
+                arrays[name] = np.empty((rows,) + part.shape[1:], part.dtype)
+            end = chunk.row_offset + part.shape[0]
+            if end > rows:
+                raise ValueError(f"chunk rows [{chunk.row_offset}, {end}) of "
+                                 f"{chunk.fqn} past its {rows} rows")
+            arrays[name][chunk.row_offset:end] = part
+        if chunk.row_offset + fields["ids"].shape[0] >= rows:
+            self._delta.tables[chunk.fqn] = TableDelta(
+                **self._pending.pop(chunk.fqn))
+
+
+def _read_request(consumer: str, fqns: Optional[Iterable[str]], top_k: TopK,
+                  per_table_top_k: Optional[Mapping[str, TopK]],
+                  include_scores: bool, all_rows: bool, include_dense: bool,
+                  omit_states: bool, omit_values: bool,
+                  max_chunk_bytes: int) -> tracker_pb2.GetDeltaRequest:
+    if not consumer:
+        raise ValueError("consumer must be named")
+    request = tracker_pb2.GetDeltaRequest(
+        consumer=consumer, fqns=list(fqns or ()),
+        include_scores=include_scores, all_rows=all_rows,
+        include_dense=include_dense, omit_states=omit_states,
+        omit_values=omit_values, max_chunk_bytes=max_chunk_bytes)
+    if top_k is not None:
+        _top_k(top_k, request.top_k)
+    for fqn, k in (per_table_top_k or {}).items():
+        _top_k(k, request.per_table_top_k[fqn])
+    return request
+
+
+class TrackerClient(_Connection):
+    """A client of a tracker: tracker_server, or a trainer's --listen port.
+
+    Consumer side: get, subscribe, commit, consumers, add_consumer,
+    remove_consumer, clear, status. Producer side (a Python trainer beside
+    tracker_server): push (one record of lookups) and step (closes the
+    batch). `token`: the bearer token (tracker_service/auth.h roles);
+    `root_certificates`: PEM bytes to verify a TLS server (None: plaintext);
+    `timeout`: seconds per unary call (None: none).
+    """
+
+    def __init__(self, target: str, token: Optional[str] = None,
+                 root_certificates: Optional[bytes] = None,
+                 timeout: Optional[float] = 30.0,
+                 max_message_bytes: int = 64 << 20):
+        super().__init__(target, token, root_certificates, timeout,
+                         max_message_bytes)
+        self._stub = tracker_pb2_grpc.DeltaTrackerStub(self._channel)
+
+    # Producer.
+    def push(self, tables: Mapping[str, Union[np.ndarray, Tuple]]) -> int:
+        """Records one lookup per table into the current batch, all or none.
+
+        tables: fqn -> ids, or fqn -> (ids, states) with states [n, ...]
+        (the modes that keep states need them). ids: int64 [n] (any integer
+        array or CPU tensor). Returns the batch they went to.
+        """
+        request = tracker_pb2.RecordRequest()
+        for fqn, rows in tables.items():
+            ids, states = (rows if isinstance(rows, tuple) else (rows, None))
+            table = request.tables.add(fqn=fqn)
+            tensors.from_numpy(np.asarray(ids).reshape(-1), table.ids)
+            if states is not None:
+                tensors.from_numpy(states, table.states)
+        response = self.call(self._stub.Record, iter([request]))
+        if response.records != 1:
+            raise RuntimeError(f"the server recorded {response.records} of 1 "
+                               "record message")
+        return response.batch
+
+    def step(self) -> int:
+        """Closes the current batch; returns the new current batch."""
+        return self.call(self._stub.Step, tracker_pb2.StepRequest()).batch
+
+    # Consumer.
+    def get(self, consumer: str, fqns: Optional[Iterable[str]] = None,
+            top_k: TopK = None,
+            per_table_top_k: Optional[Mapping[str, TopK]] = None,
+            include_scores: bool = False, all_rows: bool = False,
+            include_dense: bool = False, omit_states: bool = False,
+            omit_values: bool = False, max_chunk_bytes: int = 0) -> Delta:
+        """The consumer's delta since its last read (closed batches only).
+
+        fqns: the tables to read (None: all); top_k / per_table_top_k: a row
+        count (int) or a percentage (float). The consumer's cursor moves (in
+        acknowledged mode, only once `commit` is called).
+        """
+        request = _read_request(consumer, fqns, top_k, per_table_top_k,
+                                include_scores, all_rows, include_dense,
+                                omit_states, omit_values, max_chunk_bytes)
+        assembler = _DeltaAssembler()
+        for chunk in self.call(self._stub.GetDelta, request):
+            delta = assembler.add(chunk)
+            if delta is not None:
+                return delta
+        raise RuntimeError("the delta stream ended before its last chunk")
+
+    def subscribe(self, consumer: str, every_steps: int = 1,
+                  every_ms: int = 0, fqns: Optional[Iterable[str]] = None,
+                  top_k: TopK = None, include_scores: bool = False,
+                  all_rows: bool = False, include_dense: bool = False,
+                  omit_states: bool = False, omit_values: bool = False,
+                  timeout: Optional[float] = None) -> "Subscription":
+        """Pushed deltas: every `every_steps` closed batches or `every_ms`
+        milliseconds, whichever first, starting with what is unread now.
+
+        Returns a Subscription: iterate it for Deltas; `cancel()` ends it.
+        `timeout` bounds the whole stream (None: until cancelled).
+        """
+        request = tracker_pb2.SubscribeRequest(
+            read=_read_request(consumer, fqns, top_k, None, include_scores,
+                               all_rows, include_dense, omit_states,
+                               omit_values, 0),
+            every_steps=every_steps, every_ms=every_ms)
+        stream = self._stub.Subscribe(request, metadata=self._metadata,
+                                      timeout=timeout)
+        return Subscription(stream)
+
+    def commit(self, consumer: str, end_batch: int) -> None:
+        """Acknowledged mode: makes the read that ended at `end_batch` final."""
+        self.call(self._stub.Commit, tracker_pb2.CommitRequest(
+            consumer=consumer, end_batch=end_batch))
+
+    def consumers(self) -> List[str]:
+        """The tracker's consumers."""
+        return list(self.call(self._stub.ListConsumers,
+                              tracker_pb2.ListConsumersRequest()).consumers)
+
+    def add_consumer(self, consumer: str) -> List[str]:
+        """Adds a consumer (its cursor starts at the current batch)."""
+        return list(self.call(self._stub.AddConsumer,
+                              tracker_pb2.ConsumerRequest(
+                                  consumer=consumer)).consumers)
+
+    def remove_consumer(self, consumer: str) -> List[str]:
+        """Removes a consumer (not the last one)."""
+        return list(self.call(self._stub.RemoveConsumer,
+                              tracker_pb2.ConsumerRequest(
+                                  consumer=consumer)).consumers)
+
+    def clear(self, consumer: str = "") -> None:
+        """clear(c): c skips to the present; clear(): drops everything."""
+        self.call(self._stub.Clear, tracker_pb2.ClearRequest(consumer=consumer))
+
+    def compact(self) -> None:
+        """Compacts what compaction can merge without changing any read."""
+        self.call(self._stub.Compact, tracker_pb2.CompactRequest())
+
+    def status(self) -> tracker_pb2.StatusResponse:
+        """The tracker's state: mode, batch, consumers' lag, tables, bytes."""
+        return self.call(self._stub.Status, tracker_pb2.StatusRequest())
+
+
+class Subscription:
+    """An open Subscribe stream: an iterator of Deltas until cancelled."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._assembler = _DeltaAssembler()
+
+    def __iter__(self) -> Iterator[Delta]:
+        return self
+
+    def __next__(self) -> Delta:
+        for chunk in self._stream:
+            delta = self._assembler.add(chunk)
+            if delta is not None:
+                return delta
+        raise StopIteration
+
+    def cancel(self) -> None:
+        """Ends the stream (the server stops pushing)."""
+        self._stream.cancel()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cancel()
+
+
+@dataclasses.dataclass
+class LookupResult:
+    """Rows of one table from a predictor: rows[i] for ids[i] (zeros for a
+    missing ID), the model version they belong to, the IDs not held."""
+    version: int
+    rows: np.ndarray
+    missing_ids: List[int]
+    run_id: str
+
+
+class PredictorClient(_Connection):
+    """A client of a predictor's lookup API (clients:predictor)."""
+
+    def __init__(self, target: str, token: Optional[str] = None,
+                 root_certificates: Optional[bytes] = None,
+                 timeout: Optional[float] = 30.0,
+                 max_message_bytes: int = 64 << 20):
+        super().__init__(target, token, root_certificates, timeout,
+                         max_message_bytes)
+        self._stub = predictor_pb2_grpc.ReplicaLookupStub(self._channel)
+
+    def lookup(self, fqn: str, ids) -> LookupResult:
+        """Rows of table `fqn` for `ids` (int64 [n]). UNAVAILABLE before the
+        predictor holds a version; NOT_FOUND for a table it does not hold."""
+        request = predictor_pb2.LookupRequest(fqn=fqn)
+        tensors.from_numpy(np.asarray(ids).reshape(-1), request.ids)
+        response = self.call(self._stub.Lookup, request)
+        return LookupResult(version=response.version,
+                            rows=tensors.to_numpy(response.rows),
+                            missing_ids=list(response.missing_ids),
+                            run_id=response.run_id)
+
+    def dense(self) -> Tuple[int, Dict[str, np.ndarray]]:
+        """The replica's version and its dense parameters by name."""
+        response = self.call(self._stub.GetDense,
+                             predictor_pb2.GetDenseRequest())
+        return response.version, {p.name: tensors.to_numpy(p.tensor)
+                                  for p in response.parameters}
+
+    def status(self) -> predictor_pb2.PredictorStatus:
+        """The predictor's version, lag, freshness and tables."""
+        return self.call(self._stub.Status,
+                         predictor_pb2.PredictorStatusRequest())

@@ -1,0 +1,67 @@
+#include "clients/replica_lookup_service.h"
+
+#include <string>
+
+#include "proto/tensor_codec.h"
+
+namespace deltastream {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+}  // namespace
+
+grpc::Status ReplicaLookupService::Lookup(grpc::ServerContext*,
+                                          const v1::LookupRequest* request,
+                                          v1::LookupResponse* response) {
+  const Replica& replica = predictor_->replica();
+  if (replica.Version() < 0) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the replica holds no version yet");
+  }
+  absl::StatusOr<at::Tensor> ids = DecodeTensor(request->ids());
+  if (!ids.ok()) return ToGrpc(ids.status());
+  absl::StatusOr<ReplicaRows> rows = replica.Lookup(request->fqn(), *ids);
+  if (!rows.ok()) return ToGrpc(rows.status());
+  response->set_version(rows->version);
+  response->set_run_id(replica.RunId());
+  if (absl::Status s = EncodeTensor(rows->rows, response->mutable_rows());
+      !s.ok()) {
+    return ToGrpc(s);
+  }
+  const bool* found = rows->found.data_ptr<bool>();
+  const int64_t* id = ids->data_ptr<int64_t>();
+  for (int64_t i = 0; i < rows->found.numel(); ++i) {
+    if (!found[i]) response->add_missing_ids(id[i]);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplicaLookupService::GetDense(grpc::ServerContext*,
+                                            const v1::GetDenseRequest*,
+                                            v1::GetDenseResponse* response) {
+  const ReplicaDense dense = predictor_->replica().Dense();
+  response->set_version(dense.version);
+  for (const auto& [name, tensor] : dense.parameters) {
+    v1::NamedTensor* named = response->add_parameters();
+    named->set_name(name);
+    if (absl::Status s = EncodeTensor(tensor, named->mutable_tensor());
+        !s.ok()) {
+      return ToGrpc(s);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplicaLookupService::Status(grpc::ServerContext*,
+                                          const v1::PredictorStatusRequest*,
+                                          v1::PredictorStatus* response) {
+  *response = predictor_->Status();
+  return grpc::Status::OK;
+}
+
+}  // namespace deltastream

@@ -1,0 +1,202 @@
+// Google Benchmark micro-benchmarks of the data path's hot functions, so that
+// a regression shows up as a number: the row index folding new and known IDs,
+// compaction and reads of a window, and chunk encoding and decoding.
+//
+//   bazel run -c opt //tests/bench:micro_bench [-- --benchmark_filter=Fold]
+//
+// Workload: lookups of 4096 IDs drawn from tests/bench/zipf.h's bounded
+// Zipf(1.05) over 1M rows, float32 states of dim 64 (DESIGN.md's workload, one
+// table). items/s counts IDs; bytes/s counts state (or wire) bytes.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/host_memory.h"
+#include "proto/tensor.pb.h"
+#include "proto/tensor_codec.h"
+#include "store/delta_store.h"
+#include "store/row_index.h"
+#include "tests/bench/zipf.h"
+
+namespace deltastream {
+namespace {
+
+constexpr int64_t kIds = 4096;
+constexpr int64_t kDim = 64;
+constexpr int64_t kRowBytes = kDim * sizeof(float);
+
+// `count` lookups of kIds Zipf IDs with random float32 states, drawn once.
+struct Lookups {
+  std::vector<at::Tensor> ids, states;
+};
+
+const Lookups& ZipfLookups() {
+  static const Lookups* lookups = [] {
+    auto* l = new Lookups;
+    ZipfIds zipf(1000000, 1.05, 1);
+    for (int b = 0; b < 100; ++b) {
+      at::Tensor ids = at::empty({kIds}, at::kLong);
+      int64_t* out = ids.data_ptr<int64_t>();
+      for (int64_t i = 0; i < kIds; ++i) out[i] = zipf.Next();
+      l->ids.push_back(ids);
+      l->states.push_back(at::rand({kIds, kDim}));
+    }
+    return l;
+  }();
+  return *lookups;
+}
+
+UpdateMode ModeArg(const benchmark::State& state) {
+  return static_cast<UpdateMode>(state.range(0));
+}
+
+void Fold(RowIndex& index, const Lookups& l, size_t b) {
+  index.Fold(l.ids[b].data_ptr<int64_t>(),
+             static_cast<const uint8_t*>(l.states[b].data_ptr()), kIds);
+}
+
+// Folding lookups into a fresh index: almost every ID is new (a slot and, in
+// kFirst/kLast, a row copied).
+void BM_RowIndexInsertNew(benchmark::State& state) {
+  const Lookups& l = ZipfLookups();
+  const int64_t batches = state.range(1);
+  for (auto _ : state) {
+    RowIndex index(ModeArg(state), kRowBytes);
+    for (int64_t b = 0; b < batches; ++b) Fold(index, l, b);
+    benchmark::DoNotOptimize(index.size());
+  }
+  state.SetItemsProcessed(state.iterations() * batches * kIds);
+}
+BENCHMARK(BM_RowIndexInsertNew)
+    ->ArgNames({"mode", "batches"})
+    ->Args({static_cast<int>(UpdateMode::kNone), 1})
+    ->Args({static_cast<int>(UpdateMode::kFirst), 1})
+    ->Args({static_cast<int>(UpdateMode::kLast), 1})
+    ->Args({static_cast<int>(UpdateMode::kFirst), 10});
+
+// Folding one more lookup into an index that holds 30 (auto-compaction's step
+// in the steady state): most IDs are known; kFirst drops their states
+// without copying, kLast copies each row once.
+void BM_RowIndexFoldIntoHeld(benchmark::State& state) {
+  const Lookups& l = ZipfLookups();
+  RowIndex index(ModeArg(state), kRowBytes);
+  for (int b = 0; b < 30; ++b) Fold(index, l, b);
+  size_t next = 30;
+  for (auto _ : state) {
+    Fold(index, l, next);
+    next = next + 1 < l.ids.size() ? next + 1 : 30;
+  }
+  state.SetItemsProcessed(state.iterations() * kIds);
+}
+BENCHMARK(BM_RowIndexFoldIntoHeld)
+    ->ArgName("mode")
+    ->Arg(static_cast<int>(UpdateMode::kNone))
+    ->Arg(static_cast<int>(UpdateMode::kFirst))
+    ->Arg(static_cast<int>(UpdateMode::kLast));
+
+// Appends lookups 0..batches-1 to table "t" of `store`, one per batch.
+void AppendLookups(DeltaStore& store, const Lookups& l, int64_t batches) {
+  for (int64_t b = 0; b < batches; ++b) {
+    (void)store.Append(
+        b, {{"t", l.ids[b],
+             store.mode() == UpdateMode::kNone ? at::Tensor() : l.states[b]}});
+  }
+}
+
+// Compacting a window of recorded lookups into one (DeltaStore::Compact).
+void BM_CompactWindow(benchmark::State& state) {
+  const Lookups& l = ZipfLookups();
+  const UpdateMode mode = ModeArg(state);
+  const int64_t batches = state.range(1);
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto store = std::make_unique<DeltaStore>(mode);
+    AppendLookups(*store, l, batches);
+    state.ResumeTiming();
+    store->Compact(0, batches);
+    state.PauseTiming();
+    store.reset();  // freeing is not compaction's cost
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * batches * kIds);
+}
+BENCHMARK(BM_CompactWindow)
+    ->ArgNames({"mode", "batches"})
+    ->Args({static_cast<int>(UpdateMode::kNone), 30})
+    ->Args({static_cast<int>(UpdateMode::kFirst), 30})
+    ->Args({static_cast<int>(UpdateMode::kLast), 30});
+
+// Reading the unique rows of a window: compacted (one index, one gather) or
+// as recorded (indexed where they are, then one gather).
+void BM_ReadWindow(benchmark::State& state) {
+  const Lookups& l = ZipfLookups();
+  const bool compacted = state.range(1) != 0;
+  DeltaStore store(ModeArg(state));
+  AppendLookups(store, l, 30);
+  if (compacted) store.Compact(0, 30);
+  int64_t rows = 0;
+  for (auto _ : state) {
+    UniqueRows read = *store.GetUniqueTable("t", 0);
+    rows = read.size();
+    benchmark::DoNotOptimize(read.ids.data_ptr());
+  }
+  state.SetItemsProcessed(state.iterations() * rows);
+  state.SetBytesProcessed(
+      state.iterations() * rows *
+      (ModeArg(state) == UpdateMode::kNone ? 8 : 8 + kRowBytes));
+}
+BENCHMARK(BM_ReadWindow)
+    ->ArgNames({"mode", "compacted"})
+    ->Args({static_cast<int>(UpdateMode::kNone), 1})
+    ->Args({static_cast<int>(UpdateMode::kFirst), 1})
+    ->Args({static_cast<int>(UpdateMode::kFirst), 0})
+    ->Args({static_cast<int>(UpdateMode::kLast), 0});
+
+// One chunk of states (4096 rows x 64 float32 = 1 MiB, GetDelta's default
+// chunk) to its wire form and back into a table, as the service and the
+// client do per chunk.
+void BM_EncodeChunk(benchmark::State& state) {
+  const at::Tensor table = at::rand({16 * kIds, kDim});
+  v1::Tensor wire;
+  int64_t offset = 0;
+  for (auto _ : state) {
+    (void)EncodeTensor(table.narrow(0, offset, kIds), &wire);
+    benchmark::DoNotOptimize(wire.data().data());
+    offset = (offset + kIds) % table.size(0);
+  }
+  state.SetBytesProcessed(state.iterations() * kIds * kRowBytes);
+}
+BENCHMARK(BM_EncodeChunk);
+
+void BM_DecodeChunk(benchmark::State& state) {
+  const int64_t table_rows = 16 * kIds;
+  v1::Tensor wire;
+  (void)EncodeTensor(at::rand({kIds, kDim}), &wire);
+  at::Tensor table;
+  int64_t offset = 0;
+  for (auto _ : state) {
+    (void)DecodeRowsInto(wire, offset, table_rows, &table);
+    benchmark::DoNotOptimize(table.data_ptr());
+    offset = (offset + kIds) % table_rows;
+  }
+  state.SetBytesProcessed(state.iterations() * kIds * kRowBytes);
+}
+BENCHMARK(BM_DecodeChunk);
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  at::set_num_threads(1);
+  deltastream::KeepHostMemoryForReuse();  // as a long-running trainer
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

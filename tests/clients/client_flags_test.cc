@@ -1,0 +1,102 @@
+// The client binaries refuse bad command lines and bad push input with one
+// line on stderr and the documented exit code, before any server is
+// contacted (the target, 127.0.0.1:1, has nobody listening).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "tests/integration/server_process.h"
+
+namespace deltastream {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kNobody[] = "--target=127.0.0.1:1";
+
+void ExpectOneLineRefusal(const std::string& command, int exit_code,
+                          const std::string& says = "") {
+  const CommandResult result = RunCommand(command);
+  EXPECT_EQ(result.exit_code, exit_code) << command << ": " << result.err;
+  EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+      << command << ": " << result.err;
+  EXPECT_TRUE(result.out.empty()) << command << ": " << result.out;
+  if (!says.empty()) {
+    EXPECT_THAT(result.err, HasSubstr(says)) << command;
+  }
+}
+
+TEST(DeltactlFlagsTest, BadFlagsExitTwo) {
+  const std::string deltactl = RunfilePath("clients/deltactl") + " ";
+  ExpectOneLineRefusal(deltactl + kNobody + " --no_such_flag=1 status", 2,
+                       "unknown flag --no_such_flag");
+  ExpectOneLineRefusal(deltactl + kNobody + " --timeout_ms=0 status", 2,
+                       "--timeout_ms");
+  ExpectOneLineRefusal(deltactl + "--target= status", 2, "--target");
+  ExpectOneLineRefusal(
+      deltactl + kNobody + " --count=-1 subscribe --consumer=c", 2, "--count");
+  ExpectOneLineRefusal(deltactl + kNobody + " --interval_ms=0 watch", 2,
+                       "--interval_ms");
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = TestTempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(DeltactlPushTest, RefusesIdsThatDoNotFitInt64) {
+  const std::string file =
+      WriteFile("big_ids.json",
+                R"({"tables": {"t": {"ids": [1, 9223372036854775808]}}})");
+  ExpectOneLineRefusal(RunfilePath("clients/deltactl") + " " + kNobody +
+                           " push --json_file=" + file,
+                       1, "ID 9223372036854775808 is outside int64");
+}
+
+TEST(DeltactlPushTest, RefusesRepeatedKeys) {
+  const std::string file = WriteFile(
+      "repeated.json", R"({"tables": {"t": {"ids": [1]}, "t": {"ids": [2]}}})");
+  ExpectOneLineRefusal(RunfilePath("clients/deltactl") + " " + kNobody +
+                           " push --json_file=" + file,
+                       1, "\"t\" appears twice");
+}
+
+TEST(CheckpointJobFlagsTest, BadFlagsExitTwo) {
+  const std::string job = RunfilePath("clients/checkpoint_job") + " ";
+  const std::string dir = "--dir=" + TestTempDir() + "/chain_flags";
+  ExpectOneLineRefusal(job + kNobody + " " + dir + " --no_such_flag=1", 2,
+                       "unknown flag");
+  ExpectOneLineRefusal(job + kNobody + " " + dir + " --every_ms=-1", 2,
+                       "must be >= 0");
+  ExpectOneLineRefusal(job + kNobody, 2, "--dir");
+  ExpectOneLineRefusal(job + "--target= " + dir, 2, "--target");
+  ExpectOneLineRefusal(job + kNobody + " " + dir + " stray", 2,
+                       "unexpected argument");
+}
+
+TEST(CheckpointJobFlagsTest, RetriesAnUnreachableTrainerByDefault) {
+  Background job(RunfilePath("clients/checkpoint_job") + " " + kNobody +
+                     " --every_ms=50 --dir=" + TestTempDir() + "/chain_retry",
+                 TestTempDir() + "/job_retry");
+  // It says it retries (or fails, without retries) once it started; up to
+  // 60 s on a busy machine.
+  for (int i = 0; i < 600 && job.err().find("retrying") == std::string::npos &&
+                  job.err().find("cannot reach") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_THAT(job.err(), HasSubstr("retrying for 60s"));
+  // Still retrying a second later (it would have exited 1 at once without
+  // retries): a SIGTERM ends it cleanly.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_EQ(job.Stop(SIGTERM), 0) << job.err();
+}
+
+}  // namespace
+}  // namespace deltastream

@@ -1,0 +1,184 @@
+"""deltastream.TrackerClient against the real tracker_server on loopback:
+push/step/get (one chunk and many), subscribe, acknowledged reads and
+commit, consumers, status, errors, and the .npz reader on a file written by
+the real deltactl."""
+
+import os
+import re
+import subprocess
+import unittest
+
+import grpc
+import numpy as np
+
+import deltastream
+from server_process import ServerProcess, runfile
+
+SERVER = "tracker_service/tracker_server"
+
+
+class TrackerClientTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess(SERVER, ["--mode=embedding",
+                                            "--consumers=a,b,sub"])
+        cls.client = deltastream.TrackerClient(cls.server.target, timeout=10)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        rc = cls.server.stop()
+        assert rc == 0, f"tracker_server exited {rc}"
+
+    def test_push_step_get_in_one_chunk_and_in_many(self):
+        ids = np.array([7, 3, 7, 5], dtype=np.int32)  # int32 widens to int64
+        states = np.arange(12, dtype=np.float16).reshape(4, 3)
+        self.client.push({"m.t_half": (ids, states)})
+        self.client.step()
+        one = self.client.get("a", fqns=["m.t_half"])
+        table = one.tables["m.t_half"]
+        np.testing.assert_array_equal(table.ids, [3, 5, 7])
+        self.assertEqual(table.ids.dtype, np.int64)
+        self.assertEqual(table.states.dtype, np.float16)
+        # First state of each ID (embedding mode keeps the first).
+        np.testing.assert_array_equal(table.states, states[[1, 3, 0]])
+        # One chunk: the arrays are views of the received bytes.
+        self.assertFalse(table.ids.flags.owndata)
+        self.assertFalse(table.ids.flags.writeable)
+        self.assertLess(one.start_batch, one.end_batch)
+        # 8 bytes per chunk: one row per chunk, assembled into one array.
+        many = self.client.get("b", fqns=["m.t_half"], max_chunk_bytes=8)
+        np.testing.assert_array_equal(many.tables["m.t_half"].ids, [3, 5, 7])
+        np.testing.assert_array_equal(many.tables["m.t_half"].states,
+                                      states[[1, 3, 0]])
+        self.assertTrue(many.tables["m.t_half"].ids.flags.owndata)
+
+    def test_subscribe_pushes_each_closed_batch(self):
+        def push(i):
+            self.client.push({"m.sub": (np.array([i, 100 + i]),
+                                        np.full((2, 2), i, np.float32))})
+            self.client.step()
+        push(0)  # the table must be known before a read names it
+        got = []
+        with self.client.subscribe("sub", fqns=["m.sub"], every_steps=1,
+                                   timeout=20) as subscription:
+            for i in (1, 2):
+                push(i)
+            for delta in subscription:
+                got.extend(delta.tables["m.sub"].ids.tolist())
+                if len(got) >= 6:
+                    break
+        self.assertEqual(sorted(got), [0, 1, 2, 100, 101, 102])
+
+    def test_consumers_status_and_errors(self):
+        self.assertIn("a", self.client.consumers())
+        self.assertIn("late", self.client.add_consumer("late"))
+        self.assertNotIn("late", self.client.remove_consumer("late"))
+        status = self.client.status()
+        self.assertEqual(status.mode, "embedding")
+        self.assertTrue(status.delete_on_read)
+        self.assertEqual({c.name for c in status.consumers},
+                         set(self.client.consumers()))
+        with self.assertRaises(grpc.RpcError) as error:
+            self.client.get("nobody")
+        self.assertEqual(error.exception.code(), grpc.StatusCode.NOT_FOUND)
+        with self.assertRaises(ValueError):
+            self.client.get("")
+        with self.assertRaises(ValueError):
+            self.client.get("a", top_k="ten")
+
+    def test_a_refused_read_is_an_rpc_error_with_the_reason(self):
+        # Scores in embedding mode need the trainer's live rows.
+        with self.assertRaises(grpc.RpcError) as error:
+            self.client.get("a", fqns=["m.t_half"], top_k=2,
+                            include_scores=True)
+        self.assertEqual(error.exception.code(),
+                         grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("trainer", error.exception.details())
+
+    def test_npz_written_by_deltactl(self):
+        self.client.push({"m.npz": (np.array([4, 9]),
+                                    np.ones((2, 2), np.float32))})
+        self.client.step()
+        path = os.path.join(os.environ["TEST_TMPDIR"], "delta.npz")
+        subprocess.run([runfile("clients/deltactl"), "get",
+                        f"--target={self.server.target}", "--consumer=b",
+                        f"--out={path}"], check=True, timeout=30,
+                       stdout=subprocess.DEVNULL)
+        delta = deltastream.read_delta_npz(path)
+        self.assertEqual(delta.consumer, "b")
+        self.assertLess(delta.start_batch, delta.end_batch)
+        np.testing.assert_array_equal(delta.tables["m.npz"].ids, [4, 9])
+        np.testing.assert_array_equal(delta.tables["m.npz"].states,
+                                      np.ones((2, 2), np.float32))
+        self.assertFalse(delta.resync_required)
+        bad = os.path.join(os.environ["TEST_TMPDIR"], "bad.npz")
+        np.savez(bad, x=np.zeros(2))
+        with self.assertRaises(ValueError):
+            deltastream.read_delta_npz(bad)
+
+
+class AcknowledgedReadsTest(unittest.TestCase):
+
+    def test_a_read_repeats_until_committed(self):
+        with ServerProcess(SERVER, ["--acknowledged_reads",
+                                    "--consumers=ack"]) as server, \
+                deltastream.TrackerClient(server.target,
+                                          timeout=10) as client:
+            client.push({"m.t": np.array([5, 6])})
+            client.step()
+            first = client.get("ack")
+            np.testing.assert_array_equal(first.tables["m.t"].ids, [5, 6])
+            again = client.get("ack")  # not committed: the same rows
+            np.testing.assert_array_equal(again.tables["m.t"].ids, [5, 6])
+            client.commit("ack", again.end_batch)
+            client.push({"m.t": np.array([8])})
+            client.step()
+            after = client.get("ack")
+            np.testing.assert_array_equal(after.tables["m.t"].ids, [8])
+            status = client.status()
+            self.assertTrue(status.acknowledged_reads)
+
+
+class DocsExamplesTest(unittest.TestCase):
+    """The examples of docs/python.md that need only a tracker run as
+    written (the trainer's and predictor's are trainer_subscription_test's
+    cases)."""
+
+    def test_examples_run(self):
+        with open(runfile("docs/python.md")) as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+        runnable = [b for b in blocks if "DELTASTREAM_TARGET" in b
+                    and "embedding_bags" not in b]
+        self.assertGreaterEqual(len(runnable), 3)
+        with ServerProcess(SERVER, ["--mode=embedding", "--acknowledged_reads",
+                                    "--consumers=reader,ack"]) as server:
+            os.environ["DELTASTREAM_TARGET"] = server.target
+            for block in runnable:
+                with self.subTest(block=block.splitlines()[-1]):
+                    exec(compile(block, "docs/python.md", "exec"), {})
+
+
+class TensorsTest(unittest.TestCase):
+
+    def test_round_trips_and_bfloat16(self):
+        for array in (np.arange(6, dtype=np.float64).reshape(2, 3),
+                      np.array([-1, 2**40], dtype=np.int64),
+                      np.array([[0.5, -2]], dtype=np.float32)):
+            back = deltastream.to_numpy(deltastream.from_numpy(array))
+            np.testing.assert_array_equal(back, array)
+            self.assertEqual(back.dtype, array.dtype)
+        tensor = deltastream.from_numpy(np.zeros(2, np.float32))
+        tensor.dtype = tensor.BFLOAT16
+        tensor.data = np.array([0x3F80, 0xC000], "<u2").tobytes()  # 1, -2
+        np.testing.assert_array_equal(deltastream.to_numpy(tensor), [1, -2])
+        tensor.data = b"\0"
+        with self.assertRaises(ValueError):
+            deltastream.to_numpy(tensor)
+        with self.assertRaises(ValueError):
+            deltastream.from_numpy(np.array(["x"]))
+
+
+if __name__ == "__main__":
+    unittest.main()

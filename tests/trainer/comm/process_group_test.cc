@@ -1,0 +1,337 @@
+// ProcessGroup over real processes: Gloo on loopback, 2 and 4 ranks.
+#include "trainer/comm/process_group.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/trainer/comm/rank_launcher.h"
+#include "trainer/comm/gradient_averaging.h"
+#include "trainer/comm/torchrun_env.h"
+
+namespace deltastream {
+namespace {
+
+using ::deltastream::testing::RankResult;
+using ::deltastream::testing::RunRanks;
+
+// Scenario exit codes.
+constexpr int kMismatch = 2;
+constexpr int kCollectiveFailed = 3;
+
+#define RANK_CHECK(cond)                                               \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::fprintf(stderr, "rank check failed: %s (line %d)\n", #cond, \
+                   __LINE__);                                          \
+      return kMismatch;                                                \
+    }                                                                  \
+  } while (0)
+
+#define RANK_OK(expr)                                              \
+  do {                                                             \
+    absl::Status _s = (expr);                                      \
+    if (!_s.ok()) {                                                \
+      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
+      return kCollectiveFailed;                                    \
+    }                                                              \
+  } while (0)
+
+// Every collective against values each rank can predict.
+int CollectivesScenario(ProcessGroup& group) {
+  const int rank = group.rank();
+  const int size = group.world_size();
+  // All-to-all with uneven splits: rank r sends r + p + 1 rows of 2 to rank
+  // p, each row {r, p}.
+  std::vector<int64_t> in_splits, out_splits;
+  std::vector<at::Tensor> rows;
+  for (int p = 0; p < size; ++p) {
+    in_splits.push_back(rank + p + 1);
+    out_splits.push_back(p + rank + 1);
+    rows.push_back(at::tensor({static_cast<float>(rank), static_cast<float>(p)})
+                       .repeat({rank + p + 1, 1}));
+  }
+  at::Tensor input = at::cat(rows);
+  int64_t out_rows = 0;
+  for (int64_t s : out_splits) out_rows += s;
+  at::Tensor output = at::empty({out_rows, 2});
+  RANK_OK(group.AllToAll(input, in_splits, output, out_splits, "test.a2a"));
+  int64_t row = 0;
+  for (int q = 0; q < size; ++q) {
+    for (int64_t i = 0; i < out_splits[q]; ++i, ++row) {
+      RANK_CHECK(output[row][0].item<float>() == q);
+      RANK_CHECK(output[row][1].item<float>() == rank);
+    }
+  }
+  // All-reduce: the sum of ranks.
+  at::Tensor sum = at::full({3}, static_cast<double>(rank + 1));
+  RANK_OK(group.AllReduceSum(sum, "test.allreduce"));
+  RANK_CHECK(sum[2].item<float>() == size * (size + 1) / 2);
+  // All-gather.
+  at::Tensor mine = at::full({2, 3}, static_cast<double>(rank));
+  at::Tensor all = at::empty({2 * size, 3});
+  RANK_OK(group.AllGather(mine, all, "test.allgather"));
+  for (int q = 0; q < size; ++q) RANK_CHECK(all[2 * q][1].item<float>() == q);
+  // Reduce-scatter: block b of rank r holds r * 10 + b.
+  at::Tensor blocks = at::arange(size).to(at::kFloat).repeat_interleave(2);
+  blocks = (blocks + 10 * rank).view({2 * size, 1});
+  at::Tensor reduced = at::empty({2, 1});
+  RANK_OK(group.ReduceScatterSum(blocks, reduced, "test.reduce_scatter"));
+  RANK_CHECK(reduced[0][0].item<float>() ==
+             size * rank + 10 * size * (size - 1) / 2);
+  absl::StatusOr<int64_t> min = group.AllReduceMin(10 + rank, "test.min");
+  RANK_OK(min.status());
+  RANK_CHECK(*min == 10);
+  RANK_OK(group.StoreSet(absl::StrCat("endpoint/", rank), "here"));
+  absl::StatusOr<std::string> other =
+      group.StoreGet(absl::StrCat("endpoint/", (rank + 1) % size));
+  RANK_OK(other.status());
+  RANK_CHECK(*other == "here");
+  RANK_OK(group.Barrier("test.barrier"));
+  // Dense gradients averaged; a parameter without one gets the mean too.
+  at::Tensor weight = at::zeros({2, 2}).requires_grad_(true);
+  at::Tensor bias = at::zeros({3}, at::kDouble).requires_grad_(true);
+  (weight * (rank + 1)).sum().backward();
+  if (rank == 0) (bias * 4).sum().backward();
+  RANK_OK(AverageGradients(group, {weight, bias}));
+  RANK_CHECK(weight.grad()[1][1].item<float>() == (size + 1) / 2.0f);
+  RANK_CHECK(bias.grad()[0].item<double>() == 4.0 / size);
+  // Stats: the all-to-all sent its rows for other ranks, 8 bytes each.
+  const CollectiveStats a2a = group.Stats()["test.a2a"];
+  int64_t expected_sent = 0;
+  for (int p = 0; p < size; ++p) {
+    if (p != rank) expected_sent += (rank + p + 1) * 8;
+  }
+  RANK_CHECK(a2a.calls == 1);
+  RANK_CHECK(a2a.bytes_sent == expected_sent);
+  return 0;
+}
+
+// Rank 1 dies (SIGKILL) or hangs after the first collective; the others keep
+// calling all-reduce and must fail with a Status naming rank 1.
+int FailingRankScenario(ProcessGroup& group, bool hang) {
+  at::Tensor t = at::ones({4});
+  RANK_OK(group.AllReduceSum(t, "test.first"));
+  // From here on (start-up excluded): how long the survivors take to stop.
+  const absl::Time start = absl::Now();
+  const char* dying = std::getenv("TEST_DYING_RANK");
+  if (group.rank() == (dying != nullptr ? std::atoi(dying) : 1)) {
+    // Long enough for the others to give up (2 x the 2 s timeout), short
+    // enough not to hold the test up.
+    if (hang) std::this_thread::sleep_for(std::chrono::seconds(7));
+    kill(getpid(), SIGKILL);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    if (absl::Status s = group.AllReduceSum(t, "test.after_failure"); !s.ok()) {
+      std::fprintf(stderr, "FAILED after %lld ms: %s\n",
+                   static_cast<long long>(
+                       absl::ToInt64Milliseconds(absl::Now() - start)),
+                   s.ToString().c_str());
+      return kCollectiveFailed;
+    }
+  }
+  return 0;
+}
+
+int RunScenario(const std::string& scenario) {
+  absl::Duration timeout = absl::Seconds(20);
+  if (const char* t = std::getenv("TEST_COLLECTIVE_TIMEOUT_S")) {
+    timeout = absl::Seconds(std::atoi(t));
+  }
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), timeout);
+  if (!group.ok()) {
+    std::fprintf(stderr, "FAILED: %s\n", group.status().ToString().c_str());
+    return kCollectiveFailed;
+  }
+  if (scenario == "collectives") return CollectivesScenario(**group);
+  if (scenario == "dead") return FailingRankScenario(**group, false);
+  if (scenario == "hang") return FailingRankScenario(**group, true);
+  std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
+  return 1;
+}
+
+void ExpectAllPassed(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_FALSE(results[r].timed_out) << "rank " << r;
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
+                                       << results[r].output;
+  }
+}
+
+TEST(ProcessGroupTest, CollectivesOnTwoRanks) {
+  ExpectAllPassed(RunRanks("collectives", 2, absl::Seconds(60)));
+}
+
+TEST(ProcessGroupTest, CollectivesOnFourRanks) {
+  ExpectAllPassed(RunRanks("collectives", 4, absl::Seconds(60)));
+}
+
+TEST(ProcessGroupTest, CollectivesUnderTorchrunAgentStore) {
+  // torchrun's agent hosts the store: here a TCPStore server of this test
+  // process stands for the agent, and every rank is a client under
+  // /worker/attempt_3.
+  const int port = testing::FreePort();
+  ProcessGroupOptions agent;
+  agent.env.master_port = port;  // rank 0 of 1: hosts a TCPStore server
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> host =
+      ProcessGroup::Create(agent);
+  ASSERT_TRUE(host.ok()) << host.status();
+  // The launcher picks its own port: point it at ours.
+  ExpectAllPassed(RunRanks("collectives", 2, absl::Seconds(60),
+                           {{"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                            {"TORCHELASTIC_RESTART_COUNT", "3"},
+                            {"MASTER_PORT", std::to_string(port)}}));
+}
+
+// A dead or hung rank: every other rank exits within 2 x timeout (plus
+// start-up) with a message naming the collective and rank 1.
+void ExpectFailureNamesRankOne(const std::string& scenario, int world_size) {
+  const int timeout_s = 2;
+  std::vector<RankResult> results =
+      RunRanks(scenario, world_size, absl::Seconds(30),
+               {{"TEST_COLLECTIVE_TIMEOUT_S", std::to_string(timeout_s)}});
+  for (int r = 0; r < world_size; ++r) {
+    if (r == 1) continue;
+    const RankResult& result = results[r];
+    EXPECT_FALSE(result.timed_out) << "rank " << r << " hung";
+    EXPECT_EQ(result.exit_code, kCollectiveFailed) << result.output;
+    EXPECT_TRUE(absl::StrContains(result.output, "test.after_failure"))
+        << result.output;
+    EXPECT_TRUE(absl::StrContains(result.output, "rank 1 did not report"))
+        << result.output;
+    // Within 2 x timeout of the failure (plus 1 s of scheduling slack on a
+    // loaded machine).
+    const size_t at = result.output.find("FAILED after ");
+    ASSERT_NE(at, std::string::npos) << result.output;
+    const long long ms = std::atoll(result.output.c_str() + at + 13);
+    EXPECT_LT(ms, 2 * timeout_s * 1000 + 1000) << result.output;
+    if (r == 0) std::printf("rank 0 reported: %s", result.output.c_str());
+  }
+}
+
+TEST(ProcessGroupTest, DeadRankFailsTheOthersWithItsName) {
+  ExpectFailureNamesRankOne("dead", 3);
+}
+
+TEST(ProcessGroupTest, HungRankFailsTheOthersWithItsName) {
+  ExpectFailureNamesRankOne("hang", 2);
+}
+
+TEST(ProcessGroupTest, DeadStoreHostFailsTheOthers) {
+  std::vector<RankResult> results =
+      RunRanks("dead", 3, absl::Seconds(30),
+               {{"TEST_COLLECTIVE_TIMEOUT_S", "2"}, {"TEST_DYING_RANK", "0"}});
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_FALSE(results[r].timed_out) << "rank " << r << " hung";
+    EXPECT_EQ(results[r].exit_code, kCollectiveFailed) << results[r].output;
+    EXPECT_TRUE(absl::StrContains(results[r].output, "test.after_failure"))
+        << results[r].output;
+    EXPECT_TRUE(
+        absl::StrContains(results[r].output, "rank 0 (the store's host"))
+        << results[r].output;
+  }
+}
+
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::map<std::string, std::string> vars) {
+    for (const char* name :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+          "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+          "TORCHELASTIC_RESTART_COUNT"}) {
+      unsetenv(name);
+    }
+    for (const auto& [name, value] : vars)
+      setenv(name.c_str(), value.c_str(), 1);
+  }
+};
+
+TEST(TorchrunEnvironmentTest, DefaultsToOneProcess) {
+  ScopedEnv env({});
+  absl::StatusOr<TorchrunEnvironment> parsed = TorchrunEnvironmentFromEnv();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->world_size, 1);
+  EXPECT_EQ(parsed->rank, 0);
+}
+
+TEST(TorchrunEnvironmentTest, ReadsTorchrunVariables) {
+  ScopedEnv env({{"RANK", "5"},
+                 {"WORLD_SIZE", "8"},
+                 {"LOCAL_RANK", "1"},
+                 {"LOCAL_WORLD_SIZE", "4"},
+                 {"MASTER_ADDR", "10.0.0.1"},
+                 {"MASTER_PORT", "29500"},
+                 {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                 {"TORCHELASTIC_RESTART_COUNT", "2"}});
+  absl::StatusOr<TorchrunEnvironment> parsed = TorchrunEnvironmentFromEnv();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->rank, 5);
+  EXPECT_EQ(parsed->world_size, 8);
+  EXPECT_EQ(parsed->local_rank, 1);
+  EXPECT_EQ(parsed->local_world_size, 4);
+  EXPECT_EQ(parsed->master_addr, "10.0.0.1");
+  EXPECT_EQ(parsed->master_port, 29500);
+  EXPECT_TRUE(parsed->use_agent_store);
+  EXPECT_EQ(parsed->restart_count, 2);
+}
+
+TEST(TorchrunEnvironmentTest, RejectsBadValuesByName) {
+  {
+    ScopedEnv env({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}});
+    absl::StatusOr<TorchrunEnvironment> parsed = TorchrunEnvironmentFromEnv();
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_TRUE(absl::StrContains(parsed.status().message(), "RANK=2"));
+  }
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "x"}});
+    EXPECT_TRUE(absl::StrContains(
+        TorchrunEnvironmentFromEnv().status().message(), "WORLD_SIZE='x'"));
+  }
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+    EXPECT_TRUE(absl::StrContains(
+        TorchrunEnvironmentFromEnv().status().message(), "MASTER_PORT"));
+  }
+  {
+    ScopedEnv env(std::map<std::string, std::string>{{"RANK", "0"}});
+    EXPECT_FALSE(TorchrunEnvironmentFromEnv().ok());
+  }
+}
+
+TEST(ProcessGroupTest, RejectsBadSplits) {
+  ProcessGroupOptions options;  // one process, any free port
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Create(options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  at::Tensor input = at::ones({3});
+  at::Tensor output = at::empty({3});
+  absl::Status status = (*group)->AllToAll(input, {2}, output, {3}, "bad");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(status.message(), "sum to 2")) << status;
+  EXPECT_TRUE((*group)->AllToAll(input, {3}, output, {3}, "ok").ok());
+  EXPECT_TRUE(at::equal(input, output));
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  if (std::optional<std::string> scenario =
+          deltastream::testing::ScenarioFromEnv()) {
+    return deltastream::RunScenario(*scenario);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,128 @@
+#include "tests/trainer/comm/rank_launcher.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/testing/test_dirs.h"
+
+namespace deltastream {
+namespace testing {
+
+std::optional<std::string> ScenarioFromEnv() {
+  const char* scenario = std::getenv("DELTASTREAM_TEST_SCENARIO");
+  if (scenario == nullptr || *scenario == '\0') return std::nullopt;
+  return std::string(scenario);
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::vector<RankResult> RunRanks(
+    const std::string& scenario, int world_size, absl::Duration timeout,
+    const std::map<std::string, std::string>& extra_env) {
+  const int port = FreePort();
+  const std::string dir = TestTempDir();
+  const absl::Time start = absl::Now();
+  std::vector<pid_t> pids(world_size, -1);
+  std::vector<std::string> logs(world_size);
+  for (int rank = 0; rank < world_size; ++rank) {
+    logs[rank] =
+        absl::StrCat(dir, "/rank_", getpid(), "_", port, "_", rank, ".log");
+    // The child's environment, built before fork: between fork and exec a
+    // child of a multi-threaded process may only make async-signal-safe
+    // calls (no malloc, no setenv).
+    std::map<std::string, std::string> vars;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const size_t eq = entry.find('=');
+      if (eq != std::string::npos)
+        vars[entry.substr(0, eq)] = entry.substr(eq + 1);
+    }
+    vars["DELTASTREAM_TEST_SCENARIO"] = scenario;
+    vars["RANK"] = std::to_string(rank);
+    vars["WORLD_SIZE"] = std::to_string(world_size);
+    vars["LOCAL_RANK"] = std::to_string(rank);
+    vars["LOCAL_WORLD_SIZE"] = std::to_string(world_size);
+    vars["MASTER_ADDR"] = "127.0.0.1";
+    vars["MASTER_PORT"] = std::to_string(port);
+    for (const auto& [name, value] : extra_env) vars[name] = value;
+    std::vector<std::string> entries;
+    for (const auto& [name, value] : vars) {
+      entries.push_back(absl::StrCat(name, "=", value));
+    }
+    std::vector<char*> envp;
+    for (std::string& entry : entries) envp.push_back(entry.data());
+    envp.push_back(nullptr);
+    char* argv[] = {const_cast<char*>("rank"), nullptr};
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fd =
+          open(logs[rank].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execve("/proc/self/exe", argv, envp.data());
+      _exit(127);
+    }
+    pids[rank] = pid;
+  }
+  std::vector<RankResult> results(world_size);
+  int running = world_size;
+  const absl::Time deadline = start + timeout;
+  while (running > 0 && absl::Now() < deadline) {
+    for (int rank = 0; rank < world_size; ++rank) {
+      if (pids[rank] < 0) continue;
+      int status = 0;
+      if (waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
+        results[rank].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        results[rank].elapsed = absl::Now() - start;
+        pids[rank] = -1;
+        --running;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int rank = 0; rank < world_size; ++rank) {
+    if (pids[rank] >= 0) {
+      kill(pids[rank], SIGKILL);
+      waitpid(pids[rank], nullptr, 0);
+      results[rank].timed_out = true;
+      results[rank].elapsed = absl::Now() - start;
+    }
+    std::ifstream in(logs[rank]);
+    std::stringstream text;
+    text << in.rdbuf();
+    results[rank].output = text.str();
+    std::remove(logs[rank].c_str());
+  }
+  return results;
+}
+
+}  // namespace testing
+}  // namespace deltastream

@@ -1,0 +1,42 @@
+#ifndef DELTASTREAM_TESTS_TRAINER_COMM_RANK_LAUNCHER_H_
+#define DELTASTREAM_TESTS_TRAINER_COMM_RANK_LAUNCHER_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace deltastream {
+namespace testing {
+
+// How one rank process ended.
+struct RankResult {
+  int exit_code = -1;      // -1 when killed by a signal or by the timeout
+  bool timed_out = false;  // still running at the deadline, then killed
+  absl::Duration elapsed;  // from launch to exit (or to the deadline)
+  std::string output;      // its stdout and stderr, interleaved
+};
+
+// Multi-process tests: the test binary re-executes itself (/proc/self/exe)
+// once per rank, with the torchrun variables RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port) and
+// DELTASTREAM_TEST_SCENARIO=`scenario` plus `extra_env`, and waits for all of
+// them up to `timeout`; ranks still running then are SIGKILLed and reported
+// as timed out. The binary's main() calls ScenarioFromEnv() first and, when
+// it returns one, runs that scenario instead of the tests.
+std::vector<RankResult> RunRanks(
+    const std::string& scenario, int world_size, absl::Duration timeout,
+    const std::map<std::string, std::string>& extra_env = {});
+
+// The scenario this process was started for, when it is a rank.
+std::optional<std::string> ScenarioFromEnv();
+
+// A TCP port that was free a moment ago on 127.0.0.1.
+int FreePort();
+
+}  // namespace testing
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TESTS_TRAINER_COMM_RANK_LAUNCHER_H_

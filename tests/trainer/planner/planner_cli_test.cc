@@ -1,0 +1,174 @@
+// The planner CLI, run as a user runs it: plans printed as tables and as
+// JSON, the plan file, exit 1 with the reasons when nothing fits, exit 2
+// for bad flags or input; never a stack trace.
+#include <gmock/gmock.h>
+#include <google/protobuf/text_format.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tests/integration/server_process.h"
+#include "trainer/planner/model_spec.h"
+#include "trainer/planner/planner.h"
+
+namespace deltastream::planner {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Planner(const std::string& flags) {
+  return "timeout 60 " + RunfilePath("trainer/planner/planner") + " " + flags;
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = TestTempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+constexpr char kConfig[] = R"(
+model {
+  tables { name: "users" num_embeddings: 2000000 embedding_dim: 64 }
+  tables { name: "items" num_embeddings: 500000 embedding_dim: 128 }
+  tables { name: "tiny" num_embeddings: 100 embedding_dim: 16 }
+  sparse_optimizer { type: "adam" }
+}
+data { batch_size: 1024 }
+)";
+
+void ExpectNoCrash(const CommandResult& result) {
+  EXPECT_THAT(result.err, Not(HasSubstr("terminate")));
+  EXPECT_THAT(result.err, Not(HasSubstr("Aborted")));
+  EXPECT_THAT(result.err, Not(HasSubstr("Check failed")));
+}
+
+TEST(PlannerCli, DefaultModelPrintsTheTables) {
+  const CommandResult result = RunCommand(Planner("--world_size=2 --ddr_gb=4"));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("Sharding plan: 8 tables on 2 ranks"));
+  EXPECT_THAT(result.out, HasSubstr("Rank  DDR GiB  DDR %  Cost ms"));
+  EXPECT_THAT(result.out, HasSubstr("t7"));
+  EXPECT_THAT(result.out, HasSubstr("imbalance (max / mean)"));
+}
+
+TEST(PlannerCli, WritesAValidPlanFileAndJson) {
+  const std::string config = WriteFile("config.textproto", kConfig);
+  const std::string out = TestTempDir() + "/plan.textproto";
+  const CommandResult result =
+      RunCommand(Planner("--config=" + config +
+                         " --world_size=4 --local_world_size=2 "
+                         "--ddr_gb=4 --out=" +
+                         out + " --json"));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  EXPECT_EQ(json["world_size"], 4);
+  EXPECT_EQ(json["ranks"].size(), 4u);
+  EXPECT_EQ(json["tables"].size(), 3u);
+  EXPECT_GE(json["imbalance"].get<double>(), 1.0);
+  EXPECT_GT(json["max_cost_ms"].get<double>(), 0);
+
+  v1::ShardingPlan plan;
+  ASSERT_TRUE(
+      google::protobuf::TextFormat::ParseFromString(ReadText(out), &plan));
+  EXPECT_EQ(plan.world_size(), 4);
+  EXPECT_EQ(plan.local_world_size(), 2);
+  absl::StatusOr<ModelSpec> spec =
+      ModelSpecFromConfig(*ParseConfigText(kConfig));
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE(ValidatePlan(plan, spec->tables).ok())
+      << ValidatePlan(plan, spec->tables);
+}
+
+TEST(PlannerCli, EveryProposerAndGpus) {
+  const std::string config = WriteFile("config.textproto", kConfig);
+  for (const char* proposer : {"dp", "greedy", "uniform", "all"}) {
+    const CommandResult result =
+        RunCommand(Planner("--config=" + config +
+                           " --world_size=8 --ddr_gb=2 "
+                           "--proposer=" +
+                           proposer));
+    EXPECT_EQ(result.exit_code, 0) << proposer << ": " << result.err;
+  }
+  const CommandResult gpu = RunCommand(
+      Planner("--config=" + config +
+              " --world_size=8 --local_world_size=4 --device=cuda --hbm_gb=1 "
+              "--ddr_gb=16"));
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_THAT(gpu.out, HasSubstr("HBM GiB"));
+  EXPECT_THAT(gpu.out, HasSubstr("(GPU, 4 per host)"));
+}
+
+TEST(PlannerCli, NothingFitsExitsOneWithTheReasons) {
+  const std::string config = WriteFile("huge.textproto", R"(
+model { tables { name: "huge" num_embeddings: 400000000 embedding_dim: 128 }
+        tables { name: "small" num_embeddings: 1000 embedding_dim: 16 } })");
+  const CommandResult result =
+      RunCommand(Planner("--config=" + config + " --world_size=2 --ddr_gb=8"));
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.err, HasSubstr("no plan fits"));
+  EXPECT_THAT(result.err, HasSubstr("table 'huge'"));
+  EXPECT_THAT(result.err, HasSubstr("missing (its shards need"));
+  EXPECT_THAT(result.err, HasSubstr("more ranks"));
+  EXPECT_THAT(result.err, Not(HasSubstr("'small'")));
+  EXPECT_TRUE(result.out.empty());
+  ExpectNoCrash(result);
+
+  // A constraint that forbids the row-wise split that would fit.
+  const std::string wide = WriteFile("wide.textproto", R"(
+model { tables { name: "wide" num_embeddings: 30000000 embedding_dim: 64 } })");
+  const std::string constraints =
+      WriteFile("constraints.textproto",
+                R"(tables { table: "wide" sharding_types: [TABLE_WISE] })");
+  const CommandResult constrained =
+      RunCommand(Planner("--config=" + wide +
+                         " --world_size=4 --ddr_gb=4 "
+                         "--constraints=" +
+                         constraints));
+  EXPECT_EQ(constrained.exit_code, 1);
+  EXPECT_THAT(constrained.err, HasSubstr("fewer constraints"));
+  EXPECT_EQ(
+      RunCommand(Planner("--config=" + wide + " --world_size=4 --ddr_gb=4"))
+          .exit_code,
+      0);
+}
+
+TEST(PlannerCli, BadInputExitsTwo) {
+  struct Case {
+    std::string flags;
+    std::string message;
+  };
+  const std::string bad = WriteFile("bad.textproto", "model { tabels {} }");
+  const std::string config = WriteFile("config.textproto", kConfig);
+  const Case cases[] = {
+      {"", "--world_size"},
+      {"--world_size=2 --config=/nonexistent/c.textproto", "cannot read"},
+      {"--world_size=2 --config=" + bad, "line 1"},
+      {"--world_size=2 --proposer=best", "--proposer"},
+      {"--world_size=3 --local_world_size=2", "local_world_size"},
+      {"--world_size=2 --device=tpu", "--device"},
+      {"--world_size=2 --config=" + config + " --constraints=" +
+           WriteFile("c.textproto", "tables { table: \"nope\" }"),
+       "'nope'"},
+      {"--world_size=2 --out=/nonexistent/dir/plan.textproto", "cannot write"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult result = RunCommand(Planner(c.flags + " --ddr_gb=4"));
+    EXPECT_EQ(result.exit_code, 2) << c.flags;
+    EXPECT_THAT(result.err, HasSubstr(c.message)) << c.flags;
+    ExpectNoCrash(result);
+  }
+  const CommandResult env = RunCommand("STORAGE_RESERVE_PERCENT=lots " +
+                                       Planner("--world_size=2 --ddr_gb=4"));
+  EXPECT_EQ(env.exit_code, 2);
+  EXPECT_THAT(env.err, HasSubstr("STORAGE_RESERVE_PERCENT"));
+  const CommandResult reserve = RunCommand(
+      "STORAGE_RESERVE_PERCENT=0.5 " + Planner("--world_size=2 --ddr_gb=4"));
+  EXPECT_EQ(reserve.exit_code, 0) << reserve.err;
+  EXPECT_THAT(reserve.out, HasSubstr("(50% + dense"));
+}
+
+}  // namespace
+}  // namespace deltastream::planner

@@ -1,0 +1,537 @@
+// The planner: estimators on hand-checked figures, the enumerator's
+// options, the partitioners, valid plans on random models and topologies,
+// the message when nothing fits, and the config reader.
+#include "trainer/planner/planner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <memory>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "trainer/planner/cost_estimator.h"
+#include "trainer/planner/enumerator.h"
+#include "trainer/planner/model_spec.h"
+#include "trainer/planner/partitioners.h"
+#include "trainer/planner/plan_report.h"
+#include "trainer/planner/proposers.h"
+#include "trainer/planner/storage_estimator.h"
+
+namespace deltastream::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kGib = int64_t{1} << 30;
+
+TableSpec Table(std::string name, int64_t rows, int64_t dim) {
+  TableSpec table;
+  table.name = std::move(name);
+  table.rows = rows;
+  table.dim = dim;
+  return table;
+}
+
+Topology Cpu(int world_size, int64_t ddr = 8 * kGib) {
+  Topology topology = DefaultTopology(world_size, false);
+  topology.ddr_bytes = ddr;
+  return topology;
+}
+
+TEST(StorageEstimator, OptimizerStatesByOptimizer) {
+  EXPECT_EQ(OptimizerStateBytes(100, 16, 4, OptimizerKind::kSgd), 0);
+  EXPECT_EQ(OptimizerStateBytes(100, 16, 4, OptimizerKind::kAdagrad), 6400);
+  EXPECT_EQ(OptimizerStateBytes(100, 16, 4, OptimizerKind::kRowwiseAdagrad),
+            400);
+  EXPECT_EQ(OptimizerStateBytes(100, 16, 8, OptimizerKind::kAdam), 25600);
+  EXPECT_EQ(ShardTensorBytes(100, 16, 4, OptimizerKind::kRowwiseAdagrad), 6800);
+}
+
+TEST(StorageEstimator, IoBuffersFromBatchWorldAndPoolingFactor) {
+  TableSpec table = Table("t", 1000, 16);
+  table.pooling_factor = 2;
+  Topology topology = Cpu(4);
+  topology.batch_size = 100;
+  // Table-wise: every rank's 200 IDs (8 bytes), 100 pooled rows each.
+  ShardIo io = EstimateShardIo(table, v1::TABLE_WISE, 1000, 16, topology);
+  EXPECT_EQ(io.input_bytes, 4 * 200 * 8);
+  EXPECT_EQ(io.output_bytes, 4 * 100 * 16 * 4);
+  // Row-wise: a quarter of the IDs, partial sums for every example.
+  io = EstimateShardIo(table, v1::ROW_WISE, 250, 16, topology);
+  EXPECT_EQ(io.input_bytes, 200 * 8);
+  EXPECT_EQ(io.output_bytes, 4 * 100 * 16 * 4);
+  // Data-parallel: its own batch.
+  io = EstimateShardIo(table, v1::DATA_PARALLEL, 1000, 16, topology);
+  EXPECT_EQ(io.input_bytes, 200 * 8);
+  EXPECT_EQ(io.output_bytes, 100 * 16 * 4);
+  // Sequence: a row per ID.
+  table.pooled = false;
+  io = EstimateShardIo(table, v1::TABLE_WISE, 1000, 8, topology);
+  EXPECT_EQ(io.output_bytes, 4 * 200 * 8 * 4);
+  EXPECT_EQ(EstimateShardIo(table, v1::ROW_WISE, 0, 16, topology).input_bytes,
+            0);
+}
+
+TEST(StorageEstimator, TiersByKernel) {
+  Topology gpu = DefaultTopology(2, true);
+  gpu.hbm_bytes = 16 * kGib;
+  gpu.ddr_bytes = 64 * kGib;
+  const ShardIo io{100, 200};
+  EXPECT_EQ(EstimateShardStorage(1000, io, v1::FUSED, gpu).hbm, 1300);
+  const Storage cached =
+      EstimateShardStorage(1000, io, v1::FUSED_UVM_CACHING, gpu);
+  EXPECT_EQ(cached.hbm, 200 + 300);
+  EXPECT_EQ(cached.ddr, 1000);
+  const Storage cpu = EstimateShardStorage(1000, io, v1::FUSED, Cpu(2));
+  EXPECT_EQ(cpu.hbm, 0);
+  EXPECT_EQ(cpu.ddr, 1300);
+}
+
+TEST(StorageEstimator, ReservationPercentDenseAndKjt) {
+  Topology topology = Cpu(2, 1000 * 1000);
+  topology.batch_size = 10;
+  std::vector<TableSpec> tables = {Table("a", 10, 4), Table("b", 10, 4)};
+  const StorageReservation reservation =
+      ReserveStorage(topology, tables, 1000, 3);
+  EXPECT_EQ(reservation.percent.ddr, 150000);
+  EXPECT_EQ(reservation.dense, 3000);
+  EXPECT_EQ(reservation.kjt, 20 * 10 * 2 * 8);
+  EXPECT_EQ(reservation.total.ddr, 150000 + 3000 + 3200);
+  EXPECT_EQ(UsableStorage(topology, reservation).ddr, 1000 * 1000 - 156200);
+}
+
+TEST(CostEstimator, NoCommsOnOneRankAndDataParallelPaysForItsSize) {
+  const TableSpec table = Table("t", 100000, 64);
+  const Cost alone =
+      EstimateShardCost(table, v1::TABLE_WISE, v1::FUSED, 100000, 64, Cpu(1));
+  EXPECT_GT(alone.fwd_compute, 0);
+  EXPECT_DOUBLE_EQ(alone.bwd_compute, 2 * alone.fwd_compute);
+  EXPECT_EQ(alone.fwd_comms, 0);
+  EXPECT_EQ(alone.bwd_comms, 0);
+  const Cost tw =
+      EstimateShardCost(table, v1::TABLE_WISE, v1::FUSED, 100000, 64, Cpu(4));
+  EXPECT_GT(tw.fwd_comms, 0);
+  // Data-parallel: no forward comms, an all-reduce of the table backward.
+  const Cost dp = EstimateShardCost(table, v1::DATA_PARALLEL, v1::DENSE, 100000,
+                                    64, Cpu(4));
+  EXPECT_EQ(dp.fwd_comms, 0);
+  EXPECT_NEAR(dp.bwd_comms, 100000.0 * 64 * 4 * 2 * 0.75 / 1.7e9 * 1e3, 1e-9);
+  EXPECT_GT(dp.total(), tw.total());  // a big table: DP is the wrong choice
+  // A tiny table: data-parallel beats table-wise.
+  const TableSpec tiny = Table("tiny", 10, 8);
+  EXPECT_LT(EstimateShardCost(tiny, v1::DATA_PARALLEL, v1::DENSE, 10, 8, Cpu(4))
+                .total(),
+            EstimateShardCost(tiny, v1::TABLE_WISE, v1::FUSED, 10, 8, Cpu(4))
+                .total());
+  EXPECT_EQ(
+      EstimateShardCost(table, v1::ROW_WISE, v1::FUSED, 0, 64, Cpu(4)).total(),
+      0);
+}
+
+TEST(Enumerator, TypesKernelsAndShards) {
+  TableSpec wide = Table("wide", 1001, 128);
+  TableSpec narrow = Table("narrow", 10, 16);
+  Topology topology = Cpu(4);
+  topology.local_world_size = 2;
+  absl::StatusOr<OptionsByTable> options =
+      EnumerateOptions({wide, narrow}, OptimizerKind::kAdam, topology);
+  ASSERT_TRUE(options.ok()) << options.status();
+  std::vector<v1::ShardingType> types;
+  for (const ShardingOption& option : (*options)[0]) {
+    types.push_back(option.type);
+    EXPECT_EQ(option.kernel,
+              option.type == v1::DATA_PARALLEL ? v1::DENSE : v1::FUSED);
+  }
+  EXPECT_EQ(types, std::vector<v1::ShardingType>(std::begin(kShardingTypes),
+                                                 std::end(kShardingTypes)));
+  // Narrow: no column-wise (16 < 2 x 32).
+  EXPECT_EQ((*options)[1].size(), 4u);
+  for (const ShardingOption& option : (*options)[0]) {
+    if (option.type == v1::ROW_WISE) {
+      ASSERT_EQ(option.shards.size(), 4u);
+      EXPECT_EQ(option.shards[0].rows, 251);
+      EXPECT_EQ(option.shards[3].rows, 248);
+      EXPECT_EQ(option.shards[3].row_offset, 753);
+      EXPECT_EQ(option.shards[2].rank, 2);
+    }
+    if (option.type == v1::COLUMN_WISE) {
+      ASSERT_EQ(option.shards.size(), 4u);
+      EXPECT_EQ(option.shards[3].col_offset, 96);
+      EXPECT_EQ(option.shards[3].rank, -1);
+    }
+    if (option.type == v1::TABLE_ROW_WISE) {
+      EXPECT_EQ(option.shards.size(), 2u);
+    }
+  }
+  // Constraints: only row-wise; host placement leaves nothing on CPUs.
+  wide.sharding_types = {v1::ROW_WISE};
+  options = EnumerateOptions({wide}, OptimizerKind::kSgd, topology);
+  ASSERT_TRUE(options.ok());
+  ASSERT_EQ((*options)[0].size(), 1u);
+  wide.min_partition = 50;
+  wide.sharding_types = {v1::COLUMN_WISE};
+  options = EnumerateOptions({wide}, OptimizerKind::kSgd, topology);
+  ASSERT_TRUE(options.ok());
+  ASSERT_EQ((*options)[0][0].shards.size(), 2u);
+  EXPECT_EQ((*options)[0][0].shards[1].cols, 78);
+  wide.placement = Placement::kHost;
+  EXPECT_THAT(EnumerateOptions({wide}, OptimizerKind::kSgd, topology)
+                  .status()
+                  .message(),
+              HasSubstr("'wide'"));
+  // GPUs: device and host-cached kernels.
+  Topology gpu = DefaultTopology(2, true);
+  gpu.hbm_bytes = kGib;
+  gpu.ddr_bytes = 4 * kGib;
+  options = EnumerateOptions({narrow}, OptimizerKind::kSgd, gpu);
+  ASSERT_TRUE(options.ok());
+  int cached = 0;
+  for (const ShardingOption& option : (*options)[0]) {
+    cached += option.kernel == v1::FUSED_UVM_CACHING;
+  }
+  EXPECT_EQ(cached, 2);  // table-wise and row-wise
+}
+
+// Table-wise options with the given costs and storage, one shard each.
+std::vector<ShardingOption> TableWise(const std::vector<double>& costs,
+                                      const std::vector<int64_t>& storage) {
+  std::vector<ShardingOption> options;
+  for (size_t i = 0; i < costs.size(); ++i) {
+    ShardingOption option;
+    option.table = static_cast<int>(i);
+    option.shards.resize(1);
+    option.shards[0].storage = Storage{0, storage[i]};
+    option.shards[0].cost.fwd_compute = costs[i];
+    option.Total();
+    options.push_back(option);
+  }
+  return options;
+}
+
+std::vector<const ShardingOption*> Pointers(
+    const std::vector<ShardingOption>& options) {
+  std::vector<const ShardingOption*> pointers;
+  for (const ShardingOption& option : options) pointers.push_back(&option);
+  return pointers;
+}
+
+TEST(Partitioner, GreedyPutsTheMostExpensiveFirstOnTheLeastLoaded) {
+  const std::vector<ShardingOption> options =
+      TableWise({2, 3, 2, 1}, {10, 10, 10, 10});
+  const Partition partition =
+      PartitionShards(Pointers(options), Cpu(2), Storage{0, 100},
+                      PartitionStrategy::kGreedyCost);
+  ASSERT_TRUE(partition.ok());
+  // 3 -> 0, 2 -> 1, 2 -> 1 (2 < 3), 1 -> 0.
+  EXPECT_EQ(partition.ranks[1][0], 0);
+  EXPECT_EQ(partition.ranks[0][0], 1);
+  EXPECT_EQ(partition.ranks[2][0], 1);
+  EXPECT_EQ(partition.ranks[3][0], 0);
+  EXPECT_DOUBLE_EQ(partition.max_cost, 4);
+  EXPECT_EQ(partition.used[0].ddr, 20);
+}
+
+TEST(Partitioner, GreedySkipsRanksWithoutRoom) {
+  const std::vector<ShardingOption> options =
+      TableWise({5, 1, 1}, {60, 50, 30});
+  const Partition partition =
+      PartitionShards(Pointers(options), Cpu(2), Storage{0, 100},
+                      PartitionStrategy::kGreedyCost);
+  ASSERT_TRUE(partition.ok());
+  // 5 -> 0 (60), 1 -> 1 (50), 1 -> 1 (least cost, 80 <= 100).
+  EXPECT_EQ(partition.ranks[2][0], 1);
+  // By cost the two small ones go to different ranks; the large one then
+  // finds 70 of its 80 bytes on either.
+  const std::vector<ShardingOption> tight = TableWise({5, 4, 1}, {30, 30, 80});
+  const Partition fails = PartitionShards(
+      Pointers(tight), Cpu(2), Storage{0, 100}, PartitionStrategy::kGreedyCost);
+  ASSERT_EQ(fails.unplaced.size(), 1u);
+  EXPECT_EQ(fails.unplaced[0].table, 2);
+  EXPECT_EQ(fails.unplaced[0].missing.ddr, 10);
+  EXPECT_EQ(fails.unplaced[0].rank, 0);
+  // Memory-balanced places the largest first and fits all three.
+  const Partition balanced =
+      PartitionShards(Pointers(tight), Cpu(2), Storage{0, 100},
+                      PartitionStrategy::kMemoryBalanced);
+  EXPECT_TRUE(balanced.ok());
+}
+
+// Random models: pooled or not, float or double, some constraints.
+std::vector<TableSpec> RandomTables(std::mt19937& random, int count) {
+  std::uniform_int_distribution<int64_t> rows(1, 2000000);
+  std::uniform_int_distribution<int> dims(0, 4), kind(0, 9);
+  const int64_t dim_choices[] = {4, 16, 32, 64, 128};
+  std::vector<TableSpec> tables;
+  for (int t = 0; t < count; ++t) {
+    TableSpec table =
+        Table(absl::StrCat("t", t), rows(random), dim_choices[dims(random)]);
+    table.element_bytes = kind(random) == 0 ? 8 : 4;
+    table.pooling_factor = 1 + kind(random);
+    if (kind(random) == 0) table.sharding_types = {v1::ROW_WISE};
+    if (kind(random) == 1)
+      table.sharding_types = {v1::TABLE_WISE, v1::COLUMN_WISE};
+    tables.push_back(table);
+  }
+  return tables;
+}
+
+TEST(Planner, PlansAreValidOnRandomModelsAndTopologies) {
+  std::mt19937 random(5);
+  struct Case {
+    int world, local;
+    bool gpu;
+  };
+  const Case cases[] = {{1, 0, false}, {2, 0, false}, {4, 2, false},
+                        {8, 4, false}, {2, 0, true},  {8, 2, true}};
+  for (const Case& c : cases) {
+    for (int round = 0; round < 4; ++round) {
+      const std::vector<TableSpec> tables = RandomTables(random, 1 + round * 7);
+      Topology topology = DefaultTopology(c.world, c.gpu);
+      topology.local_world_size = c.local;
+      topology.hbm_bytes = 2 * kGib;
+      topology.ddr_bytes = 8 * kGib;
+      topology.batch_size = 256;
+      const StorageReservation reservation =
+          ReserveStorage(topology, tables, 1 << 20, 3);
+      for (const char* proposer : {"dp", "greedy", "uniform"}) {
+        PlannerOptions options;
+        options.proposers = {proposer};
+        absl::StatusOr<Plan> plan = MakePlan(tables, OptimizerKind::kAdagrad,
+                                             topology, reservation, options);
+        if (!plan.ok()) {
+          // Only a plan that does not fit may be refused.
+          ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted)
+              << plan.status();
+          continue;
+        }
+        const v1::ShardingPlan proto = ToProto(*plan, tables, topology);
+        EXPECT_TRUE(ValidatePlan(proto, tables, &plan->usable).ok())
+            << ValidatePlan(proto, tables, &plan->usable);
+        for (const RankStats& rank : plan->ranks) {
+          EXPECT_TRUE(rank.used.FitsIn(plan->usable));
+        }
+        EXPECT_GE(plan->imbalance(), 1 - 1e-9);
+        EXPECT_TRUE(plan->proposer == proposer || plan->proposer == "smallest")
+            << plan->proposer;
+      }
+    }
+  }
+}
+
+TEST(Planner, AllProposersDoAtLeastAsWellAsEach) {
+  std::mt19937 random(11);
+  const std::vector<TableSpec> tables = RandomTables(random, 40);
+  Topology topology = Cpu(8, 2 * kGib);
+  const StorageReservation reservation = ReserveStorage(topology, tables, 0, 3);
+  absl::StatusOr<Plan> all =
+      MakePlan(tables, OptimizerKind::kRowwiseAdagrad, topology, reservation);
+  ASSERT_TRUE(all.ok()) << all.status();
+  for (const char* proposer : {"dp", "greedy", "uniform"}) {
+    PlannerOptions options;
+    options.proposers = {proposer};
+    absl::StatusOr<Plan> one = MakePlan(tables, OptimizerKind::kRowwiseAdagrad,
+                                        topology, reservation, options);
+    if (one.ok()) {
+      EXPECT_LE(all->max_cost, one->max_cost + 1e-12) << proposer;
+    }
+  }
+}
+
+// Branch and bound finds the plan that partitioning every proposal finds.
+TEST(Planner, BoundedSearchFindsTheBestOfAllProposals) {
+  std::mt19937 random(23);
+  for (int round = 0; round < 6; ++round) {
+    const std::vector<TableSpec> tables = RandomTables(random, 12);
+    Topology topology = Cpu(4, 512 << 20);
+    topology.local_world_size = 2;
+    const StorageReservation reservation =
+        ReserveStorage(topology, tables, 0, 2);
+    const Storage usable = UsableStorage(topology, reservation);
+    absl::StatusOr<OptionsByTable> options =
+        EnumerateOptions(tables, OptimizerKind::kSgd, topology);
+    ASSERT_TRUE(options.ok());
+    std::unique_ptr<Proposer> dp = MakeDynamicProgrammingProposer();
+    dp->Load(*options, topology, usable);
+    double best = std::numeric_limits<double>::infinity();
+    while (std::optional<Proposal> proposal = dp->Propose()) {
+      std::vector<const ShardingOption*> chosen;
+      for (size_t t = 0; t < proposal->size(); ++t) {
+        chosen.push_back(&(*options)[t][(*proposal)[t]]);
+      }
+      for (PartitionStrategy strategy : {PartitionStrategy::kGreedyCost,
+                                         PartitionStrategy::kMemoryBalanced}) {
+        const Partition partition =
+            PartitionShards(chosen, topology, usable, strategy);
+        if (partition.ok()) {
+          // MakePlan tries memory-balanced only when greedy fails.
+          best = std::min(best, partition.max_cost);
+          break;
+        }
+      }
+      dp->Feedback(true);
+    }
+    PlannerOptions planner_options;
+    planner_options.proposers = {"dp"};
+    planner_options.max_proposals = 1 << 20;
+    absl::StatusOr<Plan> plan = MakePlan(tables, OptimizerKind::kSgd, topology,
+                                         reservation, planner_options);
+    if (best == std::numeric_limits<double>::infinity()) {
+      EXPECT_FALSE(plan.ok() && plan->proposer == "dp");
+      continue;
+    }
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_DOUBLE_EQ(plan->max_cost, best) << "round " << round;
+  }
+}
+
+TEST(ValidatePlan, CatchesBrokenPlans) {
+  const std::vector<TableSpec> tables = {Table("a", 100, 64)};
+  const Topology topology = Cpu(2);
+  absl::StatusOr<Plan> plan = MakePlan(tables, OptimizerKind::kSgd, topology,
+                                       ReserveStorage(topology, tables, 0, 2));
+  ASSERT_TRUE(plan.ok());
+  v1::ShardingPlan proto = ToProto(*plan, tables, topology);
+  ASSERT_TRUE(ValidatePlan(proto, tables).ok());
+  v1::ShardingPlan broken = proto;
+  broken.mutable_tables(0)->set_sharding_type(v1::COLUMN_WISE);
+  broken.mutable_tables(0)->clear_shards();
+  auto* shard = broken.mutable_tables(0)->add_shards();
+  shard->set_rows(100);
+  shard->set_cols(40);
+  EXPECT_THAT(ValidatePlan(broken, tables).message(), HasSubstr("cover"));
+  auto* overlap = broken.mutable_tables(0)->add_shards();
+  overlap->set_rows(100);
+  overlap->set_col_offset(30);
+  overlap->set_cols(34);
+  EXPECT_THAT(ValidatePlan(broken, tables).message(), HasSubstr("overlap"));
+  broken = proto;
+  broken.add_tables()->CopyFrom(proto.tables(0));
+  EXPECT_THAT(ValidatePlan(broken, tables).message(), HasSubstr("twice"));
+  broken = proto;
+  broken.mutable_tables(0)->mutable_shards(0)->set_rank(2);
+  EXPECT_THAT(ValidatePlan(broken, tables).message(), HasSubstr("rank 2"));
+  broken = proto;
+  broken.clear_tables();
+  EXPECT_THAT(ValidatePlan(broken, tables).message(), HasSubstr("not planned"));
+  const Storage tiny{0, 10};
+  EXPECT_THAT(ValidatePlan(proto, tables, &tiny).message(), HasSubstr("over"));
+}
+
+TEST(Planner, SmallTablesOnManyRanksSpreadTableWise) {
+  std::vector<TableSpec> tables;
+  for (int t = 0; t < 8; ++t)
+    tables.push_back(Table(absl::StrCat("t", t), 100000, 16));
+  const Topology topology = Cpu(4);
+  absl::StatusOr<Plan> plan =
+      MakePlan(tables, OptimizerKind::kRowwiseAdagrad, topology,
+               ReserveStorage(topology, tables, 0, 3));
+  ASSERT_TRUE(plan.ok());
+  for (const RankStats& rank : plan->ranks) {
+    EXPECT_EQ(rank.shards.at(v1::TABLE_WISE), 2);
+  }
+  EXPECT_NEAR(plan->imbalance(), 1, 1e-9);
+  const std::string report = FormatPlanReport(*plan, tables, topology);
+  EXPECT_THAT(report, HasSubstr("imbalance (max / mean) 1.000"));
+  EXPECT_THAT(FormatPlanJson(*plan, tables, topology),
+              HasSubstr("\"sharding_type\":\"TABLE_WISE\""));
+}
+
+TEST(Planner, NothingFitsSaysWhichTablesRanksAndWhatWouldHelp) {
+  std::vector<TableSpec> tables = {Table("huge", 50000000, 128),
+                                   Table("small", 1000, 16)};
+  Topology topology = Cpu(2, 4 * kGib);
+  absl::StatusOr<Plan> plan = MakePlan(tables, OptimizerKind::kAdam, topology,
+                                       ReserveStorage(topology, tables, 0, 3));
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string message(plan.status().message());
+  EXPECT_THAT(message, HasSubstr("table 'huge'"));
+  EXPECT_THAT(message, HasSubstr("missing (its shards need"));
+  EXPECT_THAT(message, HasSubstr("more ranks"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("a smaller batch")));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("'small'")));
+  // I/O buffers that do not fit: a smaller batch would help (no
+  // reservation here).
+  TableSpec busy = Table("busy", 1000, 16);
+  busy.pooling_factor = 300000;
+  plan =
+      MakePlan({busy}, OptimizerKind::kSgd, Cpu(2, kGib), StorageReservation());
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(), HasSubstr("a smaller batch"));
+  // Constrained to table-wise, a table that fits row-wise.
+  tables = {Table("wide", 8000000, 128)};
+  tables[0].sharding_types = {v1::TABLE_WISE};
+  topology = Cpu(4, 4 * kGib);
+  plan = MakePlan(tables, OptimizerKind::kSgd, topology,
+                  ReserveStorage(topology, tables, 0, 2));
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(), HasSubstr("fewer constraints"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("more memory per rank"));
+  tables[0].sharding_types.clear();
+  EXPECT_TRUE(MakePlan(tables, OptimizerKind::kSgd, topology,
+                       ReserveStorage(topology, tables, 0, 2))
+                  .ok());
+  // A reservation that takes everything.
+  const StorageReservation greedy_reservation =
+      ReserveStorage(topology, tables, 8 * kGib, 2);
+  plan = MakePlan(tables, OptimizerKind::kSgd, topology, greedy_reservation);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(), HasSubstr("a smaller reservation"));
+}
+
+TEST(ModelSpec, DefaultsMatchTheTrainer) {
+  absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(v1::TrainerConfig());
+  ASSERT_TRUE(spec.ok());
+  ASSERT_EQ(spec->tables.size(), 8u);
+  EXPECT_EQ(spec->tables[7].name, "t7");
+  EXPECT_EQ(spec->tables[0].rows, 100000);
+  EXPECT_EQ(spec->tables[0].dim, 16);
+  EXPECT_EQ(spec->batch_size, 512);
+  EXPECT_EQ(spec->optimizer, OptimizerKind::kRowwiseAdagrad);
+  EXPECT_FALSE(spec->gpu);
+  absl::StatusOr<v1::TrainerConfig> config = ParseConfigText(R"(
+    model { kind: "sequence" tables { name: "s" num_embeddings: 10
+            embedding_dim: 8 feature_names: ["a", "b"] dtype: "double" }
+            sparse_optimizer { type: "adam" } }
+    data { batch_size: 64 synthetic { min_length: 2 max_length: 6 } }
+    device: "cuda")");
+  ASSERT_TRUE(config.ok());
+  spec = ModelSpecFromConfig(*config);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_FALSE(spec->tables[0].pooled);
+  EXPECT_EQ(spec->tables[0].element_bytes, 8);
+  EXPECT_DOUBLE_EQ(spec->tables[0].pooling_factor, 8);  // 2 features x 4
+  EXPECT_EQ(spec->optimizer, OptimizerKind::kAdam);
+  EXPECT_EQ(spec->batch_size, 64);
+  EXPECT_TRUE(spec->gpu);
+  EXPECT_THAT(ParseConfigText("model { tables { nam: 1 } }").status().message(),
+              HasSubstr("line 1"));
+  config->mutable_model()->mutable_sparse_optimizer()->set_type("lion");
+  EXPECT_THAT(ModelSpecFromConfig(*config).status().message(),
+              HasSubstr("lion"));
+}
+
+TEST(ModelSpec, Constraints) {
+  std::vector<TableSpec> tables = {Table("a", 10, 64), Table("b", 10, 8)};
+  absl::StatusOr<v1::PlannerConstraints> constraints = ParseConstraintsText(R"(
+    tables { table: "a" sharding_types: [ROW_WISE, COLUMN_WISE]
+             min_partition: 16 pooling_factor: 3 placement: PLACEMENT_DEVICE })");
+  ASSERT_TRUE(constraints.ok()) << constraints.status();
+  ASSERT_TRUE(ApplyConstraints(*constraints, false, &tables).ok());
+  EXPECT_EQ(tables[0].sharding_types.size(), 2u);
+  EXPECT_EQ(tables[0].min_partition, 16);
+  EXPECT_DOUBLE_EQ(tables[0].pooling_factor, 3);
+  EXPECT_EQ(tables[0].placement, Placement::kDevice);
+  constraints->mutable_tables(0)->set_table("c");
+  EXPECT_THAT(ApplyConstraints(*constraints, false, &tables).message(),
+              HasSubstr("'c'"));
+  constraints->mutable_tables(0)->set_table("a");
+  constraints->mutable_tables(0)->set_placement(v1::PLACEMENT_HOST);
+  EXPECT_THAT(ApplyConstraints(*constraints, false, &tables).message(),
+              HasSubstr("GPU"));
+}
+
+}  // namespace
+}  // namespace deltastream::planner

@@ -1,0 +1,397 @@
+// Sharded collections on real processes (Gloo on loopback, 2 and 4 ranks)
+// against the unsharded modules: every rank also trains the unsharded module
+// on the global batch (N ranks x B examples) with the same seed, and after
+// every step compares its output slice and, at the end, its shards' weights
+// and optimizer states with the same slices of the unsharded tables.
+//
+// Tolerance: table-wise and data-parallel tables must match bit for bit (the
+// owning rank sums the same values in the same order; the gradient division
+// by N is exact for a power of two). Row-, column- and table-row-wise shards
+// sum partial pools and per-row gradients in another order: 1e-5 absolute
+// (float32 values of order 1, a few additions).
+#include "trainer/sharding/sharded_embedding_modules.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/trainer/comm/rank_launcher.h"
+#include "tests/trainer/sharding/table_configs.h"
+#include "trainer/sharding/sharding_plan.h"
+
+namespace deltastream {
+namespace {
+
+using ::deltastream::testing::RankResult;
+using ::deltastream::testing::RunRanks;
+using ::deltastream::testing::Table;
+
+constexpr int64_t kBatch = 4;  // per rank
+constexpr int kSteps = 6;
+constexpr double kTolerance = 1e-5;
+
+std::vector<EmbeddingTableConfig> Tables(bool pooled, bool weighted) {
+  const Pooling mean = weighted ? Pooling::kSum : Pooling::kMean;
+  std::vector<EmbeddingTableConfig> tables = {
+      Table("t0", 40, 8, {"f0", "f1"}),
+      Table("t1", 33, 6, {"f2"}, pooled ? mean : Pooling::kSum),
+      Table("t2", 17, 4, {"f3"}),
+      Table("t3", 21, 5, {"f4"}, pooled ? mean : Pooling::kSum)};
+  return tables;
+}
+
+struct Case {
+  std::string name;
+  SparseOptimizerType optimizer;
+  bool exact;  // bit for bit
+  bool weighted = false;
+};
+
+v1::ShardingPlan PlanFor(const std::string& name,
+                         const std::vector<EmbeddingTableConfig>& tables,
+                         int world) {
+  std::vector<int> all;
+  for (int r = 0; r < world; ++r) all.push_back(r);
+  v1::ShardingPlan plan;
+  plan.set_world_size(world);
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const EmbeddingTableConfig& table = tables[t];
+    v1::TablePlan* p = plan.add_tables();
+    if (name == "table_wise") {
+      *p = TableWisePlan(table, static_cast<int>((t + 1) % world));
+    } else if (name == "all_on_last_rank") {
+      *p = TableWisePlan(table, world - 1);  // the other ranks hold nothing
+    } else if (name == "row_wise") {
+      *p = RowWisePlan(table, world);
+    } else if (name == "column_wise") {
+      *p = ColumnWisePlan(table, all);
+    } else if (name == "table_row_wise") {
+      *p = TableRowWisePlan(table, all);
+    } else if (name == "data_parallel") {
+      *p = DataParallelPlan(table, world);
+    } else {  // mixed
+      switch (t) {
+        case 0:
+          *p = RowWisePlan(table, world);
+          break;
+        case 1:
+          *p = ColumnWisePlan(table, {world - 1, 0});
+          break;
+        case 2:
+          *p = DataParallelPlan(table, world);
+          break;
+        default:
+          *p = TableWisePlan(table, world - 1);
+          break;
+      }
+    }
+  }
+  return plan;
+}
+
+// The global batch of a step: per feature and example, 0-3 IDs.
+struct GlobalBatch {
+  std::vector<std::string> keys;
+  std::vector<std::vector<std::vector<int64_t>>> ids;  // [feature][example]
+  std::vector<std::vector<std::vector<float>>> weights;
+};
+
+GlobalBatch MakeBatch(const std::vector<EmbeddingTableConfig>& tables,
+                      int64_t examples, int step) {
+  std::mt19937 rng(1234 + step);
+  GlobalBatch batch;
+  for (const EmbeddingTableConfig& table : tables) {
+    for (const std::string& f : table.feature_names) {
+      batch.keys.push_back(f);
+      batch.ids.emplace_back(examples);
+      batch.weights.emplace_back(examples);
+      for (int64_t e = 0; e < examples; ++e) {
+        const int n = static_cast<int>(rng() % 4);
+        for (int i = 0; i < n; ++i) {
+          batch.ids.back()[e].push_back(
+              static_cast<int64_t>(rng() % table.num_embeddings));
+          batch.weights.back()[e].push_back(0.5f + (rng() % 100) / 100.0f);
+        }
+      }
+    }
+  }
+  return batch;
+}
+
+// Examples [begin, end) of every feature.
+KeyedJaggedTensor Slice(const GlobalBatch& batch, int64_t begin, int64_t end,
+                        bool weighted) {
+  std::vector<int64_t> values, lengths;
+  std::vector<float> weights;
+  for (size_t f = 0; f < batch.keys.size(); ++f) {
+    for (int64_t e = begin; e < end; ++e) {
+      lengths.push_back(static_cast<int64_t>(batch.ids[f][e].size()));
+      values.insert(values.end(), batch.ids[f][e].begin(),
+                    batch.ids[f][e].end());
+      weights.insert(weights.end(), batch.weights[f][e].begin(),
+                     batch.weights[f][e].end());
+    }
+  }
+  std::optional<at::Tensor> w;
+  if (weighted) w = at::tensor(weights, at::kFloat);
+  return *KeyedJaggedTensor::FromLengths(batch.keys,
+                                         at::tensor(values, at::kLong),
+                                         at::tensor(lengths, at::kLong), w);
+}
+
+// A non-linear loss, a mean over the batch's examples.
+at::Tensor Loss(const std::vector<at::Tensor>& outputs, int64_t examples) {
+  at::Tensor loss = at::zeros({}, at::kFloat);
+  for (const at::Tensor& out : outputs) {
+    at::Tensor w = at::linspace(-1.0, 1.0, out.size(1), at::kFloat);
+    loss = loss + (out * w + 0.5 * out * out).sum();
+  }
+  return loss / static_cast<double>(examples);
+}
+
+double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 && b.numel() == 0) return 0;
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+#define RANK_EXPECT(cond, ...)                         \
+  do {                                                 \
+    if (!(cond)) {                                     \
+      std::fprintf(stderr, "MISMATCH %s: %s\n", #cond, \
+                   absl::StrCat(__VA_ARGS__).c_str()); \
+      return 2;                                        \
+    }                                                  \
+  } while (0)
+
+#define RANK_OK(expr)                                              \
+  do {                                                             \
+    absl::Status _s = (expr);                                      \
+    if (!_s.ok()) {                                                \
+      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
+      return 3;                                                    \
+    }                                                              \
+  } while (0)
+
+int RunCase(ProcessGroup& group, bool pooled, const Case& c) {
+  const int world = group.world_size();
+  const int me = group.rank();
+  EmbeddingModuleOptions options;
+  options.path = "sparse.ebc";
+  options.tables = Tables(pooled, c.weighted);
+  options.optimizer.type = c.optimizer;
+  options.optimizer.learning_rate = 0.05;
+  options.seed = 7;
+  options.is_weighted = c.weighted;
+  ShardedModuleOptions sharded_options;
+  sharded_options.module = options;
+  sharded_options.plan = PlanFor(c.name, options.tables, world);
+
+  std::unique_ptr<EmbeddingModule> reference;
+  std::unique_ptr<ShardedEmbeddingModule> sharded;
+  if (pooled) {
+    auto r = EmbeddingBagCollection::Create(options);
+    auto s = ShardedEmbeddingBagCollection::Create(sharded_options, &group);
+    RANK_OK(r.status());
+    RANK_OK(s.status());
+    reference = *std::move(r);
+    sharded = *std::move(s);
+  } else {
+    auto r = EmbeddingCollection::Create(options);
+    auto s = ShardedEmbeddingCollection::Create(sharded_options, &group);
+    RANK_OK(r.status());
+    RANK_OK(s.status());
+    reference = *std::move(r);
+    sharded = *std::move(s);
+  }
+  int lookups = 0;  // the local module's post-lookup hook fires
+  sharded->AddPostLookupHook([&](const EmbeddingModule&, const ModuleLookup&) {
+    ++lookups;
+    return absl::OkStatus();
+  });
+  const double tolerance = c.exact ? 0.0 : kTolerance;
+  double worst = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    GlobalBatch global = MakeBatch(options.tables, world * kBatch, step);
+    KeyedJaggedTensor all = Slice(global, 0, world * kBatch, c.weighted);
+    KeyedJaggedTensor mine =
+        Slice(global, me * kBatch, (me + 1) * kBatch, c.weighted);
+    // Feature-dict input on odd steps.
+    const bool as_dict = step % 2 == 1;
+    std::vector<at::Tensor> ref_out, out;
+    if (pooled) {
+      auto* ref = static_cast<EmbeddingBagCollection*>(reference.get());
+      auto* shd = static_cast<ShardedEmbeddingBagCollection*>(sharded.get());
+      absl::StatusOr<KeyedTensor> r = ref->Forward(all);
+      absl::StatusOr<KeyedTensor> s =
+          as_dict ? shd->Forward(FeatureDict::FromKeyedJaggedTensor(mine))
+                  : shd->Forward(mine);
+      RANK_OK(r.status());
+      RANK_OK(s.status());
+      ref_out.push_back(r->values());
+      out.push_back(s->values());
+      const double diff =
+          MaxDiff(s->values(), r->values().narrow(0, me * kBatch, kBatch));
+      worst = std::max(worst, diff);
+      RANK_EXPECT(diff <= tolerance, c.name, " step ", step,
+                  " pooled output differs by ", diff);
+    } else {
+      auto* ref = static_cast<EmbeddingCollection*>(reference.get());
+      auto* shd = static_cast<ShardedEmbeddingCollection*>(sharded.get());
+      absl::StatusOr<FeatureDict> r = ref->Forward(all);
+      absl::StatusOr<FeatureDict> s =
+          as_dict ? shd->Forward(FeatureDict::FromKeyedJaggedTensor(mine))
+                  : shd->Forward(mine);
+      RANK_OK(r.status());
+      RANK_OK(s.status());
+      for (int64_t f = 0; f < r->size(); ++f) {
+        ref_out.push_back(r->At(f).values());
+        out.push_back(s->At(f).values());
+        // This rank's IDs start after those of lower ranks' examples.
+        int64_t before = 0;
+        for (int64_t e = 0; e < me * kBatch; ++e) {
+          before += static_cast<int64_t>(global.ids[f][e].size());
+        }
+        const double diff = MaxDiff(
+            s->At(f).values(),
+            r->At(f).values().narrow(0, before, s->At(f).values().size(0)));
+        worst = std::max(worst, diff);
+        RANK_EXPECT(diff <= tolerance, c.name, " step ", step, " feature ", f,
+                    " rows differ by ", diff);
+      }
+    }
+    Loss(ref_out, world * kBatch).backward();
+    Loss(out, kBatch).backward();
+  }
+  // Every shard's weights and optimizer states against the same slice of
+  // the unsharded module's.
+  std::map<std::string, at::Tensor> ref_states;
+  for (auto& [name, t] : reference->StateTensors()) ref_states[name] = t;
+  std::map<std::string, at::Tensor> local_states;
+  for (auto& [name, t] : sharded->LocalStateTensors()) local_states[name] = t;
+  for (const EmbeddingShard& shard : sharded->local_shards()) {
+    for (const char* state : {"weight", "momentum1", "momentum2", "step"}) {
+      const std::string name = absl::StrCat(shard.table, ".", state);
+      if (!ref_states.count(name)) continue;
+      RANK_EXPECT(local_states.count(name), c.name, " no local ", name);
+      at::Tensor expected = ref_states[name];
+      if (expected.dim() == 2) {
+        expected = expected.narrow(0, shard.row_offset, shard.rows);
+        if (expected.size(1) != 1) {
+          expected = expected.narrow(1, shard.col_offset, shard.cols);
+        }
+      }
+      const double diff = MaxDiff(local_states[name], expected);
+      worst = std::max(worst, diff);
+      RANK_EXPECT(diff <= tolerance, c.name, " ", name, " differs by ", diff,
+                  " after ", kSteps, " steps");
+    }
+  }
+  RANK_EXPECT(sharded->local_shards().empty() || lookups == kSteps, c.name,
+              " post-lookup hook fired ", lookups, " times");
+  std::printf("rank %d %s %s: max difference %g over %d steps\n", me,
+              pooled ? "pooled" : "sequence", c.name.c_str(), worst, kSteps);
+  return 0;
+}
+
+const std::vector<Case>& Cases() {
+  static const std::vector<Case> cases = {
+      {"table_wise", SparseOptimizerType::kAdam, true},
+      {"data_parallel", SparseOptimizerType::kAdagrad, true},
+      {"all_on_last_rank", SparseOptimizerType::kRowwiseAdagrad, true},
+      {"row_wise", SparseOptimizerType::kRowwiseAdagrad, false},
+      {"column_wise", SparseOptimizerType::kAdagrad, false},
+      {"table_row_wise", SparseOptimizerType::kSgd, false},
+      {"mixed", SparseOptimizerType::kAdagrad, false},
+      {"mixed", SparseOptimizerType::kSgd, false, /*weighted=*/true},
+  };
+  return cases;
+}
+
+int RunScenario(const std::string& scenario) {
+  absl::Duration timeout = absl::Seconds(30);
+  if (const char* t = std::getenv("TEST_COLLECTIVE_TIMEOUT_S")) {
+    timeout = absl::Seconds(std::atoi(t));
+  }
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), timeout);
+  RANK_OK(group.status());
+  if (scenario == "dead") {
+    // Rank 1 dies after one step; the others' next forward must fail.
+    ShardedModuleOptions options;
+    options.module.path = "sparse.ebc";
+    options.module.tables = Tables(true, false);
+    options.module.seed = 7;
+    auto module = ShardedEmbeddingBagCollection::Create(options, group->get());
+    RANK_OK(module.status());
+    for (int step = 0; step < 100; ++step) {
+      GlobalBatch global = MakeBatch(options.module.tables, kBatch, step);
+      if (step == 1 && (*group)->rank() == 1) kill(getpid(), SIGKILL);
+      RANK_OK((*module)->Forward(Slice(global, 0, kBatch, false)).status());
+    }
+    return 0;
+  }
+  const bool pooled = scenario == "pooled";
+  for (const Case& c : Cases()) {
+    if (!pooled && (c.name == "table_row_wise" || c.weighted)) continue;
+    if (int rc = RunCase(**group, pooled, c); rc != 0) return rc;
+  }
+  return 0;
+}
+
+void ExpectAllPassed(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_FALSE(results[r].timed_out) << "rank " << r << results[r].output;
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
+                                       << results[r].output;
+  }
+  std::printf("%s", results[0].output.c_str());
+}
+
+TEST(ShardedEmbeddingBagCollectionTest, EqualsUnshardedOnTwoRanks) {
+  ExpectAllPassed(RunRanks("pooled", 2, absl::Seconds(120)));
+}
+
+TEST(ShardedEmbeddingBagCollectionTest, EqualsUnshardedOnFourRanks) {
+  ExpectAllPassed(RunRanks("pooled", 4, absl::Seconds(120)));
+}
+
+TEST(ShardedEmbeddingCollectionTest, EqualsUnshardedOnTwoRanks) {
+  ExpectAllPassed(RunRanks("sequence", 2, absl::Seconds(120)));
+}
+
+TEST(ShardedEmbeddingCollectionTest, EqualsUnshardedOnFourRanks) {
+  ExpectAllPassed(RunRanks("sequence", 4, absl::Seconds(120)));
+}
+
+TEST(ShardedEmbeddingBagCollectionTest, DeadRankFailsTheForwardNamingIt) {
+  std::vector<RankResult> results = RunRanks(
+      "dead", 2, absl::Seconds(30), {{"TEST_COLLECTIVE_TIMEOUT_S", "2"}});
+  EXPECT_FALSE(results[0].timed_out);
+  EXPECT_EQ(results[0].exit_code, 3) << results[0].output;
+  EXPECT_TRUE(absl::StrContains(results[0].output, "input_dist"))
+      << results[0].output;
+  EXPECT_TRUE(absl::StrContains(results[0].output, "rank 1 did not report"))
+      << results[0].output;
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  if (std::optional<std::string> scenario =
+          deltastream::testing::ScenarioFromEnv()) {
+    return deltastream::RunScenario(*scenario);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,409 @@
+#include "trainer/comm/process_group.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "trainer/comm/c10d_compat.h"
+
+namespace deltastream {
+namespace {
+
+std::chrono::milliseconds ToChrono(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+bool IsLoopback(const std::string& addr) {
+  return addr == "localhost" || absl::StartsWith(addr, "127.");
+}
+
+int64_t RowBytes(const at::Tensor& t) {
+  return t.dim() == 0 ? t.element_size()
+                      : (t.size(0) == 0 ? 0 : t.nbytes() / t.size(0));
+}
+
+absl::Status CheckSplits(absl::Span<const int64_t> splits, int world_size,
+                         const at::Tensor& tensor, absl::string_view what) {
+  if (static_cast<int>(splits.size()) != world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " splits have ", splits.size(), " entries for ",
+                     world_size, " ranks"));
+  }
+  int64_t sum = 0;
+  for (int64_t s : splits) {
+    if (s < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " split ", s, " is negative"));
+    }
+    sum += s;
+  }
+  const int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
+  if (sum != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " splits sum to ", sum, " but the tensor has ", rows, " rows"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct ProcessGroup::Impl {
+  ProcessGroupOptions options;
+  bool is_gloo = true;
+  c10::intrusive_ptr<::c10d::Store> store;  // this group's prefix
+  c10::intrusive_ptr<c10d_compat::CollectiveBackend> backend;
+
+  mutable absl::Mutex mu;
+  std::map<std::string, CollectiveStats> stats ABSL_GUARDED_BY(mu);
+  // Set by the first failed collective; every later call returns it.
+  absl::Status broken ABSL_GUARDED_BY(mu);
+
+  int rank() const { return options.env.rank; }
+  int size() const { return options.env.world_size; }
+
+  // Who else saw the group fail: each survivor writes "failed/<rank>", then
+  // waits up to the timeout for the others. Returns the ranks that never
+  // wrote, or an error when the store itself is gone.
+  absl::StatusOr<std::vector<int>> MissingRanks() {
+    // The ranks not yet reported at the last poll that reached the store:
+    // the store's host (rank 0) may exit while others still poll, having
+    // given up first.
+    std::optional<std::vector<int>> last_seen;
+    try {
+      store->set(absl::StrCat("failed/", rank()), std::vector<uint8_t>{1});
+      const absl::Time deadline = absl::Now() + options.timeout;
+      while (true) {
+        std::vector<int> missing;
+        for (int r = 0; r < size(); ++r) {
+          if (r != rank() && !store->check({absl::StrCat("failed/", r)})) {
+            missing.push_back(r);
+          }
+        }
+        last_seen = missing;
+        if (missing.empty() || absl::Now() >= deadline) return missing;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    } catch (const std::exception& e) {
+      if (last_seen) return *last_seen;
+      return absl::UnavailableError(e.what());
+    }
+  }
+
+  // Runs one collective `body` under the lock, converting c10d's exceptions
+  // into the Status described in the header.
+  template <typename F>
+  absl::Status Run(absl::string_view kind, absl::string_view label,
+                   int64_t bytes_sent, int64_t bytes_received, F&& body) {
+    absl::MutexLock lock(&mu);
+    if (!broken.ok()) return broken;
+    const absl::Time start = absl::Now();
+    try {
+      body();
+    } catch (const std::exception& e) {
+      std::string cause = e.what();
+      if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+        cause = c10_error->what_without_backtrace();
+      }
+      const bool timed_out = absl::StrContains(cause, "imed out") ||
+                             absl::StrContains(cause, "imeout");
+      const std::string head = absl::StrCat(
+          kind, " '", label, "' failed on rank ", rank(), " of ", size(),
+          " after ", absl::FormatDuration(absl::Now() - start), ": ");
+      absl::StatusOr<std::vector<int>> missing = MissingRanks();
+      std::string who;
+      if (!missing.ok()) {
+        who = absl::StrCat(
+            "rank 0 (the store's host at ", options.env.master_addr, ":",
+            options.env.master_port, ") is unreachable, dead or hung (",
+            missing.status().message(), ")");
+      } else if (missing->empty()) {
+        who = "every rank saw it fail";
+      } else {
+        who = absl::StrCat(
+            missing->size() == 1 ? "rank " : "ranks ",
+            absl::StrJoin(*missing, ", "), " did not report within ",
+            absl::FormatDuration(options.timeout), " (dead or hung)");
+      }
+      const std::string message = absl::StrCat(head, who, "; c10d: ", cause);
+      broken = timed_out ? absl::DeadlineExceededError(message)
+                         : absl::UnavailableError(message);
+      return broken;
+    }
+    CollectiveStats& s = stats[std::string(label)];
+    ++s.calls;
+    s.bytes_sent += bytes_sent;
+    s.bytes_received += bytes_received;
+    return absl::OkStatus();
+  }
+};
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::FromEnvironment(
+    c10::Device device, absl::Duration timeout,
+    absl::Duration rendezvous_timeout) {
+  absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
+  if (!env.ok()) return env.status();
+  ProcessGroupOptions options;
+  options.env = *env;
+  options.device = device;
+  options.timeout = timeout;
+  options.rendezvous_timeout = rendezvous_timeout;
+  return Create(options);
+}
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
+    const ProcessGroupOptions& options) {
+  const TorchrunEnvironment& env = options.env;
+  if (options.timeout <= absl::ZeroDuration() ||
+      options.rendezvous_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeouts must be > 0");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->is_gloo = !options.device.is_cuda();
+  if (!impl->is_gloo && !c10d_compat::kHasNccl) {
+    return absl::UnimplementedError(absl::StrCat(
+        "device ", options.device.str(),
+        " needs NCCL, which this LibTorch was built without (CPU tensors use "
+        "Gloo)"));
+  }
+  const std::string where = absl::StrCat(env.master_addr, ":", env.master_port);
+  try {
+    ::c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(env.master_port);
+    store_options.isServer = !env.use_agent_store && env.rank == 0;
+    if (!env.use_agent_store) store_options.numWorkers = env.world_size;
+    store_options.waitWorkers = !env.use_agent_store;
+    store_options.timeout = ToChrono(options.rendezvous_timeout);
+    c10::intrusive_ptr<::c10d::Store> store =
+        c10::make_intrusive<::c10d::TCPStore>(env.master_addr, store_options);
+    if (env.use_agent_store) {
+      store = c10::make_intrusive<::c10d::PrefixStore>(
+          absl::StrCat("/worker/attempt_", env.restart_count), store);
+    }
+    impl->store =
+        c10::make_intrusive<::c10d::PrefixStore>("deltastream_pg/", store);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", env.rank, " of ", env.world_size,
+        ": rendezvous through the TCPStore at ", where, " failed within ",
+        absl::FormatDuration(options.rendezvous_timeout), ": ", e.what()));
+  }
+  // Every rank checks in, so that the backend's connection (bounded by the
+  // collective timeout) starts only once all ranks are up.
+  std::vector<std::string> joined;
+  for (int r = 0; r < env.world_size; ++r) {
+    joined.push_back(absl::StrCat("joined/", r));
+  }
+  try {
+    impl->store->set(joined[env.rank], std::vector<uint8_t>{1});
+    impl->store->wait(joined, ToChrono(options.rendezvous_timeout));
+  } catch (const std::exception& e) {
+    std::vector<int> missing;
+    try {
+      for (int r = 0; r < env.world_size; ++r) {
+        if (!impl->store->check({joined[r]})) missing.push_back(r);
+      }
+    } catch (const std::exception&) {
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", env.rank, " of ", env.world_size, ": ranks ",
+        absl::StrJoin(missing, ", "), " did not join through ", where,
+        " within ", absl::FormatDuration(options.rendezvous_timeout), ": ",
+        e.what()));
+  }
+  try {
+    if (impl->is_gloo) {
+      impl->backend = c10d_compat::MakeGloo(
+          impl->store, env.rank, env.world_size, ToChrono(options.timeout),
+          IsLoopback(env.master_addr) ? "127.0.0.1" : "");
+    } else {
+      impl->backend = c10d_compat::MakeNccl(
+          impl->store, env.rank, env.world_size, ToChrono(options.timeout));
+    }
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", env.rank, " of ", env.world_size, ": connecting ",
+                     impl->is_gloo ? "Gloo" : "NCCL", " through ", where,
+                     " failed: ", e.what()));
+  }
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+int ProcessGroup::rank() const { return impl_->rank(); }
+int ProcessGroup::world_size() const { return impl_->size(); }
+int ProcessGroup::local_rank() const { return impl_->options.env.local_rank; }
+int ProcessGroup::local_world_size() const {
+  return impl_->options.env.local_world_size;
+}
+c10::Device ProcessGroup::device() const { return impl_->options.device; }
+absl::Duration ProcessGroup::timeout() const { return impl_->options.timeout; }
+absl::string_view ProcessGroup::backend_name() const {
+  return impl_->is_gloo ? "gloo" : "nccl";
+}
+
+absl::Status ProcessGroup::AllToAll(const at::Tensor& input,
+                                    absl::Span<const int64_t> input_splits,
+                                    at::Tensor& output,
+                                    absl::Span<const int64_t> output_splits,
+                                    absl::string_view label) {
+  const int size = world_size();
+  if (absl::Status s =
+          CheckSplits(input_splits, size, input, "all-to-all input");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckSplits(output_splits, size, output, "all-to-all output");
+      !s.ok()) {
+    return s;
+  }
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank()) continue;
+    sent += input_splits[r];
+    received += output_splits[r];
+  }
+  sent *= RowBytes(input);
+  received *= RowBytes(output);
+  std::vector<int64_t> in(input_splits.begin(), input_splits.end());
+  std::vector<int64_t> out(output_splits.begin(), output_splits.end());
+  return impl_->Run("all-to-all", label, sent, received, [&] {
+    if (size == 1) {
+      output.copy_(input);
+      return;
+    }
+    at::Tensor in_tensor = input.contiguous();
+    impl_->backend->alltoall_base(output, in_tensor, out, in)->wait();
+  });
+}
+
+absl::Status ProcessGroup::AllReduceSum(at::Tensor& tensor,
+                                        absl::string_view label) {
+  const int size = world_size();
+  // A ring all-reduce sends (and receives) 2 (n - 1) / n of the tensor.
+  const int64_t bytes = tensor.nbytes() * 2 * (size - 1) / size;
+  return impl_->Run("all-reduce", label, bytes, bytes, [&] {
+    if (size == 1) return;
+    std::vector<at::Tensor> tensors = {tensor};
+    impl_->backend->allreduce(tensors)->wait();
+  });
+}
+
+absl::Status ProcessGroup::AllGather(const at::Tensor& input,
+                                     at::Tensor& output,
+                                     absl::string_view label) {
+  const int size = world_size();
+  if (output.dim() == 0 || output.size(0) != input.size(0) * size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("all-gather '", label, "': output needs ",
+                     input.size(0) * size, " rows"));
+  }
+  const int64_t bytes = input.nbytes() * (size - 1);
+  return impl_->Run("all-gather", label, bytes, bytes, [&] {
+    if (size == 1) {
+      output.copy_(input);
+      return;
+    }
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (at::Tensor& chunk : output.chunk(size, 0)) {
+      outputs[0].push_back(chunk);
+    }
+    std::vector<at::Tensor> inputs = {input.contiguous()};
+    impl_->backend->allgather(outputs, inputs)->wait();
+  });
+}
+
+absl::Status ProcessGroup::ReduceScatterSum(const at::Tensor& input,
+                                            at::Tensor& output,
+                                            absl::string_view label) {
+  const int size = world_size();
+  if (input.dim() == 0 || input.size(0) != output.size(0) * size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce-scatter '", label, "': input needs ",
+                     output.size(0) * size, " rows"));
+  }
+  // A ring reduce-scatter moves (n - 1) / n of the input; Gloo's emulation
+  // (an all-reduce) twice that.
+  const int64_t bytes =
+      input.nbytes() * (impl_->is_gloo ? 2 : 1) * (size - 1) / size;
+  return impl_->Run("reduce-scatter", label, bytes, bytes, [&] {
+    if (size == 1) {
+      output.copy_(input);
+      return;
+    }
+    at::Tensor in_tensor = input.contiguous();
+    c10d_compat::ReduceScatterSum(*impl_->backend, impl_->is_gloo, rank(), size,
+                                  in_tensor, output);
+  });
+}
+
+absl::Status ProcessGroup::Barrier(absl::string_view label) {
+  return impl_->Run("barrier", label, 0, 0, [&] {
+    if (world_size() == 1) return;
+    impl_->backend->barrier()->wait();
+  });
+}
+
+absl::StatusOr<int64_t> ProcessGroup::AllReduceMin(int64_t value,
+                                                   absl::string_view label) {
+  at::Tensor tensor =
+      at::full({1}, value, at::TensorOptions().dtype(at::kLong)).to(device());
+  absl::Status status = impl_->Run("all-reduce", label, 8, 8, [&] {
+    if (world_size() == 1) return;
+    std::vector<at::Tensor> tensors = {tensor};
+    ::c10d::AllreduceOptions options;
+    options.reduceOp = ::c10d::ReduceOp::MIN;
+    impl_->backend->allreduce(tensors, options)->wait();
+  });
+  if (!status.ok()) return status;
+  return tensor.cpu().item<int64_t>();
+}
+
+absl::Status ProcessGroup::StoreSet(absl::string_view key,
+                                    absl::string_view value) {
+  try {
+    impl_->store->set(std::string(key),
+                      std::vector<uint8_t>(value.begin(), value.end()));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("store set '", key, "' failed: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ProcessGroup::StoreGet(absl::string_view key) {
+  try {
+    impl_->store->wait({std::string(key)}, ToChrono(timeout()));
+    std::vector<uint8_t> value = impl_->store->get(std::string(key));
+    return std::string(value.begin(), value.end());
+  } catch (const std::exception& e) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("store get '", key, "' failed: ", e.what()));
+  }
+}
+
+std::map<std::string, CollectiveStats> ProcessGroup::Stats() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->stats;
+}
+
+void ProcessGroup::ResetStats() {
+  absl::MutexLock lock(&impl_->mu);
+  impl_->stats.clear();
+}
+
+}  // namespace deltastream

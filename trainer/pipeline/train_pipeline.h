@@ -1,0 +1,73 @@
+#ifndef DELTASTREAM_TRAINER_PIPELINE_TRAIN_PIPELINE_H_
+#define DELTASTREAM_TRAINER_PIPELINE_TRAIN_PIPELINE_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "trainer/data/batch.h"
+#include "trainer/optim/dense_optimizer.h"
+
+namespace deltastream {
+
+class ModuleRowsReader;
+class RecModel;
+class Tracker;
+
+// What a pipeline trains: the model with its fused sparse optimizers, the
+// dense optimizer over model->dense(), and, when tracking is on, the rows
+// reader whose update guard orders row changes against the tracker's reads
+// and the tracker whose batch index follows the steps. Owned by the caller
+// (the Trainer); they outlive the pipeline.
+struct TrainPipelineParts {
+  RecModel* model = nullptr;
+  torch::optim::Optimizer* dense_optimizer = nullptr;
+  ModuleRowsReader* rows_reader = nullptr;  // null when tracking is off
+  Tracker* tracker = nullptr;               // null when tracking is off
+};
+
+// One trained step, as the caller accounts it.
+struct TrainedStep {
+  // The step's mean loss: a 0-dim tensor on the model's device, detached
+  // (reading it synchronises with the device: callers sum it and read the sum
+  // at progress lines only).
+  at::Tensor loss;
+  int64_t examples = 0;  // the batch's examples
+};
+
+// A training step loop, TorchRec's TrainPipeline: each Progress call trains
+// one batch through the whole step (copy to the device, forward with the
+// modules' lookup hooks recording into the tracker, loss, backward with the
+// fused sparse optimizers, dense optimizer step, Tracker::Step). A pipelined
+// implementation may hold later batches in flight (copied, distributed)
+// while it trains this one; the order in which batches are trained is the
+// source's, and every batch pulled is trained before Progress reports the
+// end of the data.
+//
+// Every implementation keeps the tracking contract (DESIGN.md): a batch's
+// backward (the sparse row updates), the dense optimizer step and
+// Tracker::Step happen under one ModuleRowsReader::UpdateGuard, so a
+// consumer's read (which pins the rows) sees the model after a whole step or
+// before it; and the IDs a batch records belong to the step that changes
+// their rows.
+//
+// Not thread-safe: one thread drives a pipeline (the tracker service reads
+// concurrently through the rows reader, which the guard serialises).
+class TrainPipeline {
+ public:
+  virtual ~TrainPipeline() = default;
+
+  // Trains the next batch of `source`. Returns the step, or nullopt when
+  // the source has no more batches and none is in flight (then nothing
+  // changed). Errors: the source's, and the model's or LibTorch's as
+  // absl::Status (after an error the model may hold a partial step: the
+  // caller stops training).
+  virtual absl::StatusOr<std::optional<TrainedStep>> Progress(
+      BatchSource& source) = 0;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRAINER_PIPELINE_TRAIN_PIPELINE_H_

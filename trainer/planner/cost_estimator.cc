@@ -1,0 +1,96 @@
+#include "trainer/planner/cost_estimator.h"
+
+namespace deltastream::planner {
+namespace {
+
+constexpr double kIdBytes = 8;
+constexpr double kMsPerSecond = 1e3;
+
+// The bandwidth a lookup of `kernel` reads rows at.
+double LookupBandwidth(v1::ComputeKernel kernel, const Topology& topology) {
+  if (!topology.gpu) return topology.ddr_bw;
+  if (kernel == v1::FUSED_UVM_CACHING) {
+    // Hits in the HBM cache at HBM speed, misses at host speed.
+    const double hit = topology.uvm_caching_ratio;
+    return 1.0 / (hit / topology.hbm_bw + (1 - hit) / topology.ddr_bw);
+  }
+  return topology.hbm_bw;
+}
+
+}  // namespace
+
+Cost EstimateShardCost(const TableSpec& table, v1::ShardingType type,
+                       v1::ComputeKernel kernel, int64_t shard_rows,
+                       int64_t shard_cols, const Topology& topology) {
+  Cost cost;
+  if (shard_rows == 0 || shard_cols == 0) return cost;
+  const double world = topology.world_size;
+  const double local = topology.ranks_per_host();
+  const double hosts = topology.hosts();
+  const double mem_bw = LookupBandwidth(kernel, topology);
+  const double world_bw = topology.world_comms_bw();
+  // Share of an all-to-all's bytes that leave the rank.
+  const double remote = (world - 1) / world;
+
+  // One rank's batch: IDs and the embeddings it gets back.
+  const double ids =
+      static_cast<double>(topology.batch_size) * table.pooling_factor;
+  const double outputs = table.pooled
+                             ? static_cast<double>(topology.batch_size) *
+                                   static_cast<double>(table.num_features)
+                             : ids;
+  const double row = static_cast<double>(shard_cols * table.element_bytes);
+
+  double lookup_ids = 0;    // IDs this shard looks up per step
+  double output_rows = 0;   // rows (pooled or not) it writes
+  double input_comms = 0;   // seconds
+  double output_comms = 0;  // seconds, forward; the backward mirrors it
+  double dense_bwd = 0;     // seconds of dense work in backward
+  double allreduce = 0;     // seconds, backward (data-parallel)
+  switch (type) {
+    case v1::DATA_PARALLEL:
+      lookup_ids = ids;
+      output_rows = outputs;
+      // Backward all-reduces the whole table's dense gradient (a ring:
+      // 2 (W - 1) / W of it per rank) and applies it to every row.
+      dense_bwd = static_cast<double>(shard_rows) * row / mem_bw;
+      allreduce = static_cast<double>(shard_rows) * row * 2 * remote / world_bw;
+      break;
+    case v1::TABLE_WISE:
+    case v1::COLUMN_WISE:
+      lookup_ids = ids * world;
+      output_rows = outputs * world;
+      input_comms = lookup_ids * kIdBytes * remote / world_bw;
+      output_comms = output_rows * row * remote / world_bw;
+      break;
+    case v1::ROW_WISE:
+      lookup_ids = ids;
+      output_rows = table.pooled ? outputs * world : ids;
+      input_comms = lookup_ids * kIdBytes * remote / world_bw;
+      // Pooled: a reduce-scatter of partial sums; sequence: an all-to-all.
+      output_comms = output_rows * row * remote / world_bw;
+      break;
+    case v1::TABLE_ROW_WISE:
+      lookup_ids = ids * world / local;
+      output_rows = outputs * world;
+      input_comms = lookup_ids * kIdBytes * remote / world_bw;
+      // A reduce-scatter within the host, then an all-to-all across hosts.
+      output_comms =
+          output_rows * row * (local - 1) / local / topology.intra_host_bw +
+          output_rows * row / local * (hosts - 1) / hosts /
+              topology.inter_host_bw;
+      break;
+    default:
+      return cost;
+  }
+  const double compute =
+      (lookup_ids * kIdBytes + lookup_ids * row + output_rows * row) / mem_bw;
+  cost.fwd_compute = compute * kMsPerSecond;
+  cost.bwd_compute =
+      (compute * topology.bwd_compute_multiplier + dense_bwd) * kMsPerSecond;
+  cost.fwd_comms = (input_comms + output_comms) * kMsPerSecond;
+  cost.bwd_comms = (output_comms + allreduce) * kMsPerSecond;
+  return cost;
+}
+
+}  // namespace deltastream::planner

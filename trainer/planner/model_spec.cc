@@ -1,0 +1,237 @@
+#include "trainer/planner/model_spec.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace deltastream::planner {
+namespace {
+
+class FirstError : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (!first_.empty()) return;
+    first_ =
+        absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+template <typename Message>
+absl::StatusOr<Message> ParseText(absl::string_view text,
+                                  absl::string_view what) {
+  google::protobuf::TextFormat::Parser parser;
+  FirstError errors;
+  parser.RecordErrorsTo(&errors);
+  Message message;
+  if (!parser.ParseFromString(std::string(text), &message)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ",
+        errors.first().empty() ? "does not parse" : errors.first()));
+  }
+  return message;
+}
+
+absl::Status Invalid(absl::string_view field, absl::string_view message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("config: ", field, ": ", message));
+}
+
+// Parameters of an MLP from `in` features through `layers` (weights and
+// biases).
+int64_t MlpParameters(int64_t in, const std::vector<int64_t>& layers) {
+  int64_t parameters = 0;
+  for (int64_t out : layers) {
+    parameters += in * out + out;
+    in = out;
+  }
+  return parameters;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::TrainerConfig> ParseConfigText(absl::string_view text) {
+  return ParseText<v1::TrainerConfig>(text, "config");
+}
+
+absl::StatusOr<v1::PlannerConstraints> ParseConstraintsText(
+    absl::string_view text) {
+  return ParseText<v1::PlannerConstraints>(text, "constraints");
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config) {
+  ModelSpec spec;
+  const v1::Model& model = config.model();
+  bool sequence = false;
+  if (model.kind() == "sequence") {
+    sequence = true;
+  } else if (!model.kind().empty() && model.kind() != "dlrm") {
+    return Invalid("model.kind",
+                   absl::StrCat("dlrm or sequence, got '", model.kind(), "'"));
+  }
+
+  // IDs per example and feature.
+  double ids_per_feature = 1;
+  if (config.data().has_criteo()) {
+    ids_per_feature = 1;
+  } else {
+    const v1::SyntheticData& synthetic = config.data().synthetic();
+    const int64_t min_length =
+        synthetic.min_length() != 0 ? synthetic.min_length() : 1;
+    const int64_t max_length = synthetic.max_length() != 0
+                                   ? synthetic.max_length()
+                                   : (sequence ? 8 : 1);
+    if (min_length < 0 || max_length < min_length) {
+      return Invalid("data.synthetic", "needs 0 <= min_length <= max_length");
+    }
+    ids_per_feature = static_cast<double>(min_length + max_length) / 2;
+  }
+  spec.batch_size =
+      config.data().batch_size() != 0 ? config.data().batch_size() : 512;
+  if (spec.batch_size <= 0)
+    return Invalid("data.batch_size", "must be positive");
+
+  if (model.tables().empty()) {
+    for (int t = 0; t < 8; ++t) {
+      TableSpec table;
+      table.name = absl::StrCat("t", t);
+      table.rows = 100000;
+      table.dim = 16;
+      spec.tables.push_back(table);
+    }
+  }
+  absl::flat_hash_map<std::string, bool> names;
+  for (const v1::EmbeddingTable& in : model.tables()) {
+    const std::string field = absl::StrCat("model.tables '", in.name(), "'");
+    TableSpec table;
+    table.name = in.name();
+    table.rows = in.num_embeddings();
+    table.dim = in.embedding_dim();
+    table.num_features = std::max(1, in.feature_names_size());
+    if (table.name.empty())
+      return Invalid("model.tables", "a table has no name");
+    if (!names.emplace(table.name, true).second) {
+      return Invalid(field, "the name repeats");
+    }
+    if (table.rows <= 0 || table.dim <= 0) {
+      return Invalid(field,
+                     "num_embeddings and embedding_dim must be positive");
+    }
+    if (in.dtype().empty() || in.dtype() == "float") {
+      table.element_bytes = 4;
+    } else if (in.dtype() == "double") {
+      table.element_bytes = 8;
+    } else {
+      return Invalid(field, absl::StrCat("dtype must be float or double, got '",
+                                         in.dtype(), "'"));
+    }
+    spec.tables.push_back(table);
+  }
+  for (TableSpec& table : spec.tables) {
+    table.pooled = !sequence;
+    table.pooling_factor =
+        ids_per_feature * static_cast<double>(table.num_features);
+  }
+
+  const std::string& optimizer = model.sparse_optimizer().type();
+  if (optimizer.empty() || optimizer == "rowwise_adagrad") {
+    spec.optimizer = OptimizerKind::kRowwiseAdagrad;
+  } else if (optimizer == "sgd") {
+    spec.optimizer = OptimizerKind::kSgd;
+  } else if (optimizer == "adagrad") {
+    spec.optimizer = OptimizerKind::kAdagrad;
+  } else if (optimizer == "adam") {
+    spec.optimizer = OptimizerKind::kAdam;
+  } else {
+    return Invalid("model.sparse_optimizer",
+                   absl::StrCat("unknown optimizer '", optimizer, "'"));
+  }
+  const std::string& dense = model.dense_optimizer().type();
+  if (dense == "sgd") {
+    spec.dense_state_copies = 2;
+  } else if (dense.empty() || dense == "adagrad") {
+    spec.dense_state_copies = 3;
+  } else if (dense == "adam") {
+    spec.dense_state_copies = 4;
+  } else {
+    return Invalid("model.dense_optimizer.type",
+                   absl::StrCat("sgd, adagrad or adam, got '", dense, "'"));
+  }
+
+  // The dense parameters, as trainer/models builds them (float).
+  const int64_t dim = spec.tables.front().dim;
+  const int64_t num_dense = model.num_dense() != 0 ? model.num_dense() : 13;
+  std::vector<int64_t> dense_arch(model.dense_arch().begin(),
+                                  model.dense_arch().end());
+  if (dense_arch.empty()) dense_arch = {64, dim};
+  std::vector<int64_t> over_arch(model.over_arch().begin(),
+                                 model.over_arch().end());
+  if (over_arch.empty()) over_arch = {64, 32, 1};
+  int64_t features = 0;
+  for (const TableSpec& table : spec.tables) features += table.num_features;
+  const int64_t vectors = features + 1;
+  const int64_t over_in =
+      sequence ? dim * (features + 1) : dim + vectors * (vectors - 1) / 2;
+  spec.dense_parameter_bytes = 4 * (MlpParameters(num_dense, dense_arch) +
+                                    MlpParameters(over_in, over_arch));
+  spec.gpu = config.device().rfind("cuda", 0) == 0;
+  return spec;
+}
+
+absl::Status ApplyConstraints(const v1::PlannerConstraints& constraints,
+                              bool gpu, std::vector<TableSpec>* tables) {
+  absl::flat_hash_map<std::string, TableSpec*> by_name;
+  for (TableSpec& table : *tables) by_name[table.name] = &table;
+  for (const v1::TableConstraints& given : constraints.tables()) {
+    auto invalid = [&](absl::string_view message) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("constraints: table '", given.table(), "': ", message));
+    };
+    auto it = by_name.find(given.table());
+    if (it == by_name.end()) return invalid("not a table of the model");
+    TableSpec& table = *it->second;
+    table.sharding_types.clear();
+    for (int type : given.sharding_types()) {
+      if (type == v1::SHARDING_TYPE_UNSPECIFIED) {
+        return invalid("SHARDING_TYPE_UNSPECIFIED is not a sharding type");
+      }
+      table.sharding_types.push_back(static_cast<v1::ShardingType>(type));
+    }
+    if (given.min_partition() < 0) return invalid("min_partition < 0");
+    table.min_partition = given.min_partition();
+    if (given.pooling_factor() < 0) return invalid("pooling_factor < 0");
+    if (given.pooling_factor() > 0)
+      table.pooling_factor = given.pooling_factor();
+    switch (given.placement()) {
+      case v1::PLACEMENT_DEVICE:
+        table.placement = Placement::kDevice;
+        break;
+      case v1::PLACEMENT_HOST:
+        if (!gpu) return invalid("HOST placement needs GPU ranks");
+        table.placement = Placement::kHost;
+        break;
+      default:
+        table.placement = Placement::kAny;
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace deltastream::planner

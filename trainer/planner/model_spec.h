@@ -1,0 +1,58 @@
+#ifndef DELTASTREAM_TRAINER_PLANNER_MODEL_SPEC_H_
+#define DELTASTREAM_TRAINER_PLANNER_MODEL_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/plan.pb.h"
+#include "proto/trainer_config.pb.h"
+#include "trainer/planner/sharding_option.h"
+
+namespace deltastream::planner {
+
+// What the planner needs of a model: its tables, batch, optimizers and
+// dense size, read from the trainer's configuration.
+struct ModelSpec {
+  std::vector<TableSpec> tables;
+  int64_t batch_size = 512;
+  OptimizerKind optimizer = OptimizerKind::kRowwiseAdagrad;
+  // Bytes of the dense (MLP) parameters, and how many copies training keeps
+  // of them: weights, gradients and the dense optimizer's states (SGD 2,
+  // Adagrad 3, Adam 4).
+  int64_t dense_parameter_bytes = 0;
+  int dense_state_copies = 3;
+  bool gpu = false;  // the config's device is "cuda..."
+};
+
+// Reads a trainer config (proto/trainer_config.proto) with the trainer's
+// defaults (trainer/config.cc): an empty model means 8 tables "t0".."t7" of
+// 100000 x 16, batch 512, row-wise Adagrad; DLRM tables are pooled,
+// sequence tables not. Pooling factors come from the data settings: the
+// mean IDs per example and feature of the synthetic data ((min_length +
+// max_length) / 2; default 1 for DLRM, 4.5 for sequence) or 1 for Criteo,
+// times the table's features. InvalidArgument naming the field for what
+// the trainer would refuse (a bad kind, optimizer, dtype, table shape or a
+// repeated table name).
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config);
+
+// Parses protobuf text (the trainer's config or planner constraints);
+// InvalidArgument with "line L column C: ..." when it does not parse.
+absl::StatusOr<v1::TrainerConfig> ParseConfigText(absl::string_view text);
+absl::StatusOr<v1::PlannerConstraints> ParseConstraintsText(
+    absl::string_view text);
+// Reads a file whole; NotFound when it cannot be read.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+
+// Applies per-table constraints. InvalidArgument naming the table when it
+// is not in `tables`, or a value is out of range (negative partition or
+// pooling factor, host placement on CPUs).
+absl::Status ApplyConstraints(const v1::PlannerConstraints& constraints,
+                              bool gpu, std::vector<TableSpec>* tables);
+
+}  // namespace deltastream::planner
+
+#endif  // DELTASTREAM_TRAINER_PLANNER_MODEL_SPEC_H_

@@ -1,0 +1,94 @@
+#ifndef DELTASTREAM_TRAINER_PLANNER_PLANNER_H_
+#define DELTASTREAM_TRAINER_PLANNER_PLANNER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "proto/plan.pb.h"
+#include "trainer/planner/sharding_option.h"
+#include "trainer/planner/storage_estimator.h"
+#include "trainer/planner/topology.h"
+
+namespace deltastream::planner {
+
+struct PlannerOptions {
+  // Proposers to run, in order: "dp", "greedy", "uniform".
+  std::vector<std::string> proposers = {"dp", "greedy", "uniform"};
+  // Memory bins per rank of the dynamic-programming proposer.
+  int dp_bins_per_device = 100;
+  // Proposals partitioned per proposer at most (proposals whose lower
+  // bound cannot beat the best plan so far are skipped without counting).
+  int max_proposals = 2000;
+};
+
+// One rank's figures in a plan.
+struct RankStats {
+  Storage capacity;  // the rank's memory
+  Storage reserved;  // kept back (StorageReservation::total)
+  Storage used;      // by the plan's shards
+  Cost cost;         // sum over its shards, ms per step
+  int64_t input_bytes = 0;
+  int64_t output_bytes = 0;
+  std::map<v1::ShardingType, int> shards;  // shards by type
+};
+
+// The best plan found (Plan::max_cost the smallest of all proposals).
+struct Plan {
+  // Per table in the planner's order: the chosen option, every shard with
+  // its rank.
+  std::vector<ShardingOption> options;
+  std::vector<RankStats> ranks;
+  std::string proposer;     // which proposer proposed it
+  std::string partitioner;  // "greedy" or "memory_balanced"
+  double max_cost = 0;      // the most expensive rank, ms per step
+  double mean_cost = 0;     // mean over the ranks
+  int proposals = 0;        // proposals partitioned, all proposers
+  StorageReservation reservation;
+  Storage usable;  // per rank, for the tables
+
+  // max / mean cost (1: perfectly balanced; 0 without cost).
+  double imbalance() const { return mean_cost > 0 ? max_cost / mean_cost : 0; }
+};
+
+// Plans `tables` (names unique) on `topology` (TorchRec's
+// EmbeddingShardingPlanner.plan): enumerates the options, runs every
+// proposer, partitions each proposal (greedy by cost, then memory-balanced
+// when that fails) and returns the plan with the lowest max-rank cost.
+// Proposals whose total cost over the world size (a lower bound of their
+// max-rank cost) cannot beat the best plan so far are not partitioned; the
+// proposals of proposers that ignore feedback (dp, uniform) are partitioned
+// in order of that bound, so that the search stops at the first that
+// cannot win.
+//
+// Errors: InvalidArgument for a bad topology, table or option; when no
+// proposal fits, ResourceExhausted whose message names the tables that
+// cannot be placed, the bytes missing on which rank and what would make it
+// fit (more ranks, a smaller batch, fewer constraints, a smaller
+// reservation), one item per line. Pure: safe from any thread.
+absl::StatusOr<Plan> MakePlan(absl::Span<const TableSpec> tables,
+                              OptimizerKind optimizer, const Topology& topology,
+                              const StorageReservation& reservation,
+                              const PlannerOptions& options = {});
+
+// The plan file the trainer's --plan reads.
+v1::ShardingPlan ToProto(const Plan& plan, absl::Span<const TableSpec> tables,
+                         const Topology& topology);
+
+// Checks a plan against the tables it is for: every table exactly once
+// with its shape; DATA_PARALLEL with the whole table on every rank once;
+// otherwise shards inside the table, not overlapping, covering every row
+// and column; ranks in [0, world_size); and, when `usable` is given, no
+// rank's shards (Shard.hbm_bytes, Shard.ddr_bytes) over it.
+// InvalidArgument naming the table and what is wrong.
+absl::Status ValidatePlan(const v1::ShardingPlan& plan,
+                          absl::Span<const TableSpec> tables,
+                          const Storage* usable = nullptr);
+
+}  // namespace deltastream::planner
+
+#endif  // DELTASTREAM_TRAINER_PLANNER_PLANNER_H_

@@ -1,0 +1,63 @@
+#include "trainer/planner/topology.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace deltastream::planner {
+
+Topology DefaultTopology(int world_size, bool gpu) {
+  Topology topology;
+  topology.world_size = world_size;
+  topology.gpu = gpu;
+  if (!gpu) {
+    topology.intra_host_bw = 1.7e9;
+    topology.inter_host_bw = 1.25e9;
+  }
+  return topology;
+}
+
+absl::Status ValidateTopology(const Topology& topology) {
+  auto invalid = [](absl::string_view field, absl::string_view message) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology: ", field, " ", message));
+  };
+  if (topology.world_size < 1) return invalid("world_size", "must be >= 1");
+  if (topology.local_world_size < 0 ||
+      (topology.local_world_size > 0 &&
+       topology.world_size % topology.local_world_size != 0)) {
+    return invalid(
+        "local_world_size",
+        absl::StrCat("must divide the world size ", topology.world_size,
+                     ", got ", topology.local_world_size));
+  }
+  if (topology.gpu && topology.hbm_bytes <= 0) {
+    return invalid("hbm", "must be positive on GPUs");
+  }
+  if (topology.ddr_bytes <= 0) return invalid("ddr", "must be positive");
+  if (!(topology.hbm_bw > 0) || !(topology.ddr_bw > 0) ||
+      !(topology.intra_host_bw > 0) || !(topology.inter_host_bw > 0)) {
+    return invalid("bandwidth", "must be positive");
+  }
+  if (!(topology.storage_reserve_percent >= 0 &&
+        topology.storage_reserve_percent < 1)) {
+    return invalid("storage_reserve_percent", "must be in [0, 1)");
+  }
+  if (topology.batch_size < 1) return invalid("batch_size", "must be >= 1");
+  if (!(topology.uvm_caching_ratio > 0 && topology.uvm_caching_ratio <= 1)) {
+    return invalid("uvm_caching_ratio", "must be in (0, 1]");
+  }
+  if (!(topology.bwd_compute_multiplier >= 0)) {
+    return invalid("bwd_compute_multiplier", "must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+int64_t HostMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<int64_t>(pages) * page_size;
+}
+
+}  // namespace deltastream::planner

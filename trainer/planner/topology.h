@@ -1,0 +1,78 @@
+#ifndef DELTASTREAM_TRAINER_PLANNER_TOPOLOGY_H_
+#define DELTASTREAM_TRAINER_PLANNER_TOPOLOGY_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "trainer/planner/sharding_option.h"
+
+namespace deltastream::planner {
+
+// The machines a plan is for (TorchRec's Topology), with the storage
+// reservation and the step's batch size. Bandwidths are bytes per second.
+// A plain struct: copy it freely.
+struct Topology {
+  int world_size = 1;
+  // Ranks per host; 0 means world_size (one host).
+  int local_world_size = 0;
+  // True: ranks compute on GPUs (HBM for FUSED tables, DDR behind a cache
+  // for FUSED_UVM_CACHING). False: CPU ranks, every table in DDR.
+  bool gpu = false;
+  int64_t hbm_bytes = 0;  // per rank (GPU only)
+  int64_t ddr_bytes = 0;  // per rank: the host's memory / local_world_size
+
+  // Memory bandwidths of a lookup (TorchRec's HBM_MEM_BW and DDR_MEM_BW).
+  double hbm_bw = 897e9;
+  double ddr_bw = 51e9;
+  // Communication bandwidths (INTRA_NODE_BANDWIDTH, CROSS_NODE_BANDWIDTH).
+  // Defaults: TorchRec's for GPUs (600 and 12.5 GB/s); for CPUs, see
+  // DefaultTopology.
+  double intra_host_bw = 600e9;
+  double inter_host_bw = 12.5e9;
+
+  // STORAGE_RESERVE_PERCENT: this share of every rank's memory is kept back
+  // (TorchRec's HeuristicalStorageReservation, default 0.15), besides the
+  // dense parameters and the KJT buffers (see StorageReservation).
+  double storage_reserve_percent = 0.15;
+  // Examples per rank and step (the trainer's data.batch_size).
+  int64_t batch_size = 512;
+  // Share of a FUSED_UVM_CACHING table's rows cached in HBM.
+  double uvm_caching_ratio = 0.2;
+  // Backward compute relative to forward (TorchRec's bwd_compute_multiplier).
+  double bwd_compute_multiplier = 2;
+
+  int hosts() const {
+    const int local = ranks_per_host();
+    return (world_size + local - 1) / local;
+  }
+  int ranks_per_host() const {
+    return local_world_size > 0 ? local_world_size : world_size;
+  }
+  int host_of(int rank) const { return rank / ranks_per_host(); }
+  // The bandwidth of a collective among all ranks: inter-host when the
+  // world spans hosts.
+  double world_comms_bw() const {
+    return hosts() > 1 ? inter_host_bw : intra_host_bw;
+  }
+  // What a rank offers in total, before any reservation.
+  Storage capacity() const { return Storage{gpu ? hbm_bytes : 0, ddr_bytes}; }
+};
+
+// A topology of `world_size` ranks with the defaults for the device kind:
+// GPUs keep TorchRec's bandwidths; CPU ranks (Gloo over TCP) default to
+// 1.7 GB/s within a host (TCP loopback on the development machines) and
+// 1.25 GB/s across hosts (10 GbE).
+Topology DefaultTopology(int world_size, bool gpu);
+
+// InvalidArgument naming the field: world size < 1, local world size < 0 or
+// not dividing the world size, a capacity or bandwidth not positive (HBM on
+// a GPU topology only), a reserve percentage outside [0, 1), a batch size
+// < 1, a caching ratio outside (0, 1].
+absl::Status ValidateTopology(const Topology& topology);
+
+// The host's physical memory in bytes (sysconf), 0 when unknown.
+int64_t HostMemoryBytes();
+
+}  // namespace deltastream::planner
+
+#endif  // DELTASTREAM_TRAINER_PLANNER_TOPOLOGY_H_

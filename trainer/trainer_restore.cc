@@ -1,0 +1,177 @@
+// Trainer's restore at start: the latest checkpoint of the checkpoint dir,
+// else a checkpoint chain (settings.restore_chain); the data fast-forwarded
+// past the restored steps; the tracker's snapshots opened and restored, and
+// its batch index brought in line with the model's step.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/torch_status.h"
+#include "store/checkpoint_chain.h"
+#include "trainer/checkpoint.h"
+#include "trainer/trainer.h"
+
+namespace deltastream {
+
+absl::Status Trainer::RestoreOrStart() {
+  const TrainerSettings& s = settings_;
+  std::optional<std::string> checkpoint;
+  if (!s.checkpoint_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(s.checkpoint_dir, error);
+    if (error) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot create '", s.checkpoint_dir, "': ", error.message()));
+    }
+    checkpoint = LatestCheckpoint(s.checkpoint_dir + "/checkpoints");
+  }
+  bool from_chain = false;
+  if (checkpoint.has_value()) {
+    absl::StatusOr<CheckpointInfo> loaded =
+        LoadCheckpoint(*checkpoint, *model_, *dense_optimizer_);
+    if (!loaded.ok()) return loaded.status();
+    step_ = loaded->step;
+    examples_ = loaded->examples;
+    log_(absl::StrFormat("restored checkpoint %s (step %d, %.1f MiB in %.2f s)",
+                         loaded->path, loaded->step, loaded->bytes / 1048576.0,
+                         absl::ToDoubleSeconds(loaded->elapsed)));
+  } else if (!s.restore_chain.empty()) {
+    if (absl::Status status = RestoreFromChain(); !status.ok()) return status;
+    from_chain = true;
+  }
+  if (step_ > 0) {
+    // The data resumes where the checkpoint's training stopped.
+    for (int64_t b = 0; b < step_; ++b) {
+      absl::StatusOr<std::optional<Batch>> skipped = source_->Next();
+      if (!skipped.ok()) return skipped.status();
+      if (!skipped->has_value()) break;
+    }
+  }
+  if (tracker_ == nullptr) return absl::OkStatus();
+
+  // Tracker snapshots: the service's database, or one of our own.
+  if (s.serve) {
+    absl::StatusOr<std::unique_ptr<ServiceHost>> host =
+        ServiceHost::Start(tracker_.get(), s.service, /*restore=*/true);
+    if (!host.ok()) return host.status();
+    host_ = *std::move(host);
+    snapshots_ = host_->snapshots();
+    if (host_->restored().has_value()) {
+      log_(absl::StrCat("restored tracker ",
+                        DescribeSnapshot(*host_->restored())));
+    }
+  } else if (!s.service.db.empty()) {
+    absl::StatusOr<std::unique_ptr<TrackerSnapshots>> opened =
+        TrackerSnapshots::Open(s.service.db, tracker_.get());
+    if (!opened.ok()) return opened.status();
+    own_snapshots_ = *std::move(opened);
+    snapshots_ = own_snapshots_.get();
+    absl::StatusOr<std::optional<SnapshotInfo>> restored =
+        snapshots_->Restore();
+    if (!restored.ok()) return restored.status();
+    if (restored->has_value()) {
+      log_(absl::StrCat("restored tracker ", DescribeSnapshot(**restored)));
+    }
+  }
+  // Snapshots and checkpoints are written together, so their steps agree;
+  // a tracker ahead of or behind the model (a crash between the two writes)
+  // is reported, and the tracker's batch follows the model's steps from here.
+  const int64_t batch = tracker_->current_batch();
+  if (from_chain && batch < step_) {
+    // A fresh tracker: its batches follow the model's steps.
+    while (tracker_->current_batch() < step_) tracker_->Step();
+  } else if (batch != step_) {
+    // Changes of steps between the two were never recorded (or recorded but
+    // lost with the model): no delta can carry them.
+    log_(absl::StrFormat(
+        "warning: tracker snapshot is at batch %d but the model at step %d; "
+        "the tracker did not record steps %d..%d: every consumer is told to "
+        "resync",
+        batch, step_, std::min(batch, step_), std::max(batch, step_) - 1));
+    tracker_->RequireResync();
+    while (tracker_->current_batch() < step_) tracker_->Step();
+  }
+  // Consumers that hold rows of later steps (from before a crash) hold
+  // changes this run lost: deltas tell them where this run starts.
+  tracker_->MarkRunStart(std::min(batch, step_));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::RestoreFromChain() {
+  const std::string& dir = settings_.restore_chain;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<LoadedChain> chain = LoadChain(dir);
+  if (!chain.ok()) {
+    return absl::Status(
+        chain.status().code(),
+        absl::StrCat("restore_chain '", dir, "': ", chain.status().message()));
+  }
+  // Tables by FQN, as the tracker names them.
+  std::map<std::string, std::pair<EmbeddingModule*, int64_t>> tables;
+  for (EmbeddingModule* module : model_->embedding_modules()) {
+    for (size_t t = 0; t < module->tables().size(); ++t) {
+      tables[CleanFqn(module->TableFqn(t))] = {module, static_cast<int64_t>(t)};
+    }
+  }
+  int64_t rows = 0;
+  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
+    torch::NoGradGuard no_grad;
+    for (const auto& [fqn, table] : chain->tables) {
+      auto it = tables.find(fqn);
+      if (it == tables.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("restore_chain '", dir, "' holds table '", fqn,
+                         "', which this model does not have"));
+      }
+      const at::Tensor& weight = it->second.first->weight(it->second.second);
+      if (table.ids.numel() == 0) continue;
+      if (table.values.dim() != 2 || table.values.size(1) != weight.size(1) ||
+          table.ids.max().item<int64_t>() >= weight.size(0) ||
+          table.ids.min().item<int64_t>() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "restore_chain '", dir, "': table '", fqn, "' of ", weight.size(0),
+            " x ", weight.size(1), " does not fit the chain's rows (",
+            c10::str(table.values.sizes()), ", IDs up to ",
+            table.ids.max().item<int64_t>(), ")"));
+      }
+      weight.index_copy_(0, table.ids.to(weight.device()),
+                         table.values.to(weight.device(), weight.dtype()));
+      rows += table.ids.numel();
+    }
+    if (chain->dense_batch == chain->end_batch) {
+      std::map<std::string, at::Tensor> dense(chain->dense.begin(),
+                                              chain->dense.end());
+      for (auto& item : model_->dense().named_parameters()) {
+        auto it = dense.find(item.key());
+        if (it == dense.end() ||
+            !it->second.sizes().equals(item.value().sizes())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("restore_chain '", dir, "': dense parameter '",
+                           item.key(), "' is missing or has another shape"));
+        }
+        item.value().copy_(it->second);
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  step_ = chain->end_batch;
+  log_(absl::StrFormat(
+      "restored checkpoint chain %s: %d links through batch %d, %d rows%s, in "
+      "%.2f s; optimizer states start fresh",
+      dir, chain->links.size(), chain->end_batch, rows,
+      chain->dense_batch == chain->end_batch
+          ? " and the dense parameters"
+          : " (no dense parameters at its end: they start fresh)",
+      absl::ToDoubleSeconds(absl::Now() - start)));
+  return absl::OkStatus();
+}
+
+}  // namespace deltastream
