@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/file_io.h"
+#include "tracker_service/names.h"
 
 namespace deltastream {
 namespace {
@@ -65,7 +66,16 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(absl::string_view text) {
       if (fields.size() != 3) {
         return error("a consumer token names its consumers: 'a,b' or '*'");
       }
-      grant.consumers = absl::StrSplit(fields[2], ',', absl::SkipEmpty());
+      // Every name is a consumer name (or '*'): a line that grants no
+      // consumer, or a typo such as 'a,,b', is refused, not ignored.
+      grant.consumers = absl::StrSplit(fields[2], ',');
+      for (const std::string& name : grant.consumers) {
+        if (name == "*") continue;
+        if (absl::Status status = ValidateName("consumer name", name);
+            !status.ok()) {
+          return error(status.message());
+        }
+      }
     } else {
       return error(absl::StrCat("unknown role '", fields[1],
                                 "' (admin, producer or consumer)"));

@@ -28,10 +28,12 @@ enum class Action {
 //   <token> consumer <name>[,<name>...]     (or * for every consumer)
 //
 // One grant per line, fields separated by spaces or tabs; a token is 16 to
-// 256 printable characters without spaces. Roles: a producer may record and
-// step; a consumer may read, subscribe and commit as the consumers it is
-// granted; an admin may do everything. Every valid token may inspect (status,
-// consumer list).
+// 256 printable characters without spaces; a consumer line names one or more
+// consumers, each by the name rule (tracker_service/names.h), so a line that
+// grants no consumer ('a,', ',') is refused like any other malformed line.
+// Roles: a producer may record and step; a consumer may read, subscribe and
+// commit as the consumers it is granted; an admin may do everything. Every
+// valid token may inspect (status, consumer list).
 //
 // Clients send "authorization: Bearer <token>" metadata. Check answers
 // UNAUTHENTICATED for a missing or unknown token and PERMISSION_DENIED for a

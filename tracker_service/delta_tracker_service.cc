@@ -10,7 +10,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/torch_status.h"
 #include "proto/tensor_codec.h"
+#include "tracker_service/names.h"
+#include "tracker_service/subscription_schedule.h"
 
 namespace deltastream {
 
@@ -131,15 +134,6 @@ class ByteSink final : public ChunkSink {
       stream_;
 };
 
-absl::Status ValidateName(absl::string_view what, const std::string& name) {
-  if (name.empty() || name.size() > DeltaTrackerService::kMaxNameBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " must be 1 to ", DeltaTrackerService::kMaxNameBytes,
-                     " bytes, got ", name.size()));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<TopK> ToTopK(const v1::TopK& top_k) {
   TopK result;
   switch (top_k.rows_case()) {
@@ -241,6 +235,18 @@ void FillSnapshotInfo(const SnapshotInfo& info, v1::SnapshotInfo* out) {
 
 const grpc::Status kClientGone(grpc::StatusCode::CANCELLED, "client went away");
 
+// Runs a handler's body so that no exception leaves it: what LibTorch throws
+// becomes the status of base/torch_status.h's mapping (never UNKNOWN).
+template <typename Body>
+grpc::Status Guarded(Body&& body) {
+  grpc::Status result;
+  const absl::Status caught = CatchTorchErrors([&]() -> absl::Status {
+    result = body();
+    return absl::OkStatus();
+  });
+  return caught.ok() ? result : ToGrpcStatus(caught);
+}
+
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -276,34 +282,39 @@ grpc::Status DeltaTrackerService::Authorize(const grpc::ServerContext* context,
 grpc::Status DeltaTrackerService::Record(
     grpc::ServerContext* context, grpc::ServerReader<v1::RecordRequest>* reader,
     v1::RecordResponse* response) {
-  if (grpc::Status s = Authorize(context, Action::kRecord); !s.ok()) return s;
-  v1::RecordRequest request;
-  int64_t records = 0;
-  while (reader->Read(&request)) {
-    absl::StatusOr<std::vector<TableLookup>> tables = ToTableLookups(request);
-    absl::Status status = tables.ok()
-                              ? tracker_->RecordTables(*std::move(tables))
-                              : tables.status();
-    if (!status.ok()) {
-      return ToGrpcStatus(absl::Status(
-          status.code(),
-          absl::StrCat("record ", records, " of this stream (", records,
-                       " before it were recorded): ", status.message())));
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kRecord); !s.ok()) return s;
+    v1::RecordRequest request;
+    int64_t records = 0;
+    while (reader->Read(&request)) {
+      absl::StatusOr<std::vector<TableLookup>> tables = ToTableLookups(request);
+      absl::Status status = tables.ok()
+                                ? tracker_->RecordTables(*std::move(tables),
+                                                         /*check_values=*/true)
+                                : tables.status();
+      if (!status.ok()) {
+        return ToGrpcStatus(absl::Status(
+            status.code(),
+            absl::StrCat("record ", records, " of this stream (", records,
+                         " before it were recorded): ", status.message())));
+      }
+      ++records;
     }
-    ++records;
-  }
-  response->set_records(records);
-  response->set_batch(tracker_->current_batch());
-  return grpc::Status::OK;
+    response->set_records(records);
+    response->set_batch(tracker_->current_batch());
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status DeltaTrackerService::Step(grpc::ServerContext* context,
                                        const v1::StepRequest*,
                                        v1::StepResponse* response) {
-  if (grpc::Status s = Authorize(context, Action::kRecord); !s.ok()) return s;
-  response->set_batch(tracker_->Step());
-  tracker_->TriggerCompaction();
-  return grpc::Status::OK;
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kRecord); !s.ok()) return s;
+    response->set_batch(tracker_->Step());
+    tracker_->TriggerCompaction();
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
@@ -397,15 +408,17 @@ grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
 grpc::Status DeltaTrackerService::ServeDelta(grpc::ServerContext* context,
                                              const v1::GetDeltaRequest& request,
                                              ChunkSink& sink) {
-  if (grpc::Status s = Authorize(context, Action::kRead, request.consumer());
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<DeltaRequest> read = ToDeltaRequest(request);
-  if (!read.ok()) return ToGrpcStatus(read.status());
-  absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
-  if (!delta.ok()) return ToGrpcStatus(delta.status());
-  return WriteDelta(context, *delta, request, sink);
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kRead, request.consumer());
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<DeltaRequest> read = ToDeltaRequest(request);
+    if (!read.ok()) return ToGrpcStatus(read.status());
+    absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
+    if (!delta.ok()) return ToGrpcStatus(delta.status());
+    return WriteDelta(context, *delta, request, sink);
+  });
 }
 
 grpc::Status DeltaTrackerService::GetDelta(
@@ -430,181 +443,165 @@ grpc::Status DeltaTrackerService::StreamDelta(
 grpc::Status DeltaTrackerService::Subscribe(
     grpc::ServerContext* context, const v1::SubscribeRequest* request,
     grpc::ServerWriter<v1::DeltaChunk>* writer) {
-  const v1::GetDeltaRequest& read_request = request->read();
-  if (grpc::Status s =
-          Authorize(context, Action::kRead, read_request.consumer());
-      !s.ok()) {
-    return s;
-  }
-  absl::StatusOr<DeltaRequest> read = ToDeltaRequest(read_request);
-  if (!read.ok()) return ToGrpcStatus(read.status());
-  if (request->every_steps() < 0 || request->every_ms() < 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "every_steps and every_ms must be >= 0");
-  }
-  if (request->dense_every_steps() < 0 || request->dense_every_ms() < 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "dense_every_steps and dense_every_ms must be >= 0");
-  }
-  const int64_t every_steps = std::max<int64_t>(1, request->every_steps());
-  const absl::Duration every = request->every_ms() > 0
-                                   ? absl::Milliseconds(request->every_ms())
-                                   : absl::InfiniteDuration();
-  // Dense parameters go with the first push, then once either period has
-  // passed since the last push that carried them (neither set: every push).
-  const bool dense_every_push =
-      request->dense_every_steps() == 0 && request->dense_every_ms() == 0;
-  int64_t dense_through = 0;
-  absl::Time last_dense = absl::InfinitePast();
-  // Each push reads the batches closed since the last one; in acknowledged
-  // mode too, from the previous push's end while that is uncommitted (a
-  // stream that ends before the commits comes again from the cursor).
-  MessageSink sink(writer);
-  bool first = true;
-  int64_t pushed_through = 0;
-  absl::Time last_push = absl::Now();
-  while (true) {
-    if (context->IsCancelled()) return kClientGone;
-    if (stopping_) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the server is shutting down");
+  return Guarded([&]() -> grpc::Status {
+    const v1::GetDeltaRequest& read_request = request->read();
+    if (grpc::Status s =
+            Authorize(context, Action::kRead, read_request.consumer());
+        !s.ok()) {
+      return s;
     }
-    const int64_t current = tracker_->current_batch();
-    const absl::Time now = absl::Now();
-    if (first || current >= pushed_through + every_steps ||
-        (current > pushed_through && now >= last_push + every)) {
-      read->all_rows = read_request.all_rows() && first;
-      if (!first) read->continue_from = pushed_through;
-      read->include_dense =
-          read_request.include_dense() &&
-          (first || dense_every_push ||
-           (request->dense_every_steps() > 0 &&
-            current >= dense_through + request->dense_every_steps()) ||
-           (request->dense_every_ms() > 0 &&
-            now >= last_dense + absl::Milliseconds(request->dense_every_ms())));
-      absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
+    absl::StatusOr<DeltaRequest> read = ToDeltaRequest(read_request);
+    if (!read.ok()) return ToGrpcStatus(read.status());
+    absl::StatusOr<SubscriptionSchedule> schedule =
+        SubscriptionSchedule::Create(
+            {request->every_steps(), request->every_ms(),
+             request->dense_every_steps(), request->dense_every_ms()},
+            absl::Now());
+    if (!schedule.ok()) return ToGrpcStatus(schedule.status());
+    MessageSink sink(writer);
+    while (true) {
+      if (context->IsCancelled()) return kClientGone;
+      if (stopping_) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            "the server is shutting down");
+      }
+      const int64_t current = tracker_->current_batch();
+      const absl::Time now = absl::Now();
+      if (!schedule->Due(current, now)) {
+        const SubscriptionSchedule::Wake wake =
+            schedule->NextWake(now, absl::Milliseconds(100));
+        tracker_->WaitForBatchAfter(wake.after_batch, wake.deadline);
+        continue;
+      }
+      const DeltaRequest push = schedule->NextRead(*read, current, now);
+      absl::StatusOr<Delta> delta = tracker_->GetDelta(push);
       if (!delta.ok()) return ToGrpcStatus(delta.status());
       if (grpc::Status s = WriteDelta(context, *delta, read_request, sink);
           !s.ok()) {
         return s;
       }
-      if (read->include_dense) {
-        dense_through = delta->end_batch;
-        last_dense = now;
-      }
-      first = false;
-      pushed_through = delta->end_batch;
-      last_push = now;
-      continue;
+      schedule->Pushed(push, delta->end_batch, now);
     }
-    // Wake for the step that makes a push due (once the timer has run out,
-    // any step), the timer, or a periodic check of cancellation and shutdown.
-    const bool timer_ran_out = now >= last_push + every;
-    const absl::Time check = now + absl::Milliseconds(100);
-    tracker_->WaitForBatchAfter(
-        timer_ran_out ? pushed_through : pushed_through + every_steps - 1,
-        timer_ran_out ? check : std::min(check, last_push + every));
-  }
+  });
 }
 
 grpc::Status DeltaTrackerService::Commit(grpc::ServerContext* context,
                                          const v1::CommitRequest* request,
                                          v1::CommitResponse*) {
-  if (grpc::Status s = Authorize(context, Action::kRead, request->consumer());
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ValidateName("consumer name", request->consumer());
-      !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  return ToGrpcStatus(
-      tracker_->Commit(request->consumer(), request->end_batch()));
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kRead, request->consumer());
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ValidateName("consumer name", request->consumer());
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    return ToGrpcStatus(
+        tracker_->Commit(request->consumer(), request->end_batch()));
+  });
 }
 
 grpc::Status DeltaTrackerService::ListConsumers(
     grpc::ServerContext* context, const v1::ListConsumersRequest*,
     v1::ListConsumersResponse* response) {
-  if (grpc::Status s = Authorize(context, Action::kInspect); !s.ok()) return s;
-  for (std::string& name : tracker_->Consumers()) {
-    response->add_consumers(std::move(name));
-  }
-  return grpc::Status::OK;
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kInspect); !s.ok())
+      return s;
+    for (std::string& name : tracker_->Consumers()) {
+      response->add_consumers(std::move(name));
+    }
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status DeltaTrackerService::AddConsumer(
     grpc::ServerContext* context, const v1::ConsumerRequest* request,
     v1::ListConsumersResponse* response) {
-  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = tracker_->AddConsumer(request->consumer()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  return ListConsumers(context, nullptr, response);
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = tracker_->AddConsumer(request->consumer()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    return ListConsumers(context, nullptr, response);
+  });
 }
 
 grpc::Status DeltaTrackerService::RemoveConsumer(
     grpc::ServerContext* context, const v1::ConsumerRequest* request,
     v1::ListConsumersResponse* response) {
-  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = tracker_->RemoveConsumer(request->consumer()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  return ListConsumers(context, nullptr, response);
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = tracker_->RemoveConsumer(request->consumer());
+        !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    return ListConsumers(context, nullptr, response);
+  });
 }
 
 grpc::Status DeltaTrackerService::Compact(grpc::ServerContext* context,
                                           const v1::CompactRequest*,
                                           v1::StatusResponse* response) {
-  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
-    return s;
-  }
-  tracker_->CompactAll();
-  FillStatus(response);
-  return grpc::Status::OK;
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+      return s;
+    }
+    tracker_->CompactAll();
+    FillStatus(response);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status DeltaTrackerService::Clear(grpc::ServerContext* context,
                                         const v1::ClearRequest* request,
                                         v1::StatusResponse* response) {
-  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
-    return s;
-  }
-  if (request->consumer().empty()) {
-    tracker_->ClearAll();
-  } else if (absl::Status s = tracker_->Clear(request->consumer()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  FillStatus(response);
-  return grpc::Status::OK;
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+      return s;
+    }
+    if (request->consumer().empty()) {
+      tracker_->ClearAll();
+    } else if (absl::Status s = tracker_->Clear(request->consumer()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    FillStatus(response);
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status DeltaTrackerService::Snapshot(grpc::ServerContext* context,
                                            const v1::SnapshotRequest*,
                                            v1::SnapshotResponse* response) {
-  if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
-    return s;
-  }
-  if (options_.snapshots == nullptr) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "this server has no snapshot database (start it "
-                        "with --db=PATH)");
-  }
-  absl::StatusOr<SnapshotInfo> info = options_.snapshots->Snapshot();
-  if (!info.ok()) return ToGrpcStatus(info.status());
-  FillSnapshotInfo(*info, response->mutable_snapshot());
-  return grpc::Status::OK;
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kAdminister); !s.ok()) {
+      return s;
+    }
+    if (options_.snapshots == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this server has no snapshot database (start it "
+                          "with --db=PATH)");
+    }
+    absl::StatusOr<SnapshotInfo> info = options_.snapshots->Snapshot();
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    FillSnapshotInfo(*info, response->mutable_snapshot());
+    return grpc::Status::OK;
+  });
 }
 
 grpc::Status DeltaTrackerService::Status(grpc::ServerContext* context,
                                          const v1::StatusRequest*,
                                          v1::StatusResponse* response) {
-  if (grpc::Status s = Authorize(context, Action::kInspect); !s.ok()) return s;
-  FillStatus(response);
-  return grpc::Status::OK;
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kInspect); !s.ok())
+      return s;
+    FillStatus(response);
+    return grpc::Status::OK;
+  });
 }
 
 void DeltaTrackerService::FillStatus(v1::StatusResponse* response) const {

@@ -34,14 +34,16 @@ struct ServiceOptions {
 // sent: a consumer that needs at-least-once delivery across disconnects runs
 // the tracker with acknowledged reads and commits.
 //
-// Every request is validated before it reaches the tracker; with an
-// authorizer, every call is authorized first (see auth.h for who may do what).
+// Every request is validated before it reaches the tracker (names by
+// tracker_service/names.h; records with RecordTables' check_values;
+// subscription periods by SubscriptionSchedule); with an authorizer, every
+// call is authorized first (see auth.h for who may do what). No exception
+// leaves a handler: LibTorch's errors become statuses (base/torch_status.h).
 //
 // Thread-safe: gRPC calls handlers concurrently; the tracker serialises them.
 class DeltaTrackerService final : public v1::DeltaTracker::Service {
  public:
   static constexpr int64_t kDefaultChunkBytes = 1 << 20;
-  static constexpr size_t kMaxNameBytes = 256;
 
   // `tracker` and what `options` points to must outlive the service.
   explicit DeltaTrackerService(Tracker* tracker, ServiceOptions options = {});

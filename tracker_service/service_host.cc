@@ -19,9 +19,6 @@ namespace {
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
     const ServiceHostOptions& options) {
-  if (options.tls_cert.empty() != options.tls_key.empty()) {
-    return absl::InvalidArgumentError("a TLS certificate and key go together");
-  }
   if (options.tls_cert.empty()) return grpc::InsecureServerCredentials();
   absl::StatusOr<std::string> cert_pem = ReadSmallFile(options.tls_cert);
   if (!cert_pem.ok()) return cert_pem.status();
@@ -42,12 +39,37 @@ std::string DescribeSnapshot(const SnapshotInfo& info) {
       seconds > 0 ? info.payload_bytes / seconds / 1e6 : 0.0);
 }
 
-absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
-    Tracker* tracker, ServiceHostOptions options, bool restore) {
+absl::Status ValidateServiceHostOptions(const ServiceHostOptions& options) {
+  if (absl::Status status = ValidateListenAddress(options.listen);
+      !status.ok()) {
+    return status;
+  }
+  if (options.max_message_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the largest message must be > 0 bytes, got ",
+                     options.max_message_bytes));
+  }
+  if (options.max_concurrent_streams <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "concurrent streams per client must be > 0 (0 would hang every "
+        "call), got ",
+        options.max_concurrent_streams));
+  }
   if (options.snapshot_interval_s < 0 ||
       (options.snapshot_interval_s > 0 && options.db.empty())) {
     return absl::InvalidArgumentError(
         "a snapshot interval needs a database and must be >= 0");
+  }
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("a TLS certificate and key go together");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
+    Tracker* tracker, ServiceHostOptions options, bool restore) {
+  if (absl::Status status = ValidateServiceHostOptions(options); !status.ok()) {
+    return status;
   }
   std::unique_ptr<ServiceHost> host(new ServiceHost());
   if (!options.db.empty()) {

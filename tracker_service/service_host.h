@@ -35,9 +35,18 @@ struct ServiceHostOptions {
   // PEM certificate chain and key: serve TLS. Both or neither.
   std::string tls_cert;
   std::string tls_key;
+  // Largest request accepted, and concurrent streams per client: both > 0.
   int max_message_bytes = 64 << 20;
   int max_concurrent_streams = 64;
 };
+
+// The checks Start makes before it touches anything: `listen` by
+// base/grpc_server's rule (HOST:PORT, port 0..65535), max_message_bytes and
+// max_concurrent_streams > 0, a snapshot interval >= 0 and only with a
+// database, TLS certificate and key together. InvalidArgument, one line.
+// Binaries call it first, so that a bad flag is refused before any other
+// work (and before gRPC could log anything).
+absl::Status ValidateServiceHostOptions(const ServiceHostOptions& options);
 
 // One tracker served over gRPC (health checks and reflection included), with
 // its snapshot database and authorizer. Thread-safe after Start.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -39,9 +40,18 @@ at::Tensor TopKPositions(const at::Tensor& scores, const TopK& top_k) {
   if (kept == scores.numel()) {
     return at::arange(scores.numel(), scores.options().dtype(at::kLong));
   }
-  // A stable descending sort keeps equal scores in position order.
-  at::Tensor order = std::get<1>(scores.sort(/*stable=*/true, /*dim=*/0,
-                                             /*descending=*/true));
+  // A stable descending sort keeps equal scores in position order. LibTorch
+  // sorts NaN above every number; here a NaN score (a row whose value is not
+  // finite) ranks below every number, -inf included, so that it never wins:
+  // NaN sorts as -inf, then a stable sort moves the NaN rows behind the rest.
+  const at::Tensor nan = scores.isnan();
+  at::Tensor order = std::get<1>(
+      scores.masked_fill(nan, -std::numeric_limits<double>::infinity())
+          .sort(/*stable=*/true, /*dim=*/0, /*descending=*/true));
+  const at::Tensor nan_last =
+      std::get<1>(nan.index_select(0, order).to(at::kByte).sort(
+          /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  order = order.index_select(0, nan_last);
   return std::get<0>(order.narrow(0, 0, kept).sort());
 }
 

@@ -34,7 +34,8 @@ struct TopK {
 };
 
 // Positions (int64, ascending) of the RowsKept(scores.numel()) highest of
-// `scores` (float [n]). Ties go to the lower position, so with rows sorted by
+// `scores` (float [n]); NaN ranks below every number, -inf included. Ties go
+// to the lower position, so with rows sorted by
 // ID the lower ID wins.
 at::Tensor TopKPositions(const at::Tensor& scores, const TopK& top_k);
 

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tracker_service/names.h"
 
 namespace deltastream {
 
@@ -55,7 +56,13 @@ absl::StatusOr<FeatureMap> BuildFeatureMap(
       const bool skipped =
           module_skipped || IsSkipped(table.name, fqns_to_skip);
       const std::string fqn = TableFqn(module, table);
-      if (!skipped) map.fqns.push_back(fqn);
+      if (!skipped) {
+        if (absl::Status status = ValidateName("table FQN", fqn);
+            !status.ok()) {
+          return status;
+        }
+        map.fqns.push_back(fqn);
+      }
       for (const std::string& feature : table.feature_names) {
         if (feature.empty()) {
           return absl::InvalidArgumentError(absl::StrCat(

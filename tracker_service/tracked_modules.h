@@ -53,7 +53,8 @@ struct FeatureMap {
 
 // Builds the feature map. A module is skipped when a component of its path
 // (split at '.') is in `fqns_to_skip`; a table when its name is.
-// InvalidArgument for an empty module path, table name or feature name.
+// InvalidArgument for an empty module path, table name or feature name, or a
+// tracked table whose FQN breaks the name rule (tracker_service/names.h).
 absl::StatusOr<FeatureMap> BuildFeatureMap(
     const std::vector<TrackedModule>& modules,
     const std::vector<std::string>& fqns_to_skip);

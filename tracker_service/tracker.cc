@@ -5,59 +5,21 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/torch_status.h"
+#include "tracker_service/exclusive_lockable.h"
+#include "tracker_service/names.h"
+#include "tracker_service/tracker_consumer.h"
 
 namespace deltastream {
-
-struct Tracker::Consumer {
-  std::string name;
-  // Cursor of every table without an entry in `table_cursors`.
-  int64_t cursor = -1;
-  // Tables read on their own (a DeltaRequest naming a subset of tables).
-  absl::flat_hash_map<std::string, int64_t> table_cursors;
-  // Acknowledged mode: reads delivered and not committed, oldest first.
-  std::vector<PendingRead> pending;
-  bool resync_required = false;
-  int64_t lost_ids = 0;
-
-  static bool Reads(const PendingRead& read, const std::string& fqn) {
-    return read.fqns.empty() || std::find(read.fqns.begin(), read.fqns.end(),
-                                          fqn) != read.fqns.end();
-  }
-  // The ends of the pending reads of `fqn`.
-  std::vector<int64_t> PendingEnds(const std::string& fqn) const {
-    std::vector<int64_t> ends;
-    for (const PendingRead& read : pending) {
-      if (Reads(read, fqn)) ends.push_back(read.end);
-    }
-    return ends;
-  }
-};
-
 namespace {
-
-absl::Status ValidateConsumerName(absl::string_view name) {
-  if (name.empty() || name.size() > 128) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "consumer name must be 1 to 128 characters, got ", name.size()));
-  }
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                    (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-    if (!ok) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("consumer name '", name,
-                       "' may only hold letters, digits, '_', '-' and '.'"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::Status ValidateIds(absl::string_view what, const at::Tensor& ids) {
   if (!ids.defined() || ids.dim() != 1 || ids.scalar_type() != at::kLong) {
@@ -66,6 +28,47 @@ absl::Status ValidateIds(absl::string_view what, const at::Tensor& ids) {
         ids.defined() ? absl::StrCat(c10::toString(ids.scalar_type()), " of ",
                                      ids.dim(), " dims")
                       : "none"));
+  }
+  return absl::OkStatus();
+}
+
+// The states of one record, once converted to what the store keeps: [n, d]
+// with n the IDs' count and d >= 1 (a record of width 0 would be kept and
+// then break every read of the table).
+absl::Status ValidateStates(const TableLookup& table) {
+  const at::Tensor& states = table.states;
+  if (!states.defined()) return absl::OkStatus();  // the store's to refuse
+  if (states.dim() != 2 || states.size(0) != table.ids.numel() ||
+      states.size(1) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", table.fqn, "': states must be [", table.ids.numel(),
+        ", dim] with dim >= 1 to match ", table.ids.numel(), " IDs, got ",
+        c10::str(states.sizes())));
+  }
+  return absl::OkStatus();
+}
+
+// The checks of RecordTables(check_values): IDs are row indices of the table
+// (0 .. rows - 1, `rows` when known) and states are finite numbers.
+absl::Status ValidateValues(const TableLookup& table,
+                            std::optional<int64_t> rows) {
+  if (table.ids.numel() > 0) {
+    const int64_t lowest = table.ids.min().item<int64_t>();
+    const int64_t highest = table.ids.max().item<int64_t>();
+    if (lowest < 0 || (rows.has_value() && highest >= *rows)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", table.fqn, "': IDs must be row indices in [0, ",
+          rows.has_value() ? absl::StrCat(*rows) : "2^63", "), got IDs from ",
+          lowest, " to ", highest));
+    }
+  }
+  if (table.states.defined() && table.states.numel() > 0 &&
+      at::is_floating_point(table.states) &&
+      !table.states.isfinite().all().item<bool>()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", table.fqn,
+                     "': states must be finite numbers (got NaN or "
+                     "infinity)"));
   }
   return absl::OkStatus();
 }
@@ -79,12 +82,6 @@ std::string NewRunId() {
   return absl::StrFormat("%016x", generator());
 }
 
-UniqueRows EmptyRows() {
-  UniqueRows rows;
-  rows.ids = at::empty({0}, at::kLong);
-  return rows;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(
@@ -94,7 +91,8 @@ absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(
   }
   absl::flat_hash_set<std::string> seen;
   for (const std::string& name : options.consumers) {
-    if (absl::Status status = ValidateConsumerName(name); !status.ok()) {
+    if (absl::Status status = ValidateName("consumer name", name);
+        !status.ok()) {
       return status;
     }
     if (!seen.insert(name).second) {
@@ -142,56 +140,6 @@ Tracker::Tracker(TrackerOptions options, FeatureMap feature_map,
 
 Tracker::~Tracker() = default;
 
-Tracker::Consumer* Tracker::FindConsumer(absl::string_view name) {
-  auto it = consumers_.find(name);
-  return it == consumers_.end() ? nullptr : it->second.get();
-}
-
-int64_t Tracker::CursorOf(const Consumer& consumer,
-                          const std::string& fqn) const {
-  auto it = consumer.table_cursors.find(fqn);
-  return it == consumer.table_cursors.end() ? consumer.cursor : it->second;
-}
-
-int64_t Tracker::ReadFrom(const Consumer& consumer, const std::string& fqn,
-                          const DeltaRequest& request, int64_t end) const {
-  const int64_t cursor = CursorOf(consumer, fqn);
-  if (!request.continue_from.has_value() || request.all_rows) return cursor;
-  const int64_t from = *request.continue_from;
-  if (from <= cursor || from > end) return cursor;
-  // Pending ends are compaction bounds (CompactBetweenCursorsLocked): the
-  // batches from there on are still apart from those before.
-  const std::vector<int64_t> ends = consumer.PendingEnds(fqn);
-  return std::find(ends.begin(), ends.end(), from) != ends.end() ? from
-                                                                 : cursor;
-}
-
-int64_t Tracker::MaxCursor(const std::string& fqn) const {
-  // A pending read's end counts: compacting across it would hide rows from the
-  // consumer once it commits.
-  int64_t result = INT64_MIN;
-  for (const auto& [name, consumer] : consumers_) {
-    result = std::max(result, CursorOf(*consumer, fqn));
-    for (int64_t end : consumer->PendingEnds(fqn)) {
-      result = std::max(result, end);
-    }
-  }
-  return result;
-}
-
-int64_t Tracker::MinCursor(const std::string& fqn) const {
-  int64_t result = INT64_MAX;
-  for (const auto& [name, consumer] : consumers_) {
-    result = std::min(result, CursorOf(*consumer, fqn));
-  }
-  return result;
-}
-
-void Tracker::SetCursor(Consumer& consumer, const std::string& fqn,
-                        int64_t cursor) {
-  consumer.table_cursors[fqn] = std::max(CursorOf(consumer, fqn), cursor);
-}
-
 absl::StatusOr<at::Tensor> Tracker::TrackedStates(const std::string& fqn,
                                                   const at::Tensor& ids,
                                                   const at::Tensor& states) {
@@ -221,89 +169,25 @@ absl::StatusOr<at::Tensor> Tracker::TrackedStates(const std::string& fqn,
   return row_states;
 }
 
-absl::Status Tracker::RecordLookup(absl::Span<const FeatureIds> features,
-                                   const at::Tensor& states) {
+absl::Status Tracker::RecordTables(std::vector<TableLookup> tables,
+                                   bool check_values) {
   return CatchTorchErrors([&]() -> absl::Status {
-    int64_t total = 0;
-    for (const FeatureIds& f : features) {
-      if (absl::Status status =
-              ValidateIds(absl::StrCat("feature '", f.feature, "'"), f.ids);
-          !status.ok()) {
-        return status;
-      }
-      total += f.ids.numel();
-    }
-    at::Tensor rows;
-    if (options_.mode == TrackingMode::kEmbedding) {
-      if (!states.defined() || (total > 0 && states.numel() % total != 0) ||
-          (total > 0 && states.numel() == 0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("embeddings must hold ", total, " * dim elements for ",
-                         total, " IDs, got ",
-                         states.defined() ? c10::str(states.sizes()) : "none"));
-      }
-      rows = total > 0 ? states.reshape({total, -1}) : states;
-    }
-
-    // Group features by table, in first-appearance order.
-    std::vector<TableLookup> tables;
-    std::vector<std::vector<at::Tensor>> ids_of, rows_of;
-    absl::flat_hash_map<std::string, size_t> position;
-    int64_t offset = 0;
-    for (const FeatureIds& f : features) {
-      const int64_t n = f.ids.numel();
-      const std::string feature(f.feature);
-      auto owner = feature_map_.fqn_of_feature.find(feature);
-      if (owner == feature_map_.fqn_of_feature.end()) {
-        if (!feature_map_.skipped_features.contains(feature)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "feature '", feature, "' is not looked up by any tracked table"));
-        }
-        offset += n;
-        continue;
-      }
-      auto [it, inserted] = position.emplace(owner->second, tables.size());
-      if (inserted) {
-        tables.push_back({owner->second, {}, {}});
-        ids_of.emplace_back();
-        rows_of.emplace_back();
-      }
-      ids_of[it->second].push_back(f.ids);
-      if (rows.defined() && total > 0) {
-        rows_of[it->second].push_back(rows.narrow(0, offset, n));
-      }
-      offset += n;
-    }
-    for (size_t t = 0; t < tables.size(); ++t) {
-      tables[t].ids = ids_of[t].size() == 1 ? ids_of[t][0] : at::cat(ids_of[t]);
-      if (!rows_of[t].empty()) {
-        tables[t].states =
-            rows_of[t].size() == 1 ? rows_of[t][0] : at::cat(rows_of[t]);
-      } else if (rows.defined()) {
-        tables[t].states =
-            rows.new_empty({0, rows.dim() == 2 ? rows.size(1) : 0});
-      }
-    }
-    LiveRowsReader::Pin pin(TracksOptimizerState(options_.mode) ? reader_
-                                                                : nullptr);
+    LiveRowsReader::Pin pin(TracksOptimizerState(options_.mode) || check_values
+                                ? reader_
+                                : nullptr);
     WriterLock lock(&mu_);
-    return RecordTablesLocked(std::move(tables));
+    return RecordTablesLocked(std::move(tables), check_values);
   });
 }
 
-absl::Status Tracker::RecordTables(std::vector<TableLookup> tables) {
-  return CatchTorchErrors([&]() -> absl::Status {
-    LiveRowsReader::Pin pin(TracksOptimizerState(options_.mode) ? reader_
-                                                                : nullptr);
-    WriterLock lock(&mu_);
-    return RecordTablesLocked(std::move(tables));
-  });
-}
-
-absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables) {
+absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables,
+                                         bool check_values) {
   std::vector<TableLookup> kept;
   for (TableLookup& table : tables) {
-    if (table.fqn.empty()) return absl::InvalidArgumentError("empty table FQN");
+    if (absl::Status status = ValidateName("table FQN", table.fqn);
+        !status.ok()) {
+      return status;
+    }
     if (IsSkipped(table.fqn, options_.fqns_to_skip)) continue;
     if (!feature_map_.fqns.empty() &&
         std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(),
@@ -317,6 +201,7 @@ absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables) {
         !status.ok()) {
       return status;
     }
+    if (options_.mode == TrackingMode::kIdOnly) table.states = at::Tensor();
     if (TracksOptimizerState(options_.mode)) {
       absl::StatusOr<at::Tensor> states =
           TrackedStates(table.fqn, table.ids, table.states);
@@ -327,6 +212,20 @@ absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables) {
     // float64 table (its rows, or its optimizer's) are kept as float32.
     if (table.states.defined() && table.states.scalar_type() == at::kDouble) {
       table.states = table.states.to(at::kFloat);
+    }
+    if (absl::Status status = ValidateStates(table); !status.ok()) {
+      return status;
+    }
+    if (check_values) {
+      std::optional<int64_t> rows;
+      if (reader_ != nullptr) {
+        absl::StatusOr<int64_t> known = reader_->NumRows(table.fqn);
+        if (!known.ok()) return known.status();
+        rows = *known;
+      }
+      if (absl::Status status = ValidateValues(table, rows); !status.ok()) {
+        return status;
+      }
     }
     kept.push_back(std::move(table));
   }
@@ -361,19 +260,22 @@ int64_t Tracker::Step() {
 
 void Tracker::PublishBatch(int64_t batch) {
   {
-    std::lock_guard<std::mutex> lock(step_mu_);
+    WriterLock lock(&step_mu_);
     published_batch_ = batch;
   }
   step_cv_.notify_all();
 }
 
 int64_t Tracker::WaitForBatchAfter(int64_t batch, absl::Time deadline) const {
-  std::unique_lock<std::mutex> lock(step_mu_);
+  WriterLock lock(&step_mu_);
+  ExclusiveLockable held(step_mu_);
   // Bounded so that an infinite deadline does not overflow the clock.
   step_cv_.wait_until(
-      lock,
+      held,
       absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Hours(24))),
-      [&] { return published_batch_ > batch; });
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_) {
+        return published_batch_ > batch;
+      });
   return published_batch_;
 }
 
@@ -459,292 +361,8 @@ void Tracker::EnforceMemoryCapLocked() {
   }
 }
 
-absl::Status Tracker::FinishTable(const std::string& fqn,
-                                  const DeltaRequest& request,
-                                  TableDelta& table) {
-  table.ids = table.ids.cpu();
-  if (table.states.defined()) table.states = table.states.cpu();
-  if (reader_ != nullptr) {
-    absl::StatusOr<at::Tensor> values = reader_->ReadEmbeddings(fqn, table.ids);
-    if (!values.ok()) return values.status();
-    table.values = values->cpu();
-  }
-  const TrackingMode mode = options_.mode;
-  if (mode != TrackingMode::kIdOnly && !table.states.defined()) {
-    // A table with nothing recorded since the cursor: no rows, and states
-    // shaped like the values (or [0, 1]) so that scores and diffs compute.
-    table.states = at::empty(
-        {0, table.values.defined() ? table.values.size(1) : 1}, at::kFloat);
-  }
-  if ((mode == TrackingMode::kMomentumDiff ||
-       mode == TrackingMode::kRowwiseAdagrad) &&
-      reader_ != nullptr) {
-    absl::StatusOr<at::Tensor> latest =
-        reader_->ReadOptimizerStates(fqn, table.ids);
-    if (!latest.ok()) return latest.status();
-    at::Tensor now = latest->cpu().to(at::kFloat);
-    if (table.ids.numel() == 0) {
-      now = now.reshape({0, now.dim() > 1 ? now.size(1) : 1});
-      table.states = table.states.reshape({0, now.size(1)});
-    }
-    now = now.reshape_as(table.states);
-    table.states = now - table.states.to(at::kFloat);
-  }
-
-  auto top_k = request.per_table_top_k.find(fqn);
-  const TopK* spec = top_k != request.per_table_top_k.end() ? &top_k->second
-                     : request.top_k.has_value()            ? &*request.top_k
-                                                            : nullptr;
-  if (spec == nullptr && !request.include_scores) return absl::OkStatus();
-  switch (mode) {
-    case TrackingMode::kIdOnly:
-      break;  // rejected before reading
-    case TrackingMode::kEmbedding:
-      table.scores = (table.values.to(at::kFloat) - table.states.to(at::kFloat))
-                         .norm(2, {1});
-      break;
-    case TrackingMode::kMomentumLast:
-      table.scores = table.states.to(at::kFloat).reshape({-1});
-      break;
-    case TrackingMode::kMomentumDiff:
-    case TrackingMode::kRowwiseAdagrad:
-      table.scores = table.states.to(at::kFloat).norm(2, {1});
-      break;
-  }
-  if (spec == nullptr) return absl::OkStatus();
-  at::Tensor keep = TopKPositions(table.scores, *spec);
-  for (at::Tensor* t :
-       {&table.ids, &table.states, &table.values, &table.scores}) {
-    if (t->defined()) *t = t->index_select(0, keep);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Tracker::ReadWholeTable(const std::string& fqn,
-                                     TableDelta& table) {
-  absl::StatusOr<int64_t> rows = reader_->NumRows(fqn);
-  if (!rows.ok()) return rows.status();
-  table.ids = at::arange(*rows, at::kLong);
-  absl::StatusOr<at::Tensor> values = reader_->ReadEmbeddings(fqn, table.ids);
-  if (!values.ok()) return values.status();
-  table.values = values->cpu();
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
-  // Everything that can be refused is checked before any cursor moves.
-  std::vector<const TopK*> specs;
-  if (request.top_k.has_value()) specs.push_back(&*request.top_k);
-  for (const auto& [fqn, spec] : request.per_table_top_k)
-    specs.push_back(&spec);
-  for (const TopK* spec : specs) {
-    if (absl::Status status = spec->Validate(); !status.ok()) return status;
-  }
-  if (request.all_rows && !specs.empty()) {
-    return absl::InvalidArgumentError(
-        "top-k selects changed rows; a read of all rows takes every row");
-  }
-  if (!specs.empty() || request.include_scores) {
-    const TrackingMode mode = options_.mode;
-    if (mode == TrackingMode::kIdOnly) {
-      return absl::FailedPreconditionError(
-          "id_only mode has no scores: top-k needs embedding or an "
-          "optimizer-state mode");
-    }
-    if (reader_ == nullptr && mode != TrackingMode::kMomentumLast) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "scores in ", TrackingModeName(mode),
-          " mode compare with the trainer's current rows, which this tracker "
-          "cannot read (no LiveRowsReader: not running inside a trainer)"));
-    }
-  }
-
-  if ((request.all_rows || request.include_dense) && reader_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "reads of whole tables and dense parameters need the trainer's live "
-        "model, which this tracker cannot read (no LiveRowsReader: not running "
-        "inside a trainer)");
-  }
-
-  // Rows stay still from here to the end of the read (see LiveRowsReader).
-  LiveRowsReader::Pin pin(reader_);
-  WriterLock lock(&mu_);
-  Consumer* consumer = FindConsumer(request.consumer);
-  if (consumer == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown consumer '", request.consumer, "'"));
-  }
-  std::vector<std::string> fqns = store_.Fqns();
-  if (request.all_rows && !feature_map_.fqns.empty()) fqns = feature_map_.fqns;
-  if (!request.fqns.empty()) {
-    for (const std::string& fqn : request.fqns) {
-      const bool known =
-          std::find(fqns.begin(), fqns.end(), fqn) != fqns.end() ||
-          std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(), fqn) !=
-              feature_map_.fqns.end();
-      if (!known) {
-        return absl::NotFoundError(
-            absl::StrCat("unknown table '", fqn,
-                         "' (known: ", absl::StrJoin(fqns, ", "), ")"));
-      }
-    }
-    fqns = request.fqns;
-  }
-  for (const auto& [fqn, spec] : request.per_table_top_k) {
-    if (std::find(fqns.begin(), fqns.end(), fqn) == fqns.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("top-k names table '", fqn, "', which is not read"));
-    }
-  }
-
-  const int64_t end =
-      request.through_current_batch ? curr_batch_ + 1 : curr_batch_;
-  Delta delta;
-  delta.consumer = consumer->name;
-  delta.end_batch = end;
-  delta.start_batch = end;
-  try {
-    for (const std::string& fqn : fqns) {
-      const int64_t from = ReadFrom(*consumer, fqn, request, end);
-      delta.start_batch = std::min(delta.start_batch, from);
-      // Compacting between every pair of cursors, not only from the largest
-      // as TorchRec does, means the consumers that read later find one
-      // merged lookup instead of re-uniquing the same batches each.
-      CompactBetweenCursorsLocked(fqn);
-      TableDelta& table = delta.tables[fqn];
-      if (request.all_rows) {
-        absl::Status status = ReadWholeTable(fqn, table);
-        if (!status.ok()) return status;
-        continue;
-      }
-      absl::StatusOr<UniqueRows> rows =
-          from < end ? store_.GetUniqueTable(fqn, from, end) : EmptyRows();
-      if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet
-      table.ids = std::move(rows->ids);
-      table.states = std::move(rows->states);
-      if (absl::Status s = FinishTable(fqn, request, table); !s.ok()) return s;
-    }
-    if (request.include_dense) {
-      absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> dense =
-          reader_->ReadDense();
-      if (!dense.ok()) return dense.status();
-      delta.dense = *std::move(dense);
-    }
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
-  }
-  delta.all_rows = request.all_rows;
-  const int64_t oldest = std::max<int64_t>(delta.start_batch, 0);
-  if (oldest < end) {
-    // Batch b was closed when batch b + 1 was opened.
-    delta.oldest_change = OpenedAt(oldest + 1);
-    delta.newest_change = OpenedAt(end);
-  }
-  delta.run_id = run_id_;
-  delta.run_start_batch = run_start_batch_;
-
-  delta.resync_required = consumer->resync_required;
-  delta.lost_rows = consumer->lost_ids;
-  if (options_.acknowledged_reads) {
-    std::vector<PendingRead>& pending = consumer->pending;
-    // The same read again (a poll with nothing new) replaces the first.
-    if (!pending.empty() && pending.back().end == end &&
-        pending.back().fqns == request.fqns) {
-      pending.pop_back();
-    }
-    pending.push_back(PendingRead{end, request.fqns, INT64_MIN});
-    if (pending.size() > kMaxPendingReads) pending.erase(pending.begin());
-  } else {
-    consumer->resync_required = false;  // told
-    consumer->lost_ids = 0;
-    AdvanceLocked(*consumer, request.fqns, end);
-  }
-  return delta;
-}
-
-void Tracker::AdvanceLocked(Consumer& consumer,
-                            const std::vector<std::string>& only_fqns,
-                            int64_t end) {
-  if (only_fqns.empty()) {
-    consumer.cursor = std::max(consumer.cursor, end);
-    for (auto it = consumer.table_cursors.begin();
-         it != consumer.table_cursors.end();) {
-      if (it->second <= consumer.cursor) {
-        consumer.table_cursors.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  } else {
-    for (const std::string& fqn : only_fqns) SetCursor(consumer, fqn, end);
-  }
-  const auto covered = [&](const PendingRead& read) {
-    if (read.end > end) return false;
-    if (only_fqns.empty()) return true;
-    if (read.fqns.empty()) return false;
-    return std::all_of(
-        read.fqns.begin(), read.fqns.end(), [&](const std::string& fqn) {
-          return std::find(only_fqns.begin(), only_fqns.end(), fqn) !=
-                 only_fqns.end();
-        });
-  };
-  consumer.pending.erase(
-      std::remove_if(consumer.pending.begin(), consumer.pending.end(), covered),
-      consumer.pending.end());
-  if (options_.delete_on_read) DeleteUnneededLocked();
-}
-
-void Tracker::MarkLostLocked(Consumer& consumer, int64_t batch) {
-  consumer.resync_required = true;
-  for (PendingRead& read : consumer.pending) {
-    read.lost_through = std::max(read.lost_through, batch);
-  }
-}
-
-void Tracker::MoveToPresentLocked(Consumer& consumer) {
-  consumer.cursor = curr_batch_ + 1;
-  consumer.table_cursors.clear();
-  consumer.pending.clear();
-}
-
-absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {
-  WriterLock lock(&mu_);
-  Consumer* consumer = FindConsumer(name);
-  if (consumer == nullptr) {
-    return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
-  }
-  if (!options_.acknowledged_reads) {
-    return absl::FailedPreconditionError(
-        "commit needs acknowledged reads, which this tracker does not use");
-  }
-  // The newest read ending there (a later read of other tables may end at the
-  // same batch).
-  auto read =
-      std::find_if(consumer->pending.rbegin(), consumer->pending.rend(),
-                   [&](const PendingRead& r) { return r.end == end_batch; });
-  if (read == consumer->pending.rend()) {
-    std::vector<int64_t> ends;
-    for (const PendingRead& r : consumer->pending) ends.push_back(r.end);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "consumer '", name, "' has no uncommitted read ending at batch ",
-        end_batch,
-        ends.empty() ? " (no read is pending)"
-                     : absl::StrCat(" (uncommitted reads end at ",
-                                    absl::StrJoin(ends, ", "), ")")));
-  }
-  const PendingRead committed = *read;
-  if (committed.lost_through < committed.end) {
-    // Everything dropped before its delivery, the read said; everything
-    // dropped since lay below its end, so the read held it.
-    consumer->resync_required = false;
-    consumer->lost_ids = 0;
-  }
-  AdvanceLocked(*consumer, committed.fqns, committed.end);
-  return absl::OkStatus();
-}
-
 absl::Status Tracker::AddConsumer(absl::string_view name) {
-  if (absl::Status status = ValidateConsumerName(name); !status.ok()) {
+  if (absl::Status status = ValidateName("consumer name", name); !status.ok()) {
     return status;
   }
   WriterLock lock(&mu_);
@@ -836,92 +454,6 @@ TrackerStatus Tracker::Status() const {
     status.consumers.push_back(std::move(c));
   }
   return status;
-}
-
-TrackerState Tracker::SaveState() const {
-  ReaderLock lock(&mu_);
-  TrackerState state;
-  state.mode = options_.mode;
-  state.current_batch = curr_batch_;
-  state.compact_index = curr_compact_index_;
-  for (const auto& [name, consumer] : consumers_) {
-    ConsumerState& c = state.consumers.emplace_back();
-    c.name = name;
-    c.cursor = consumer->cursor;
-    c.table_cursors.insert(consumer->table_cursors.begin(),
-                           consumer->table_cursors.end());
-    c.pending_reads = consumer->pending;
-    c.resync_required = consumer->resync_required;
-    c.lost_ids = consumer->lost_ids;
-  }
-  state.cap_compactions = cap_compactions_;
-  state.cap_drops = cap_drops_;
-  state.dropped_ids = dropped_ids_;
-  state.dropped_bytes = dropped_bytes_;
-  state.tables = store_.Export();
-  return state;
-}
-
-absl::Status Tracker::RestoreState(TrackerState state) {
-  if (state.mode != options_.mode) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the snapshot was taken in ", TrackingModeName(state.mode),
-        " mode; this tracker runs in ", TrackingModeName(options_.mode)));
-  }
-  if (!feature_map_.fqns.empty()) {
-    for (const StoredTable& table : state.tables) {
-      if (std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(),
-                    table.fqn) == feature_map_.fqns.end()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the snapshot holds table '", table.fqn,
-                         "', which this tracker does not track"));
-      }
-    }
-  }
-  std::map<std::string, std::unique_ptr<Consumer>, std::less<>> consumers;
-  for (ConsumerState& c : state.consumers) {
-    if (absl::Status status = ValidateConsumerName(c.name); !status.ok()) {
-      return status;
-    }
-    auto consumer = std::make_unique<Consumer>();
-    consumer->name = c.name;
-    consumer->cursor = c.cursor;
-    consumer->table_cursors.insert(c.table_cursors.begin(),
-                                   c.table_cursors.end());
-    consumer->pending = std::move(c.pending_reads);
-    consumer->resync_required = c.resync_required;
-    consumer->lost_ids = c.lost_ids;
-    if (!consumers.emplace(c.name, std::move(consumer)).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("consumer '", c.name, "' appears twice"));
-    }
-  }
-  for (const std::string& name : options_.consumers) {
-    if (consumers.count(name) > 0) continue;
-    auto consumer = std::make_unique<Consumer>();
-    consumer->name = name;
-    consumer->cursor = state.current_batch;
-    consumers.emplace(name, std::move(consumer));
-  }
-  {
-    WriterLock lock(&mu_);
-    if (absl::Status status = store_.Import(std::move(state.tables));
-        !status.ok()) {
-      return status;
-    }
-    curr_batch_ = state.current_batch;
-    curr_compact_index_ = state.compact_index;
-    consumers_ = std::move(consumers);
-    cap_compactions_ = state.cap_compactions;
-    cap_drops_ = state.cap_drops;
-    dropped_ids_ = state.dropped_ids;
-    dropped_bytes_ = state.dropped_bytes;
-    batch_opened_.clear();
-    batch_opened_[curr_batch_] = absl::Now();
-    run_start_batch_ = curr_batch_;
-  }
-  PublishBatch(state.current_batch);
-  return absl::OkStatus();
 }
 
 void Tracker::MarkRunStart(int64_t batch) {

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -20,8 +19,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "store/delta_store.h"
 #include "base/shared_mutex.h"
+#include "store/delta_store.h"
 #include "tracker_service/live_rows_reader.h"
 #include "tracker_service/top_k.h"
 #include "tracker_service/tracked_modules.h"
@@ -49,12 +48,6 @@ struct TrackerOptions {
   // The trainer's tables, for feature-to-FQN mapping. Empty means "open": any
   // table FQN may be recorded with RecordTables (a standalone server).
   std::vector<TrackedModule> modules;
-};
-
-// The IDs of one feature in one lookup (a KeyedJaggedTensor key's values).
-struct FeatureIds {
-  absl::string_view feature;
-  at::Tensor ids;  // int64 [n]
 };
 
 struct DeltaRequest {
@@ -207,7 +200,7 @@ struct TrackerState {
 //
 // Batch index `curr` starts at 0; Step() adds 1. Each consumer has a cursor,
 // -1 at start (per table, once it reads a subset of tables).
-//  - RecordLookup / RecordTables append, per table FQN, one lookup at `curr`.
+//  - RecordTables appends, per table FQN, one lookup at `curr`.
 //  - TriggerCompaction (auto_compact; once per step): per table, compacts
 //    [max(cursors), curr).
 //  - GetDelta(c): end = curr + 1 (or curr, see DeltaRequest); per table,
@@ -242,9 +235,10 @@ class Tracker {
   // no longer be committed, and its rows are delivered again.
   static constexpr int kMaxPendingReads = 64;
 
-  // InvalidArgument for a bad option (consumer name, duplicate consumer,
-  // module description); FailedPrecondition for kEmbedding on a pooled module.
-  // `reader` may be null; it must outlive the tracker.
+  // InvalidArgument for a bad option (a consumer name or a tracked table's
+  // FQN that breaks the name rule of tracker_service/names.h, a duplicate
+  // consumer, a module description); FailedPrecondition for kEmbedding on a
+  // pooled module. `reader` may be null; it must outlive the tracker.
   static absl::StatusOr<std::unique_ptr<Tracker>> Create(
       TrackerOptions options, LiveRowsReader* reader = nullptr);
 
@@ -252,26 +246,26 @@ class Tracker {
   Tracker& operator=(const Tracker&) = delete;
   ~Tracker();
 
-  // Records one module's lookup: per feature its IDs (in key order) and, in
-  // kEmbedding, `states`, the looked-up rows [N, dim] (or anything of N * dim
-  // elements) for the N IDs of all features in order. Optimizer modes read the
-  // row states through the LiveRowsReader (FailedPrecondition without one).
-  // Features of skipped tables are ignored; an unknown feature is
-  // InvalidArgument. Nothing is copied to the host and nothing synchronises
-  // with a device.
-  absl::Status RecordLookup(absl::Span<const FeatureIds> features,
-                            const at::Tensor& states = at::Tensor())
-      ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Records rows per table FQN directly (for producers that are not modules,
-  // e.g. over the network). `states` per mode: kEmbedding the embedding rows;
-  // optimizer modes the optimizer row states (read through the LiveRowsReader
-  // when absent). Skipped FQNs are ignored; with declared modules, an unknown
-  // FQN is NotFound. Here and in RecordLookup, float64 states (a "double"
-  // table's rows or optimizer states) are kept as float32: they rank rows
-  // and report movement, while values are read from the table itself.
-  absl::Status RecordTables(std::vector<TableLookup> tables)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Records one lookup per table FQN at the current batch: the one way rows
+  // get into the tracker, for the trainer's modules (their post-lookup hook,
+  // trainer/tracking/module_tracking.h, which maps features to FQNs through
+  // feature_map()) and for producers over the network (the service).
+  // `states` per mode: kIdOnly ignored; kEmbedding the embedding rows
+  // [n, dim]; optimizer modes the optimizer row states ([n] or [n, k]; read
+  // through the LiveRowsReader when absent). Float64 states (a "double"
+  // table's rows or optimizer states) are kept as float32: they rank rows and
+  // report movement, while values are read from the table itself.
+  //
+  // Refused, all or nothing (InvalidArgument unless said): a name that breaks
+  // the name rule (tracker_service/names.h); with declared modules, an FQN
+  // not tracked (NotFound); IDs not 1-D int64; states not [n, d] with d >= 1
+  // once converted; with `check_values` (records from the network; costs a
+  // device synchronisation) also IDs outside [0, rows) (rows from the
+  // LiveRowsReader, else any non-negative ID) and states that are not finite.
+  // FQNs skipped by fqns_to_skip are ignored. Without `check_values` nothing
+  // is copied to the host and nothing synchronises with a device.
+  absl::Status RecordTables(std::vector<TableLookup> tables,
+                            bool check_values = false) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Advances the batch index. Returns the new index.
   int64_t Step() ABSL_LOCKS_EXCLUDED(mu_);
@@ -279,7 +273,7 @@ class Tracker {
   // Blocks until the current batch is past `batch` or `deadline` passes;
   // returns the current batch.
   int64_t WaitForBatchAfter(int64_t batch, absl::Time deadline) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+      ABSL_LOCKS_EXCLUDED(mu_, step_mu_);
 
   // Auto-compaction after output distribution; once per step; a no-op unless
   // auto_compact.
@@ -311,7 +305,7 @@ class Tracker {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Adds a consumer whose cursor starts at the current batch. InvalidArgument
-  // for a bad name (1-128 of [A-Za-z0-9_.-]), AlreadyExists if present.
+  // for a bad name (tracker_service/names.h), AlreadyExists if present.
   absl::Status AddConsumer(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_);
   // Removes a consumer; what only it needed is deleted (with delete_on_read).
   // NotFound if absent; FailedPrecondition for the last consumer.
@@ -360,7 +354,8 @@ class Tracker {
   Tracker(TrackerOptions options, FeatureMap feature_map,
           LiveRowsReader* reader);
 
-  absl::Status RecordTablesLocked(std::vector<TableLookup> tables)
+  absl::Status RecordTablesLocked(std::vector<TableLookup> tables,
+                                  bool check_values)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<at::Tensor> TrackedStates(const std::string& fqn,
                                            const at::Tensor& ids,
@@ -400,11 +395,11 @@ class Tracker {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnforceMemoryCapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells WaitForBatchAfter callers the current batch.
-  void PublishBatch(int64_t batch);
+  void PublishBatch(int64_t batch) ABSL_LOCKS_EXCLUDED(step_mu_);
   // The time batch `batch` was opened (the first one known at or after it).
   absl::Time OpenedAt(int64_t batch) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::Status FinishTable(const std::string& fqn, const DeltaRequest& request,
-                           TableDelta& table);
+  absl::StatusOr<Delta> GetDeltaUnguarded(const DeltaRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Every row of `fqn`, with its current value (DeltaRequest::all_rows).
   absl::Status ReadWholeTable(const std::string& fqn, TableDelta& table);
 
@@ -427,10 +422,12 @@ class Tracker {
   // When each batch from the oldest any consumer has not read was opened.
   std::map<int64_t, absl::Time> batch_opened_ ABSL_GUARDED_BY(mu_);
 
-  // WaitForBatchAfter's wake-ups (std::mutex: condition variables need it).
-  mutable std::mutex step_mu_;
-  mutable std::condition_variable step_cv_;
-  int64_t published_batch_ = 0;  // guarded by step_mu_
+  // WaitForBatchAfter's wake-ups: the current batch as Step() published it.
+  // A SharedMutex and condition_variable_any (exclusive_lockable.h), not
+  // absl::Mutex: ThreadSanitizer sees them.
+  mutable SharedMutex step_mu_;
+  mutable std::condition_variable_any step_cv_;
+  int64_t published_batch_ ABSL_GUARDED_BY(step_mu_) = 0;
 };
 
 }  // namespace deltastream

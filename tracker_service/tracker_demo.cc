@@ -92,11 +92,8 @@ int Main() {
     }
     // Forward: look up, record; backward + SGD: move the looked-up rows.
     at::Tensor embeddings = table.weights().index_select(0, ids);
-    const int64_t half = n / 2;
-    absl::Status recorded = (*tracker)->RecordLookup(
-        {{"item_id", ids.narrow(0, 0, half)},
-         {"clicked_item", ids.narrow(0, half, n - half)}},
-        embeddings);
+    // Both features ("item_id", "clicked_item") look up the one table.
+    absl::Status recorded = (*tracker)->RecordTables({{kFqn, ids, embeddings}});
     if (!recorded.ok()) {
       std::fprintf(stderr, "tracker_demo: %s\n", recorded.ToString().c_str());
       return 1;

@@ -25,8 +25,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/grpc_server.h"
 #include "base/host_memory.h"
 #include "base/process.h"
+#include "tracker_service/names.h"
 #include "tracker_service/service_host.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
@@ -36,15 +38,17 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
 ABSL_FLAG(
     std::string, mode, "id_only",
     "id_only, embedding, momentum_last, momentum_diff or rowwise_adagrad");
-ABSL_FLAG(std::string, consumers, "default", "comma-separated consumer names");
+ABSL_FLAG(std::string, consumers, "default",
+          "comma-separated consumer names (at least one)");
 ABSL_FLAG(bool, delete_on_read, true, "delete what every consumer has read");
 ABSL_FLAG(bool, auto_compact, true, "compact after every step");
 ABSL_FLAG(bool, acknowledged_reads, false,
           "a read is final only when the consumer commits it");
 ABSL_FLAG(int64_t, memory_cap_bytes, 0,
           "bytes the store may hold (0: unbounded); see docs");
-ABSL_FLAG(int, max_message_bytes, 64 << 20, "largest request accepted");
-ABSL_FLAG(int, max_concurrent_streams, 64, "concurrent streams per client");
+ABSL_FLAG(int, max_message_bytes, 64 << 20, "largest request accepted (> 0)");
+ABSL_FLAG(int, max_concurrent_streams, 64,
+          "concurrent streams per client (> 0)");
 ABSL_FLAG(std::string, db, "",
           "RocksDB directory for snapshots; its latest is restored on start");
 ABSL_FLAG(int, snapshot_interval_s, 0,
@@ -59,27 +63,8 @@ namespace deltastream {
 namespace {
 
 int Main() {
-  // Deltas are tens of MiB of fresh buffers per read: reuse them.
-  KeepHostMemoryForReuse();
-  // Signals are taken by a thread of their own: blocked before any other
-  // thread starts (gRPC's and RocksDB's inherit the mask).
-  const sigset_t signals = BlockTerminationSignals();
-
-  TrackerOptions options;
-  absl::StatusOr<TrackingMode> mode =
-      ParseTrackingMode(absl::GetFlag(FLAGS_mode));
-  if (!mode.ok()) return Fail(kExitUsage, mode.status().message());
-  options.mode = *mode;
-  options.consumers =
-      absl::StrSplit(absl::GetFlag(FLAGS_consumers), ',', absl::SkipEmpty());
-  options.delete_on_read = absl::GetFlag(FLAGS_delete_on_read);
-  options.auto_compact = absl::GetFlag(FLAGS_auto_compact);
-  options.acknowledged_reads = absl::GetFlag(FLAGS_acknowledged_reads);
-  options.memory_cap_bytes = absl::GetFlag(FLAGS_memory_cap_bytes);
-  absl::StatusOr<std::unique_ptr<Tracker>> tracker =
-      Tracker::Create(std::move(options));
-  if (!tracker.ok()) return Fail(kExitUsage, tracker.status().message());
-
+  // Every flag is checked before anything starts, so that a bad one is one
+  // line and exit 2 (no thread, no gRPC log line, nothing opened).
   ServiceHostOptions host_options;
   host_options.listen = absl::GetFlag(FLAGS_listen);
   host_options.db = absl::GetFlag(FLAGS_db);
@@ -90,7 +75,17 @@ int Main() {
   host_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   host_options.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_concurrent_streams);
-  // The service host checks these too; here they are named by their flags.
+  // Named by their flags here; the service host checks them too.
+  if (absl::Status listen = ValidateListenAddress(host_options.listen);
+      !listen.ok()) {
+    return Fail(kExitUsage, absl::StrCat("--listen: ", listen.message()));
+  }
+  if (host_options.max_message_bytes <= 0) {
+    return Fail(kExitUsage, "--max_message_bytes must be > 0");
+  }
+  if (host_options.max_concurrent_streams <= 0) {
+    return Fail(kExitUsage, "--max_concurrent_streams must be > 0");
+  }
   if (host_options.snapshot_interval_s < 0 ||
       (host_options.snapshot_interval_s > 0 && host_options.db.empty())) {
     return Fail(kExitUsage,
@@ -99,6 +94,39 @@ int Main() {
   if (host_options.tls_cert.empty() != host_options.tls_key.empty()) {
     return Fail(kExitUsage, "--tls_cert and --tls_key go together");
   }
+  if (absl::Status status = ValidateServiceHostOptions(host_options);
+      !status.ok()) {
+    return Fail(kExitUsage, status.message());
+  }
+
+  TrackerOptions options;
+  absl::StatusOr<TrackingMode> mode =
+      ParseTrackingMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) return Fail(kExitUsage, mode.status().message());
+  options.mode = *mode;
+  // Every name counts: "--consumers=" or "a,,b" is refused by the name rule
+  // (tracker_service/names.h), not read as the default consumer.
+  options.consumers = absl::StrSplit(absl::GetFlag(FLAGS_consumers), ',');
+  for (const std::string& name : options.consumers) {
+    if (absl::Status status = ValidateName("consumer name", name);
+        !status.ok()) {
+      return Fail(kExitUsage, absl::StrCat("--consumers: ", status.message()));
+    }
+  }
+  options.delete_on_read = absl::GetFlag(FLAGS_delete_on_read);
+  options.auto_compact = absl::GetFlag(FLAGS_auto_compact);
+  options.acknowledged_reads = absl::GetFlag(FLAGS_acknowledged_reads);
+  options.memory_cap_bytes = absl::GetFlag(FLAGS_memory_cap_bytes);
+  absl::StatusOr<std::unique_ptr<Tracker>> tracker =
+      Tracker::Create(std::move(options));
+  if (!tracker.ok()) return Fail(kExitUsage, tracker.status().message());
+
+  // Deltas are tens of MiB of fresh buffers per read: reuse them.
+  KeepHostMemoryForReuse();
+  // Signals are taken by a thread of their own: blocked before any other
+  // thread starts (gRPC's and RocksDB's inherit the mask).
+  const sigset_t signals = BlockTerminationSignals();
+
   absl::StatusOr<std::unique_ptr<ServiceHost>> host =
       ServiceHost::Start(tracker->get(), host_options);
   if (!host.ok()) return Fail(kExitUsage, host.status().message());

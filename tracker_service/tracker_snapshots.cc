@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/snapshot.pb.h"
+#include "tracker_service/exclusive_lockable.h"
 
 namespace deltastream {
 
@@ -98,7 +99,7 @@ absl::StatusOr<std::unique_ptr<TrackerSnapshots>> TrackerSnapshots::Open(
 
 void TrackerSnapshots::StopPeriodic() {
   {
-    std::lock_guard<std::mutex> lock(periodic_mu_);
+    WriterLock lock(&periodic_mu_);
     stopping_ = true;
   }
   periodic_cv_.notify_all();
@@ -144,15 +145,21 @@ absl::StatusOr<SnapshotInfo> TrackerSnapshots::Snapshot() {
 void TrackerSnapshots::StartPeriodic(absl::Duration interval) {
   periodic_ = std::thread([this, interval] {
     const auto period = absl::ToChronoMilliseconds(interval);
-    std::unique_lock<std::mutex> lock(periodic_mu_);
-    while (!periodic_cv_.wait_for(lock, period, [this] { return stopping_; })) {
-      lock.unlock();
+    while (true) {
+      {
+        WriterLock lock(&periodic_mu_);
+        ExclusiveLockable held(periodic_mu_);
+        if (periodic_cv_.wait_for(held, period,
+                                  [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                                      periodic_mu_) { return stopping_; })) {
+          return;
+        }
+      }
       absl::StatusOr<SnapshotInfo> info = Snapshot();
       if (!info.ok()) {
         std::fprintf(stderr, "snapshot failed: %s\n",
                      std::string(info.status().message()).c_str());
       }
-      lock.lock();
     }
   });
 }

@@ -3,13 +3,14 @@
 
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/shared_mutex.h"
 #include "store/snapshot_db.h"
 #include "tracker_service/tracker.h"
 
@@ -65,9 +66,11 @@ class TrackerSnapshots {
 
   const std::unique_ptr<SnapshotDb> db_;
   Tracker* const tracker_;
-  std::mutex periodic_mu_;
-  std::condition_variable periodic_cv_;
-  bool stopping_ = false;
+  // Wakes the periodic thread to stop (SharedMutex and
+  // condition_variable_any: see exclusive_lockable.h).
+  SharedMutex periodic_mu_;
+  std::condition_variable_any periodic_cv_;
+  bool stopping_ ABSL_GUARDED_BY(periodic_mu_) = false;
   std::thread periodic_;
 };
 

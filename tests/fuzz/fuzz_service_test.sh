@@ -68,15 +68,15 @@ else
   done
 fi
 
-# The project's libraries: every source of base/, store/, proto/ and tracker_service/
-# but the binaries' mains, and the fuzz target.
+# The project's libraries: every source of base/, store/, proto/ and
+# tracker_service/ but the binaries' mains, and the fuzz target.
 sources=()
 for f in base/*.cc store/*.cc proto/*.cc tracker_service/*.cc; do
   [[ "$f" == *.pb.cc ]] && continue  # generated: below
   grep -qE '^int main\(' "$f" && continue
   sources+=("$f")
 done
-sources+=("$gen"/proto/*.pb.cc tests/fuzz/service_fuzzer.cc)
+sources+=("$gen"/proto/*.pb.cc tests/fuzz/*.cc)
 
 # System libraries: the linkopts of third_party/system/BUILD.bazel when it is
 # at hand, else the same list spelled out here; never the test frameworks,

@@ -4,8 +4,12 @@
 // leak or sanitizer report is not.
 //
 // Each input gets fresh trackers behind an in-process server (no port), so an
-// input replays the same way on its own. Input layout (read from the front;
-// past its end every read is 0):
+// input replays the same way on its own. Configurations 2 and 7 add a snapshot
+// database in a temporary directory (after the input, its state is
+// snapshotted and restored into a fresh tracker, which is read); 5 and 7 a
+// token authorizer (calls carry each role's token, an unknown one and none in
+// turn). An UNKNOWN status (an exception that left a handler) is a finding.
+// Input layout (read from the front; past its end every read is 0):
 //   byte 0 < 0xE0: raw mode. The method is methods[byte 0 % n], in the order
 //     of the service's descriptor (so methods added later are fuzzed too).
 //     byte 1: the tracker configuration (low 3 bits) and the message count
@@ -19,21 +23,21 @@
 //     commits, consumers, subscriptions, ...), raw messages, or requests of
 //     any method filled through protobuf reflection.
 // tests/fuzz/make_corpus.py writes seeds in this layout.
+//
+// The pieces: fuzz_input.h (the input), fuzz_fixture.h (configurations and
+// the server), fuzz_calls.h (methods, one call, raw mode); this file holds
+// the structured mode and libFuzzer's entry points.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/stubs/logging.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -41,25 +45,19 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
-#include "proto/tracker.grpc.pb.h"
 #include "proto/tracker.pb.h"
-#include "tracker_service/delta_tracker_service.h"
-#include "tracker_service/live_rows_reader.h"
-#include "tracker_service/tracker.h"
-#include "tracker_service/tracking_mode.h"
+#include "tests/fuzz/fuzz_calls.h"
+#include "tests/fuzz/fuzz_fixture.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace deltastream {
+namespace service_fuzz {
 namespace {
 
-using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
@@ -68,427 +66,6 @@ constexpr int kMaxOps = 32;
 // Rows one input may record in all (dims are at most 64).
 constexpr int64_t kRowBudget = 4096;
 constexpr uint8_t kStructured = 0xE0;
-
-bool Verbose() {
-  static const bool verbose =
-      std::getenv("DELTASTREAM_FUZZ_VERBOSE") != nullptr;
-  return verbose;
-}
-
-// The fuzz input, read from the front; past its end every read yields zeros.
-class Input {
- public:
-  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-
-  size_t remaining() const { return size_ - pos_; }
-  uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
-  // Little-endian (one statement per read: operands are unsequenced).
-  uint16_t U16() {
-    const uint16_t low = Byte();
-    return static_cast<uint16_t>(low | Byte() << 8);
-  }
-  uint32_t U32() {
-    const uint32_t low = U16();
-    return low | static_cast<uint32_t>(U16()) << 16;
-  }
-  uint64_t U64() {
-    const uint64_t low = U32();
-    return low | static_cast<uint64_t>(U32()) << 32;
-  }
-  // Up to `n` bytes.
-  std::string Bytes(size_t n) {
-    n = std::min(n, remaining());
-    std::string out(reinterpret_cast<const char*>(data_ + pos_), n);
-    pos_ += n;
-    return out;
-  }
-  // A length byte, then that many bytes.
-  std::string ShortString() { return Bytes(Byte()); }
-  std::string Rest() { return Bytes(remaining()); }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
-
-// Test tables "t0".."t7" have these dims.
-constexpr int64_t kTableDims[8] = {4, 8, 1, 16, 64, 2, 3, 32};
-
-// The dim of test table `fqn`, or -1 for any other name.
-int64_t TableDim(absl::string_view fqn) {
-  if (fqn.size() != 2 || fqn[0] != 't' || fqn[1] < '0' || fqn[1] > '7') {
-    return -1;
-  }
-  return kTableDims[fqn[1] - '0'];
-}
-
-// A trainer's live rows, made up from the IDs: row `id` of a test table is
-// ((id mod 97) / 4 + j * salt) for j < dim. Unknown tables are NotFound,
-// negative IDs InvalidArgument, as a trainer's reader reports them.
-class FakeLiveRows final : public LiveRowsReader {
- public:
-  explicit FakeLiveRows(TrackingMode mode) : mode_(mode) {}
-
-  absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
-                                            const at::Tensor& ids) override {
-    return Rows(fqn, ids, TableDim(fqn), 0.5);
-  }
-
-  absl::StatusOr<at::Tensor> ReadOptimizerStates(
-      absl::string_view fqn, const at::Tensor& ids) override {
-    const int64_t dim = TableDim(fqn);
-    return Rows(fqn, ids,
-                mode_ == TrackingMode::kRowwiseAdagrad && dim > 0 ? 1 : dim,
-                0.125);
-  }
-
- private:
-  static absl::StatusOr<at::Tensor> Rows(absl::string_view fqn,
-                                         const at::Tensor& ids, int64_t dim,
-                                         double salt) {
-    if (dim < 0) {
-      return absl::NotFoundError(absl::StrCat("no table '", fqn, "'"));
-    }
-    if (!ids.defined() || ids.dim() != 1 || ids.scalar_type() != at::kLong) {
-      return absl::InvalidArgumentError("IDs must be 1-D int64");
-    }
-    if ((ids < 0).any().item<bool>()) {
-      return absl::InvalidArgumentError("negative ID");
-    }
-    return ids.remainder(97).to(at::kFloat).unsqueeze(1) * 0.25 +
-           at::arange(dim, at::kFloat) * salt;
-  }
-
-  const TrackingMode mode_;
-};
-
-struct Config {
-  TrackingMode mode;
-  bool live_rows;  // a LiveRowsReader (inside a trainer) or none (sidecar)
-  bool acknowledged_reads;
-  bool delete_on_read;
-  bool auto_compact;
-  int64_t memory_cap_bytes;
-};
-
-// Memory caps are small: an input records at most kRowBudget rows (1 MiB of
-// float states at dim 64) into fresh trackers, and the cap's compaction and
-// drops should run.
-constexpr Config kConfigs[8] = {
-    {TrackingMode::kEmbedding, true, false, true, true, 768 << 10},
-    {TrackingMode::kIdOnly, false, true, true, false, 16 << 10},
-    {TrackingMode::kEmbedding, false, false, false, false, 512 << 10},
-    {TrackingMode::kMomentumLast, false, false, true, true, 32 << 10},
-    {TrackingMode::kMomentumDiff, true, true, true, false, 256 << 10},
-    {TrackingMode::kRowwiseAdagrad, true, false, false, true, 64 << 10},
-    {TrackingMode::kIdOnly, false, false, false, true, 8 << 10},
-    {TrackingMode::kEmbedding, true, true, true, false, 0},
-};
-
-// A service that streams until stopped (Subscribe) has Stop(), to be called
-// before the server shuts down; older ones have none.
-template <typename S, typename = void>
-struct HasStop : std::false_type {};
-template <typename S>
-struct HasStop<S, std::void_t<decltype(std::declval<S&>().Stop())>>
-    : std::true_type {};
-
-template <typename S>
-void StopService(S& service) {
-  if constexpr (HasStop<S>::value) service.Stop();
-}
-
-// A tracker behind the service behind an in-process server.
-class Fixture {
- public:
-  explicit Fixture(const Config& config) {
-    if (config.live_rows) {
-      live_rows_ = std::make_unique<FakeLiveRows>(config.mode);
-    }
-    TrackerOptions options;
-    options.mode = config.mode;
-    options.consumers = {"a", "b"};
-    options.acknowledged_reads = config.acknowledged_reads;
-    options.delete_on_read = config.delete_on_read;
-    options.auto_compact = config.auto_compact;
-    options.memory_cap_bytes = config.memory_cap_bytes;
-    absl::StatusOr<std::unique_ptr<Tracker>> tracker =
-        Tracker::Create(std::move(options), live_rows_.get());
-    if (!tracker.ok()) {
-      std::fprintf(stderr, "Tracker::Create: %s\n",
-                   tracker.status().ToString().c_str());
-      std::abort();
-    }
-    tracker_ = *std::move(tracker);
-    service_ = std::make_unique<DeltaTrackerService>(tracker_.get());
-    grpc::ServerBuilder builder;
-    builder.SetMaxReceiveMessageSize(64 << 20);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    if (server_ == nullptr) {
-      std::fprintf(stderr, "cannot start the in-process server\n");
-      std::abort();
-    }
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    stub_ =
-        std::make_unique<grpc::GenericStub>(server_->InProcessChannel(args));
-  }
-
-  ~Fixture() {
-    stub_.reset();
-    StopService(*service_);
-    server_->Shutdown(std::chrono::system_clock::now() +
-                      std::chrono::seconds(2));
-    server_->Wait();
-  }
-
-  grpc::GenericStub& stub() { return *stub_; }
-
- private:
-  std::unique_ptr<FakeLiveRows> live_rows_;
-  std::unique_ptr<Tracker> tracker_;
-  std::unique_ptr<DeltaTrackerService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<grpc::GenericStub> stub_;
-};
-
-struct Method {
-  std::string name;  // "Record"
-  std::string path;  // "/deltastream.v1.DeltaTracker/Record"
-  bool client_streaming;
-  bool server_streaming;
-  const Descriptor* input;
-  const Descriptor* output;
-};
-
-// Every method of the service, from its descriptor.
-const std::vector<Method>& Methods() {
-  static const std::vector<Method>* const methods = [] {
-    const google::protobuf::ServiceDescriptor* service =
-        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
-            v1::DeltaTracker::service_full_name());
-    if (service == nullptr || service->method_count() == 0) {
-      std::fprintf(stderr, "no descriptor for %s\n",
-                   v1::DeltaTracker::service_full_name());
-      std::abort();
-    }
-    auto* out = new std::vector<Method>;
-    for (int i = 0; i < service->method_count(); ++i) {
-      const google::protobuf::MethodDescriptor* m = service->method(i);
-      out->push_back({m->name(),
-                      absl::StrCat("/", service->full_name(), "/", m->name()),
-                      m->client_streaming(), m->server_streaming(),
-                      m->input_type(), m->output_type()});
-    }
-    return out;
-  }();
-  return *methods;
-}
-
-const Method* FindMethod(absl::string_view name) {
-  for (const Method& m : Methods()) {
-    if (m.name == name) return &m;
-  }
-  return nullptr;
-}
-
-std::string ToString(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
-
-struct CallResult {
-  grpc::Status status;
-  std::vector<std::string> responses;
-};
-
-// One call of `method` with `requests` as its messages, through the generic
-// (bidi) stub whatever the method's kind. Server streams are read to the end,
-// or cancelled after `cancel_after` messages when >= 0. Server streams other
-// than GetDelta may never end (a subscription): at most 4 messages within a
-// short deadline.
-//
-// Reads run alongside the writes: gRPC's in-process transport leaves a write
-// pending until the deadline when the server ends the call without reading
-// it (an error in the middle of a Record stream, a second message to a unary
-// method), so once the server is done a pending write is cancelled.
-CallResult Call(Fixture& fixture, const Method& method,
-                const std::vector<std::string>& requests,
-                int cancel_after = -1) {
-  const bool finite = !method.server_streaming || method.name == "GetDelta";
-  size_t max_reads = finite ? std::numeric_limits<size_t>::max() : 4;
-  if (cancel_after >= 0) {
-    max_reads = std::min(max_reads, static_cast<size_t>(cancel_after));
-  }
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       (finite ? std::chrono::milliseconds(10000)
-                               : std::chrono::milliseconds(150)));
-  grpc::CompletionQueue cq;
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-      fixture.stub().PrepareCall(&context, method.path, &cq);
-  CallResult result;
-  const auto start = std::chrono::steady_clock::now();
-
-  void* const kStart = reinterpret_cast<void*>(1);
-  void* const kWrite = reinterpret_cast<void*>(2);
-  void* const kRead = reinterpret_cast<void*>(3);
-  void* const kFinish = reinterpret_cast<void*>(4);
-  grpc::ByteBuffer read_buffer;
-  bool read_pending = false;
-  bool write_pending = false;
-  bool server_done = false;  // no more reads: the stream ended or was cut
-  bool writes_done = false;
-  auto post_read = [&] {
-    if (server_done || read_pending) return;
-    if (result.responses.size() >= max_reads) {
-      if (!writes_done) return;  // cut the stream once the request is out
-      context.TryCancel();
-      server_done = true;
-      return;
-    }
-    call->Read(&read_buffer, kRead);
-    read_pending = true;
-  };
-  // When the server is done while a write is pending, the write gets a
-  // moment to complete on its own (keeping the server's status) before the
-  // call is cancelled.
-  std::optional<std::chrono::system_clock::time_point> cancel_at;
-  // Waits for the operation of tag `want`, handling the reads that complete
-  // meanwhile; returns whether it succeeded.
-  auto wait_for = [&](void* want) {
-    for (;;) {
-      void* got = nullptr;
-      bool ok = false;
-      if (cancel_at.has_value()) {
-        const grpc::CompletionQueue::NextStatus next =
-            cq.AsyncNext(&got, &ok, *cancel_at);
-        if (next == grpc::CompletionQueue::SHUTDOWN) return false;
-        if (next == grpc::CompletionQueue::TIMEOUT) {
-          context.TryCancel();
-          cancel_at.reset();
-          continue;
-        }
-      } else if (!cq.Next(&got, &ok)) {
-        return false;
-      }
-      if (got != kRead) {
-        cancel_at.reset();
-        return ok;
-      }
-      read_pending = false;
-      if (ok) {
-        result.responses.push_back(ToString(read_buffer));
-        post_read();
-      } else {
-        server_done = true;
-        if (write_pending) {
-          cancel_at =
-              std::chrono::system_clock::now() + std::chrono::milliseconds(20);
-        }
-      }
-      if (want == kRead) return ok;
-    }
-  };
-
-  call->StartCall(kStart);
-  bool alive = wait_for(kStart);
-  if (alive) post_read();
-  size_t written = 0;
-  for (const std::string& request : requests) {
-    if (!alive || server_done) break;
-    grpc::Slice slice(request.data(), request.size());
-    grpc::ByteBuffer buffer(&slice, 1);
-    call->Write(buffer, kWrite);
-    write_pending = true;
-    alive = wait_for(kWrite);
-    write_pending = false;
-    if (alive) ++written;
-  }
-  if (alive && !server_done) {
-    call->WritesDone(kWrite);
-    write_pending = true;
-    wait_for(kWrite);
-    write_pending = false;
-  }
-  writes_done = true;
-  post_read();
-  while (read_pending) wait_for(kRead);
-  call->Finish(&result.status, kFinish);
-  wait_for(kFinish);
-  call.reset();
-  cq.Shutdown();
-  void* got = nullptr;
-  bool ok = false;
-  while (cq.Next(&got, &ok)) {
-  }
-  if (Verbose()) {
-    std::fprintf(
-        stderr,
-        "  %s: %zu of %zu message(s) sent -> %d %s, %zu response(s), %.1f ms\n",
-        method.name.c_str(), written, requests.size(),
-        static_cast<int>(result.status.error_code()),
-        result.status.error_message().substr(0, 120).c_str(),
-        result.responses.size(),
-        std::chrono::duration<double, std::milli>(
-            std::chrono::steady_clock::now() - start)
-            .count());
-    const Message* prototype =
-        google::protobuf::MessageFactory::generated_factory()->GetPrototype(
-            method.output);
-    if (!result.responses.empty() && prototype != nullptr) {
-      std::unique_ptr<Message> response(prototype->New());
-      if (response->ParseFromString(result.responses.front())) {
-        std::fprintf(stderr, "    first: %s\n",
-                     response->ShortDebugString().substr(0, 300).c_str());
-      }
-    }
-  }
-  return result;
-}
-
-// Raw mode: the rest of the input, verbatim, as the messages of one call.
-void RunRaw(uint8_t selector, Input& in) {
-  const std::vector<Method>& methods = Methods();
-  const Method& method = methods[selector % methods.size()];
-  const uint8_t layout = in.Byte();
-  const Config& config = kConfigs[layout % 8];
-  const int c = layout >> 3;
-  int messages = 1;
-  if (method.client_streaming) {
-    messages = 1 + c % 8;
-  } else if (c == 31) {
-    messages = 0;
-  } else if (c == 30) {
-    messages = 2;
-  }
-  std::vector<uint16_t> cuts;
-  for (int i = 1; i < messages; ++i) cuts.push_back(in.U16());
-  const std::string payload = in.Rest();
-  std::vector<size_t> positions;
-  for (uint16_t cut : cuts) positions.push_back(cut % (payload.size() + 1));
-  std::sort(positions.begin(), positions.end());
-  std::vector<std::string> requests;
-  size_t from = 0;
-  for (size_t to : positions) {
-    requests.push_back(payload.substr(from, to - from));
-    from = to;
-  }
-  if (messages > 0) requests.push_back(payload.substr(from));
-  if (Verbose()) {
-    std::fprintf(stderr, "raw %s, config %d\n", method.name.c_str(),
-                 layout % 8);
-  }
-  Fixture fixture(config);
-  Call(fixture, method, requests);
-}
 
 // Structured mode: operations built with the generated classes.
 class Session {
@@ -1002,6 +579,7 @@ void RunOne(const uint8_t* data, size_t size) {
 }
 
 }  // namespace
+}  // namespace service_fuzz
 }  // namespace deltastream
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -1009,11 +587,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   at::set_num_threads(1);
   // Protobuf logs every string field of invalid UTF-8 it parses: noise here.
   google::protobuf::SetLogHandler(nullptr);
-  deltastream::Methods();
+  deltastream::service_fuzz::Methods();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  deltastream::RunOne(data, size);
+  deltastream::service_fuzz::RunOne(data, size);
   return 0;
 }

@@ -4,9 +4,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <vector>
 
 #include "clients/delta_client.h"
 #include "tests/integration/server_process.h"
@@ -227,6 +231,116 @@ TEST(ServerCliTest, SixteenConsumersReadChunkedDeltasAtOnce) {
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(ok.load(), 16);
   EXPECT_EQ(client->Status()->bytes(), 0);  // everyone read: deleted
+}
+
+// Issue 21, defects 8 and 9: flags a server must not start with are refused
+// with one line and exit 2, before anything starts (no gRPC log line).
+TEST(ServerCliTest, BadServerFlagsAreOneLineAndExit2) {
+  const std::string server =
+      RunfilePath("tracker_service/tracker_server") + " --listen=127.0.0.1:0 ";
+  const std::string binary =
+      RunfilePath("tracker_service/tracker_server") + " ";
+  ExpectCleanError(RunCommand(server + "--max_concurrent_streams=0"),
+                   "--max_concurrent_streams must be > 0", 2);
+  ExpectCleanError(RunCommand(server + "--max_message_bytes=0"),
+                   "--max_message_bytes must be > 0", 2);
+  ExpectCleanError(RunCommand(server + "--max_message_bytes=-5"),
+                   "--max_message_bytes must be > 0", 2);
+  ExpectCleanError(RunCommand(binary + "--listen=127.0.0.1:99999"), "--listen",
+                   2);
+  ExpectCleanError(RunCommand(binary + "--listen=garbage"), "--listen", 2);
+  ExpectCleanError(RunCommand(server + "--consumers="), "--consumers", 2);
+  ExpectCleanError(RunCommand(server + "--consumers=a,,b"), "--consumers", 2);
+  ExpectCleanError(RunCommand(server + "--consumers='a b'"), "--consumers", 2);
+  // The trainer's service goes through the same checks (ServiceHost).
+  const std::string trainer =
+      RunfilePath("trainer/trainer") +
+      " --steps=1 --checkpoint_dir=" + testing::TempDir() + "/bad_flags ";
+  ExpectCleanError(RunCommand(trainer + "--listen=127.0.0.1:99999"),
+                   "127.0.0.1:99999", 2);
+  ExpectCleanError(RunCommand(trainer + "--listen=garbage"), "garbage", 2);
+}
+
+// Issue 21, defect 2: a second server on an address in use does not share it.
+TEST(ServerCliTest, SecondServerOnAnAddressInUseExits2) {
+  ServerProcess first({"--consumers=c"});
+  ASSERT_GT(first.port(), 0);
+  CommandResult second =
+      RunCommand(RunfilePath("tracker_service/tracker_server") +
+                 " --listen=" + first.target() + " --consumers=c");
+  EXPECT_EQ(second.exit_code, 2) << second.out << second.err;
+  EXPECT_EQ(std::count(second.err.begin(), second.err.end(), '\n'), 1)
+      << second.err;
+  EXPECT_EQ(second.out.find("listening"), std::string::npos) << second.out;
+  // The first still serves.
+  EXPECT_TRUE(DeltaClient::Create(first.target())->Status().ok());
+  // So does a trainer: refused with one line and exit 2, not started beside
+  // it (its service starts through the same ServiceHost).
+  CommandResult trainer = RunCommand(
+      RunfilePath("trainer/trainer") + " --steps=1 --listen=" + first.target() +
+      " --checkpoint_dir=" + testing::TempDir() + "/in_use");
+  EXPECT_EQ(trainer.exit_code, 2) << trainer.out << trainer.err;
+  EXPECT_EQ(std::count(trainer.err.begin(), trainer.err.end(), '\n'), 1)
+      << trainer.err;
+  EXPECT_NE(trainer.err.find("in use"), std::string::npos) << trainer.err;
+  EXPECT_TRUE(DeltaClient::Create(first.target())->Status().ok());
+}
+
+// Issue 21, defect 3: a poison record (states [n, 0], non-finite states,
+// negative IDs) is refused with INVALID_ARGUMENT; every consumer's reads are
+// those they would have been without it.
+TEST(ServerCliTest, PoisonRecordsAreRefusedAndReadsStayWhole) {
+  ServerProcess server({"--mode=embedding", "--consumers=a,b"});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  ASSERT_TRUE(
+      client->Record({{{"t", at::tensor({1, 2}, at::kLong), at::ones({2, 3})}}})
+          .ok());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const RecordTable& bad : std::vector<RecordTable>{
+           {"t", at::tensor({3, 4}, at::kLong), at::ones({2, 0})},
+           {"u", at::tensor({3, 4}, at::kLong), at::ones({2, 0})},
+           {"t", at::tensor({3}, at::kLong), at::full({1, 3}, nan)},
+           {"t", at::tensor({-3}, at::kLong), at::ones({1, 3})},
+           {"bad name", at::tensor({3}, at::kLong), at::ones({1, 3})},
+       }) {
+    auto recorded = client->Record({{bad}});
+    EXPECT_EQ(recorded.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad.fqn << " " << recorded.status();
+  }
+  ASSERT_TRUE(client->Step().ok());
+  for (const char* consumer : {"a", "b"}) {
+    v1::GetDeltaRequest request;
+    request.set_consumer(consumer);
+    auto delta = client->GetDelta(request);
+    ASSERT_TRUE(delta.ok()) << consumer << " " << delta.status();
+    ASSERT_EQ(delta->tables.count("u"), 0u);
+    EXPECT_TRUE(
+        at::equal(delta->tables["t"].ids, at::tensor({1, 2}, at::kLong)));
+  }
+}
+
+// Issue 21, defect 4: subscription periods near 2^63 are refused, not
+// overflowed into a hot loop of empty pushes.
+TEST(ServerCliTest, SubscriptionPeriodsOutOfRangeAreRefused) {
+  ServerProcess server({"--consumers=c"});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max() - 1;
+  for (int field = 0; field < 4; ++field) {
+    v1::SubscribeRequest request;
+    request.mutable_read()->set_consumer("c");
+    if (field == 0) request.set_every_steps(kHuge);
+    if (field == 1) request.set_every_ms(kHuge);
+    if (field == 2) request.set_dense_every_steps(kHuge);
+    if (field == 3) request.set_dense_every_ms(-1);
+    int pushes = 0;
+    const absl::Status status = client->Subscribe(
+        request, [&](ReceivedDelta&&) { return ++pushes < 100; });
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
+        << field << " " << status;
+    EXPECT_EQ(pushes, 0);
+  }
 }
 
 }  // namespace

@@ -15,11 +15,15 @@ TEST(TokenAuthorizerTest, ParsesGrantsAndRefusesMalformedLines) {
   EXPECT_TRUE(parsed.ok()) << parsed.status();
 
   for (const char* bad : {
-           "short admin\n",                       // too short
-           "admin-token-0123456789\n",            // no role
-           "admin-token-0123456789 root\n",       // unknown role
-           "consumer-token-012345 consumer\n",    // no names
-           "producer-token-012345 producer a\n",  // names
+           "short admin\n",                        // too short
+           "admin-token-0123456789\n",             // no role
+           "admin-token-0123456789 root\n",        // unknown role
+           "consumer-token-012345 consumer\n",     // no names
+           "consumer-token-012345 consumer ,\n",   // grants no consumer
+           "consumer-token-012345 consumer a,\n",  // an empty name
+           "consumer-token-012345 consumer a,,b\n",
+           "consumer-token-012345 consumer a/b\n",  // breaks the name rule
+           "producer-token-012345 producer a\n",    // names
            "admin-token-0123456789 admin\nadmin-token-0123456789 admin\n",
            "# nothing\n",
        }) {

@@ -22,39 +22,43 @@ std::vector<TrackedModule> DescribeModules(
 
 absl::Status AttachTracker(Tracker& tracker,
                            absl::Span<EmbeddingModule* const> modules) {
+  const FeatureMap& map = tracker.feature_map();
   absl::flat_hash_set<std::string> tracked_paths;
-  for (const auto& [path, pooled] : tracker.feature_map().modules) {
-    tracked_paths.insert(path);
-  }
-  absl::flat_hash_set<std::string> fqns(tracker.feature_map().fqns.begin(),
-                                        tracker.feature_map().fqns.end());
+  for (const auto& [path, pooled] : map.modules) tracked_paths.insert(path);
+  const absl::flat_hash_set<std::string> tracked_fqns(map.fqns.begin(),
+                                                      map.fqns.end());
+  // Each tracked module's table FQNs by table index, cleaned and checked
+  // against the tracker's feature map once, here; empty for a skipped table.
+  // The hooks only look them up (RecordTables is the one recording path).
+  std::vector<std::pair<EmbeddingModule*, std::vector<std::string>>> hooked;
   for (EmbeddingModule* module : modules) {
     if (!tracked_paths.contains(CleanFqn(module->path()))) continue;
+    std::vector<std::string> fqns;
     for (size_t t = 0; t < module->tables().size(); ++t) {
-      const std::string fqn = CleanFqn(module->TableFqn(t));
-      if (!fqns.contains(fqn) &&
-          !IsSkipped(fqn, tracker.options().fqns_to_skip)) {
+      const std::string fqn =
+          CleanFqn(module->TableFqn(static_cast<int64_t>(t)));
+      if (tracked_fqns.contains(fqn)) {
+        fqns.push_back(fqn);
+      } else if (IsSkipped(fqn, tracker.options().fqns_to_skip)) {
+        fqns.emplace_back();
+      } else {
         return absl::FailedPreconditionError(
             absl::StrCat("table '", fqn, "' of module '", module->path(),
                          "' is not in the tracker's options"));
       }
     }
+    hooked.emplace_back(module, std::move(fqns));
   }
-  for (EmbeddingModule* module : modules) {
-    if (!tracked_paths.contains(CleanFqn(module->path()))) continue;
+  const bool with_rows = tracker.options().mode == TrackingMode::kEmbedding;
+  for (auto& [module, fqns] : hooked) {
     module->AddPostLookupHook(
-        [&tracker](const EmbeddingModule& module, const ModuleLookup& lookup) {
+        [&tracker, with_rows, fqns = std::move(fqns)](
+            const EmbeddingModule&, const ModuleLookup& lookup) {
           std::vector<TableLookup> tables;
-          for (size_t t = 0; t < lookup.ids.size(); ++t) {
-            const std::string fqn = CleanFqn(module.TableFqn(t));
-            if (IsSkipped(fqn, tracker.options().fqns_to_skip)) continue;
-            TableLookup table;
-            table.fqn = fqn;
-            table.ids = lookup.ids[t];
-            if (tracker.options().mode == TrackingMode::kEmbedding) {
-              table.states = lookup.rows[t];
-            }
-            tables.push_back(std::move(table));
+          for (size_t t = 0; t < lookup.ids.size() && t < fqns.size(); ++t) {
+            if (fqns[t].empty()) continue;  // skipped
+            tables.push_back({fqns[t], lookup.ids[t],
+                              with_rows ? lookup.rows[t] : at::Tensor()});
           }
           return tracker.RecordTables(std::move(tables));
         });

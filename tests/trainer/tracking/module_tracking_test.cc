@@ -295,5 +295,44 @@ TEST(ModuleTrackingTest, ServiceThreadsReadWhileTraining) {
   EXPECT_GT(rows_read.load(), 0);
 }
 
+// DESIGN.md's feature-to-FQN mapping through the one recording path (the
+// modules' hook into Tracker::RecordTables): per feature, IDs go to the FQN of
+// the table that owns the feature; the features of one table in one batch
+// are one lookup; wrapping prefixes are stripped; a skipped table records
+// nothing.
+TEST(ModuleTrackingTest, FeaturesGoToTheirTablesCleanedFqnOneLookupPerBatch) {
+  for (bool skip_user : {false, true}) {
+    std::unique_ptr<EmbeddingCollection> ec = *EmbeddingCollection::Create(
+        ModuleOptions("_dmp_wrapped_module.module.sparse.ec",
+                      SparseOptimizerType::kSgd, 1));
+    std::vector<EmbeddingModule*> modules = {ec.get()};
+    TrackerOptions options;
+    options.modules = DescribeModules(modules);
+    if (skip_user) options.fqns_to_skip = {"user"};
+    std::unique_ptr<Tracker> tracker = *Tracker::Create(options);
+    ASSERT_TRUE(AttachTracker(*tracker, modules).ok());
+    // user_id [7], [9]; item_id [3], [1]; item_history [3, 8], [].
+    const KeyedJaggedTensor input = *KeyedJaggedTensor::FromLengths(
+        {"user_id", "item_id", "item_history"},
+        at::tensor({7, 9, 3, 1, 3, 8}, at::kLong),
+        at::tensor({1, 1, 1, 1, 2, 0}, at::kLong));
+    ASSERT_TRUE(ec->Forward(input).ok());
+
+    const TrackerStatus status = tracker->Status();
+    EXPECT_EQ(status.usage.tables.at("sparse.ec.embeddings.item").lookups, 1);
+    EXPECT_EQ(status.usage.tables.count("sparse.ec.embeddings.user"),
+              skip_user ? 0u : 1u);
+    Delta delta = *tracker->GetDelta({});
+    EXPECT_THAT(Longs(delta.tables.at("sparse.ec.embeddings.item").ids),
+                ElementsAre(1, 3, 8));
+    if (skip_user) {
+      EXPECT_EQ(delta.tables.count("sparse.ec.embeddings.user"), 0u);
+    } else {
+      EXPECT_THAT(Longs(delta.tables.at("sparse.ec.embeddings.user").ids),
+                  ElementsAre(7, 9));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deltastream

@@ -1,0 +1,200 @@
+// The tracker under concurrent readers, and random runs against an event model.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "tests/tracker_service/tracker_fixture.h"
+
+namespace deltastream {
+namespace {
+
+class GuardedRowsReader : public TensorRowsReader {
+ public:
+  void PinRows() override { mu_.ReaderLock(); }
+  void UnpinRows() override { mu_.ReaderUnlock(); }
+  SharedMutex& mu() { return mu_; }
+
+ private:
+  SharedMutex mu_;
+};
+
+TEST(TrackerConcurrencyTest, ReadsSeeTheRowsOfTheirEndBatchExactly) {
+  GuardedRowsReader reader;
+  reader.SetTable(kT1, at::zeros({4, 1}));
+  TrackerOptions options;
+  options.fqns_to_skip = {"ebc", "t2"};
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options, &reader);
+  constexpr int kSteps = 2000;
+  std::atomic<bool> done{false};
+  std::thread trainer([&] {
+    for (int step = 0; step < kSteps; ++step) {
+      ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({step % 4})}}).ok());
+      tracker->TriggerCompaction();
+      // Step s sets every row to s + 1, then closes the batch, under the
+      // guard: a read ending at batch b must see b everywhere.
+      WriterLock guard(&reader.mu());
+      reader.embeddings(kT1).fill_(step + 1);
+      tracker->Step();
+    }
+    done.store(true);
+  });
+  DeltaRequest request;
+  request.through_current_batch = false;
+  request.all_rows = true;
+  int reads = 0, wrong = 0;
+  // At least two reads (one of all rows, one of changed rows), however fast
+  // the trainer thread ends on a loaded machine.
+  while (!done.load() || reads < 2) {
+    auto delta = tracker->GetDelta(request);
+    ASSERT_TRUE(delta.ok()) << delta.status();
+    const at::Tensor& rows = delta->tables[kT1].values;
+    const std::vector<float> values =
+        rows.defined() ? ToFloats(rows) : std::vector<float>{};
+    for (float v : values) {
+      if (v != delta->end_batch && wrong++ < 5) {
+        ADD_FAILURE() << "read " << reads << " through batch "
+                      << delta->end_batch << " saw a row of step " << v;
+      }
+    }
+    request.all_rows = (++reads % 2) == 0;
+  }
+  trainer.join();
+  EXPECT_EQ(wrong, 0);
+}
+
+// An independent model of the semantics: every recorded (batch, id, state) in
+// order; a consumer's delta is the first (or last) state of each ID recorded
+// in [cursor, end). Compaction and deletion must never change an answer.
+struct Event {
+  int64_t batch;
+  int64_t id;
+  float value;
+};
+
+TEST(TrackerModelTest, RandomRunsMatchTheEventModel) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 40; ++round) {
+    TrackerOptions options;
+    options.mode = round % 2 ? TrackingMode::kEmbedding : TrackingMode::kIdOnly;
+    options.fqns_to_skip = {"ebc"};
+    options.consumers = {"a", "b", "c"};
+    options.delete_on_read = rng() % 2;
+    options.auto_compact = rng() % 2;
+    auto tracker = MakeTracker(options);
+    std::vector<Event> events;
+    std::map<std::string, int64_t> cursor = {{"a", -1}, {"b", -1}, {"c", -1}};
+    int64_t batch = 0;
+    for (int op = 0; op < 80; ++op) {
+      const int kind = static_cast<int>(rng() % 11);
+      if (kind == 10) {
+        // A restart from a snapshot taken now changes nothing that follows.
+        TrackerState state = tracker->SaveState();
+        tracker = MakeTracker(options);
+        ASSERT_TRUE(tracker->RestoreState(std::move(state)).ok());
+        continue;
+      }
+      if (kind < 5) {
+        const int64_t n = static_cast<int64_t>(rng() % 6);
+        std::vector<int64_t> ids;
+        std::vector<float> values;
+        for (int64_t i = 0; i < n; ++i) {
+          ids.push_back(static_cast<int64_t>(rng() % 12));
+          values.push_back(static_cast<float>(events.size()));
+          events.push_back({batch, ids.back(), values.back()});
+        }
+        at::Tensor states = at::tensor(values).reshape({n, 1});
+        ASSERT_TRUE(tracker->RecordTables({{kT1, Ids(ids), states}}).ok());
+      } else if (kind < 7) {
+        tracker->TriggerCompaction();
+        tracker->Step();
+        ++batch;
+      } else if (kind < 8) {
+        tracker->CompactAll();
+      } else {
+        const std::string consumer(1, static_cast<char>('a' + rng() % 3));
+        DeltaRequest request;
+        request.consumer = consumer;
+        request.through_current_batch = rng() % 2;
+        auto delta = tracker->GetDelta(request);
+        ASSERT_TRUE(delta.ok());
+        const int64_t end = request.through_current_batch ? batch + 1 : batch;
+        std::map<int64_t, float> expected;
+        for (const Event& e : events) {
+          if (e.batch >= cursor[consumer] && e.batch < end) {
+            expected.emplace(e.id, e.value);  // first occurrence wins
+          }
+        }
+        cursor[consumer] = std::max(cursor[consumer], end);
+        std::vector<int64_t> expected_ids;
+        std::vector<float> expected_values;
+        for (auto& [id, value] : expected) {
+          expected_ids.push_back(id);
+          expected_values.push_back(value);
+        }
+        ASSERT_EQ(IdsOf(*delta, kT1), expected_ids)
+            << "round " << round << " op " << op;
+        if (options.mode == TrackingMode::kEmbedding && !expected_ids.empty()) {
+          ASSERT_EQ(ToFloats(delta->tables[kT1].states), expected_values)
+              << "round " << round << " op " << op;
+        }
+      }
+    }
+  }
+}
+
+// The training thread records, steps and compacts while two service threads
+// read closed batches: together the reads hold every recorded ID, for each
+// consumer, and no read ever holds an ID twice.
+TEST(TrackerConcurrencyTest, ConcurrentReadersMissNothing) {
+  TrackerOptions options;
+  options.consumers = {"a", "b"};
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options);
+  constexpr int64_t kBatches = 300;
+  std::atomic<bool> done{false};
+  std::map<std::string, std::set<int64_t>> seen = {{"a", {}}, {"b", {}}};
+  std::vector<std::thread> readers;
+  for (const std::string consumer : {"a", "b"}) {
+    readers.emplace_back([&, consumer] {
+      DeltaRequest request;
+      request.consumer = consumer;
+      request.through_current_batch = false;
+      std::set<int64_t>& mine = seen.at(consumer);
+      bool last = false;
+      while (!last) {
+        last = done.load();
+        auto delta = tracker->GetDelta(request);
+        ASSERT_TRUE(delta.ok());
+        for (int64_t id : IdsOf(*delta, kT1)) mine.insert(id);
+      }
+    });
+  }
+  std::thread trainer([&] {
+    for (int64_t b = 0; b < kBatches; ++b) {
+      ASSERT_TRUE(
+          tracker
+              ->RecordTables({{kT1, at::cat({Ids({2 * b}), Ids({2 * b + 1})})}})
+              .ok());
+      tracker->TriggerCompaction();
+      tracker->Step();
+    }
+    done = true;
+  });
+  trainer.join();
+  for (std::thread& t : readers) t.join();
+  for (const std::string consumer : {"a", "b"}) {
+    EXPECT_EQ(seen[consumer].size(), static_cast<size_t>(2 * kBatches))
+        << consumer;
+  }
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+}
+
+}  // namespace
+}  // namespace deltastream

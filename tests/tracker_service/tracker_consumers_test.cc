@@ -1,0 +1,250 @@
+// The tracker's consumers: cursors, clear, add and remove, acknowledged reads
+// and commits.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "tests/tracker_service/tracker_fixture.h"
+
+namespace deltastream {
+namespace {
+
+TEST(TrackerTest, ClearOneConsumerMovesItToThePresent) {
+  TrackerOptions options;
+  options.consumers = {"a", "b"};
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->Clear("a").ok());
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 1);  // b needs it
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({2})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->Clear("b").ok());
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+  EXPECT_TRUE(IdsOf(Read(*tracker, "a"), kT1).empty());
+  EXPECT_EQ(tracker->Clear("zz").code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({3})}}).ok());
+  tracker->ClearAll();
+  EXPECT_TRUE(IdsOf(Read(*tracker, "b"), kT1).empty());
+}
+
+TEST(TrackerTest, ConsumersAddedAndRemovedAtRunTime) {
+  auto tracker = MakeTracker({});
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->AddConsumer("late").ok());
+  EXPECT_EQ(tracker->AddConsumer("late").code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(tracker->AddConsumer("").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tracker->AddConsumer(std::string(257, 'x')).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({2})}}).ok());
+  // The late consumer sees only what came after it joined.
+  EXPECT_EQ(IdsOf(Read(*tracker, "late"), kT1), std::vector<int64_t>{2});
+  EXPECT_EQ(tracker->Consumers(),
+            (std::vector<std::string>{"default", "late"}));
+  // Removing "default" frees what only it needed.
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 2);
+  ASSERT_TRUE(tracker->RemoveConsumer("default").ok());
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+  EXPECT_EQ(tracker->RemoveConsumer("default").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(tracker->RemoveConsumer("late").code(),
+            absl::StatusCode::kFailedPrecondition);
+  DeltaRequest gone;
+  gone.consumer = "default";
+  EXPECT_EQ(tracker->GetDelta(gone).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(TrackerTest, AcknowledgedReadIsRepeatedUntilCommitted) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1})}}).ok());
+  Delta first = Read(*tracker);
+  EXPECT_EQ(IdsOf(first, kT1), std::vector<int64_t>{1});
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({2})}}).ok());
+  // The consumer crashed before committing: it gets batch 0 again, plus 1.
+  Delta again = Read(*tracker);
+  EXPECT_EQ(IdsOf(again, kT1), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(tracker->Status().usage.total.ids, 2);  // nothing deleted yet
+  ASSERT_TRUE(tracker->Commit("default", again.end_batch).ok());
+  EXPECT_EQ(tracker->Status().usage.total.ids, 0);
+  // The later commit made the first read final too.
+  EXPECT_EQ(tracker->Commit("default", first.end_batch).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(tracker->Commit("default", again.end_batch).code(),
+            absl::StatusCode::kFailedPrecondition);  // nothing pending
+  EXPECT_EQ(tracker->Commit("nobody", 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(IdsOf(Read(*tracker), kT1).empty());
+}
+
+TEST(TrackerTest, ReadsAheadOfCommitsAreCommittedInTurn) {
+  // A subscriber applies one push while the next is in flight: each of its
+  // commits lands after the tracker delivered a newer read.
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options);
+  std::vector<Delta> reads;
+  for (int64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({id})}}).ok());
+    reads.push_back(Read(*tracker));
+    tracker->Step();
+  }
+  // Each read repeats the uncommitted ones: at least once, never lost.
+  EXPECT_EQ(IdsOf(reads[2], kT1), (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_EQ(tracker->Status().consumers.size(), 1u);
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads, 3);
+  EXPECT_EQ(tracker->Status().consumers[0].pending_end, reads[2].end_batch);
+
+  ASSERT_TRUE(tracker->Commit("default", reads[0].end_batch).ok());
+  EXPECT_EQ(tracker->Status().consumers[0].cursor, reads[0].end_batch);
+  EXPECT_EQ(tracker->Status().usage.total.ids, 2);  // batch 0 deleted
+  ASSERT_TRUE(tracker->Commit("default", reads[1].end_batch).ok());
+  EXPECT_EQ(tracker->Status().usage.total.ids, 1);
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads, 1);
+  // A read after a commit starts at the committed end.
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({4})}}).ok());
+  Delta next = Read(*tracker);
+  EXPECT_EQ(next.start_batch, reads[1].end_batch);
+  EXPECT_EQ(IdsOf(next, kT1), (std::vector<int64_t>{3, 4}));
+  // Committing the newest makes the older one final: it is gone.
+  ASSERT_TRUE(tracker->Commit("default", next.end_batch).ok());
+  absl::Status stale = tracker->Commit("default", reads[2].end_batch);
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(stale.message().find("no read is pending"), std::string::npos)
+      << stale;
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads, 0);
+  EXPECT_EQ(tracker->Status().usage.total.ids, 0);
+}
+
+TEST(TrackerTest, ContinueFromReadsWhatFollowsAPendingRead) {
+  // A subscription's pushes: each from the previous push's end, while the
+  // consumer's commits lag behind; a new stream starts at the cursor again.
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  options.consumers = {"a", "b"};
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options);
+  DeltaRequest push;
+  push.consumer = "a";
+  push.through_current_batch = false;
+  std::vector<Delta> pushes;
+  for (int64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({id, 10})}}).ok());
+    tracker->TriggerCompaction();
+    tracker->Step();
+    if (!pushes.empty()) push.continue_from = pushes.back().end_batch;
+    auto delta = tracker->GetDelta(push);
+    ASSERT_TRUE(delta.ok()) << delta.status();
+    pushes.push_back(*std::move(delta));
+    Read(*tracker, "b");  // compacts and reads past a's pending ends
+  }
+  EXPECT_EQ(IdsOf(pushes[0], kT1), (std::vector<int64_t>{1, 10}));
+  EXPECT_EQ(pushes[1].start_batch, pushes[0].end_batch);
+  EXPECT_EQ(IdsOf(pushes[1], kT1), (std::vector<int64_t>{2, 10}));
+  EXPECT_EQ(IdsOf(pushes[2], kT1), (std::vector<int64_t>{3, 10}));
+
+  // A stream that broke before any commit: everything again, from the cursor.
+  DeltaRequest again = push;
+  again.continue_from.reset();
+  auto redelivered = tracker->GetDelta(again);
+  ASSERT_TRUE(redelivered.ok());
+  EXPECT_EQ(IdsOf(*redelivered, kT1), (std::vector<int64_t>{1, 2, 3, 10}));
+
+  // continue_from that is no pending end reads from the cursor.
+  ASSERT_TRUE(tracker->Commit("a", pushes[0].end_batch).ok());
+  again.continue_from = pushes[0].end_batch - 1;
+  auto from_cursor = tracker->GetDelta(again);
+  ASSERT_TRUE(from_cursor.ok());
+  EXPECT_EQ(from_cursor->start_batch, pushes[0].end_batch);
+  EXPECT_EQ(IdsOf(*from_cursor, kT1), (std::vector<int64_t>{2, 3, 10}));
+  // The newest commit makes every earlier push final.
+  ASSERT_TRUE(tracker->Commit("a", pushes[2].end_batch).ok());
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads, 0);
+}
+
+TEST(TrackerTest, PendingReadsAreBounded) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options);
+  std::vector<int64_t> ends;
+  for (int i = 0; i < Tracker::kMaxPendingReads + 2; ++i) {
+    ends.push_back(Read(*tracker).end_batch);
+    tracker->Step();
+  }
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads,
+            Tracker::kMaxPendingReads);
+  // The oldest two are forgotten: their rows come again in any later read.
+  EXPECT_EQ(tracker->Commit("default", ends[1]).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(tracker->Commit("default", ends[10]).ok());
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads,
+            Tracker::kMaxPendingReads - 9);
+  // Reading again with nothing new replaces the newest read, not adds one.
+  Read(*tracker);
+  Read(*tracker);
+  EXPECT_EQ(tracker->Status().consumers[0].pending_reads,
+            Tracker::kMaxPendingReads - 8);
+}
+
+TEST(TrackerTest, PendingReadsOfTableSubsetsAreCommittedPerTable) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1})}, {kT2, Ids({2})}}).ok());
+  DeltaRequest only_t1;
+  only_t1.fqns = {kT1};
+  auto t1 = tracker->GetDelta(only_t1);
+  ASSERT_TRUE(t1.ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordTables({{kT2, Ids({3})}}).ok());
+  DeltaRequest only_t2;
+  only_t2.fqns = {kT2};
+  auto t2 = tracker->GetDelta(only_t2);
+  ASSERT_TRUE(t2.ok());
+  // Committing t2's later read leaves t1's pending: it covers other tables.
+  ASSERT_TRUE(tracker->Commit("default", t2->end_batch).ok());
+  ASSERT_TRUE(tracker->Commit("default", t1->end_batch).ok());
+  Delta all = Read(*tracker);
+  EXPECT_TRUE(IdsOf(all, kT1).empty());
+  EXPECT_TRUE(IdsOf(all, kT2).empty());
+}
+
+TEST(TrackerTest, AcknowledgedReadSurvivesCompactionByOthers) {
+  // a reads (pending), b reads and compacts; a's commit must not hide rows.
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  options.consumers = {"a", "b"};
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1})}}).ok());
+  tracker->Step();
+  DeltaRequest closed_batches;
+  closed_batches.consumer = "a";
+  closed_batches.through_current_batch = false;
+  auto a1 = tracker->GetDelta(closed_batches);  // pending end 1
+  ASSERT_TRUE(a1.ok());
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({2})}}).ok());
+  tracker->TriggerCompaction();
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({3})}}).ok());
+  tracker->TriggerCompaction();
+  tracker->Step();
+  tracker->CompactAll();
+  ASSERT_TRUE(tracker->Commit("a", a1->end_batch).ok());
+  EXPECT_EQ(IdsOf(Read(*tracker, "a"), kT1), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(IdsOf(Read(*tracker, "b"), kT1), (std::vector<int64_t>{1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace deltastream

@@ -1,0 +1,44 @@
+#ifndef DELTASTREAM_TRACKER_SERVICE_TRACKER_CONSUMER_H_
+#define DELTASTREAM_TRACKER_SERVICE_TRACKER_CONSUMER_H_
+
+// Private to the tracker's own sources (tracker*.cc): one consumer's cursors
+// and pending reads. Guarded by the owning tracker's lock.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "tracker_service/tracker.h"
+
+namespace deltastream {
+
+struct Tracker::Consumer {
+  std::string name;
+  // Cursor of every table without an entry in `table_cursors`.
+  int64_t cursor = -1;
+  // Tables read on their own (a DeltaRequest naming a subset of tables).
+  absl::flat_hash_map<std::string, int64_t> table_cursors;
+  // Acknowledged mode: reads delivered and not committed, oldest first.
+  std::vector<PendingRead> pending;
+  bool resync_required = false;
+  int64_t lost_ids = 0;
+
+  static bool Reads(const PendingRead& read, const std::string& fqn) {
+    return read.fqns.empty() || std::find(read.fqns.begin(), read.fqns.end(),
+                                          fqn) != read.fqns.end();
+  }
+  // The ends of the pending reads of `fqn`.
+  std::vector<int64_t> PendingEnds(const std::string& fqn) const {
+    std::vector<int64_t> ends;
+    for (const PendingRead& read : pending) {
+      if (Reads(read, fqn)) ends.push_back(read.end);
+    }
+    return ends;
+  }
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRACKER_SERVICE_TRACKER_CONSUMER_H_

@@ -1,0 +1,308 @@
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/torch_status.h"
+#include "tracker_service/table_scores.h"
+#include "tracker_service/tracker.h"
+#include "tracker_service/tracker_consumer.h"
+
+// Tracker: cursors, pending reads (acknowledged mode), reads and commits.
+
+namespace deltastream {
+namespace {
+
+UniqueRows EmptyRows() {
+  UniqueRows rows;
+  rows.ids = at::empty({0}, at::kLong);
+  return rows;
+}
+
+}  // namespace
+
+Tracker::Consumer* Tracker::FindConsumer(absl::string_view name) {
+  auto it = consumers_.find(name);
+  return it == consumers_.end() ? nullptr : it->second.get();
+}
+
+int64_t Tracker::CursorOf(const Consumer& consumer,
+                          const std::string& fqn) const {
+  auto it = consumer.table_cursors.find(fqn);
+  return it == consumer.table_cursors.end() ? consumer.cursor : it->second;
+}
+
+int64_t Tracker::ReadFrom(const Consumer& consumer, const std::string& fqn,
+                          const DeltaRequest& request, int64_t end) const {
+  const int64_t cursor = CursorOf(consumer, fqn);
+  if (!request.continue_from.has_value() || request.all_rows) return cursor;
+  const int64_t from = *request.continue_from;
+  if (from <= cursor || from > end) return cursor;
+  // Pending ends are compaction bounds (CompactBetweenCursorsLocked): the
+  // batches from there on are still apart from those before.
+  const std::vector<int64_t> ends = consumer.PendingEnds(fqn);
+  return std::find(ends.begin(), ends.end(), from) != ends.end() ? from
+                                                                 : cursor;
+}
+
+int64_t Tracker::MaxCursor(const std::string& fqn) const {
+  // A pending read's end counts: compacting across it would hide rows from the
+  // consumer once it commits.
+  int64_t result = INT64_MIN;
+  for (const auto& [name, consumer] : consumers_) {
+    result = std::max(result, CursorOf(*consumer, fqn));
+    for (int64_t end : consumer->PendingEnds(fqn)) {
+      result = std::max(result, end);
+    }
+  }
+  return result;
+}
+
+int64_t Tracker::MinCursor(const std::string& fqn) const {
+  int64_t result = INT64_MAX;
+  for (const auto& [name, consumer] : consumers_) {
+    result = std::min(result, CursorOf(*consumer, fqn));
+  }
+  return result;
+}
+
+void Tracker::SetCursor(Consumer& consumer, const std::string& fqn,
+                        int64_t cursor) {
+  consumer.table_cursors[fqn] = std::max(CursorOf(consumer, fqn), cursor);
+}
+
+absl::Status Tracker::ReadWholeTable(const std::string& fqn,
+                                     TableDelta& table) {
+  absl::StatusOr<int64_t> rows = reader_->NumRows(fqn);
+  if (!rows.ok()) return rows.status();
+  table.ids = at::arange(*rows, at::kLong);
+  absl::StatusOr<at::Tensor> values = reader_->ReadEmbeddings(fqn, table.ids);
+  if (!values.ok()) return values.status();
+  table.values = values->cpu();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
+  // No exception leaves a read; one that fails has moved nothing.
+  return CatchTorchErrors([&] { return GetDeltaUnguarded(request); });
+}
+
+absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request) {
+  // Everything that can be refused is checked before any cursor moves.
+  std::vector<const TopK*> specs;
+  if (request.top_k.has_value()) specs.push_back(&*request.top_k);
+  for (const auto& [fqn, spec] : request.per_table_top_k)
+    specs.push_back(&spec);
+  for (const TopK* spec : specs) {
+    if (absl::Status status = spec->Validate(); !status.ok()) return status;
+  }
+  if (request.all_rows && !specs.empty()) {
+    return absl::InvalidArgumentError(
+        "top-k selects changed rows; a read of all rows takes every row");
+  }
+  if (!specs.empty() || request.include_scores) {
+    const TrackingMode mode = options_.mode;
+    if (mode == TrackingMode::kIdOnly) {
+      return absl::FailedPreconditionError(
+          "id_only mode has no scores: top-k needs embedding or an "
+          "optimizer-state mode");
+    }
+    if (reader_ == nullptr && mode != TrackingMode::kMomentumLast) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "scores in ", TrackingModeName(mode),
+          " mode compare with the trainer's current rows, which this tracker "
+          "cannot read (no LiveRowsReader: not running inside a trainer)"));
+    }
+  }
+
+  if ((request.all_rows || request.include_dense) && reader_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "reads of whole tables and dense parameters need the trainer's live "
+        "model, which this tracker cannot read (no LiveRowsReader: not running "
+        "inside a trainer)");
+  }
+
+  // Rows stay still from here to the end of the read (see LiveRowsReader).
+  LiveRowsReader::Pin pin(reader_);
+  WriterLock lock(&mu_);
+  Consumer* consumer = FindConsumer(request.consumer);
+  if (consumer == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown consumer '", request.consumer, "'"));
+  }
+  std::vector<std::string> fqns = store_.Fqns();
+  if (request.all_rows && !feature_map_.fqns.empty()) fqns = feature_map_.fqns;
+  if (!request.fqns.empty()) {
+    for (const std::string& fqn : request.fqns) {
+      const bool known =
+          std::find(fqns.begin(), fqns.end(), fqn) != fqns.end() ||
+          std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(), fqn) !=
+              feature_map_.fqns.end();
+      if (!known) {
+        return absl::NotFoundError(
+            absl::StrCat("unknown table '", fqn,
+                         "' (known: ", absl::StrJoin(fqns, ", "), ")"));
+      }
+    }
+    fqns = request.fqns;
+  }
+  for (const auto& [fqn, spec] : request.per_table_top_k) {
+    if (std::find(fqns.begin(), fqns.end(), fqn) == fqns.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("top-k names table '", fqn, "', which is not read"));
+    }
+  }
+
+  const int64_t end =
+      request.through_current_batch ? curr_batch_ + 1 : curr_batch_;
+  Delta delta;
+  delta.consumer = consumer->name;
+  delta.end_batch = end;
+  delta.start_batch = end;
+  for (const std::string& fqn : fqns) {
+    const int64_t from = ReadFrom(*consumer, fqn, request, end);
+    delta.start_batch = std::min(delta.start_batch, from);
+    // Compacting between every pair of cursors, not only from the largest
+    // as TorchRec does, means the consumers that read later find one
+    // merged lookup instead of re-uniquing the same batches each.
+    CompactBetweenCursorsLocked(fqn);
+    TableDelta& table = delta.tables[fqn];
+    if (request.all_rows) {
+      absl::Status status = ReadWholeTable(fqn, table);
+      if (!status.ok()) return status;
+      continue;
+    }
+    absl::StatusOr<UniqueRows> rows =
+        from < end ? store_.GetUniqueTable(fqn, from, end) : EmptyRows();
+    if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet
+    table.ids = std::move(rows->ids);
+    table.states = std::move(rows->states);
+    auto top_k = request.per_table_top_k.find(fqn);
+    const TopK* spec = top_k != request.per_table_top_k.end() ? &top_k->second
+                       : request.top_k.has_value()            ? &*request.top_k
+                                                              : nullptr;
+    if (absl::Status s = FinishTableDelta(options_.mode, reader_, fqn, spec,
+                                          request.include_scores, table);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (request.include_dense) {
+    absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> dense =
+        reader_->ReadDense();
+    if (!dense.ok()) return dense.status();
+    delta.dense = *std::move(dense);
+  }
+  delta.all_rows = request.all_rows;
+  const int64_t oldest = std::max<int64_t>(delta.start_batch, 0);
+  if (oldest < end) {
+    // Batch b was closed when batch b + 1 was opened.
+    delta.oldest_change = OpenedAt(oldest + 1);
+    delta.newest_change = OpenedAt(end);
+  }
+  delta.run_id = run_id_;
+  delta.run_start_batch = run_start_batch_;
+
+  delta.resync_required = consumer->resync_required;
+  delta.lost_rows = consumer->lost_ids;
+  if (options_.acknowledged_reads) {
+    std::vector<PendingRead>& pending = consumer->pending;
+    // The same read again (a poll with nothing new) replaces the first.
+    if (!pending.empty() && pending.back().end == end &&
+        pending.back().fqns == request.fqns) {
+      pending.pop_back();
+    }
+    pending.push_back(PendingRead{end, request.fqns, INT64_MIN});
+    if (pending.size() > kMaxPendingReads) pending.erase(pending.begin());
+  } else {
+    consumer->resync_required = false;  // told
+    consumer->lost_ids = 0;
+    AdvanceLocked(*consumer, request.fqns, end);
+  }
+  return delta;
+}
+
+void Tracker::AdvanceLocked(Consumer& consumer,
+                            const std::vector<std::string>& only_fqns,
+                            int64_t end) {
+  if (only_fqns.empty()) {
+    consumer.cursor = std::max(consumer.cursor, end);
+    for (auto it = consumer.table_cursors.begin();
+         it != consumer.table_cursors.end();) {
+      if (it->second <= consumer.cursor) {
+        consumer.table_cursors.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  } else {
+    for (const std::string& fqn : only_fqns) SetCursor(consumer, fqn, end);
+  }
+  const auto covered = [&](const PendingRead& read) {
+    if (read.end > end) return false;
+    if (only_fqns.empty()) return true;
+    if (read.fqns.empty()) return false;
+    return std::all_of(
+        read.fqns.begin(), read.fqns.end(), [&](const std::string& fqn) {
+          return std::find(only_fqns.begin(), only_fqns.end(), fqn) !=
+                 only_fqns.end();
+        });
+  };
+  consumer.pending.erase(
+      std::remove_if(consumer.pending.begin(), consumer.pending.end(), covered),
+      consumer.pending.end());
+  if (options_.delete_on_read) DeleteUnneededLocked();
+}
+
+void Tracker::MarkLostLocked(Consumer& consumer, int64_t batch) {
+  consumer.resync_required = true;
+  for (PendingRead& read : consumer.pending) {
+    read.lost_through = std::max(read.lost_through, batch);
+  }
+}
+
+void Tracker::MoveToPresentLocked(Consumer& consumer) {
+  consumer.cursor = curr_batch_ + 1;
+  consumer.table_cursors.clear();
+  consumer.pending.clear();
+}
+
+absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {
+  WriterLock lock(&mu_);
+  Consumer* consumer = FindConsumer(name);
+  if (consumer == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
+  }
+  if (!options_.acknowledged_reads) {
+    return absl::FailedPreconditionError(
+        "commit needs acknowledged reads, which this tracker does not use");
+  }
+  // The newest read ending there (a later read of other tables may end at the
+  // same batch).
+  auto read =
+      std::find_if(consumer->pending.rbegin(), consumer->pending.rend(),
+                   [&](const PendingRead& r) { return r.end == end_batch; });
+  if (read == consumer->pending.rend()) {
+    std::vector<int64_t> ends;
+    for (const PendingRead& r : consumer->pending) ends.push_back(r.end);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "consumer '", name, "' has no uncommitted read ending at batch ",
+        end_batch,
+        ends.empty() ? " (no read is pending)"
+                     : absl::StrCat(" (uncommitted reads end at ",
+                                    absl::StrJoin(ends, ", "), ")")));
+  }
+  const PendingRead committed = *read;
+  if (committed.lost_through < committed.end) {
+    // Everything dropped before its delivery, the read said; everything
+    // dropped since lay below its end, so the read held it.
+    consumer->resync_required = false;
+    consumer->lost_ids = 0;
+  }
+  AdvanceLocked(*consumer, committed.fqns, committed.end);
+  return absl::OkStatus();
+}
+
+}  // namespace deltastream
