@@ -29,7 +29,9 @@ LAYERS = {
     "tracker_service": [
         "//tracker_service:auth",
         "//tracker_service:delta_tracker_service",
+        "//tracker_service:names",
         "//tracker_service:service_host",
+        "//tracker_service:subscription_schedule",
         "//tracker_service:tracker",
         "//tracker_service:tracker_demo",
         "//tracker_service:tracker_metrics",
