@@ -9,28 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "base/file_io.h"
 #include "base/grpc_server.h"
+#include "base/rpc_metrics.h"
 #include "tracker_service/auth.h"
 #include "tracker_service/delta_tracker_service.h"
 
 namespace deltastream {
-namespace {
-
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(
-    const ServiceHostOptions& options) {
-  if (options.tls_cert.empty()) return grpc::InsecureServerCredentials();
-  absl::StatusOr<std::string> cert_pem = ReadSmallFile(options.tls_cert);
-  if (!cert_pem.ok()) return cert_pem.status();
-  absl::StatusOr<std::string> key_pem = ReadSmallFile(options.tls_key);
-  if (!key_pem.ok()) return key_pem.status();
-  grpc::SslServerCredentialsOptions ssl;
-  ssl.pem_key_cert_pairs.push_back({*key_pem, *cert_pem});
-  return grpc::SslServerCredentials(ssl);
-}
-
-}  // namespace
-
 std::string DescribeSnapshot(const SnapshotInfo& info) {
   const double seconds = absl::ToDoubleSeconds(info.elapsed);
   return absl::StrFormat(
@@ -91,7 +75,7 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
     host->auth_ = std::make_unique<TokenAuthorizer>(*std::move(parsed));
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      Credentials(options);
+      ServerCredentialsFromFiles(options.tls_cert, options.tls_key);
   if (!credentials.ok()) return credentials.status();
 
   ServiceOptions service_options;
@@ -103,6 +87,13 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  if (options.rpc_metrics != nullptr) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(options.rpc_metrics->NewInterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              options.max_concurrent_streams);
   builder.RegisterService(host->service_.get());

@@ -17,6 +17,8 @@ class Server;
 
 namespace deltastream {
 
+class RpcMetrics;
+
 class DeltaTrackerService;
 class TokenAuthorizer;
 
@@ -38,6 +40,9 @@ struct ServiceHostOptions {
   // Largest request accepted, and concurrent streams per client: both > 0.
   int max_message_bytes = 64 << 20;
   int max_concurrent_streams = 64;
+  // When set (not owned; must outlive the host), every RPC is counted and
+  // timed by method and code (base/rpc_metrics.h).
+  RpcMetrics* rpc_metrics = nullptr;
 };
 
 // The checks Start makes before it touches anything: `listen` by

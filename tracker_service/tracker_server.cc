@@ -15,6 +15,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,10 +28,14 @@
 #include "absl/strings/str_split.h"
 #include "base/grpc_server.h"
 #include "base/host_memory.h"
+#include "base/log.h"
+#include "base/metrics.h"
 #include "base/process.h"
+#include "base/rpc_metrics.h"
 #include "tracker_service/names.h"
 #include "tracker_service/service_host.h"
 #include "tracker_service/tracker.h"
+#include "tracker_service/tracker_metrics.h"
 #include "tracker_service/tracker_snapshots.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -65,6 +70,9 @@ namespace {
 int Main() {
   // Every flag is checked before anything starts, so that a bad one is one
   // line and exit 2 (no thread, no gRPC log line, nothing opened).
+  if (absl::Status logging = InitLogging("tracker_server"); !logging.ok()) {
+    return Fail(kExitUsage, logging);
+  }
   ServiceHostOptions host_options;
   host_options.listen = absl::GetFlag(FLAGS_listen);
   host_options.db = absl::GetFlag(FLAGS_db);
@@ -127,17 +135,29 @@ int Main() {
   // thread starts (gRPC's and RocksDB's inherit the mask).
   const sigset_t signals = BlockTerminationSignals();
 
+  auto registry = std::make_shared<prometheus::Registry>();
+  RpcMetrics rpc_metrics(*registry);
+  host_options.rpc_metrics = &rpc_metrics;
   absl::StatusOr<std::unique_ptr<ServiceHost>> host =
       ServiceHost::Start(tracker->get(), host_options);
   if (!host.ok()) return Fail(kExitUsage, host.status().message());
+  // Declared after the host, so destroyed (no more scrapes) before it.
+  auto tracker_metrics =
+      std::make_shared<TrackerMetrics>(tracker->get(), (*host)->snapshots());
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics =
+      StartMetricsFromFlags(registry);
+  if (!metrics.ok()) return Fail(kExitUsage, metrics.status());
+  if (*metrics != nullptr) {
+    (*metrics)->Add(tracker_metrics);
+    LogInfo(
+        absl::StrCat("metrics on http://", (*metrics)->address(), "/metrics"));
+  }
   if ((*host)->snapshots() != nullptr) {
     if ((*host)->restored().has_value()) {
-      std::fprintf(stderr, "tracker_server: restored %s from %s\n",
-                   DescribeSnapshot(*(*host)->restored()).c_str(),
-                   host_options.db.c_str());
+      LogInfo(absl::StrCat("restored ", DescribeSnapshot(*(*host)->restored()),
+                           " from ", host_options.db));
     } else {
-      std::fprintf(stderr, "tracker_server: no snapshot in %s yet\n",
-                   host_options.db.c_str());
+      LogInfo(absl::StrCat("no snapshot in ", host_options.db, " yet"));
     }
   }
   std::printf("listening on %s\n", (*host)->address().c_str());
@@ -145,7 +165,7 @@ int Main() {
 
   std::thread stopper([&host, &signals] {
     const int signal = WaitForTerminationSignal(signals);
-    std::fprintf(stderr, "tracker_server: signal %d, shutting down\n", signal);
+    LogInfo(absl::StrCat("signal ", signal, ", shutting down"));
     (*host)->Shutdown();
   });
   (*host)->Wait();
@@ -154,12 +174,11 @@ int Main() {
       snapshots != nullptr) {
     absl::StatusOr<SnapshotInfo> last = snapshots->Snapshot();
     if (!last.ok()) {
-      std::fprintf(stderr, "tracker_server: final snapshot failed: %s\n",
-                   std::string(last.status().message()).c_str());
+      LogError(
+          absl::StrCat("final snapshot failed: ", last.status().message()));
       return 1;
     }
-    std::fprintf(stderr, "tracker_server: final %s\n",
-                 DescribeSnapshot(*last).c_str());
+    LogInfo(absl::StrCat("final ", DescribeSnapshot(*last)));
   }
   return 0;
 }

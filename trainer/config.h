@@ -19,6 +19,8 @@
 
 namespace deltastream {
 
+class TrainerMetrics;
+
 enum class ModelKind { kDlrm, kSequence };
 
 // A TrainerConfig with every default applied and every field checked and
@@ -58,6 +60,10 @@ struct TrainerSettings {
   c10::Device device = c10::Device(c10::kCPU);
   uint64_t seed = 0;
   int64_t log_every_steps = 50;
+  // When set (not owned; must outlive the trainer), every step is observed
+  // (step time, examples; the loss of the last progress line, so that no
+  // step waits for the device).
+  TrainerMetrics* metrics = nullptr;
 };
 
 // Parses protobuf text format. InvalidArgument with "line L column C: ..."

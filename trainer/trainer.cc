@@ -16,6 +16,7 @@
 #include "trainer/models/metrics.h"
 #include "trainer/models/sequence_model.h"
 #include "trainer/pipeline/sequential_pipeline.h"
+#include "trainer/trainer_metrics.h"
 
 namespace deltastream {
 namespace {
@@ -201,6 +202,7 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
             : 0;
     if (loss_count_ > 0) {
       progress.loss = loss_sum_.item<double>() / loss_count_;
+      reported_loss_ = progress.loss;
     }
     loss_sum_ = at::Tensor();
     loss_count_ = 0;
@@ -224,6 +226,7 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
 
   const TrainerSettings& s = settings_;
   while (!stop.load() && (steps < 0 || progress.steps_this_run < steps)) {
+    const absl::Time step_start = absl::Now();
     absl::StatusOr<std::optional<TrainedStep>> trained =
         pipeline_->Progress(*source_);
     if (!trained.ok()) {
@@ -242,6 +245,11 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
     examples_ += done.examples;
     ++progress.steps_this_run;
     progress.examples_this_run += done.examples;
+    if (s.metrics != nullptr) {
+      s.metrics->ObserveStep(step_,
+                             absl::ToDoubleSeconds(absl::Now() - step_start),
+                             done.examples, reported_loss_);
+    }
     if (s.log_every_steps > 0 && step_ % s.log_every_steps == 0) {
       if (absl::Status status = report(); !status.ok()) return status;
     }

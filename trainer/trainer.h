@@ -76,6 +76,8 @@ class Trainer {
   std::string service_address() const;
   // Null when tracking is off.
   Tracker* tracker() const { return tracker_.get(); }
+  // The tracker's snapshots (null without a checkpoint dir or tracking).
+  const TrackerSnapshots* snapshots() const { return snapshots_; }
   RecModel& model() const { return *model_; }
   int64_t step() const { return step_; }
   // AUC of the model on the held-out batches (0.5 without any).
@@ -112,6 +114,8 @@ class Trainer {
   // at progress lines: no synchronisation per step).
   at::Tensor loss_sum_;
   int64_t loss_count_ = 0;
+  // The loss of the last progress line (for metrics).
+  double reported_loss_ = 0;
 };
 
 }  // namespace deltastream

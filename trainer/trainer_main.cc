@@ -26,9 +26,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/host_memory.h"
+#include "base/metrics.h"
 #include "base/process.h"
+#include "base/rpc_metrics.h"
+#include "tracker_service/tracker_metrics.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
+#include "trainer/trainer_metrics.h"
 
 ABSL_FLAG(std::string, config, "",
           "trainer config, protobuf text format (empty: embedded defaults)");
@@ -91,6 +95,13 @@ int Main() {
   }
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(config);
   if (!settings.ok()) return Fail(2, settings.status().message());
+  // Metrics (--metrics_listen): the trainer's steps, its service's RPCs and
+  // its tracker. Declared before the trainer, so they outlive it.
+  auto registry = std::make_shared<prometheus::Registry>();
+  RpcMetrics rpc_metrics(*registry);
+  TrainerMetrics trainer_metrics(*registry);
+  settings->service.rpc_metrics = &rpc_metrics;
+  settings->metrics = &trainer_metrics;
 
   auto log = [](const std::string& line) {
     std::fprintf(stderr, "trainer: %s\n", line.c_str());
@@ -98,6 +109,18 @@ int Main() {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*std::move(settings), log);
   if (!trainer.ok()) return Fail(2, trainer.status().message());
+  std::shared_ptr<TrackerMetrics> tracker_metrics;
+  if ((*trainer)->tracker() != nullptr) {
+    tracker_metrics = std::make_shared<TrackerMetrics>((*trainer)->tracker(),
+                                                       (*trainer)->snapshots());
+  }
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics =
+      StartMetricsFromFlags(registry);
+  if (!metrics.ok()) return Fail(kExitUsage, metrics.status());
+  if (*metrics != nullptr) {
+    if (tracker_metrics != nullptr) (*metrics)->Add(tracker_metrics);
+    log(absl::StrCat("metrics on http://", (*metrics)->address(), "/metrics"));
+  }
   if (std::string address = (*trainer)->service_address(); !address.empty()) {
     std::printf("listening on %s\n", address.c_str());
     std::fflush(stdout);

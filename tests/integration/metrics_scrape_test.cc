@@ -261,6 +261,67 @@ TEST_F(MetricsScrapeTest, CheckpointJobServesMetrics) {
       << ReadText(log + ".err");
 }
 
+// The trainer serves its steps, its tracker and its service's RPCs.
+TEST_F(MetricsScrapeTest, TrainerServesStepTrackerAndRpcMetrics) {
+  const std::string log = work_ + "/trainer.log";
+  std::vector<std::string> flags = TrainerFlags();
+  flags.push_back("--metrics_listen=127.0.0.1:0");
+  ServerProcess trainer(flags, "trainer/trainer", log);
+  ASSERT_GT(trainer.port(), 0);
+  const int metrics_port = MetricsPort(log);
+  ASSERT_GT(metrics_port, 0) << ReadText(log);
+  // One read through the service, so that an RPC is counted.
+  const CommandResult read =
+      RunCommand(RunfilePath("clients/deltactl") +
+                 " --target=" + trainer.target() + " status --json");
+  ASSERT_EQ(read.exit_code, 0) << read.err;
+  const std::string scrape =
+      ScrapeUntil(metrics_port, [](const std::string& s) {
+        return Value(s, "deltastream_trainer_steps_total") >= 5 &&
+               s.find("grpc_method=\"Status\"") != std::string::npos;
+      });
+  EXPECT_GT(Value(scrape, "deltastream_trainer_examples_total"), 0);
+  EXPECT_GT(Value(scrape, "deltastream_trainer_step_seconds_count"), 0);
+  EXPECT_GT(Value(scrape, "deltastream_tracker_current_batch"), 0);
+  EXPECT_NE(scrape.find("deltastream_tracker_consumer_lag_steps{consumer="
+                        "\"predictor\"}"),
+            std::string::npos)
+      << scrape;
+}
+
+// The standalone server serves its tracker and RPC metrics, with levelled
+// logs.
+TEST_F(MetricsScrapeTest, TrackerServerServesTrackerAndRpcMetrics) {
+  const std::string log = work_ + "/server.log";
+  ServerProcess server({"--consumers=c", "--metrics_listen=127.0.0.1:0"},
+                       "tracker_service/tracker_server", log);
+  ASSERT_GT(server.port(), 0);
+  const int metrics_port = MetricsPort(log);
+  ASSERT_GT(metrics_port, 0) << ReadText(log);
+  const std::string deltactl =
+      RunfilePath("clients/deltactl") + " --target=" + server.target();
+  const CommandResult pushed =
+      RunCommand("echo '{\"tables\": {\"t\": {\"ids\": [3, 1]}}}' | " +
+                 deltactl + " push --json_file=-");
+  ASSERT_EQ(pushed.exit_code, 0) << pushed.err;
+  ASSERT_EQ(RunCommand(deltactl + " step").exit_code, 0);
+  const std::string scrape =
+      ScrapeUntil(metrics_port, [](const std::string& s) {
+        return Value(s, "deltastream_tracker_current_batch") >= 1;
+      });
+  EXPECT_EQ(Value(scrape,
+                  "deltastream_tracker_consumer_lag_steps{consumer="
+                  "\"c\"}"),
+            1);
+  EXPECT_NE(scrape.find("grpc_server_handled_total"), std::string::npos)
+      << scrape;
+  EXPECT_TRUE(std::regex_search(
+      ReadText(log),
+      std::regex("[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z INFO tracker_server: "
+                 "metrics on")))
+      << ReadText(log);
+}
+
 // The lookup API with --tls_cert/--tls_key: health over TLS (NOT_SERVING:
 // the trainer it follows is unreachable, so it never bootstraps); a
 // plaintext client is refused.
