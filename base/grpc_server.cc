@@ -15,6 +15,12 @@
 
 namespace deltastream {
 
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
 absl::Status ValidateListenAddress(absl::string_view address) {
   const auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -12,6 +12,11 @@
 
 namespace deltastream {
 
+// A handler's status on the wire: the same code (absl's and gRPC's codes are
+// the same numbers) and message. The one conversion every gRPC service of
+// the project (tracker, predictor lookup) uses.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
 // How every binary that serves gRPC (trainer, tracker_server, predictor)
 // checks and binds its --listen address. One rule in one place.
 

@@ -2,19 +2,10 @@
 
 #include <string>
 
+#include "base/grpc_server.h"
 #include "proto/tensor_codec.h"
 
 namespace deltastream {
-namespace {
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
-
-}  // namespace
-
 grpc::Status ReplicaLookupService::Lookup(grpc::ServerContext*,
                                           const v1::LookupRequest* request,
                                           v1::LookupResponse* response) {
@@ -24,14 +15,14 @@ grpc::Status ReplicaLookupService::Lookup(grpc::ServerContext*,
                         "the replica holds no version yet");
   }
   absl::StatusOr<at::Tensor> ids = DecodeTensor(request->ids());
-  if (!ids.ok()) return ToGrpc(ids.status());
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
   absl::StatusOr<ReplicaRows> rows = replica.Lookup(request->fqn(), *ids);
-  if (!rows.ok()) return ToGrpc(rows.status());
+  if (!rows.ok()) return ToGrpcStatus(rows.status());
   response->set_version(rows->version);
   response->set_run_id(replica.RunId());
   if (absl::Status s = EncodeTensor(rows->rows, response->mutable_rows());
       !s.ok()) {
-    return ToGrpc(s);
+    return ToGrpcStatus(s);
   }
   const bool* found = rows->found.data_ptr<bool>();
   const int64_t* id = ids->data_ptr<int64_t>();
@@ -51,7 +42,7 @@ grpc::Status ReplicaLookupService::GetDense(grpc::ServerContext*,
     named->set_name(name);
     if (absl::Status s = EncodeTensor(tensor, named->mutable_tensor());
         !s.ok()) {
-      return ToGrpc(s);
+      return ToGrpcStatus(s);
     }
   }
   return grpc::Status::OK;

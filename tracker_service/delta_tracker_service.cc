@@ -249,12 +249,6 @@ grpc::Status Guarded(Body&& body) {
 
 }  // namespace
 
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
-}
-
 DeltaTrackerService::DeltaTrackerService(Tracker* tracker,
                                          ServiceOptions options)
     : tracker_(tracker), options_(options) {

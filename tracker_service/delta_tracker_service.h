@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "base/grpc_server.h"
 #include "proto/tracker.grpc.pb.h"
 #include "tracker_service/auth.h"
 #include "tracker_service/tracker.h"
@@ -110,9 +111,6 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   const ServiceOptions options_;
   std::atomic<bool> stopping_{false};
 };
-
-// absl::Status to grpc::Status (the codes share their numbers).
-grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace deltastream
 
