@@ -1,6 +1,5 @@
 #include "trainer/config.h"
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 #include "absl/container/flat_hash_set.h"
@@ -8,23 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file_io.h"
+#include "base/text_proto.h"
 #include "trainer/optim/dense_optimizer.h"
 
 namespace deltastream {
 namespace {
-
-class CollectErrors : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    if (!first_.empty()) return;
-    first_ =
-        absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  std::string first_;
-};
 
 absl::Status Invalid(absl::string_view field, absl::string_view message) {
   return absl::InvalidArgumentError(
@@ -89,14 +76,10 @@ absl::StatusOr<std::vector<EmbeddingTableConfig>> Tables(const v1::Model& model,
 }  // namespace
 
 absl::StatusOr<v1::TrainerConfig> ParseTrainerConfig(absl::string_view text) {
-  google::protobuf::TextFormat::Parser parser;
-  CollectErrors errors;
-  parser.RecordErrorsTo(&errors);
   v1::TrainerConfig config;
-  if (!parser.ParseFromString(std::string(text), &config)) {
+  if (absl::Status parsed = ParseTextProto(text, &config); !parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config: ", errors.first().empty() ? "does not parse"
-                                                        : errors.first()));
+        absl::StrCat("config: ", parsed.message()));
   }
   return config;
 }

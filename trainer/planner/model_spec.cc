@@ -1,41 +1,22 @@
 #include "trainer/planner/model_spec.h"
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/text_proto.h"
 
 namespace deltastream::planner {
 namespace {
 
-class FirstError : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    if (!first_.empty()) return;
-    first_ =
-        absl::StrCat("line ", line + 1, " column ", column + 1, ": ", message);
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  std::string first_;
-};
-
 template <typename Message>
 absl::StatusOr<Message> ParseText(absl::string_view text,
                                   absl::string_view what) {
-  google::protobuf::TextFormat::Parser parser;
-  FirstError errors;
-  parser.RecordErrorsTo(&errors);
   Message message;
-  if (!parser.ParseFromString(std::string(text), &message)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": ",
-        errors.first().empty() ? "does not parse" : errors.first()));
+  if (absl::Status parsed = ParseTextProto(text, &message); !parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", parsed.message()));
   }
   return message;
 }
@@ -65,14 +46,6 @@ absl::StatusOr<v1::TrainerConfig> ParseConfigText(absl::string_view text) {
 absl::StatusOr<v1::PlannerConstraints> ParseConstraintsText(
     absl::string_view text) {
   return ParseText<v1::PlannerConstraints>(text, "constraints");
-}
-
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config) {
@@ -190,7 +163,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config) {
       sequence ? dim * (features + 1) : dim + vectors * (vectors - 1) / 2;
   spec.dense_parameter_bytes = 4 * (MlpParameters(num_dense, dense_arch) +
                                     MlpParameters(over_in, over_arch));
-  spec.gpu = config.device().rfind("cuda", 0) == 0;
+  spec.gpu = absl::StartsWith(config.device(), "cuda");
   return spec;
 }
 

@@ -44,8 +44,6 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config);
 absl::StatusOr<v1::TrainerConfig> ParseConfigText(absl::string_view text);
 absl::StatusOr<v1::PlannerConstraints> ParseConstraintsText(
     absl::string_view text);
-// Reads a file whole; NotFound when it cannot be read.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
 
 // Applies per-table constraints. InvalidArgument naming the table when it
 // is not in `tables`, or a value is out of range (negative partition or

@@ -12,7 +12,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -22,9 +21,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/file_io.h"
+#include "base/process.h"
 #include "trainer/planner/model_spec.h"
 #include "trainer/planner/plan_report.h"
 #include "trainer/planner/planner.h"
@@ -56,11 +58,6 @@ namespace {
 
 constexpr int kNothingFits = 1;
 constexpr int kBadInput = 2;
-
-int Fail(int code, absl::string_view message) {
-  std::cerr << "planner: " << message << "\n";
-  return code;
-}
 
 // A float environment variable, or `fallback`.
 absl::StatusOr<double> EnvDouble(const char* name, double fallback) {
@@ -101,7 +98,7 @@ int Run() {
   v1::TrainerConfig config;
   if (!absl::GetFlag(FLAGS_config).empty()) {
     absl::StatusOr<std::string> text =
-        ReadTextFile(absl::GetFlag(FLAGS_config));
+        ReadSmallFile(absl::GetFlag(FLAGS_config));
     if (!text.ok()) return Fail(kBadInput, text.status().message());
     absl::StatusOr<v1::TrainerConfig> parsed = ParseConfigText(*text);
     if (!parsed.ok()) {
@@ -114,14 +111,14 @@ int Run() {
   if (!model.ok()) return Fail(kBadInput, model.status().message());
 
   const std::string device = absl::GetFlag(FLAGS_device);
-  if (!device.empty() && device != "cpu" && device.rfind("cuda", 0) != 0) {
+  if (!device.empty() && device != "cpu" && !absl::StartsWith(device, "cuda")) {
     return Fail(kBadInput,
                 absl::StrCat("--device: cpu or cuda, got '", device, "'"));
   }
   const bool gpu = device.empty() ? model->gpu : device != "cpu";
   if (!absl::GetFlag(FLAGS_constraints).empty()) {
     absl::StatusOr<std::string> text =
-        ReadTextFile(absl::GetFlag(FLAGS_constraints));
+        ReadSmallFile(absl::GetFlag(FLAGS_constraints));
     if (!text.ok()) return Fail(kBadInput, text.status().message());
     absl::StatusOr<v1::PlannerConstraints> constraints =
         ParseConstraintsText(*text);
@@ -205,12 +202,13 @@ int Run() {
     std::string text;
     google::protobuf::TextFormat::PrintToString(
         ToProto(*plan, model->tables, topology), &text);
-    std::ofstream file(out, std::ios::trunc);
-    file << "# Written by trainer:planner; the trainer's --plan reads it.\n"
-         << text;
-    file.close();
-    if (!file) {
-      return Fail(kBadInput, absl::StrCat("cannot write '", out, "'"));
+    if (absl::Status written = WriteFileDurably(
+            out,
+            absl::StrCat("# Written by trainer:planner; the trainer's --plan "
+                         "reads it.\n",
+                         text));
+        !written.ok()) {
+      return Fail(kBadInput, written.message());
     }
   }
   if (absl::GetFlag(FLAGS_json)) {

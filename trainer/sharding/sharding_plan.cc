@@ -1,16 +1,15 @@
 #include "trainer/sharding/sharding_plan.h"
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_io.h"
+#include "base/text_proto.h"
 
 namespace deltastream {
 namespace {
@@ -279,42 +278,17 @@ absl::Status ValidateShardingPlan(
   return absl::OkStatus();
 }
 
-namespace {
-
-// Collects the parser's first error with its position.
-class ParseErrors : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    if (first_.empty()) {
-      first_ = absl::StrCat("line ", line + 1, " column ", column + 1, ": ",
-                            message);
-    }
-  }
-  const std::string& first() const { return first_; }
-
- private:
-  std::string first_;
-};
-
-}  // namespace
-
 absl::StatusOr<v1::ShardingPlan> ReadShardingPlan(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadSmallFile(path);
+  if (!text.ok()) {
     return absl::NotFoundError(
         absl::StrCat("cannot read the sharding plan '", path, "'"));
   }
-  std::stringstream text;
-  text << in.rdbuf();
   v1::ShardingPlan plan;
-  google::protobuf::TextFormat::Parser parser;
-  ParseErrors errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text.str(), &plan)) {
+  if (absl::Status parsed = ParseTextProto(*text, &plan); !parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sharding plan '", path,
-        "' is not a ShardingPlan in text format: ", errors.first()));
+        "' is not a ShardingPlan in text format: ", parsed.message()));
   }
   return plan;
 }
@@ -325,20 +299,7 @@ absl::Status WriteShardingPlan(const v1::ShardingPlan& plan,
   if (!google::protobuf::TextFormat::PrintToString(plan, &text)) {
     return absl::InternalError("cannot print the sharding plan");
   }
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) {
-      return absl::UnavailableError(absl::StrCat("cannot write '", tmp, "'"));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot rename '", tmp, "' to '", path, "'"));
-  }
-  return absl::OkStatus();
+  return WriteFileDurably(path, text);
 }
 
 }  // namespace deltastream
