@@ -14,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "clients/delta_client.h"
 #include "base/shared_mutex.h"
+#include "clients/delta_client.h"
 
 namespace deltastream {
 

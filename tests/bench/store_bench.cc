@@ -27,8 +27,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
-#include "store/delta_store.h"
 #include "base/host_memory.h"
+#include "store/delta_store.h"
 #include "tests/bench/timing.h"
 #include "tests/bench/zipf.h"
 
