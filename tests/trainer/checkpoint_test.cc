@@ -67,6 +67,7 @@ TEST_P(CheckpointTest, RoundTripRestoresEveryState) {
 
   std::unique_ptr<Dlrm> loaded = Model(GetParam(), 2);  // other values
   ASSERT_NE(loaded, nullptr);
+  EXPECT_FALSE(CheckKnownStates(*loaded, {}).ok());  // the check checks
   torch::optim::Adam loaded_optimizer(loaded->dense().parameters());
   absl::StatusOr<CheckpointInfo> restored =
       LoadCheckpoint(info->path, *loaded, loaded_optimizer);
