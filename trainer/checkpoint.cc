@@ -114,9 +114,9 @@ absl::StatusOr<std::map<std::string, at::Tensor>> LiveStates(
     }
   }
   if (states.count("weight") == 0) {
-    return absl::InternalError(
-        absl::StrCat("module '", table.module->path(), "' has no state '",
-                     prefix, "weight'"));
+    return absl::InternalError(absl::StrCat("module '", table.module->path(),
+                                            "' has no state '", prefix,
+                                            "weight'"));
   }
   return states;
 }
@@ -189,10 +189,9 @@ absl::Status CollectRankTensors(
           LiveStates(table);
       if (!states.ok()) return states.status();
       for (const auto& [state, tensor] : *states) {
-        const std::string key = state == "weight"
-                                    ? CheckpointTableKey(table.fqn)
-                                    : CheckpointOptimizerStateKey(table.fqn,
-                                                                  state);
+        const std::string key =
+            state == "weight" ? CheckpointTableKey(table.fqn)
+                              : CheckpointOptimizerStateKey(table.fqn, state);
         const v1::CheckpointMerge merge = MergeOf(tensor, table.cols);
         v1::CheckpointTensor* entry = AddTensor(part, key, tensor, merge);
         entry->clear_shape();
@@ -211,9 +210,8 @@ absl::Status CollectRankTensors(
       }
     }
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("collecting rank ", rank,
-                                            "'s tensors: ",
-                                            e.what_without_backtrace()));
+    return absl::InternalError(absl::StrCat(
+        "collecting rank ", rank, "'s tensors: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }
@@ -329,13 +327,12 @@ absl::Status CommitManifest(RecModel& model, ProcessGroup* group,
       absl::StatusOr<std::string> value =
           group->StoreGet(absl::StrCat(store_prefix, rank));
       if (!value.ok()) {
-        failures.push_back(absl::StrCat("rank ", rank, ": ",
-                                        value.status().message()));
+        failures.push_back(
+            absl::StrCat("rank ", rank, ": ", value.status().message()));
         continue;
       }
       if (absl::StartsWith(*value, "error:")) {
-        failures.push_back(
-            absl::StrCat("rank ", rank, ": ", value->substr(6)));
+        failures.push_back(absl::StrCat("rank ", rank, ": ", value->substr(6)));
         continue;
       }
       if (!part.ParseFromString(value->substr(3))) {
@@ -350,8 +347,8 @@ absl::Status CommitManifest(RecModel& model, ProcessGroup* group,
   }
   if (!failures.empty()) {
     return absl::InternalError(
-        absl::StrCat("checkpoint '", checkpoint_dir, "' not written: ",
-                     absl::StrJoin(failures, "; ")));
+        absl::StrCat("checkpoint '", checkpoint_dir,
+                     "' not written: ", absl::StrJoin(failures, "; ")));
   }
   return WriteCheckpointManifest(checkpoint_dir, manifest);
 }
@@ -422,20 +419,19 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
     manifest.set_step(step);
     manifest.set_examples(examples);
     manifest.set_world_size(world);
-    committed = written.ok()
-                    ? CommitManifest(model, group, checkpoint_dir,
-                                     store_prefix, part, manifest)
-                    : written;
+    committed = written.ok() ? CommitManifest(model, group, checkpoint_dir,
+                                              store_prefix, part, manifest)
+                             : written;
     if (committed.ok()) RotateCheckpoints(dir, step, keep);
     if (group != nullptr && !committed.ok()) {
       (void)group->StoreSet(absl::StrCat(store_prefix, "result"),
                             committed.message());
     }
   } else {
-    (void)group->StoreSet(
-        absl::StrCat(store_prefix, rank),
-        written.ok() ? absl::StrCat("ok:", part.SerializeAsString())
-                     : absl::StrCat("error:", written.message()));
+    (void)group->StoreSet(absl::StrCat(store_prefix, rank),
+                          written.ok()
+                              ? absl::StrCat("ok:", part.SerializeAsString())
+                              : absl::StrCat("error:", written.message()));
   }
   if (group != nullptr) {
     absl::StatusOr<int64_t> all_ok = group->AllReduceMin(
@@ -572,6 +568,17 @@ struct Target {
   int64_t covered = 0;
 };
 
+Target MakeTarget(const v1::CheckpointTensor* entry, int64_t row_offset = 0,
+                  int64_t rows = 0, int64_t col_offset = 0, int64_t cols = 0) {
+  Target target;
+  target.entry = entry;
+  target.row_offset = row_offset;
+  target.rows = rows;
+  target.col_offset = col_offset;
+  target.cols = cols;
+  return target;
+}
+
 int64_t Overlap(int64_t a, int64_t a_size, int64_t b, int64_t b_size,
                 int64_t* begin) {
   *begin = std::max(a, b);
@@ -597,9 +604,9 @@ absl::Status Apply(const v1::CheckpointBlock& block, const at::Tensor& saved,
     return absl::OkStatus();
   }
   auto misfit = [&](const std::string& expected) {
-    return absl::DataLossError(absl::StrCat(
-        "'", entry.key(), "' ", BlockText(block), " is ",
-        c10::str(saved.sizes()), ", expected ", expected));
+    return absl::DataLossError(
+        absl::StrCat("'", entry.key(), "' ", BlockText(block), " is ",
+                     c10::str(saved.sizes()), ", expected ", expected));
   };
   switch (entry.merge()) {
     case v1::WHOLE:
@@ -639,9 +646,9 @@ absl::Status Apply(const v1::CheckpointBlock& block, const at::Tensor& saved,
       // The product of a float and a small integer is exact in double, so
       // a single block divides back to its own values bit for bit.
       target.sum.narrow(0, row - target.row_offset, rows)
-          .add_(saved.narrow(0, row - block.row_offset(), rows)
-                    .to(at::kDouble) *
-                static_cast<double>(cols));
+          .add_(
+              saved.narrow(0, row - block.row_offset(), rows).to(at::kDouble) *
+              static_cast<double>(cols));
       target.weight.narrow(0, row - target.row_offset, rows)
           .add_(static_cast<double>(cols));
       return absl::OkStatus();
@@ -652,8 +659,8 @@ absl::Status Apply(const v1::CheckpointBlock& block, const at::Tensor& saved,
       target.covered = 1;
       return absl::OkStatus();
     default:
-      return absl::DataLossError(absl::StrCat("'", entry.key(),
-                                              "' has no known merge rule"));
+      return absl::DataLossError(
+          absl::StrCat("'", entry.key(), "' has no known merge rule"));
   }
 }
 
@@ -670,8 +677,8 @@ absl::Status Finish(Target& target) {
     }
   } else if (entry.merge() == v1::TILE) {
     if (target.covered != target.rows * target.cols) {
-      missing = absl::StrCat(target.rows * target.cols - target.covered,
-                             " elements");
+      missing =
+          absl::StrCat(target.rows * target.cols - target.covered, " elements");
     }
   } else if (target.covered == 0) {
     missing = "every element";
@@ -697,11 +704,10 @@ absl::Status Fill(const std::vector<std::string>& files,
       reads;
   for (Target& target : targets) {
     for (const v1::CheckpointBlock& block : target.entry->blocks()) {
-      if (block.file() < 0 ||
-          block.file() >= static_cast<int>(files.size())) {
-        return absl::DataLossError(
-            absl::StrCat("'", target.entry->key(), "' names file ",
-                         block.file(), " of ", files.size()));
+      if (block.file() < 0 || block.file() >= static_cast<int>(files.size())) {
+        return absl::DataLossError(absl::StrCat("'", target.entry->key(),
+                                                "' names file ", block.file(),
+                                                " of ", files.size()));
       }
       int64_t unused = 0;
       if (target.entry->merge() == v1::WHOLE ||
@@ -723,17 +729,16 @@ absl::Status Fill(const std::vector<std::string>& files,
       if (!read.ok()) return read.status();
       loaded = *std::move(read);
       std::error_code error;
-      *bytes_read +=
-          static_cast<int64_t>(fs::file_size(files[file], error));
+      *bytes_read += static_cast<int64_t>(fs::file_size(files[file], error));
     }
     try {
       torch::NoGradGuard no_grad;
       for (const auto& [target, block] : pairs) {
         auto it = loaded.find(target->entry->key());
         if (it == loaded.end()) {
-          return absl::DataLossError(absl::StrCat(
-              "'", files[file], "' lacks '", target->entry->key(),
-              "', which its manifest places there"));
+          return absl::DataLossError(
+              absl::StrCat("'", files[file], "' lacks '", target->entry->key(),
+                           "', which its manifest places there"));
         }
         if (absl::Status s = Apply(*block, it->second, *target); !s.ok()) {
           return absl::DataLossError(
@@ -741,8 +746,8 @@ absl::Status Fill(const std::vector<std::string>& files,
         }
       }
     } catch (const c10::Error& e) {
-      return absl::DataLossError(absl::StrCat(
-          "'", files[file], "': ", e.what_without_backtrace()));
+      return absl::DataLossError(
+          absl::StrCat("'", files[file], "': ", e.what_without_backtrace()));
     }
   }
   for (Target& target : targets) {
@@ -798,14 +803,14 @@ absl::StatusOr<OpenedCheckpoint> OpenLegacy(const std::string& path,
   manifest.set_examples(tensors["meta.examples"].item<int64_t>());
   // Global tables of the model: (module path, pooled, config).
   std::vector<std::pair<std::string, std::string>> prefixes;  // old, FQN
-  std::map<std::string, int64_t> columns;                     // by FQN
+  std::map<std::string, std::pair<int64_t, int64_t>> shapes;  // by FQN
   auto add_module = [&](const std::string& module_path, bool pooled,
                         const std::vector<EmbeddingTableConfig>& tables) {
     for (const EmbeddingTableConfig& table : tables) {
       const std::string fqn = TableFqn(module_path, pooled, table.name);
       prefixes.emplace_back(
           absl::StrCat("sparse.", module_path, ".", table.name, "."), fqn);
-      columns[fqn] = table.embedding_dim;
+      shapes[fqn] = {table.num_embeddings, table.embedding_dim};
     }
   };
   const std::vector<ShardedEmbeddingModule*> sharded = model.sharded_modules();
@@ -830,18 +835,16 @@ absl::StatusOr<OpenedCheckpoint> OpenLegacy(const std::string& path,
       for (const auto& [prefix, fqn] : prefixes) {
         if (!absl::StartsWith(key, prefix)) continue;
         const std::string state = key.substr(prefix.size());
-        const int64_t cols = columns[fqn];
+        const auto [rows, cols] = shapes[fqn];
         entry = AddTensor(manifest, key, tensor, MergeOf(tensor, cols));
         entry->set_table(fqn);
         entry->set_state(state);
-        AddBlock(*entry, 0, 0, tensor.dim() > 0 ? tensor.size(0) : 0, 0,
-                 cols);
+        AddBlock(*entry, 0, 0, rows, 0, cols);
         break;
       }
       if (entry == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("'", path, "' holds '", key,
-                         "', which this model does not have"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "'", path, "' holds '", key, "', which this model does not have"));
       }
       continue;
     }
@@ -902,12 +905,13 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
     const std::vector<int64_t> shape(it->second->shape().begin(),
                                      it->second->shape().end());
     if (item.value().sizes() != c10::IntArrayRef(shape)) {
-      return does_not_fit(absl::StrCat(
-          "dense parameter '", item.key(), "' is ", c10::str(c10::IntArrayRef(shape)),
-          ", the model's is ", c10::str(item.value().sizes())));
+      return does_not_fit(absl::StrCat("dense parameter '", item.key(), "' is ",
+                                       c10::str(c10::IntArrayRef(shape)),
+                                       ", the model's is ",
+                                       c10::str(item.value().sizes())));
     }
     dense.emplace_back(item.value(), targets.size());
-    targets.push_back({it->second});
+    targets.push_back(MakeTarget(it->second));
     parameters.erase(it);
   }
   if (!parameters.empty()) {
@@ -917,7 +921,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
   }
   if (optimizer == nullptr) return does_not_fit("it has no dense optimizer");
   const size_t optimizer_target = targets.size();
-  targets.push_back({optimizer});
+  targets.push_back(MakeTarget(optimizer));
 
   // Tables: every one of the checkpoint must be the model's, the same size.
   std::set<std::string> model_tables;
@@ -933,24 +937,24 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
       const auto& shape = it->second->shape();
       if (shape.size() != 2 || shape[0] != table.num_embeddings ||
           shape[1] != table.embedding_dim) {
-        return does_not_fit(absl::StrCat(
-            "table '", fqn, "' is [", absl::StrJoin(shape, ", "),
-            "], the model's [", table.num_embeddings, ", ",
-            table.embedding_dim, "]"));
+        return does_not_fit(
+            absl::StrCat("table '", fqn, "' is [", absl::StrJoin(shape, ", "),
+                         "], the model's [", table.num_embeddings, ", ",
+                         table.embedding_dim, "]"));
       }
     }
     return absl::OkStatus();
   };
   const std::vector<ShardedEmbeddingModule*> sharded = model.sharded_modules();
   for (ShardedEmbeddingModule* module : sharded) {
-    absl::Status s = add_tables(module->path(), module->pooled(),
-                                module->tables());
+    absl::Status s =
+        add_tables(module->path(), module->pooled(), module->tables());
     if (!s.ok()) return s;
   }
   if (sharded.empty()) {
     for (EmbeddingModule* module : model.embedding_modules()) {
-      absl::Status s = add_tables(module->path(), module->pooled(),
-                                  module->tables());
+      absl::Status s =
+          add_tables(module->path(), module->pooled(), module->tables());
       if (!s.ok()) return s;
     }
   }
@@ -964,8 +968,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
   std::map<EmbeddingModule*, std::vector<std::pair<std::string, size_t>>>
       module_states;  // per module: ("<table>.<state>", target)
   for (const LocalTable& table : LocalTables(model, rank)) {
-    absl::StatusOr<std::map<std::string, at::Tensor>> live =
-        LiveStates(table);
+    absl::StatusOr<std::map<std::string, at::Tensor>> live = LiveStates(table);
     if (!live.ok()) return live.status();
     std::set<std::string> saved_states;
     for (const char* state : kTableStates) {
@@ -974,15 +977,16 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
     for (const auto& [state, tensor] : *live) {
       auto it = states.find({table.fqn, state});
       if (it == states.end()) {
-        return does_not_fit(absl::StrCat(
-            "table '", table.fqn, "' has no optimizer state '", state,
-            "' there (another sparse optimizer?)"));
+        return does_not_fit(
+            absl::StrCat("table '", table.fqn, "' has no optimizer state '",
+                         state, "' there (another sparse optimizer?)"));
       }
       saved_states.erase(state);
       module_states[table.module].emplace_back(
           absl::StrCat(table.table, ".", state), targets.size());
-      targets.push_back({it->second, table.row_offset, table.local_rows,
-                         table.col_offset, table.cols});
+      targets.push_back(MakeTarget(it->second, table.row_offset,
+                                   table.local_rows, table.col_offset,
+                                   table.cols));
     }
     if (!saved_states.empty()) {
       return does_not_fit(absl::StrCat(
@@ -996,10 +1000,9 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
   info.path = path;
   info.step = manifest.step();
   info.examples = manifest.examples();
-  if (absl::Status s = Fill(opened->files, targets, &info.bytes,
-                            opened->legacy_tensors.empty()
-                                ? nullptr
-                                : &opened->legacy_tensors);
+  if (absl::Status s = Fill(
+          opened->files, targets, &info.bytes,
+          opened->legacy_tensors.empty() ? nullptr : &opened->legacy_tensors);
       !s.ok()) {
     return s;
   }
@@ -1059,13 +1062,14 @@ absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path) {
   std::vector<Target> targets;
   for (const v1::CheckpointTensor& entry : opened->manifest.tensors()) {
     if (!entry.parameter().empty()) {
-      targets.push_back({&entry});
+      targets.push_back(MakeTarget(&entry));
     } else if (!entry.table().empty() && entry.state() == "weight") {
       if (entry.shape_size() != 2) {
         return absl::DataLossError(absl::StrCat(
             "'", path, "': table '", entry.table(), "' is not 2-dimensional"));
       }
-      targets.push_back({&entry, 0, entry.shape(0), 0, entry.shape(1)});
+      targets.push_back(
+          MakeTarget(&entry, 0, entry.shape(0), 0, entry.shape(1)));
     }
   }
   int64_t bytes = 0;

@@ -28,8 +28,7 @@ std::string CheckpointRankFileName(int rank, int world_size) {
 absl::StatusOr<std::string> PickleTensorDict(
     const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   try {
-    c10::impl::GenericDict dict(c10::StringType::get(),
-                                c10::TensorType::get());
+    c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
     for (const auto& [key, tensor] : tensors) {
       dict.insert_or_assign(key, tensor.detach().cpu());
     }
@@ -112,20 +111,20 @@ absl::StatusOr<v1::CheckpointManifest> ReadCheckpointManifest(
   v1::CheckpointManifest manifest;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  if (auto status =
-          google::protobuf::util::JsonStringToMessage(*json, &manifest, options);
+  if (auto status = google::protobuf::util::JsonStringToMessage(
+          *json, &manifest, options);
       !status.ok()) {
-    return absl::DataLossError(absl::StrCat("'", path, "' is not a manifest: ",
-                                            std::string(status.message())));
+    return absl::DataLossError(absl::StrCat(
+        "'", path, "' is not a manifest: ", std::string(status.message())));
   }
   if (manifest.format_version() != kCheckpointFormatVersion ||
       manifest.world_size() < 1 ||
       manifest.files_size() != manifest.world_size()) {
-    return absl::DataLossError(absl::StrCat(
-        "'", path, "': format version ", manifest.format_version(),
-        " with ", manifest.files_size(), " files for world size ",
-        manifest.world_size(), " (this code reads version ",
-        kCheckpointFormatVersion, ", one file per rank)"));
+    return absl::DataLossError(
+        absl::StrCat("'", path, "': format version ", manifest.format_version(),
+                     " with ", manifest.files_size(), " files for world size ",
+                     manifest.world_size(), " (this code reads version ",
+                     kCheckpointFormatVersion, ", one file per rank)"));
   }
   for (const v1::CheckpointFile& file : manifest.files()) {
     if (file.name().empty() || file.name().find('/') != std::string::npos ||
@@ -148,9 +147,9 @@ absl::Status CheckCheckpointFiles(const std::string& checkpoint_dir,
                                               "' lacks '", file.name(), "'"));
     }
     if (static_cast<int64_t>(bytes) != file.bytes()) {
-      return absl::DataLossError(absl::StrCat(
-          "'", path, "' has ", bytes, " bytes, its manifest says ",
-          file.bytes()));
+      return absl::DataLossError(absl::StrCat("'", path, "' has ", bytes,
+                                              " bytes, its manifest says ",
+                                              file.bytes()));
     }
   }
   return absl::OkStatus();

@@ -94,8 +94,8 @@ inline int64_t Overlap(int64_t a, int64_t an, int64_t b, int64_t bn) {
 // save whose layout has `region` as a shard (saved = {region}), or expected
 // after a load from a checkpoint saved with layout `saved`.
 inline at::Tensor ExpectedState(int64_t t, const EmbeddingTableConfig& table,
-                                const std::string& state, const at::Tensor& like,
-                                const Region& region,
+                                const std::string& state,
+                                const at::Tensor& like, const Region& region,
                                 const std::vector<Region>& saved) {
   const at::Tensor weight = GlobalWeight(t, table)
                                 .narrow(0, region.row_offset, region.rows)
@@ -120,15 +120,15 @@ inline at::Tensor ExpectedState(int64_t t, const EmbeddingTableConfig& table,
     const int64_t cols =
         Overlap(s.col_offset, s.cols, region.col_offset, region.cols);
     const int64_t first = std::max(s.row_offset, region.row_offset);
-    const int64_t rows = Overlap(s.row_offset, s.rows, region.row_offset,
-                                 region.rows);
+    const int64_t rows =
+        Overlap(s.row_offset, s.rows, region.row_offset, region.rows);
     if (rows == 0 || cols == 0) continue;
-    at::Tensor value = (10.0 * t + at::arange(first, first + rows, at::kFloat)
-                                           .unsqueeze(1) /
-                                       2.0 +
-                        static_cast<double>(s.col_offset))
-                           .to(at::kFloat)
-                           .to(at::kDouble);
+    at::Tensor value =
+        (10.0 * t +
+         at::arange(first, first + rows, at::kFloat).unsqueeze(1) / 2.0 +
+         static_cast<double>(s.col_offset))
+            .to(at::kFloat)
+            .to(at::kDouble);
     sum.narrow(0, first - region.row_offset, rows).add_(value * cols);
     total.narrow(0, first - region.row_offset, rows).add_(cols);
   }
@@ -146,14 +146,16 @@ inline std::vector<HeldTable> HeldTables(RecModel& model) {
   std::vector<HeldTable> held;
   for (ShardedEmbeddingModule* sharded : model.sharded_modules()) {
     for (const EmbeddingShard& s : sharded->local_shards()) {
-      held.push_back({s.table_index, sharded->local_module(),
+      held.push_back({s.table_index,
+                      sharded->local_module(),
                       {s.row_offset, s.rows, s.col_offset, s.cols}});
     }
   }
   if (!model.sharded_modules().empty()) return held;
   for (EmbeddingModule* module : model.embedding_modules()) {
     for (size_t i = 0; i < module->tables().size(); ++i) {
-      held.push_back({static_cast<int64_t>(i), module,
+      held.push_back({static_cast<int64_t>(i),
+                      module,
                       {0, module->tables()[i].num_embeddings, 0,
                        module->tables()[i].embedding_dim}});
     }
@@ -204,14 +206,14 @@ inline absl::Status CheckKnownStates(RecModel& model,
           ExpectedState(held.index, table, name.substr(prefix.size()), live,
                         held.region, SavedRegions(saved_plan, table));
       if (!at::equal(live, expected)) {
-        return absl::InternalError(absl::StrCat(
-            name, " rows [", held.region.row_offset, ", +", held.region.rows,
-            ") cols [", held.region.col_offset, ", +", held.region.cols,
-            ") differs by ",
-            (live.to(at::kDouble) - expected.to(at::kDouble))
-                .abs()
-                .max()
-                .item<double>()));
+        return absl::InternalError(
+            absl::StrCat(name, " rows [", held.region.row_offset, ", +",
+                         held.region.rows, ") cols [", held.region.col_offset,
+                         ", +", held.region.cols, ") differs by ",
+                         (live.to(at::kDouble) - expected.to(at::kDouble))
+                             .abs()
+                             .max()
+                             .item<double>()));
       }
     }
   }
@@ -221,7 +223,8 @@ inline absl::Status CheckKnownStates(RecModel& model,
     if (!at::equal(p, 0.001 * static_cast<double>(i++) +
                           at::arange(p.numel(), at::kFloat).reshape(p.sizes()) /
                               1000.0)) {
-      return absl::InternalError(absl::StrCat("dense ", item.key(), " differs"));
+      return absl::InternalError(
+          absl::StrCat("dense ", item.key(), " differs"));
     }
   }
   return absl::OkStatus();

@@ -44,8 +44,7 @@ void DenseStep(RecModel& model, torch::optim::Optimizer& optimizer) {
   optimizer.step();
 }
 
-class CheckpointTest
-    : public ::testing::TestWithParam<SparseOptimizerType> {};
+class CheckpointTest : public ::testing::TestWithParam<SparseOptimizerType> {};
 
 TEST_P(CheckpointTest, RoundTripRestoresEveryState) {
   const std::string dir = FreshDir("round_trip");
@@ -84,11 +83,11 @@ TEST_P(CheckpointTest, RoundTripRestoresEveryState) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i]));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Optimizers, CheckpointTest,
-    ::testing::Values(SparseOptimizerType::kSgd, SparseOptimizerType::kAdagrad,
-                      SparseOptimizerType::kRowwiseAdagrad,
-                      SparseOptimizerType::kAdam));
+INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointTest,
+                         ::testing::Values(SparseOptimizerType::kSgd,
+                                           SparseOptimizerType::kAdagrad,
+                                           SparseOptimizerType::kRowwiseAdagrad,
+                                           SparseOptimizerType::kAdam));
 
 TEST(CheckpointKeysTest, RankFileUsesTorchRecNames) {
   const std::string dir = FreshDir("keys");
@@ -224,10 +223,13 @@ void WriteOldCheckpoint(const std::string& path, RecModel& model,
           .ok());
 }
 
-TEST(CheckpointFilesTest, OldSingleFileCheckpointsStillRestore) {
+class OldCheckpointTest : public ::testing::TestWithParam<SparseOptimizerType> {
+};
+
+TEST_P(OldCheckpointTest, StillRestoresAndReads) {
   const std::string dir = FreshDir("old");
   fs::create_directories(dir);
-  std::unique_ptr<Dlrm> saved = Model(SparseOptimizerType::kRowwiseAdagrad, 1);
+  std::unique_ptr<Dlrm> saved = Model(GetParam(), 1);
   ASSERT_NE(saved, nullptr);
   ASSERT_TRUE(SetKnownStates(*saved).ok());
   torch::optim::SGD optimizer(saved->dense().parameters(),
@@ -237,7 +239,7 @@ TEST(CheckpointFilesTest, OldSingleFileCheckpointsStillRestore) {
   EXPECT_EQ(LatestCheckpoint(dir), old);
   EXPECT_EQ(CheckpointStep(old), 5);
 
-  std::unique_ptr<Dlrm> loaded = Model(SparseOptimizerType::kRowwiseAdagrad, 2);
+  std::unique_ptr<Dlrm> loaded = Model(GetParam(), 2);
   ASSERT_NE(loaded, nullptr);
   torch::optim::SGD loaded_optimizer(loaded->dense().parameters(),
                                      torch::optim::SGDOptions(0.1));
@@ -259,6 +261,10 @@ TEST(CheckpointFilesTest, OldSingleFileCheckpointsStillRestore) {
   EXPECT_EQ(LatestCheckpoint(dir), dir + "/checkpoint-000000000006");
   EXPECT_FALSE(fs::exists(old));
 }
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, OldCheckpointTest,
+                         ::testing::Values(SparseOptimizerType::kRowwiseAdagrad,
+                                           SparseOptimizerType::kAdam));
 
 TEST(CheckpointFilesTest, RefusesAModelItDoesNotFit) {
   const std::string dir = FreshDir("misfit");
@@ -293,8 +299,8 @@ TEST(CheckpointFilesTest, RefusesAModelItDoesNotFit) {
                                      torch::optim::SGDOptions(0.1));
   status = LoadCheckpoint(info->path, **bigger, bigger_optimizer).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(status.message(),
-                                "embedding_bags.t2' is [17, 8]"))
+  EXPECT_TRUE(
+      absl::StrContains(status.message(), "embedding_bags.t2' is [17, 8]"))
       << status;
 
   // A flipped byte in a rank file: the zip checksums refuse it.
