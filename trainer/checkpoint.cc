@@ -557,27 +557,24 @@ namespace {
 // One tensor to assemble from the blocks of the files: a whole dense tensor,
 // or the region [row_offset, +rows) x [col_offset, +cols) of a table state.
 struct Target {
-  const v1::CheckpointTensor* entry = nullptr;
-  int64_t row_offset = 0;
-  int64_t rows = 0;
-  int64_t col_offset = 0;
-  int64_t cols = 0;
+  explicit Target(const v1::CheckpointTensor* entry, int64_t row_offset = 0,
+                  int64_t rows = 0, int64_t col_offset = 0, int64_t cols = 0)
+      : entry(entry),
+        row_offset(row_offset),
+        rows(rows),
+        col_offset(col_offset),
+        cols(cols) {}
+
+  const v1::CheckpointTensor* entry;
+  int64_t row_offset;
+  int64_t rows;
+  int64_t col_offset;
+  int64_t cols;
   at::Tensor out;
   at::Tensor sum;     // COLUMN_MEAN: double, [rows, 1]
   at::Tensor weight;  // COLUMN_MEAN: columns summed per row
   int64_t covered = 0;
 };
-
-Target MakeTarget(const v1::CheckpointTensor* entry, int64_t row_offset = 0,
-                  int64_t rows = 0, int64_t col_offset = 0, int64_t cols = 0) {
-  Target target;
-  target.entry = entry;
-  target.row_offset = row_offset;
-  target.rows = rows;
-  target.col_offset = col_offset;
-  target.cols = cols;
-  return target;
-}
 
 int64_t Overlap(int64_t a, int64_t a_size, int64_t b, int64_t b_size,
                 int64_t* begin) {
@@ -911,7 +908,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
                                        c10::str(item.value().sizes())));
     }
     dense.emplace_back(item.value(), targets.size());
-    targets.push_back(MakeTarget(it->second));
+    targets.emplace_back(it->second);
     parameters.erase(it);
   }
   if (!parameters.empty()) {
@@ -921,7 +918,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
   }
   if (optimizer == nullptr) return does_not_fit("it has no dense optimizer");
   const size_t optimizer_target = targets.size();
-  targets.push_back(MakeTarget(optimizer));
+  targets.emplace_back(optimizer);
 
   // Tables: every one of the checkpoint must be the model's, the same size.
   std::set<std::string> model_tables;
@@ -984,9 +981,8 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
       saved_states.erase(state);
       module_states[table.module].emplace_back(
           absl::StrCat(table.table, ".", state), targets.size());
-      targets.push_back(MakeTarget(it->second, table.row_offset,
-                                   table.local_rows, table.col_offset,
-                                   table.cols));
+      targets.emplace_back(it->second, table.row_offset, table.local_rows,
+                           table.col_offset, table.cols);
     }
     if (!saved_states.empty()) {
       return does_not_fit(absl::StrCat(
@@ -1062,14 +1058,13 @@ absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path) {
   std::vector<Target> targets;
   for (const v1::CheckpointTensor& entry : opened->manifest.tensors()) {
     if (!entry.parameter().empty()) {
-      targets.push_back(MakeTarget(&entry));
+      targets.emplace_back(&entry);
     } else if (!entry.table().empty() && entry.state() == "weight") {
       if (entry.shape_size() != 2) {
         return absl::DataLossError(absl::StrCat(
             "'", path, "': table '", entry.table(), "' is not 2-dimensional"));
       }
-      targets.push_back(
-          MakeTarget(&entry, 0, entry.shape(0), 0, entry.shape(1)));
+      targets.emplace_back(&entry, 0, entry.shape(0), 0, entry.shape(1));
     }
   }
   int64_t bytes = 0;
