@@ -545,8 +545,8 @@ std::optional<std::string> TableFqnOfCheckpointKey(absl::string_view key) {
 
 std::string CheckpointTableName(absl::string_view fqn) {
   std::string name(fqn);
-  for (const std::string part : {".embedding_bags.", ".embeddings."}) {
-    const size_t at = name.find(part);
+  for (absl::string_view part : {".embedding_bags.", ".embeddings."}) {
+    const size_t at = name.find(part.data(), 0, part.size());
     if (at != std::string::npos) return name.replace(at, part.size(), ".");
   }
   return name;
