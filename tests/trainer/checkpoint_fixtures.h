@@ -30,6 +30,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "proto/plan.pb.h"
 #include "trainer/models/dlrm.h"
@@ -173,7 +174,7 @@ inline absl::Status SetKnownStates(RecModel& model) {
     const EmbeddingTableConfig& table = tables[held.index];
     for (const auto& [name, live] : held.module->StateTensors()) {
       const std::string prefix = table.name + ".";
-      if (name.rfind(prefix, 0) != 0) continue;
+      if (!absl::StartsWith(name, prefix)) continue;
       states[held.module].emplace_back(
           name, ExpectedState(held.index, table, name.substr(prefix.size()),
                               live, held.region, {held.region}));
@@ -184,7 +185,7 @@ inline absl::Status SetKnownStates(RecModel& model) {
   }
   torch::NoGradGuard no_grad;
   int64_t i = 0;
-  for (at::Tensor p : model.dense().parameters()) {
+  for (const at::Tensor& p : model.dense().parameters()) {
     p.copy_(0.001 * static_cast<double>(i++) +
             at::arange(p.numel(), at::kFloat).reshape(p.sizes()) / 1000.0);
   }
@@ -201,7 +202,7 @@ inline absl::Status CheckKnownStates(RecModel& model,
     const EmbeddingTableConfig& table = tables[held.index];
     for (const auto& [name, live] : held.module->StateTensors()) {
       const std::string prefix = table.name + ".";
-      if (name.rfind(prefix, 0) != 0) continue;
+      if (!absl::StartsWith(name, prefix)) continue;
       const at::Tensor expected =
           ExpectedState(held.index, table, name.substr(prefix.size()), live,
                         held.region, SavedRegions(saved_plan, table));

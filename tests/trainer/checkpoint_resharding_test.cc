@@ -159,7 +159,7 @@ std::unique_ptr<torch::optim::Optimizer> DenseAdam(RecModel& model) {
 
 #define RANK_OK(expr)                                              \
   do {                                                             \
-    absl::Status _s = (expr);                                      \
+    const absl::Status& _s = (expr);                               \
     if (!_s.ok()) {                                                \
       std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
       return 3;                                                    \

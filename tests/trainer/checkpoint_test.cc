@@ -38,7 +38,7 @@ std::unique_ptr<Dlrm> Model(SparseOptimizerType optimizer, uint64_t seed) {
 // One Adam step of the dense optimizer with fixed gradients, so that it has
 // state to save.
 void DenseStep(RecModel& model, torch::optim::Optimizer& optimizer) {
-  for (at::Tensor p : model.dense().parameters()) {
+  for (const at::Tensor& p : model.dense().parameters()) {
     p.mutable_grad() = at::full_like(p, 0.25);
   }
   optimizer.step();
