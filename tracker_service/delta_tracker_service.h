@@ -49,6 +49,12 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   // `tracker` and what `options` points to must outlive the service.
   explicit DeltaTrackerService(Tracker* tracker, ServiceOptions options = {});
 
+  // GetDelta's index in the service's method table when it is served from the
+  // delta's tensors (bytes out, no copy into protobuf messages), as it is
+  // unless the generated service's table no longer matches proto/tracker.proto
+  // (then -1, and GetDelta below serves it: the same messages, copied).
+  int get_delta_method() const { return get_delta_method_; }
+
   // Ends running Subscribe calls (within 100 ms) so that the server can shut
   // down; call before grpc::Server::Shutdown.
   void Stop() { stopping_ = true; }
@@ -110,6 +116,7 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   Tracker* const tracker_;
   const ServiceOptions options_;
   std::atomic<bool> stopping_{false};
+  int get_delta_method_ = -1;
 };
 
 }  // namespace deltastream
