@@ -151,51 +151,41 @@ int Main() {
   // CPU seconds per GB delivered.
   std::vector<double> raw_cpu, one_cpu, second_cpu, many_cpu;
   int failed_calls = 0;
+  // Runs `transfer`, which moves `bytes` and says whether it succeeded; in a
+  // counted run adds its GB/s and CPU seconds per GB to `gbs` and `cpu`.
+  auto measure = [&](bool counted, int64_t bytes, std::vector<double>& gbs,
+                     std::vector<double>& cpu, auto&& transfer) {
+    const auto start = Clock::now();
+    const double cpu_start = ProcessCpuSeconds();
+    if (!transfer()) ++failed_calls;
+    if (!counted) return;
+    gbs.push_back(bytes / bench::Seconds(start) / 1e9);
+    cpu.push_back((ProcessCpuSeconds() - cpu_start) / (bytes / 1e9));
+  };
   // Run 0 warms up (connections, the heap's first touch) and is not counted.
   for (int run = 0; run <= absl::GetFlag(FLAGS_repeat); ++run) {
     const bool counted = run > 0;
-    auto start = Clock::now();
-    double cpu_start = ProcessCpuSeconds();
-    if (!read_raw(payload)) ++failed_calls;
-    if (counted) {
-      raw_gbs.push_back(payload / bench::Seconds(start) / 1e9);
-      raw_cpu.push_back((ProcessCpuSeconds() - cpu_start) / (payload / 1e9));
-    }
-
+    measure(counted, payload, raw_gbs, raw_cpu,
+            [&] { return read_raw(payload); });
     record();  // every consumer has this delta to read
-    start = Clock::now();
-    cpu_start = ProcessCpuSeconds();
-    if (!read_delta(*client, "c0")) ++failed_calls;
-    if (counted) {
-      one_gbs.push_back(payload / bench::Seconds(start) / 1e9);
-      one_cpu.push_back((ProcessCpuSeconds() - cpu_start) / (payload / 1e9));
-    }
-    start = Clock::now();
-    cpu_start = ProcessCpuSeconds();
-    if (!read_delta(*client, "second")) ++failed_calls;
-    if (counted) {
-      second_gbs.push_back(payload / bench::Seconds(start) / 1e9);
-      second_cpu.push_back((ProcessCpuSeconds() - cpu_start) / (payload / 1e9));
-    }
-
-    std::atomic<int> failures{0};
-    std::vector<std::thread> threads;
-    start = Clock::now();
-    cpu_start = ProcessCpuSeconds();
-    for (int c = 1; c <= consumers; ++c) {
-      threads.emplace_back([&, c] {
-        if (!read_delta(*readers[c - 1], "c" + std::to_string(c))) {
-          ++failures;
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    if (counted) {
-      many_gbs.push_back(payload * consumers / bench::Seconds(start) / 1e9);
-      many_cpu.push_back((ProcessCpuSeconds() - cpu_start) /
-                         (payload * consumers / 1e9));
-    }
-    failed_calls += failures.load();
+    measure(counted, payload, one_gbs, one_cpu,
+            [&] { return read_delta(*client, "c0"); });
+    measure(counted, payload, second_gbs, second_cpu,
+            [&] { return read_delta(*client, "second"); });
+    measure(counted, payload * consumers, many_gbs, many_cpu, [&] {
+      std::atomic<int> failures{0};
+      std::vector<std::thread> threads;
+      for (int c = 1; c <= consumers; ++c) {
+        threads.emplace_back([&, c] {
+          if (!read_delta(*readers[c - 1], "c" + std::to_string(c))) {
+            ++failures;
+          }
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      failed_calls += failures.load();
+      return true;
+    });
   }
   std::printf(
       "stream_bench: %lld rows x %lld float32 (%.1f MiB per delta), "
