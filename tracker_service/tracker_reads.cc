@@ -102,16 +102,21 @@ absl::StatusOr<UniqueRows> Tracker::ChangedRowsLocked(const std::string& fqn,
 }
 
 void Tracker::ReleaseSharedReadsLocked() {
-  absl::erase_if(shared_reads_, [this](const auto& entry) {
-    const auto& [fqn, read] = entry;
+  for (auto it = shared_reads_.begin(); it != shared_reads_.end();) {
+    const std::string& fqn = it->first;
+    const int64_t from = it->second.from;
+    bool readable = false;  // some consumer may read `fqn` from `from`
     for (const auto& [name, consumer] : consumers_) {
-      if (CursorOf(*consumer, fqn) == read.from) return false;
-      for (int64_t pending_end : consumer->PendingEnds(fqn)) {
-        if (pending_end == read.from) return false;
-      }
+      const std::vector<int64_t> ends = consumer->PendingEnds(fqn);
+      readable = readable || CursorOf(*consumer, fqn) == from ||
+                 std::find(ends.begin(), ends.end(), from) != ends.end();
     }
-    return true;
-  });
+    if (readable) {
+      ++it;
+    } else {
+      shared_reads_.erase(it++);
+    }
+  }
 }
 
 absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
