@@ -11,7 +11,6 @@
 #include <google/protobuf/text_format.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -58,18 +57,6 @@ namespace {
 
 constexpr int kNothingFits = 1;
 constexpr int kBadInput = 2;
-
-// A float environment variable, or `fallback`.
-absl::StatusOr<double> EnvDouble(const char* name, double fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  double parsed = 0;
-  if (!absl::SimpleAtod(value, &parsed)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, "='", value, "' is not a number"));
-  }
-  return parsed;
-}
 
 // The first GPU's memory through nvidia-smi (no CUDA link needed).
 absl::StatusOr<int64_t> GpuMemoryBytes() {
@@ -156,19 +143,9 @@ int Run() {
       topology.hbm_bytes = *hbm;
     }
   }
-  // TorchRec's units for the environment: bytes per millisecond.
-  absl::StatusOr<double> intra =
-      EnvDouble("INTRA_NODE_BANDWIDTH", topology.intra_host_bw / 1e3);
-  absl::StatusOr<double> inter =
-      EnvDouble("CROSS_NODE_BANDWIDTH", topology.inter_host_bw / 1e3);
-  absl::StatusOr<double> reserve =
-      EnvDouble("STORAGE_RESERVE_PERCENT", topology.storage_reserve_percent);
-  for (const auto* value : {&intra, &inter, &reserve}) {
-    if (!value->ok()) return Fail(kBadInput, value->status().message());
+  if (absl::Status status = ApplyTopologyEnvironment(&topology); !status.ok()) {
+    return Fail(kBadInput, status.message());
   }
-  topology.intra_host_bw = *intra * 1e3;
-  topology.inter_host_bw = *inter * 1e3;
-  topology.storage_reserve_percent = *reserve;
   if (absl::Status status = ValidateTopology(topology); !status.ok()) {
     return Fail(kBadInput, status.message());
   }
