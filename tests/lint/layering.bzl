@@ -52,6 +52,7 @@ LAYERS = {
         "//trainer/tracking:tracking",
         "//trainer:checkpoint",
         "//trainer:config",
+        "//trainer:config_defaults",
         "//trainer:model_verification",
         "//trainer:trainer",
         "//trainer:trainer_lib",
