@@ -52,6 +52,7 @@
 #include "tests/testing/test_dirs.h"
 #include "tests/trainer/comm/rank_launcher.h"
 #include "trainer/planner/planner.h"
+#include "trainer/planner/sharding_option.h"
 #include "trainer/planner/storage_estimator.h"
 #include "trainer/planner/topology.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
@@ -292,9 +293,10 @@ int RunCalibrateRank() {
 struct Candidate {
   std::string name;
   v1::ShardingPlan plan;
-  Cost cost;                // the most expensive rank's
-  double estimate = 0;      // its total: the planner's figure of merit
-  double estimate_sum = 0;  // over all ranks
+  Cost cost;                     // the most expensive rank's
+  double estimate = 0;           // its total: the planner's figure of merit
+  double estimate_sum = 0;       // over all ranks
+  double estimate_torchrec = 0;  // the slowest rank's, TorchRec's constants
   double measured = 0;
   double phases[kPhases] = {0, 0, 0};
   // CPU ms of a step: the busiest rank's, and all ranks' together.
@@ -375,6 +377,16 @@ std::vector<Candidate> Candidates(const Model& model, const Topology& topology,
         break;
       }
     }
+    // What the planner chose, table by table.
+    absl::StrAppend(notes, "planner ", proposer, ":");
+    for (const v1::TablePlan& t : proto.tables()) {
+      std::vector<int> ranks;
+      for (const v1::Shard& shard : t.shards()) ranks.push_back(shard.rank());
+      absl::StrAppend(notes, " ", t.table(), " ",
+                      planner::ShardingTypeShortName(t.sharding_type()), "@",
+                      absl::StrJoin(ranks, "+"));
+    }
+    absl::StrAppend(notes, "\n");
     if (!seen) out.push_back({absl::StrCat("planner_", proposer), proto});
   }
   return out;
@@ -543,6 +555,12 @@ int Main() {
   if (absl::Status s = planner::ValidateTopology(topology); !s.ok()) {
     return Fail(s);
   }
+  // The same model with TorchRec's constants (DDR_MEM_BW 51 GB/s, no
+  // per-ID time, backward twice the forward), side by side.
+  Topology torchrec = topology;
+  torchrec.ddr_bw = 51e9;
+  torchrec.lookup_seconds_per_id = 0;
+  torchrec.bwd_compute_multiplier = 2;
   std::string notes;
   std::vector<Candidate> candidates = Candidates(*model, topology, &notes);
   const std::string dir = FreshDir("planner_ranking_bench");
@@ -558,6 +576,12 @@ int Main() {
         c.estimate = cost.total();
         c.cost = cost;
       }
+    }
+    absl::StatusOr<std::vector<Cost>> torchrec_costs =
+        planner::EstimateRankCosts(c.plan, model->specs, torchrec);
+    if (!torchrec_costs.ok()) return Fail(torchrec_costs.status());
+    for (const Cost& cost : *torchrec_costs) {
+      c.estimate_torchrec = std::max(c.estimate_torchrec, cost.total());
     }
     if (absl::Status s = WriteShardingPlan(
             c.plan, absl::StrCat(dir, "/plan_", p, ".textproto"));
@@ -595,7 +619,7 @@ int Main() {
       times[p][phase].push_back(values);
     }
   }
-  std::vector<double> estimates, sums, measured, busiest;
+  std::vector<double> estimates, sums, torchrecs, measured, busiest;
   for (size_t p = 0; p < candidates.size(); ++p) {
     Candidate& c = candidates[p];
     if (times[p][0].size() != static_cast<size_t>(world)) {
@@ -635,11 +659,12 @@ int Main() {
     c.cpu_sum = bench::Median(cpu_sum);
     estimates.push_back(c.estimate);
     sums.push_back(c.estimate_sum);
+    torchrecs.push_back(c.estimate_torchrec);
     measured.push_back(c.measured);
     busiest.push_back(c.cpu_max);
   }
   const std::vector<double> by_estimate = Ranks(estimates);
-  const std::vector<double> by_measure = Ranks(measured);
+  const std::vector<double> by_cpu = Ranks(busiest);
 
   std::printf(
       "%d ranks (Gloo on loopback, %d intra-op thread(s) each), batch %lld "
@@ -655,27 +680,31 @@ int Main() {
       topology.bwd_compute_multiplier, topology.intra_host_bw / 1e9,
       static_cast<long long>(absl::GetFlag(FLAGS_steps)));
   std::printf("%s", notes.c_str());
-  std::printf("%-34s %8s %7s %7s %8s | %8s %7s %7s %7s %7s %7s | %5s %6s\n",
-              "plan", "est ms", "comp", "comms", "est sum", "meas ms",
-              "in_dist", "fwd", "bwd", "cpu max", "cpu sum", "r_est", "r_meas");
+  std::printf("%-34s %8s %7s %7s %8s %8s | %8s %7s %7s %7s %7s %7s | %5s %5s\n",
+              "plan", "est ms", "comp", "comms", "est sum", "torchrec",
+              "meas ms", "in_dist", "fwd", "bwd", "cpu max", "cpu sum", "r_est",
+              "r_cpu");
   for (size_t p = 0; p < candidates.size(); ++p) {
     const Candidate& c = candidates[p];
     std::printf(
-        "%-34s %8.3f %7.3f %7.3f %8.3f | %8.3f %7.3f %7.3f %7.3f %7.3f %7.3f "
-        "| %5.1f %6.1f\n",
+        "%-34s %8.3f %7.3f %7.3f %8.3f %8.3f | %8.3f %7.3f %7.3f %7.3f %7.3f "
+        "%7.3f | %5.1f %5.1f\n",
         c.name.c_str(), c.estimate, c.cost.fwd_compute + c.cost.bwd_compute,
-        c.cost.fwd_comms + c.cost.bwd_comms, c.estimate_sum, c.measured,
-        c.phases[0], c.phases[1], c.phases[2], c.cpu_max, c.cpu_sum,
-        by_estimate[p], by_measure[p]);
+        c.cost.fwd_comms + c.cost.bwd_comms, c.estimate_sum,
+        c.estimate_torchrec, c.measured, c.phases[0], c.phases[1], c.phases[2],
+        c.cpu_max, c.cpu_sum, by_estimate[p], by_cpu[p]);
   }
   std::printf(
       "est ms: the slowest rank's estimate (compute, comms), the planner's "
-      "figure of merit; est sum: over all ranks; meas ms: the slowest rank's "
-      "wall time (its phases); cpu max / sum: CPU ms of the busiest rank / "
-      "of all ranks\n"
-      "Spearman's rank correlation: est ms with meas ms %.3f, with cpu max "
-      "%.3f; est sum with meas ms %.3f\n",
-      Spearman(estimates, measured), Spearman(estimates, busiest),
+      "figure of merit; est sum: over all ranks; torchrec: est ms with "
+      "TorchRec's constants; meas ms: the slowest rank's wall time (its "
+      "phases); cpu max / sum: CPU ms of the busiest rank / of all ranks; "
+      "r_est, r_cpu: ranks by est ms and by cpu max\n"
+      "Spearman's rank correlation: est ms with cpu max %.3f, with meas ms "
+      "%.3f; torchrec with cpu max %.3f, with meas ms %.3f; est sum with "
+      "meas ms %.3f\n",
+      Spearman(estimates, busiest), Spearman(estimates, measured),
+      Spearman(torchrecs, busiest), Spearman(torchrecs, measured),
       Spearman(sums, measured));
   return 0;
 }
