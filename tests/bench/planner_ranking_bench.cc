@@ -16,7 +16,11 @@
 // All plans live in the same rank processes and take turns step by step
 // (the order rotating), so that the machine's noise falls on all of them
 // alike. Every measured step starts at a barrier; a plan's step time is the
-// slowest rank's, its figure the median over the steps.
+// slowest rank's, its figure the median over the steps. The CPU time of the
+// busiest rank is reported too: where the ranks share too few cores to run
+// in parallel (the 2-core development machines), it, not the wall time, is
+// what the slowest-rank estimate predicts. The estimate with TorchRec's
+// constants is printed alongside.
 //
 // --calibrate measures what the cost model's constants stand for on this
 // machine: the all-to-all bandwidth of Gloo on loopback between the ranks
