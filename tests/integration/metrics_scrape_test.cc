@@ -398,7 +398,7 @@ TEST(MetricsFlagsTest, AnAddressInUseOrABadFormatExitsTwoWithOneLine) {
   // that is readable and well formed.
   const std::string bad_tokens = TestTempDir() + "/metrics_scrape.bad_tokens";
   std::ofstream(bad_tokens) << "short admin\n";
-  for (const std::string flags :
+  for (const std::string& flags :
        {std::string("--tls_cert=/nonexistent.pem --tls_key=/nonexistent.pem"),
         std::string("--tls_cert=/nonexistent.pem"),
         std::string("--auth_token_file=/nonexistent"),
