@@ -38,9 +38,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "base/command_line.h"
 #include "base/process.h"
 #include "clients/checkpoint_chain.h"
-#include "clients/command_line.h"
 #include "clients/delta_client.h"
 #include "clients/npz_file.h"
 #include "clients/push_json.h"
@@ -583,13 +583,14 @@ int main(int argc, char** argv) {
       "deltactl --target=HOST:PORT <push|step|get|commit|consumers|status|"
       "compact|clear|snapshot|subscribe|watch> [flags]\n"
       "deltactl chain --dir=D [--json]   (a checkpoint chain; no server)");
-  if (const std::string error =
-          deltastream::CommandLineError(argc, argv, /*allow_positional=*/true);
-      !error.empty()) {
-    return deltastream::Fail(deltastream::kExitUsage, error);
+  deltastream::CommandLineOptions options;
+  options.allow_positional = true;
+  absl::StatusOr<deltastream::ParsedCommandLine> parsed =
+      deltastream::ParseCommandLine(argc, argv, options);
+  if (!parsed.ok()) {
+    return deltastream::Fail(deltastream::kExitUsage, parsed.status());
   }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  std::vector<std::string> args(positional.begin() + 1, positional.end());
+  const std::vector<std::string>& args = parsed->positional;
   try {
     return deltastream::Run(args);
   } catch (const deltastream::UsageError& e) {
