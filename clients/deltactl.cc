@@ -615,10 +615,12 @@ int RunChain(const Invocation& run) {
     PrintStructured(out, run.format);
     return exit_code;
   }
+  // Text: the layout scripts and tests/store:checkpoint_chain_test read;
+  // wide adds the consumer and the write time after RUN.
   const bool wide = run.format == OutputFormat::kWide;
-  std::vector<std::vector<std::string>> rows = {
-      {"KIND", "FROM_BATCH", "TO_BATCH", "BYTES", "DENSE", "RUN"}};
-  if (wide) rows[0].insert(rows[0].end(), {"CONSUMER", "WRITTEN", "STATE"});
+  std::printf("%-10s %12s %12s %12s %6s  %s%s\n", "KIND", "FROM_BATCH",
+              "TO_BATCH", "BYTES", "DENSE", "RUN",
+              wide ? "  CONSUMER  WRITTEN" : "");
   for (size_t i = 0; i < links->size(); ++i) {
     const ChainLink& link = (*links)[i];
     const std::optional<ChainLinkInfo>& info = infos[i];
@@ -629,24 +631,23 @@ int RunChain(const Invocation& run) {
                      : absl::StrCat(info->run_id, " (from batch ",
                                     info->run_start_batch, ")");
     }
-    const std::string superseded =
-        applied.count(link.path) == 0 ? "superseded" : "";
-    rows.push_back(
-        {link.full ? "full" : "increment", std::to_string(link.start_batch),
-         std::to_string(link.end_batch - 1), std::to_string(link.bytes),
-         !info.has_value()            ? "?"
-         : info->dense_parameters > 0 ? "yes"
-                                      : "no",
-         wide ? run_text : absl::StrCat(run_text, "  ", superseded)});
     if (wide) {
-      rows.back().push_back(info.has_value() ? info->consumer : "?");
-      rows.back().push_back(info.has_value()
-                                ? UnixMicrosText(info->written_unix_ms * 1000)
-                                : "?");
-      rows.back().push_back(superseded.empty() ? "applied" : superseded);
+      absl::StrAppend(
+          &run_text, "  ", info.has_value() ? info->consumer : "?", "  ",
+          info.has_value() ? UnixMicrosText(info->written_unix_ms * 1000)
+                           : "?");
     }
+    std::printf("%-10s %12lld %12lld %12lld %6s  %s%s\n",
+                link.full ? "full" : "increment",
+                static_cast<long long>(link.start_batch),
+                static_cast<long long>(link.end_batch - 1),
+                static_cast<long long>(link.bytes),
+                !info.has_value()            ? "?"
+                : info->dense_parameters > 0 ? "yes"
+                                             : "no",
+                run_text.c_str(),
+                applied.count(link.path) == 0 ? "  superseded" : "");
   }
-  PrintTable(rows);
   std::printf("%zu links, %.1f MiB%s\n", links->size(), bytes / 1048576.0,
               problems.empty() ? ", no gaps" : "");
   for (const std::string& problem : problems) {
