@@ -83,9 +83,19 @@ namespace {
 using json = nlohmann::ordered_json;
 
 constexpr char kProgram[] = "deltactl";
-const std::vector<std::string> kConnectionFlags = {"target", "timeout_ms",
-                                                   "token_file", "tls_ca"};
-const std::vector<std::string> kOutputFlags = {"output", "json"};
+// The flags every command that talks to a server takes.
+const std::vector<std::string>& ConnectionFlags() {
+  static const auto* const flags = new std::vector<std::string>{
+      "target", "timeout_ms", "token_file", "tls_ca"};
+  return *flags;
+}
+
+// The flags every command takes.
+const std::vector<std::string>& OutputFlags() {
+  static const auto* const flags =
+      new std::vector<std::string>{"output", "json"};
+  return *flags;
+}
 
 // What a command's run gets.
 struct Invocation {
@@ -740,8 +750,8 @@ const std::vector<Command>& Commands() {
 
 // The flags `command` takes, in groups: its own, output, connection.
 std::vector<std::vector<std::string>> FlagGroups(const Command& command) {
-  std::vector<std::vector<std::string>> groups = {command.flags, kOutputFlags};
-  if (command.connects) groups.push_back(kConnectionFlags);
+  std::vector<std::vector<std::string>> groups = {command.flags, OutputFlags()};
+  if (command.connects) groups.push_back(ConnectionFlags());
   return groups;
 }
 
@@ -773,7 +783,7 @@ void PrintHelp(const Command* command) {
         "\n'%s <command> --help' lists a command's flags. Exit codes: 0 "
         "success, 1 a failed request, 2 bad usage.\n",
         kProgram);
-    groups = {{}, kOutputFlags, kConnectionFlags};
+    groups = {{}, OutputFlags(), ConnectionFlags()};
   } else {
     std::printf("usage: %s %s%s%s [flags]\n\n%s\n", kProgram,
                 command->name.c_str(), command->usage.empty() ? "" : " ",
@@ -798,8 +808,8 @@ int Complete(const std::vector<std::string>& args) {
   }
   std::vector<std::vector<std::string>> groups =
       command == nullptr
-          ? std::vector<std::vector<std::string>>{kOutputFlags,
-                                                  kConnectionFlags}
+          ? std::vector<std::vector<std::string>>{OutputFlags(),
+                                                  ConnectionFlags()}
           : FlagGroups(*command);
   groups.push_back({"help"});
   for (const std::vector<std::string>& group : groups) {
