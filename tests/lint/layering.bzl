@@ -62,7 +62,6 @@ LAYERS = {
         "//clients:checkpoint_job",
         "//clients:checkpoint_job_lib",
         "//clients:checkpoint_job_metrics",
-        "//clients:command_line",
         "//clients:delta_client",
         "//clients:delta_continuity",
         "//clients:deltactl",
@@ -73,6 +72,7 @@ LAYERS = {
         "//clients:predictor_metrics",
         "//clients:push_json",
         "//clients:replica",
+        "//clients:structured_output",
     ],
 }
 
