@@ -13,17 +13,18 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "base/file_io.h"
 #include "base/process.h"
 #include "trainer/planner/model_spec.h"
@@ -205,6 +206,9 @@ int main(int argc, char** argv) {
       "planner --config=F --world_size=N [--local_world_size=L] [--hbm_gb=G] "
       "[--ddr_gb=G] [--proposer=dp|greedy|uniform|all] [--out=plan.textproto] "
       "[--json] [--constraints=F]");
-  absl::ParseCommandLine(argc, argv);
+  if (std::optional<int> exit_code =
+          deltastream::HandleCommandLine(argc, argv)) {
+    return *exit_code;
+  }
   return deltastream::planner::Run();
 }
