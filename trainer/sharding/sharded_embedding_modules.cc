@@ -8,20 +8,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/torch_status.h"
 #include "trainer/sharding/collective_autograd.h"
 #include "trainer/sharding/sharding_plan.h"
 
 namespace deltastream {
 namespace {
-
-template <typename F>
-auto CatchTorchErrors(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
-  }
-}
 
 // Throws out of a backward (see CollectiveGradients).
 void ThrowIfError(const absl::Status& status) {
@@ -72,6 +64,10 @@ absl::Status ShardedEmbeddingModule::Init() {
   if (module.tables.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("module '", module.path, "' has no tables"));
+  }
+  if (module.is_weighted && !pooled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "module '", module.path, "': per-ID weights need a pooled collection"));
   }
   if (absl::Status s = ValidateTables(module.tables); !s.ok()) {
     return absl::InvalidArgumentError(
@@ -210,13 +206,6 @@ absl::Status ShardedEmbeddingModule::LoadLocalStateTensors(
 
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     const KeyedJaggedTensor& raw_input) {
-  const int world = group_->world_size();
-  const int me = group_->rank();
-  if (raw_input.device() != options_.module.device) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "module '", path(), "' lives on ", options_.module.device.str(),
-        " but its input is on ", raw_input.device().str()));
-  }
   DistributedBatch batch;
   if (raw_input.keys() == feature_names_) {
     batch.input = raw_input;
@@ -231,9 +220,69 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     }
     batch.input = std::move((*parts)[0]);
   }
+  return Distribute(std::move(batch));
+}
+
+absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
+    const FeatureDict& raw_input) {
+  // The module's features, in its order, as views of the dict's.
+  FeatureDict features;
+  for (const std::string& name : feature_names_) {
+    absl::StatusOr<JaggedTensor> feature = raw_input.Get(name);
+    if (!feature.ok()) {
+      return absl::Status(
+          feature.status().code(),
+          absl::StrCat("module '", path(), "': ", feature.status().message()));
+    }
+    if (absl::Status s = features.Add(name, *std::move(feature)); !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<KeyedJaggedTensor> input = features.ToKeyedJaggedTensor();
+  if (!input.ok()) return input.status();
+  DistributedBatch batch;
+  batch.input = *std::move(input);
+  return Distribute(std::move(batch));
+}
+
+absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
+    DistributedBatch batch) {
+  const int world = group_->world_size();
+  const int me = group_->rank();
   const KeyedJaggedTensor& input = batch.input;
+  if (input.device() != options_.module.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "module '", path(), "' lives on ", options_.module.device.str(),
+        " but its input is on ", input.device().str()));
+  }
   const int64_t b = input.stride();
   batch.batch = b;
+  if (absl::Status s = CatchTorchErrors([&]() -> absl::Status {
+        for (size_t f = 0; f < feature_names_.size(); ++f) {
+          const int64_t rows = tables()[feature_table_[f]].num_embeddings;
+          at::Tensor ids = input.ValuesOf(static_cast<int64_t>(f));
+          if (ids.numel() == 0) continue;
+          auto [low, high] = at::aminmax(ids);
+          if (low.item<int64_t>() < 0 || high.item<int64_t>() >= rows) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "module '", path(), "': feature '", feature_names_[f],
+                "' has an ID outside [0, ", rows, ")"));
+          }
+        }
+        return absl::OkStatus();
+      });
+      !s.ok()) {
+    return s;
+  }
+  if (world == 1) {
+    // Rank 0 holds every table whole, in the module's feature order: its
+    // lookup is the input itself, and nothing moves.
+    batch.local = input;
+    batch.received = {input.length_per_key()};
+    batch.sent = batch.received;
+    batch.sent_positions = {std::vector<at::Tensor>(feature_names_.size())};
+    return batch;
+  }
   const bool weighted = input.has_weights();
   const at::TensorOptions long_options =
       at::TensorOptions().dtype(at::kLong).device(input.device());
@@ -246,16 +295,6 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
   batch.sent_positions.assign(world, {});
   std::vector<at::Tensor> example_of_id(feature_names_.size());
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
-    for (size_t f = 0; f < feature_names_.size(); ++f) {
-      const int64_t rows = tables()[feature_table_[f]].num_embeddings;
-      at::Tensor ids = input.ValuesOf(static_cast<int64_t>(f));
-      if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 ||
-                              ids.max().item<int64_t>() >= rows)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("module '", path(), "': feature '", feature_names_[f],
-                         "' has an ID outside [0, ", rows, ")"));
-      }
-    }
     for (int p = 0; p < world; ++p) {
       for (const Slot& slot : slots_[p]) {
         const EmbeddingShard& s = shards_[slot.shard];
@@ -372,41 +411,66 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
 }
 
 // ---------------------------------------------------------------------------
-// Pooled.
+// The scaffold of both collections.
 
-absl::StatusOr<std::unique_ptr<ShardedEmbeddingBagCollection>>
-ShardedEmbeddingBagCollection::Create(ShardedModuleOptions options,
-                                      ProcessGroup* group) {
-  std::unique_ptr<ShardedEmbeddingBagCollection> module(
-      new ShardedEmbeddingBagCollection(std::move(options), group));
+template <typename Collection, typename Local, typename Output>
+absl::StatusOr<std::unique_ptr<Collection>>
+ShardedCollection<Collection, Local, Output>::Create(
+    ShardedModuleOptions options, ProcessGroup* group) {
+  std::unique_ptr<Collection> module(new Collection(std::move(options), group));
   if (absl::Status s = module->Init(); !s.ok()) return s;
   return module;
 }
 
+template <typename Collection, typename Local, typename Output>
 absl::StatusOr<std::unique_ptr<EmbeddingModule>>
-ShardedEmbeddingBagCollection::CreateLocal(EmbeddingModuleOptions options) {
-  absl::StatusOr<std::unique_ptr<EmbeddingBagCollection>> local =
-      EmbeddingBagCollection::Create(std::move(options));
+ShardedCollection<Collection, Local, Output>::CreateLocal(
+    EmbeddingModuleOptions options) {
+  absl::StatusOr<std::unique_ptr<Local>> local =
+      Local::Create(std::move(options));
   if (!local.ok()) return local.status();
   return std::unique_ptr<EmbeddingModule>(std::move(*local));
 }
 
-absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::Forward(
-    const KeyedJaggedTensor& input) {
+template <typename Collection, typename Local, typename Output>
+template <typename Input>
+absl::StatusOr<Output> ShardedCollection<Collection, Local, Output>::Run(
+    const Input& input) {
   absl::StatusOr<DistributedBatch> batch = DistributeInput(input);
   if (!batch.ok()) return batch.status();
   return ComputeAndDistribute(*batch);
 }
 
-absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::Forward(
-    const FeatureDict& input) {
-  absl::StatusOr<KeyedJaggedTensor> kjt = input.ToKeyedJaggedTensor();
-  if (!kjt.ok()) return kjt.status();
-  return Forward(*kjt);
+template <typename Collection, typename Local, typename Output>
+absl::StatusOr<Output> ShardedCollection<Collection, Local, Output>::Forward(
+    const KeyedJaggedTensor& input) {
+  return Run(input);
 }
 
-absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::ComputeAndDistribute(
+template <typename Collection, typename Local, typename Output>
+absl::StatusOr<Output> ShardedCollection<Collection, Local, Output>::Forward(
+    const FeatureDict& input) {
+  return Run(input);
+}
+
+template <typename Collection, typename Local, typename Output>
+absl::StatusOr<Output>
+ShardedCollection<Collection, Local, Output>::ComputeAndDistribute(
     const DistributedBatch& batch) {
+  if (!local_) return DistributeOutput(batch, nullptr);
+  absl::StatusOr<Output> local_output =
+      static_cast<Local*>(local_.get())->Forward(batch.local);
+  if (!local_output.ok()) return local_output.status();
+  // One rank holds every table whole: its output is the module's.
+  if (group_->world_size() == 1) return local_output;
+  return DistributeOutput(batch, &*local_output);
+}
+
+// ---------------------------------------------------------------------------
+// Pooled.
+
+absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::DistributeOutput(
+    const DistributedBatch& batch, const KeyedTensor* local_output) {
   const int world = group_->world_size();
   const int me = group_->rank();
   const int64_t b = batch.batch;
@@ -415,13 +479,9 @@ absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::ComputeAndDistribute(
                                         .device(options_.module.device);
   // This rank's pooled blocks, [world * b, cols] per local feature.
   std::vector<at::Tensor> blocks;
-  if (local_) {
-    absl::StatusOr<KeyedTensor> pooled =
-        static_cast<EmbeddingBagCollection*>(local_.get())
-            ->Forward(batch.local);
-    if (!pooled.ok()) return pooled.status();
-    for (int64_t k = 0; k < pooled->num_keys(); ++k) {
-      blocks.push_back(pooled->At(k));
+  if (local_output != nullptr) {
+    for (int64_t k = 0; k < local_output->num_keys(); ++k) {
+      blocks.push_back(local_output->At(k));
     }
   }
   auto kind = [&](const Slot& slot) { return shard(slot).sharding_type; };
@@ -593,44 +653,8 @@ absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::ComputeAndDistribute(
 // ---------------------------------------------------------------------------
 // Sequence.
 
-absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>>
-ShardedEmbeddingCollection::Create(ShardedModuleOptions options,
-                                   ProcessGroup* group) {
-  if (options.module.is_weighted) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("module '", options.module.path,
-                     "': per-ID weights need a pooled collection"));
-  }
-  std::unique_ptr<ShardedEmbeddingCollection> module(
-      new ShardedEmbeddingCollection(std::move(options), group));
-  if (absl::Status s = module->Init(); !s.ok()) return s;
-  return module;
-}
-
-absl::StatusOr<std::unique_ptr<EmbeddingModule>>
-ShardedEmbeddingCollection::CreateLocal(EmbeddingModuleOptions options) {
-  absl::StatusOr<std::unique_ptr<EmbeddingCollection>> local =
-      EmbeddingCollection::Create(std::move(options));
-  if (!local.ok()) return local.status();
-  return std::unique_ptr<EmbeddingModule>(std::move(*local));
-}
-
-absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::Forward(
-    const KeyedJaggedTensor& input) {
-  absl::StatusOr<DistributedBatch> batch = DistributeInput(input);
-  if (!batch.ok()) return batch.status();
-  return ComputeAndDistribute(*batch);
-}
-
-absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::Forward(
-    const FeatureDict& input) {
-  absl::StatusOr<KeyedJaggedTensor> kjt = input.ToKeyedJaggedTensor();
-  if (!kjt.ok()) return kjt.status();
-  return Forward(*kjt);
-}
-
-absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::ComputeAndDistribute(
-    const DistributedBatch& batch) {
+absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::DistributeOutput(
+    const DistributedBatch& batch, const FeatureDict* local_output) {
   const int world = group_->world_size();
   const int me = group_->rank();
   const at::TensorOptions options = at::TensorOptions()
@@ -638,12 +662,9 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::ComputeAndDistribute(
                                         .device(options_.module.device);
   // Per local feature, the rows of every rank's IDs, [n_k, cols].
   std::vector<at::Tensor> rows;
-  if (local_) {
-    absl::StatusOr<FeatureDict> looked_up =
-        static_cast<EmbeddingCollection*>(local_.get())->Forward(batch.local);
-    if (!looked_up.ok()) return looked_up.status();
-    for (int64_t k = 0; k < looked_up->size(); ++k) {
-      rows.push_back(looked_up->At(k).values());
+  if (local_output != nullptr) {
+    for (int64_t k = 0; k < local_output->size(); ++k) {
+      rows.push_back(local_output->At(k).values());
     }
   }
   const std::vector<Slot>& mine = slots(me);
@@ -808,5 +829,10 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::ComputeAndDistribute(
     return output;
   });
 }
+
+template class ShardedCollection<ShardedEmbeddingBagCollection,
+                                 EmbeddingBagCollection, KeyedTensor>;
+template class ShardedCollection<ShardedEmbeddingCollection,
+                                 EmbeddingCollection, FeatureDict>;
 
 }  // namespace deltastream
