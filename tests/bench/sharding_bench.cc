@@ -115,7 +115,6 @@ std::map<std::string, int64_t> MinimumBytes(const Config& c, int world, int me,
   std::map<std::string, int64_t> bytes;
   if (world == 1) return bytes;
   v1::ShardingPlan plan = Plan(c, world);
-  at::Tensor values = input.values();
   for (int64_t t = 0; t < c.tables; ++t) {
     at::Tensor ids = input.ValuesOf(t);
     for (const v1::Shard& s : plan.tables(t).shards()) {

@@ -288,8 +288,10 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
       at::TensorOptions().dtype(at::kLong).device(input.device());
 
   // Bucketize: per destination rank and its local feature, the IDs (local),
-  // lengths and weights this rank sends.
+  // lengths and weights this rank sends. Its own part (own_*, per local
+  // feature) stays out of the all-to-alls: a rank does not copy to itself.
   std::vector<at::Tensor> lengths_parts, values_parts, weights_parts;
+  std::vector<at::Tensor> own_lengths, own_values, own_weights;
   std::vector<int64_t> length_splits(world), value_splits(world);
   batch.sent.assign(world, {});
   batch.sent_positions.assign(world, {});
@@ -316,13 +318,19 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
               at::bincount(example_of_id[f].index_select(0, positions), {}, b);
           if (weights) weights = weights->index_select(0, positions);
         }
+        batch.sent[p].push_back(ids.numel());
+        batch.sent_positions[p].push_back(positions);
+        if (p == me) {
+          own_lengths.push_back(lengths);
+          own_values.push_back(ids);
+          if (weighted) own_weights.push_back(*weights);
+          continue;
+        }
         lengths_parts.push_back(lengths);
         values_parts.push_back(ids);
         if (weighted) weights_parts.push_back(*weights);
         length_splits[p] += b;
         value_splits[p] += ids.numel();
-        batch.sent[p].push_back(ids.numel());
-        batch.sent_positions[p].push_back(positions);
       }
     }
     return absl::OkStatus();
@@ -353,6 +361,8 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
   }
   const int64_t local_keys = static_cast<int64_t>(slots_[me].size());
   std::vector<int64_t> received_lengths(world, local_keys * b);
+  received_lengths[me] = 0;  // kept in own_*
+  received_values[me] = 0;
   absl::StatusOr<at::Tensor> lengths =
       Exchange(*group_, CatOrEmpty(lengths_parts, long_options), length_splits,
                received_lengths, "input_dist.lengths");
@@ -370,17 +380,31 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
     weights = *std::move(received_weights);
   }
 
-  // From [rank][feature][example] to [feature][rank][example].
+  // From [rank][feature][example] to [feature][rank][example], this rank's
+  // own part taken from where it was bucketized.
   return CatchTorchErrors([&]() -> absl::StatusOr<DistributedBatch> {
-    at::Tensor per_rank = lengths->view({world, local_keys, b});
-    at::Tensor counts = per_rank.sum(2).cpu();
+    std::vector<at::Tensor> per_rank;  // [local_keys, b] each
+    for (int q = 0; q < world; ++q) {
+      if (q == me) {
+        per_rank.push_back(local_keys == 0 ? at::empty({0, b}, long_options)
+                                           : at::stack(own_lengths));
+        continue;
+      }
+      const int64_t before = q < me ? q : q - 1;
+      per_rank.push_back(
+          lengths->narrow(0, before * local_keys * b, local_keys * b)
+              .view({local_keys, b}));
+    }
+    at::Tensor local_lengths = at::stack(per_rank, 1);  // [keys, world, b]
+    at::Tensor counts = local_lengths.sum(2).cpu();
     batch.received.assign(world, std::vector<int64_t>(local_keys));
     std::vector<std::vector<int64_t>> starts(world,
                                              std::vector<int64_t>(local_keys));
     int64_t offset = 0;
     for (int q = 0; q < world; ++q) {
       for (int64_t k = 0; k < local_keys; ++k) {
-        batch.received[q][k] = counts[q][k].item<int64_t>();
+        batch.received[q][k] = counts[k][q].item<int64_t>();
+        if (q == me) continue;
         starts[q][k] = offset;
         offset += batch.received[q][k];
       }
@@ -388,6 +412,11 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
     std::vector<at::Tensor> value_parts, weight_parts;
     for (int64_t k = 0; k < local_keys; ++k) {
       for (int q = 0; q < world; ++q) {
+        if (q == me) {
+          value_parts.push_back(own_values[k]);
+          if (weighted) weight_parts.push_back(own_weights[k]);
+          continue;
+        }
         value_parts.push_back(
             values->narrow(0, starts[q][k], batch.received[q][k]));
         if (weighted) {
@@ -403,7 +432,7 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
     if (weighted) local_weights = CatOrEmpty(weight_parts, weights.options());
     absl::StatusOr<KeyedJaggedTensor> local = KeyedJaggedTensor::FromLengths(
         std::move(keys), CatOrEmpty(value_parts, long_options),
-        per_rank.permute({1, 0, 2}).reshape({-1}), local_weights, world * b);
+        local_lengths.reshape({-1}), local_weights, world * b);
     if (!local.ok()) return local.status();
     batch.local = *std::move(local);
     return std::move(batch);

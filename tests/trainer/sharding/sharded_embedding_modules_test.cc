@@ -187,7 +187,7 @@ double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
 
 #define RANK_OK(expr)                                              \
   do {                                                             \
-    absl::Status _s = (expr);                                      \
+    const absl::Status& _s = (expr);                               \
     if (!_s.ok()) {                                                \
       std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
       return 3;                                                    \
