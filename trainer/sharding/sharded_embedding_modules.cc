@@ -714,11 +714,18 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::DistributeOutput(
       }
     }
     // All-to-all of per-ID rows: rank q gets the rows of the IDs it sent.
+    // This rank's own rows stay out of it (used below where they are) when
+    // other ranks' rows arrive through it: the output then depends on the
+    // all-to-all, so backward reaches its reverse on every rank.
+    bool bypass_own = false;
+    for (int p = 0; p < world; ++p) {
+      for (const Slot& slot : slots(p)) bypass_own |= p != me && !is_dp(slot);
+    }
     std::vector<at::Tensor> send_parts, dp_parts, dp_own;
     std::vector<int64_t> send(world), recv(world);
     for (int q = 0; q < world; ++q) {
       for (size_t k = 0; k < mine.size(); ++k) {
-        if (is_dp(mine[k])) continue;
+        if (is_dp(mine[k]) || (q == me && bypass_own)) continue;
         send_parts.push_back(
             rows[k].narrow(0, start[q][k], batch.received[q][k]).reshape({-1}));
         send[q] += batch.received[q][k] * shard(mine[k]).cols;
@@ -726,7 +733,7 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::DistributeOutput(
     }
     for (int p = 0; p < world; ++p) {
       const std::vector<Slot>& theirs = slots(p);
-      for (size_t k = 0; k < theirs.size(); ++k) {
+      for (size_t k = 0; k < theirs.size() && !(p == me && bypass_own); ++k) {
         if (!is_dp(theirs[k]))
           recv[p] += batch.sent[p][k] * shard(theirs[k]).cols;
       }
@@ -824,8 +831,18 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::DistributeOutput(
         if (is_dp(theirs[k])) continue;
         const int64_t cols = shard(theirs[k]).cols;
         const int64_t n = batch.sent[p][k];
-        at::Tensor part = a2a_out.narrow(0, offset, n * cols).view({n, cols});
-        offset += n * cols;
+        at::Tensor part;
+        if (p == me && bypass_own) {
+          part = rows[k].narrow(0, start[me][k], n);
+          if (part.requires_grad() && scale != 1.0f) {
+            // What the reverse all-to-all does to the others' rows.
+            part.register_hook(
+                [scale](const at::Tensor& grad) { return grad * scale; });
+          }
+        } else {
+          part = a2a_out.narrow(0, offset, n * cols).view({n, cols});
+          offset += n * cols;
+        }
         const at::Tensor& positions = batch.sent_positions[p][k];
         if (positions.defined()) {
           part = at::zeros({input.length_per_key()[theirs[k].feature], cols},
