@@ -245,6 +245,36 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
   return Distribute(std::move(batch));
 }
 
+absl::Status ShardedEmbeddingModule::CheckIds(
+    const KeyedJaggedTensor& input) const {
+  if (input.offset_per_key().empty()) return absl::OkStatus();
+  const int64_t total = input.offset_per_key().back();
+  if (total == 0) return absl::OkStatus();
+  // One pass over every ID against the smallest table; a feature by
+  // feature pass (naming the feature) only when that fails.
+  int64_t smallest = tables()[0].num_embeddings;
+  for (const EmbeddingTableConfig& table : tables()) {
+    smallest = std::min(smallest, table.num_embeddings);
+  }
+  auto within = [](const at::Tensor& ids, int64_t rows) {
+    auto [low, high] = at::aminmax(ids);
+    return low.item<int64_t>() >= 0 && high.item<int64_t>() < rows;
+  };
+  if (within(input.values().narrow(0, 0, total), smallest)) {
+    return absl::OkStatus();
+  }
+  for (size_t f = 0; f < feature_names_.size(); ++f) {
+    const int64_t rows = tables()[feature_table_[f]].num_embeddings;
+    at::Tensor ids = input.ValuesOf(static_cast<int64_t>(f));
+    if (ids.numel() > 0 && !within(ids, rows)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("module '", path(), "': feature '", feature_names_[f],
+                       "' has an ID outside [0, ", rows, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
     DistributedBatch batch) {
   const int world = group_->world_size();
@@ -257,20 +287,7 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
   }
   const int64_t b = input.stride();
   batch.batch = b;
-  if (absl::Status s = CatchTorchErrors([&]() -> absl::Status {
-        for (size_t f = 0; f < feature_names_.size(); ++f) {
-          const int64_t rows = tables()[feature_table_[f]].num_embeddings;
-          at::Tensor ids = input.ValuesOf(static_cast<int64_t>(f));
-          if (ids.numel() == 0) continue;
-          auto [low, high] = at::aminmax(ids);
-          if (low.item<int64_t>() < 0 || high.item<int64_t>() >= rows) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "module '", path(), "': feature '", feature_names_[f],
-                "' has an ID outside [0, ", rows, ")"));
-          }
-        }
-        return absl::OkStatus();
-      });
+  if (absl::Status s = CatchTorchErrors([&]() { return CheckIds(input); });
       !s.ok()) {
     return s;
   }

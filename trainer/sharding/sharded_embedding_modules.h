@@ -155,6 +155,8 @@ class ShardedEmbeddingModule {
   // The input distribution of `batch.input` (the module's features, in its
   // order): checks, bucketizes and exchanges.
   absl::StatusOr<DistributedBatch> Distribute(DistributedBatch batch);
+  // InvalidArgument naming the first feature with an ID outside its table.
+  absl::Status CheckIds(const KeyedJaggedTensor& input) const;
 
   // Local feature k of `rank`: the global feature index and the shard.
   struct Slot {
