@@ -5,9 +5,9 @@
 
 #include <atomic>
 
+#include "base/auth.h"
 #include "base/grpc_server.h"
 #include "proto/tracker.grpc.pb.h"
-#include "tracker_service/auth.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
 
@@ -38,7 +38,7 @@ struct ServiceOptions {
 // Every request is validated before it reaches the tracker (names by
 // tracker_service/names.h; records with RecordTables' check_values;
 // subscription periods by SubscriptionSchedule); with an authorizer, every
-// call is authorized first (see auth.h for who may do what). No exception
+// call is authorized first (see base/auth.h for who may do what). No exception
 // leaves a handler: LibTorch's errors become statuses (base/torch_status.h).
 //
 // Thread-safe: gRPC calls handlers concurrently; the tracker serialises them.
@@ -48,6 +48,12 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
 
   // `tracker` and what `options` points to must outlive the service.
   explicit DeltaTrackerService(Tracker* tracker, ServiceOptions options = {});
+
+  // GetDelta's index in the service's method table when it is served from the
+  // delta's tensors (bytes out, no copy into protobuf messages), as it is
+  // unless the generated service's table no longer matches proto/tracker.proto
+  // (then -1, and GetDelta below serves it: the same messages, copied).
+  int get_delta_method() const { return get_delta_method_; }
 
   // Ends running Subscribe calls (within 100 ms) so that the server can shut
   // down; call before grpc::Server::Shutdown.
@@ -110,6 +116,7 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   Tracker* const tracker_;
   const ServiceOptions options_;
   std::atomic<bool> stopping_{false};
+  int get_delta_method_ = -1;
 };
 
 }  // namespace deltastream

@@ -16,16 +16,17 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "base/grpc_server.h"
 #include "base/host_memory.h"
 #include "base/log.h"
@@ -59,7 +60,7 @@ ABSL_FLAG(std::string, db, "",
 ABSL_FLAG(int, snapshot_interval_s, 0,
           "seconds between snapshots (0: on demand and at shutdown only)");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "bearer tokens with roles (see tracker_service/auth.h); empty: no "
+          "bearer tokens with roles (see base/auth.h); empty: no "
           "authentication");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -189,6 +190,9 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "standalone delta tracker server; see --helpfull");
-  absl::ParseCommandLine(argc, argv);
+  if (std::optional<int> exit_code =
+          deltastream::HandleCommandLine(argc, argv)) {
+    return *exit_code;
+  }
   return deltastream::Main();
 }

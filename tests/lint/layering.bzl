@@ -27,7 +27,6 @@ LAYERS = {
         "//store:snapshot_db",
     ],
     "tracker_service": [
-        "//tracker_service:auth",
         "//tracker_service:delta_tracker_service",
         "//tracker_service:names",
         "//tracker_service:service_host",
@@ -52,6 +51,7 @@ LAYERS = {
         "//trainer/tracking:tracking",
         "//trainer:checkpoint",
         "//trainer:config",
+        "//trainer:config_defaults",
         "//trainer:model_verification",
         "//trainer:trainer",
         "//trainer:trainer_lib",
@@ -63,7 +63,6 @@ LAYERS = {
         "//clients:checkpoint_job",
         "//clients:checkpoint_job_lib",
         "//clients:checkpoint_job_metrics",
-        "//clients:command_line",
         "//clients:delta_client",
         "//clients:delta_continuity",
         "//clients:deltactl",
@@ -74,6 +73,7 @@ LAYERS = {
         "//clients:predictor_metrics",
         "//clients:push_json",
         "//clients:replica",
+        "//clients:structured_output",
     ],
 }
 

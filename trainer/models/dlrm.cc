@@ -33,14 +33,29 @@ absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(DlrmConfig config) {
   options.optimizer = config.sparse_optimizer;
   options.device = config.device;
   options.seed = config.seed;
-  absl::StatusOr<std::unique_ptr<EmbeddingBagCollection>> ebc =
-      EmbeddingBagCollection::Create(std::move(options));
-  if (!ebc.ok()) return ebc.status();
+  std::unique_ptr<EmbeddingBagCollection> unsharded;
+  std::unique_ptr<ShardedEmbeddingBagCollection> sharded;
+  if (config.group == nullptr) {
+    absl::StatusOr<std::unique_ptr<EmbeddingBagCollection>> made =
+        EmbeddingBagCollection::Create(std::move(options));
+    if (!made.ok()) return made.status();
+    unsharded = *std::move(made);
+  } else {
+    ShardedModuleOptions sharded_options;
+    sharded_options.module = std::move(options);
+    sharded_options.plan = config.plan;
+    absl::StatusOr<std::unique_ptr<ShardedEmbeddingBagCollection>> made =
+        ShardedEmbeddingBagCollection::Create(std::move(sharded_options),
+                                              config.group);
+    if (!made.ok()) return made.status();
+    sharded = *std::move(made);
+  }
   std::unique_ptr<Dlrm> model(new Dlrm(std::move(config)));
-  model->ebc_ = *std::move(ebc);
+  model->ebc_ = std::move(unsharded);
+  model->sharded_ebc_ = std::move(sharded);
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     const int64_t features =
-        static_cast<int64_t>(model->ebc_->feature_names().size());
+        static_cast<int64_t>(model->feature_names().size());
     model->num_features_ = features;
     model->dense_ = std::make_shared<Dense>(model->config_, features);
     // From a local generator (the global one is not reseeded), on the CPU,
@@ -63,7 +78,9 @@ absl::StatusOr<at::Tensor> Dlrm::Forward(const Batch& batch) {
       !status.ok()) {
     return status;
   }
-  absl::StatusOr<KeyedTensor> pooled = ebc_->Forward(batch.sparse);
+  absl::StatusOr<KeyedTensor> pooled = sharded_ebc_ != nullptr
+                                           ? sharded_ebc_->Forward(batch.sparse)
+                                           : ebc_->Forward(batch.sparse);
   if (!pooled.ok()) return pooled.status();
   return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
     const int64_t b = batch.dense.size(0);
@@ -84,7 +101,21 @@ absl::StatusOr<at::Tensor> Dlrm::Forward(const Batch& batch) {
   });
 }
 
-std::vector<EmbeddingModule*> Dlrm::embedding_modules() { return {ebc_.get()}; }
+std::vector<EmbeddingModule*> Dlrm::embedding_modules() {
+  if (ebc_ != nullptr) return {ebc_.get()};
+  if (sharded_ebc_->local_module() == nullptr) return {};
+  return {sharded_ebc_->local_module()};
+}
+
+std::vector<ShardedEmbeddingModule*> Dlrm::sharded_modules() {
+  if (sharded_ebc_ == nullptr) return {};
+  return {sharded_ebc_.get()};
+}
+
+const std::vector<std::string>& Dlrm::feature_names() const {
+  return ebc_ != nullptr ? ebc_->feature_names()
+                         : sharded_ebc_->feature_names();
+}
 
 torch::nn::Module& Dlrm::dense() { return *dense_; }
 

@@ -10,6 +10,7 @@
 #include "trainer/modules/embedding_config.h"
 #include "trainer/modules/embedding_modules.h"
 #include "trainer/optim/sparse_optimizer.h"
+#include "trainer/sharding/sharded_embedding_modules.h"
 
 namespace deltastream {
 
@@ -32,15 +33,20 @@ class Dlrm : public RecModel {
 
   absl::StatusOr<at::Tensor> Forward(const Batch& batch) override;
   std::vector<EmbeddingModule*> embedding_modules() override;
+  std::vector<ShardedEmbeddingModule*> sharded_modules() override;
   torch::nn::Module& dense() override;
   c10::Device device() const override { return config_.device; }
 
  private:
+  // The embedding module's features, in its order.
+  const std::vector<std::string>& feature_names() const;
   struct Dense;
   explicit Dlrm(DlrmConfig config);
 
   DlrmConfig config_;
+  // Exactly one of these: unsharded, or sharded over config_.group.
   std::unique_ptr<EmbeddingBagCollection> ebc_;
+  std::unique_ptr<ShardedEmbeddingBagCollection> sharded_ebc_;
   std::shared_ptr<Dense> dense_;
   int64_t num_features_ = 0;      // F, the EBC's features
   at::Tensor interaction_index_;  // flat (i, j), i < j, of [F+1, F+1]

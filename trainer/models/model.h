@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/plan.pb.h"
 #include "trainer/data/batch.h"
 #include "trainer/modules/embedding_config.h"
 #include "trainer/modules/embedding_modules.h"
@@ -20,6 +21,9 @@ class Module;
 }  // namespace torch
 
 namespace deltastream {
+
+class ProcessGroup;
+class ShardedEmbeddingModule;
 
 // What every model is built from (Dlrm, SequenceModel).
 struct RecModelConfig {
@@ -37,6 +41,14 @@ struct RecModelConfig {
   // seed give bit-identical models, on any device, whatever the global
   // generator's state (which Create does not reseed).
   uint64_t seed = 0;
+  // Sharding (trainer/sharding): with a group, the model's embedding module
+  // is sharded over its ranks by `plan` (no tables: DefaultShardingPlan,
+  // table-wise round robin), and every rank computes the logits of its own
+  // examples; the dense part is replicated (its gradients are averaged by
+  // the caller: AverageGradients). Null: one process, unsharded. The group
+  // outlives the model.
+  ProcessGroup* group = nullptr;
+  v1::ShardingPlan plan;
 };
 
 // A recommendation model as the trainer drives it: a click logit per example
@@ -68,7 +80,13 @@ class RecModel {
 
   // The model's embedding modules (owned by the model), their paths the
   // model's attribute paths, e.g. "sparse_arch.embedding_bag_collection".
+  // Sharded: the local modules holding this rank's shards (tables named as
+  // the global ones, local row IDs; a rank without shards has none).
   virtual std::vector<EmbeddingModule*> embedding_modules() = 0;
+
+  // Sharded: the sharded modules (owned by the model), whose local modules
+  // are embedding_modules(). Unsharded: empty.
+  virtual std::vector<ShardedEmbeddingModule*> sharded_modules() = 0;
 
   // A module holding every dense parameter (everything but the embedding
   // tables), on device(), for the dense optimizer (parameters()) and

@@ -34,15 +34,29 @@ absl::StatusOr<std::unique_ptr<SequenceModel>> SequenceModel::Create(
   options.optimizer = config.sparse_optimizer;
   options.device = config.device;
   options.seed = config.seed;
-  absl::StatusOr<std::unique_ptr<EmbeddingCollection>> ec =
-      EmbeddingCollection::Create(std::move(options));
-  if (!ec.ok()) return ec.status();
+  std::unique_ptr<EmbeddingCollection> unsharded;
+  std::unique_ptr<ShardedEmbeddingCollection> sharded;
+  if (config.group == nullptr) {
+    absl::StatusOr<std::unique_ptr<EmbeddingCollection>> made =
+        EmbeddingCollection::Create(std::move(options));
+    if (!made.ok()) return made.status();
+    unsharded = *std::move(made);
+  } else {
+    ShardedModuleOptions sharded_options;
+    sharded_options.module = std::move(options);
+    sharded_options.plan = config.plan;
+    absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> made =
+        ShardedEmbeddingCollection::Create(std::move(sharded_options),
+                                           config.group);
+    if (!made.ok()) return made.status();
+    sharded = *std::move(made);
+  }
   std::unique_ptr<SequenceModel> model(new SequenceModel(std::move(config)));
-  model->ec_ = *std::move(ec);
+  model->ec_ = std::move(unsharded);
+  model->sharded_ec_ = std::move(sharded);
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     model->dense_ = std::make_shared<Dense>(
-        model->config_,
-        static_cast<int64_t>(model->ec_->feature_names().size()));
+        model->config_, static_cast<int64_t>(model->feature_names().size()));
     // From a local generator (the global one is not reseeded), on the CPU,
     // so every device starts from the same parameters.
     InitializeLinearLayers(*model->dense_,
@@ -60,7 +74,9 @@ absl::StatusOr<at::Tensor> SequenceModel::Forward(const Batch& batch) {
       !status.ok()) {
     return status;
   }
-  absl::StatusOr<FeatureDict> sequences = ec_->Forward(batch.sparse);
+  absl::StatusOr<FeatureDict> sequences =
+      sharded_ec_ != nullptr ? sharded_ec_->Forward(batch.sparse)
+                             : ec_->Forward(batch.sparse);
   if (!sequences.ok()) return sequences.status();
   return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
     // [B, D]: the dense vector, also every feature's attention query.
@@ -79,7 +95,18 @@ absl::StatusOr<at::Tensor> SequenceModel::Forward(const Batch& batch) {
 }
 
 std::vector<EmbeddingModule*> SequenceModel::embedding_modules() {
-  return {ec_.get()};
+  if (ec_ != nullptr) return {ec_.get()};
+  if (sharded_ec_->local_module() == nullptr) return {};
+  return {sharded_ec_->local_module()};
+}
+
+std::vector<ShardedEmbeddingModule*> SequenceModel::sharded_modules() {
+  if (sharded_ec_ == nullptr) return {};
+  return {sharded_ec_.get()};
+}
+
+const std::vector<std::string>& SequenceModel::feature_names() const {
+  return ec_ != nullptr ? ec_->feature_names() : sharded_ec_->feature_names();
 }
 
 torch::nn::Module& SequenceModel::dense() { return *dense_; }

@@ -10,6 +10,7 @@
 #include "trainer/modules/embedding_config.h"
 #include "trainer/modules/embedding_modules.h"
 #include "trainer/optim/sparse_optimizer.h"
+#include "trainer/sharding/sharded_embedding_modules.h"
 
 namespace deltastream {
 
@@ -33,15 +34,20 @@ class SequenceModel : public RecModel {
 
   absl::StatusOr<at::Tensor> Forward(const Batch& batch) override;
   std::vector<EmbeddingModule*> embedding_modules() override;
+  std::vector<ShardedEmbeddingModule*> sharded_modules() override;
   torch::nn::Module& dense() override;
   c10::Device device() const override { return config_.device; }
 
  private:
+  // The embedding module's features, in its order.
+  const std::vector<std::string>& feature_names() const;
   struct Dense;
   explicit SequenceModel(SequenceModelConfig config);
 
   SequenceModelConfig config_;
+  // Exactly one of these: unsharded, or sharded over config_.group.
   std::unique_ptr<EmbeddingCollection> ec_;
+  std::unique_ptr<ShardedEmbeddingCollection> sharded_ec_;
   std::shared_ptr<Dense> dense_;
 };
 

@@ -6,6 +6,7 @@
 
 #include "base/torch_status.h"
 #include "tracker_service/tracker.h"
+#include "trainer/comm/gradient_averaging.h"
 #include "trainer/models/metrics.h"
 #include "trainer/models/model.h"
 #include "trainer/tracking/module_tracking.h"
@@ -35,6 +36,13 @@ absl::StatusOr<std::optional<TrainedStep>> SequentialTrainPipeline::Progress(
       if (parts_.rows_reader != nullptr) guard.emplace(*parts_.rows_reader);
       dense_optimizer.zero_grad();
       loss.backward();
+      if (parts_.group != nullptr) {
+        if (absl::Status averaged =
+                AverageGradients(*parts_.group, model.dense().parameters());
+            !averaged.ok()) {
+          return averaged;
+        }
+      }
       dense_optimizer.step();
       if (parts_.tracker != nullptr) parts_.tracker->Step();
     }

@@ -13,6 +13,7 @@
 namespace deltastream {
 
 class ModuleRowsReader;
+class ProcessGroup;
 class RecModel;
 class Tracker;
 
@@ -26,6 +27,10 @@ struct TrainPipelineParts {
   torch::optim::Optimizer* dense_optimizer = nullptr;
   ModuleRowsReader* rows_reader = nullptr;  // null when tracking is off
   Tracker* tracker = nullptr;               // null when tracking is off
+  // A sharded model's group (RecModelConfig::group): the dense gradients
+  // are averaged over its ranks after backward (AverageGradients). Null:
+  // one process.
+  ProcessGroup* group = nullptr;
 };
 
 // One trained step, as the caller accounts it.
