@@ -104,35 +104,34 @@ void RowIndex::PrepareFor(const int64_t* ids, int64_t count) {
     MakeHashed();
     return;
   }
-  const int64_t covered = mode_ == UpdateMode::kLast
-                              ? static_cast<int64_t>(direct_slot_.size())
-                              : static_cast<int64_t>(held_bits_.size()) * 64;
+  const int64_t covered = static_cast<int64_t>(held_bits_.size()) * 64;
   if (high < covered) return;
   // One resize to the next power of two that covers the IDs.
   int64_t slots = std::max<int64_t>(covered, 64);
   while (slots <= high) slots *= 2;
+  held_bits_.resize(slots / 64, 0);
   if (mode_ == UpdateMode::kLast) {
-    direct_slot_.resize(slots, 0);
-  } else {
-    held_bits_.resize(slots / 64, 0);
+    // Not value-initialised: the bitmap says which entries are set.
+    std::unique_ptr<int32_t[]> grown(new int32_t[slots]);
+    if (covered > 0) {
+      std::memcpy(grown.get(), direct_slot_.get(), covered * sizeof(int32_t));
+    }
+    direct_slot_ = std::move(grown);
   }
 }
 
 inline int64_t RowIndex::SlotOf(int64_t id, bool& added) {
   if (direct_) {
+    uint64_t& word = held_bits_[id >> 6];
     const uint64_t bit = uint64_t{1} << (id & 63);
-    if (mode_ == UpdateMode::kFirst) {
-      added = (held_bits_[id >> 6] & bit) == 0;
-      if (!added) return -1;  // kFirst needs no slot of a known ID
-    } else {
-      int32_t& slot = direct_slot_[id];
-      added = slot == 0;
-      if (!added) return slot - 1;
-      slot = static_cast<int32_t>(rows_ + 1);
+    added = (word & bit) == 0;
+    if (!added) {  // kFirst needs no slot of a known ID
+      return mode_ == UpdateMode::kLast ? direct_slot_[id] : -1;
     }
-    // kLast has no bitmap (ToUniqueRows makes one): a fold touches only the
-    // slot array.
-    if (mode_ == UpdateMode::kFirst) held_bits_[id >> 6] |= bit;
+    word |= bit;
+    if (mode_ == UpdateMode::kLast) {
+      direct_slot_[id] = static_cast<int32_t>(rows_);
+    }
   } else {
     auto [it, inserted] = slot_of_id_.try_emplace(id, rows_);
     added = inserted;
@@ -270,16 +269,19 @@ void RowIndex::FoldRows(const int64_t* ids, const uint8_t* states,
       if (i + kTightPrefetchIds < count) {
         __builtin_prefetch(&direct_slot_[ids[i + kTightPrefetchIds]]);
       }
-      fold_slots_[i] = direct_slot_[ids[i]];
+      const int64_t id = ids[i];
+      fold_slots_[i] =
+          (held_bits_[id >> 6] >> (id & 63)) & 1 ? direct_slot_[id] : -1;
     }
     for (int64_t i = 0; i < count; ++i) {
-      if (i + kSlotPrefetchIds < count && fold_slots_[i + kSlotPrefetchIds]) {
-        const int64_t ahead = fold_slots_[i + kSlotPrefetchIds] - 1;
+      if (i + kSlotPrefetchIds < count &&
+          fold_slots_[i + kSlotPrefetchIds] >= 0) {
+        const int64_t ahead = fold_slots_[i + kSlotPrefetchIds];
         __builtin_prefetch(&row_of_[ahead]);
         if (holds) __builtin_prefetch(&holder_of_[ahead]);
       }
       const uint8_t* row = states + i * row_bytes_;
-      int64_t slot = fold_slots_[i] - 1;
+      int64_t slot = fold_slots_[i];
       if (slot < 0) {  // new to the index, unless earlier in this lookup
         bool added;
         slot = SlotOf(ids[i], added);
@@ -371,7 +373,7 @@ void RowIndex::MakeHashed() {
     slot_of_id_.emplace(ids_[slot], slot);
   }
   direct_ = false;
-  std::vector<int32_t>().swap(direct_slot_);
+  direct_slot_.reset();
   std::vector<uint64_t>().swap(held_bits_);
 }
 
@@ -501,7 +503,7 @@ void RowIndex::Fold(RowIndex&& later) {
 void RowIndex::Clear() {
   rows_ = 0;
   std::vector<uint64_t>().swap(id_bits_);
-  std::vector<int32_t>().swap(direct_slot_);
+  direct_slot_.reset();
   std::vector<uint64_t>().swap(held_bits_);
   slot_of_id_.clear();
   std::vector<int64_t>().swap(ids_);
@@ -521,8 +523,9 @@ int64_t RowIndex::bytes() const {
   const int64_t index_bytes =
       static_cast<int64_t>(slot_of_id_.capacity()) *
           static_cast<int64_t>(sizeof(std::pair<int64_t, int64_t>) + 1) +
-      static_cast<int64_t>(direct_slot_.capacity() * sizeof(int32_t) +
-                           held_bits_.capacity() * sizeof(uint64_t));
+      static_cast<int64_t>(
+          (direct_slot_ ? held_bits_.size() * 64 * sizeof(int32_t) : 0) +
+          held_bits_.capacity() * sizeof(uint64_t));
   const int64_t slot_bytes =
       static_cast<int64_t>(ids_.capacity() * sizeof(int64_t) +
                            row_of_.capacity() * sizeof(const uint8_t*) +
@@ -548,12 +551,6 @@ UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
   if (direct_) {
     // An ID's place is its rank in the bitmap: the IDs held below it.
     const std::vector<uint64_t>* bits = &held_bits_;
-    std::vector<uint64_t> last_bits;  // kLast's, set here
-    if (mode_ == UpdateMode::kLast) {
-      last_bits.assign(direct_slot_.size() / 64, 0);
-      for (int64_t id : ids_) last_bits[id >> 6] |= uint64_t{1} << (id & 63);
-      bits = &last_bits;
-    }
     std::vector<int32_t> rank(bits->size());
     int32_t below = 0;
     for (size_t w = 0; w < bits->size(); ++w) {

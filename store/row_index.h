@@ -41,11 +41,11 @@ namespace deltastream {
 // embedding lookups produce), the index is direct instead of hashed: in kNone
 // a bitmap of IDs (a bit test per ID, an eighth of a byte per possible row);
 // in kFirst such a bitmap too (a known ID needs nothing but the test), in
-// kLast an array of slots indexed by ID (four bytes per possible row); the
-// rank of an ID in the bitmap (made from the IDs held in kLast) is its place
-// in the sorted output. Either turns into the hash index when an ID is
-// negative or too far out for the rows held (see kDenseBitsPerRow,
-// kDirectSlotsPerRow).
+// kLast with an array of slots indexed by ID (four bytes per possible row,
+// valid where the bitmap says, so never cleared); the rank of an ID in the
+// bitmap is its place in the sorted output. Either turns into the hash index
+// when an ID is negative or too far out for the rows held (see
+// kDenseBitsPerRow, kDirectSlotsPerRow).
 //
 // Not thread-safe: the owning DeltaStore serialises access.
 class RowIndex {
@@ -161,11 +161,12 @@ class RowIndex {
   int64_t row_bytes_;
   bool borrowed_;
   int64_t rows_ = 0;
-  bool dense_;                        // bitmap mode (kNone only)
-  std::vector<uint64_t> id_bits_;     // bitmap mode: bit i set = ID i held
-  bool direct_;                       // direct-slot mode (kFirst, kLast)
-  std::vector<uint64_t> held_bits_;   // direct kFirst: bit i set = ID i held
-  std::vector<int32_t> direct_slot_;  // direct kLast: ID -> slot + 1 (0: none)
+  bool dense_;                       // bitmap mode (kNone only)
+  std::vector<uint64_t> id_bits_;    // bitmap mode: bit i set = ID i held
+  bool direct_;                      // direct-slot mode (kFirst, kLast)
+  std::vector<uint64_t> held_bits_;  // direct mode: bit i set = ID i held
+  // Direct kLast: ID -> slot, set where held_bits_ is (covers as many IDs).
+  std::unique_ptr<int32_t[]> direct_slot_;
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;
   std::vector<int64_t> ids_;            // slot -> ID
   std::vector<const uint8_t*> row_of_;  // slot -> state row
@@ -183,7 +184,7 @@ class RowIndex {
   int64_t own_rows_capacity_ = 0;    // rows of all blocks
   std::vector<uint8_t*> free_rows_;  // own rows no slot points at
   // kLast, during a fold: slots repointed into the folded tensor, and the
-  // slot (+ 1) of each folded ID.
+  // slot of each folded ID (-1: not held before the fold).
   std::vector<int64_t> touched_;
   std::vector<int32_t> fold_slots_;
 };
