@@ -175,8 +175,11 @@ class ManifestsTest(unittest.TestCase):
         self.assertEqual(int(env["MASTER_PORT"]["value"]), ports["rendezvous"])
         for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE"):
             self.assertIn(name, env)
-        # Every rank its own checkpoint directory.
-        self.assertIn("$(RANK)", " ".join(pod["containers"][0]["args"]))
+        # One checkpoint directory for every rank (sharded checkpoints), on
+        # a volume every pod mounts.
+        args = pod["containers"][0]["args"]
+        self.assertIn("--checkpoint_dir=/var/lib/deltastream/run", args)
+        self.assertNotIn("$(RANK)", " ".join(args))
 
     def test_trainer_config_parses_as_a_trainer_config(self):
         # protoc --encode parses text format against the real message: an
