@@ -7,12 +7,12 @@
 #include <optional>
 #include <string>
 
-#include "base/auth.h"
-#include "base/grpc_server.h"
-#include "proto/tracker.grpc.pb.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "base/auth.h"
+#include "base/grpc_server.h"
+#include "proto/tracker.grpc.pb.h"
 #include "tracker_service/service_topology.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
@@ -135,8 +135,7 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   const ServiceOptions options_;
   std::atomic<bool> stopping_{false};
   mutable absl::Mutex topology_mu_;
-  std::optional<v1::TopologyResponse> topology_
-      ABSL_GUARDED_BY(topology_mu_);
+  std::optional<v1::TopologyResponse> topology_ ABSL_GUARDED_BY(topology_mu_);
   absl::flat_hash_map<std::string, Columns> columns_
       ABSL_GUARDED_BY(topology_mu_);
 };

@@ -185,7 +185,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         s.group != nullptr ? s.group->rank() : 0, WorldSize(s),
         trainer->model_->sharded_modules(),
         trainer->model_->embedding_modules(),
-        trainer->tracker_->feature_map().fqns);
+        trainer->tracker_->options().fqns_to_skip);
     topology.endpoints = *std::move(endpoints);
     trainer->host_->SetTopology(std::move(topology));
   }

@@ -120,10 +120,10 @@ absl::StatusOr<at::Tensor> ModuleRowsReader::LocalIds(
   at::Tensor local = ids - first;
   if (local.numel() > 0 &&
       ((local < 0).any().item<bool>() || (local >= rows).any().item<bool>())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", fqn, "' holds rows ", first, " .. ",
-                     first + rows - 1, " of its sharded table here; an ID is "
-                     "outside them"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", fqn, "' holds rows ", first, " .. ", first + rows - 1,
+        " of its sharded table here; an ID is "
+        "outside them"));
   }
   return local;
 }

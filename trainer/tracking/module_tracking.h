@@ -109,8 +109,7 @@ class ModuleRowsReader : public LiveRowsReader {
   absl::StatusOr<Table> Find(absl::string_view fqn) const;
   // `ids` as the module's local row IDs (a handle to `ids` at offset 0);
   // InvalidArgument, in global terms, for an ID outside the table's rows.
-  absl::StatusOr<at::Tensor> LocalIds(absl::string_view fqn,
-                                      const Table& table,
+  absl::StatusOr<at::Tensor> LocalIds(absl::string_view fqn, const Table& table,
                                       const at::Tensor& ids) const;
 
   absl::flat_hash_map<std::string, Table> tables_;

@@ -4,7 +4,6 @@
 
 #include <climits>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "tracker_service/tracked_modules.h"
@@ -33,12 +32,9 @@ RowOffsets ShardRowOffsets(absl::Span<ShardedEmbeddingModule* const> modules) {
 }
 
 ServiceTopology DescribeTopology(
-    int rank, int world_size,
-    absl::Span<ShardedEmbeddingModule* const> sharded,
+    int rank, int world_size, absl::Span<ShardedEmbeddingModule* const> sharded,
     absl::Span<EmbeddingModule* const> modules,
-    absl::Span<const std::string> tracked_fqns) {
-  const absl::flat_hash_set<std::string> tracked(tracked_fqns.begin(),
-                                                 tracked_fqns.end());
+    const std::vector<std::string>& fqns_to_skip) {
   ServiceTopology topology;
   topology.rank = rank;
   topology.world_size = world_size;
@@ -51,7 +47,7 @@ ServiceTopology DescribeTopology(
     absl::StrAppend(&topology.plan, text);
     for (const EmbeddingShard& shard : module->shards()) {
       const std::string fqn = ShardedTableFqn(*module, shard.table);
-      if (!tracked.contains(fqn)) continue;
+      if (IsSkipped(fqn, fqns_to_skip)) continue;
       const EmbeddingTableConfig& table = module->tables()[shard.table_index];
       topology.shards.push_back(
           {fqn, v1::ShardingType_Name(shard.sharding_type), shard.rank,
@@ -64,7 +60,7 @@ ServiceTopology DescribeTopology(
     for (size_t t = 0; t < module->tables().size(); ++t) {
       const std::string fqn =
           CleanFqn(module->TableFqn(static_cast<int64_t>(t)));
-      if (!tracked.contains(fqn)) continue;
+      if (IsSkipped(fqn, fqns_to_skip)) continue;
       const EmbeddingTableConfig& table = module->tables()[t];
       topology.shards.push_back({fqn, "TABLE_WISE", 0, 0, table.num_embeddings,
                                  0, table.embedding_dim, table.num_embeddings,

@@ -42,15 +42,15 @@ std::string ShardedTableFqn(const ShardedEmbeddingModule& module,
 RowOffsets ShardRowOffsets(absl::Span<ShardedEmbeddingModule* const> modules);
 
 // The topology of a trainer whose rank is `rank` of `world_size`, without
-// endpoints: with sharded modules, every shard of every table in
-// `tracked_fqns` (the tracker's FeatureMap::fqns) and the plans in text
-// (one module's plan, or each module's after a "# <path>" line); without,
-// the tables of `modules` whole on rank 0, TABLE_WISE.
+// endpoints: with sharded modules, every shard of every table not skipped
+// by `fqns_to_skip` (TrackerOptions::fqns_to_skip; every rank lists every
+// shard, also of tables it holds none of) and the plans in text (one
+// module's plan, or each module's after a "# <path>" line); without, the
+// tables of `modules` whole on rank 0, TABLE_WISE.
 ServiceTopology DescribeTopology(
-    int rank, int world_size,
-    absl::Span<ShardedEmbeddingModule* const> sharded,
+    int rank, int world_size, absl::Span<ShardedEmbeddingModule* const> sharded,
     absl::Span<EmbeddingModule* const> modules,
-    absl::Span<const std::string> tracked_fqns);
+    const std::vector<std::string>& fqns_to_skip);
 
 // `address` ("HOST:PORT") as another host can reach it: a wildcard host
 // (0.0.0.0, [::], ::, empty) becomes this machine's hostname.
