@@ -32,18 +32,18 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "base/command_line.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/process.h"
 #include "clients/checkpoint_job.h"
 #include "clients/checkpoint_job_metrics.h"
-#include "clients/command_line.h"
 #include "clients/delta_client.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "tracker HOST:PORT");
@@ -124,10 +124,9 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "checkpoint_job --target=HOST:PORT --consumer=C --dir=D; see --helpfull");
-  if (const std::string error = deltastream::CommandLineError(argc, argv);
-      !error.empty()) {
-    return deltastream::Fail(deltastream::kExitUsage, error);
+  if (std::optional<int> exit_code =
+          deltastream::HandleCommandLine(argc, argv)) {
+    return *exit_code;
   }
-  absl::ParseCommandLine(argc, argv);
   return deltastream::Main();
 }

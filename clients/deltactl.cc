@@ -1,24 +1,25 @@
 // deltactl: the operator CLI of the tracker service.
 //
-//   deltactl --target=HOST:PORT <command> [flags]
+//   deltactl [--target=HOST:PORT] <command> [args] [flags]
 //
-// Commands: push --json_file=F (- = stdin) | step |
-//   get --consumer=C [--fqn=F,...] [--top_percentage=P] [--out=F.npz]
-//       [--json] |
-//   commit --consumer=C --end_batch=B | consumers list|add|remove [NAME] |
-//   status | compact | clear [--consumer=C] | snapshot |
-//   subscribe --consumer=C [--every_steps=N] [--every_ms=T] [--count=K] |
-//   watch [--interval_ms=N]
-// Connection: --token_file=F sends the token in F (first line) on every call;
-// --tls_ca=F speaks TLS and trusts the PEM certificates in F.
-// Every command that prints data takes --json. Errors: one line on stderr and
-// a non-zero exit (1: the request failed, 2: bad usage).
+// Each command takes its own flags and refuses the others (the table in
+// Commands(); `deltactl <command> --help` lists them), the output flags
+// (-o text|wide|json|yaml, --json = -o json) and, when it talks to a server,
+// the connection flags (--target, else $DELTACTL_TARGET, else
+// 127.0.0.1:50051; --timeout_ms; --token_file; --tls_ca). Flags may come
+// before or after the command. Exit codes: 0 success, 1 a failed request,
+// 2 bad usage, with one line on stderr (base/process.h). `status`, `compact`,
+// `clear`, `snapshot` print their response message as protobuf's JSON
+// mapping (clients/structured_output.h), so the output follows the proto.
+// clients/deltactl_completion.bash completes commands and flags through the
+// hidden `__complete` command.
 
 #include <ATen/ATen.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -30,53 +31,117 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "absl/flags/reflection.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/command_line.h"
 #include "base/process.h"
 #include "clients/checkpoint_chain.h"
-#include "clients/command_line.h"
 #include "clients/delta_client.h"
 #include "clients/npz_file.h"
 #include "clients/push_json.h"
+#include "clients/structured_output.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "tracker server HOST:PORT");
-ABSL_FLAG(bool, json, false, "print JSON instead of tables");
-ABSL_FLAG(std::string, json_file, "", "push: the lookups, JSON ('-': stdin)");
-ABSL_FLAG(std::string, consumer, "", "consumer name");
-ABSL_FLAG(std::string, fqn, "", "get: comma-separated tables (default all)");
-ABSL_FLAG(double, top_percentage, 0, "get: keep the top P% rows by score");
-ABSL_FLAG(int64_t, top_count, 0, "get: keep the top N rows by score");
-ABSL_FLAG(bool, scores, false, "get: include every row's score");
-ABSL_FLAG(bool, states, true, "get: include the tracked states");
-ABSL_FLAG(bool, values, true, "get: include the current values");
-ABSL_FLAG(int64_t, end_batch, -1, "commit: the read's end batch");
-ABSL_FLAG(int, interval_ms, 1000, "watch: refresh period");
+// Connection flags (commands that talk to a server).
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "tracker server HOST:PORT; when not given, $DELTACTL_TARGET if set");
 ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
 ABSL_FLAG(std::string, token_file, "",
           "file whose first line is the bearer token to send");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM certificates to trust: connect with TLS");
+// Output flags (every command).
+ABSL_FLAG(std::string, output, "text",
+          "-o: text, wide (more columns), json (one object per result) or "
+          "yaml (one document per result)");
+ABSL_FLAG(bool, json, false, "the same as -o json");
+// The commands' own flags.
+ABSL_FLAG(std::string, json_file, "", "the lookups, JSON ('-': stdin)");
+ABSL_FLAG(std::string, consumer, "", "consumer name");
+ABSL_FLAG(std::string, fqn, "", "comma-separated tables (default all)");
+ABSL_FLAG(double, top_percentage, 0, "keep the top P% rows by score");
+ABSL_FLAG(int64_t, top_count, 0, "keep the top N rows by score");
+ABSL_FLAG(bool, scores, false, "include every row's score");
+ABSL_FLAG(bool, states, true, "include the tracked states");
+ABSL_FLAG(bool, values, true, "include the current values");
+ABSL_FLAG(int64_t, end_batch, -1, "the read's end batch");
+ABSL_FLAG(int, interval_ms, 1000, "refresh period");
 ABSL_FLAG(std::string, out, "",
-          "get: write the delta to this .npz file (see clients/npz_file.h)");
-ABSL_FLAG(int64_t, every_steps, 1, "subscribe: push every N steps");
-ABSL_FLAG(int64_t, every_ms, 0, "subscribe: or every T ms (0: steps only)");
-ABSL_FLAG(int64_t, count, 0, "subscribe: stop after K deltas (0: never)");
-ABSL_FLAG(std::string, dir, "", "chain: a checkpoint chain's directory");
+          "write the delta to this .npz file (see clients/npz_file.h)");
+ABSL_FLAG(int64_t, every_steps, 1, "push every N steps");
+ABSL_FLAG(int64_t, every_ms, 0, "or every T ms (0: steps only)");
+ABSL_FLAG(int64_t, count, 0, "stop after K deltas (0: never)");
+ABSL_FLAG(std::string, dir, "", "a checkpoint chain's directory");
 
 namespace deltastream {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
-class UsageError : public std::runtime_error {
-  using std::runtime_error::runtime_error;
+constexpr char kProgram[] = "deltactl";
+// The flags every command that talks to a server takes.
+const std::vector<std::string>& ConnectionFlags() {
+  static const auto* const flags = new std::vector<std::string>{
+      "target", "timeout_ms", "token_file", "tls_ca"};
+  return *flags;
+}
+
+// The flags every command takes.
+const std::vector<std::string>& OutputFlags() {
+  static const auto* const flags =
+      new std::vector<std::string>{"output", "json"};
+  return *flags;
+}
+
+// What a command's run gets.
+struct Invocation {
+  std::vector<std::string> args;  // positional arguments after the command
+  OutputFormat format = OutputFormat::kText;
+  DeltaClient* client = nullptr;  // null for a command that connects nowhere
 };
+
+// One command. Adding a command is one entry in Commands().
+struct Command {
+  std::string name;
+  std::string usage;               // what follows "deltactl <name>" in its help
+  std::string summary;             // one line
+  std::vector<std::string> flags;  // its own flags
+  bool connects;                   // takes the connection flags
+  size_t max_args;                 // positional arguments it takes
+  int (*run)(const Invocation&);
+};
+
+const std::vector<Command>& Commands();
+
+const Command* FindCommand(const std::string& name) {
+  for (const Command& command : Commands()) {
+    if (command.name == name) return &command;
+  }
+  return nullptr;
+}
+
+int Usage(absl::string_view message) { return Fail(kExitUsage, message); }
+
+bool Structured(OutputFormat format) {
+  return format == OutputFormat::kJson || format == OutputFormat::kYaml;
+}
+
+// One result as one JSON line or one YAML document; `stream`: one of many
+// (subscribe, watch), a YAML document then starts with "---".
+void PrintStructured(const json& value, OutputFormat format,
+                     bool stream = false) {
+  if (format == OutputFormat::kYaml) {
+    std::printf("%s%s", stream ? "---\n" : "", ToYaml(value).c_str());
+  } else {
+    std::printf(
+        "%s\n",
+        value.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+  }
+}
 
 std::string Bytes(int64_t bytes) {
   if (bytes >= (int64_t{1} << 30))
@@ -105,6 +170,12 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
+std::string UnixMicrosText(int64_t micros) {
+  if (micros <= 0) return "-";
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMicros(micros),
+                          absl::UTCTimeZone());
+}
+
 // A 1-D tensor as a list, a 2-D one as a list of rows, of T.
 template <typename T>
 json NumbersJson(const at::Tensor& tensor, at::ScalarType as) {
@@ -131,12 +202,14 @@ json TensorJson(const at::Tensor& tensor) {
   }
 }
 
-json SnapshotJson(const v1::SnapshotInfo& info) {
-  return {{"generation", info.generation()},
-          {"batch", info.batch()},
-          {"written_unix_micros", info.written_unix_micros()},
-          {"payload_bytes", info.payload_bytes()},
-          {"seconds", info.seconds()}};
+// The header of a delta as its message, plus "batch" (= end_batch, which
+// scripts read) and what `extra` adds.
+json DeltaJson(const v1::DeltaHeader& header, const std::string& key,
+               json extra) {
+  json out = MessageToJson(header);
+  out["batch"] = header.end_batch();
+  out[key] = std::move(extra);
+  return out;
 }
 
 std::string DescribeSnapshot(const v1::SnapshotInfo& info) {
@@ -151,43 +224,7 @@ std::string DescribeSnapshot(const v1::SnapshotInfo& info) {
       age);
 }
 
-json StatusJson(const v1::StatusResponse& s) {
-  json out = {{"mode", s.mode()},
-              {"current_batch", s.current_batch()},
-              {"delete_on_read", s.delete_on_read()},
-              {"auto_compact", s.auto_compact()},
-              {"acknowledged_reads", s.acknowledged_reads()},
-              {"bytes", s.bytes()},
-              {"memory_cap_bytes", s.memory_cap_bytes()},
-              {"cap_compactions", s.cap_compactions()},
-              {"cap_drops", s.cap_drops()},
-              {"dropped_ids", s.dropped_ids()},
-              {"dropped_bytes", s.dropped_bytes()},
-              {"consumers", json::array()},
-              {"tables", json::object()}};
-  for (const v1::ConsumerStatus& c : s.consumers()) {
-    json consumer = {{"name", c.name()},
-                     {"cursor", c.cursor()},
-                     {"lag_steps", c.lag_steps()},
-                     {"lag_seconds", c.lag_seconds()},
-                     {"resync_required", c.resync_required()}};
-    if (c.has_pending_read()) {
-      consumer["pending_end"] = c.pending_end();
-      consumer["pending_reads"] = c.pending_reads();
-    }
-    out["consumers"].push_back(consumer);
-  }
-  for (const v1::TableStatus& t : s.tables()) {
-    out["tables"][t.fqn()] = {
-        {"lookups", t.lookups()}, {"ids", t.ids()}, {"bytes", t.bytes()}};
-  }
-  if (!s.db().empty()) out["db"] = s.db();
-  if (s.has_last_snapshot())
-    out["last_snapshot"] = SnapshotJson(s.last_snapshot());
-  return out;
-}
-
-void PrintStatus(const v1::StatusResponse& s) {
+void PrintStatus(const v1::StatusResponse& s, bool wide) {
   std::printf(
       "mode %s, batch %lld, held %s%s, delete_on_read %s, "
       "auto_compact %s\n",
@@ -196,6 +233,16 @@ void PrintStatus(const v1::StatusResponse& s) {
       s.memory_cap_bytes() > 0 ? (" of " + Bytes(s.memory_cap_bytes())).c_str()
                                : "",
       s.delete_on_read() ? "on" : "off", s.auto_compact() ? "on" : "off");
+  if (wide) {
+    std::printf(
+        "run %s from batch %lld, acknowledged_reads %s, live rows %s, "
+        "%lld cap compactions\n",
+        s.run_id().empty() ? "-" : s.run_id().c_str(),
+        static_cast<long long>(s.run_start_batch()),
+        s.acknowledged_reads() ? "on" : "off",
+        s.serves_live_rows() ? "yes" : "no",
+        static_cast<long long>(s.cap_compactions()));
+  }
   if (s.cap_drops() > 0) {
     std::printf("memory cap: dropped %lld IDs (%s) in %lld drops\n",
                 static_cast<long long>(s.dropped_ids()),
@@ -208,9 +255,23 @@ void PrintStatus(const v1::StatusResponse& s) {
                     ? DescribeSnapshot(s.last_snapshot()).c_str()
                     : "no snapshot yet");
   }
-  std::vector<std::vector<std::string>> consumers = {
-      {"CONSUMER", "CURSOR", "LAG", "PENDING", "RESYNC"}};
+  std::vector<std::vector<std::string>> consumers;
+  if (wide) {
+    consumers.push_back({"CONSUMER", "CURSOR", "LAG_STEPS", "LAG_SECONDS",
+                         "PENDING_END", "PENDING_READS", "RESYNC"});
+  } else {
+    consumers.push_back({"CONSUMER", "CURSOR", "LAG", "PENDING", "RESYNC"});
+  }
   for (const v1::ConsumerStatus& c : s.consumers()) {
+    const std::string resync = c.resync_required() ? "yes" : "no";
+    if (wide) {
+      consumers.push_back(
+          {c.name(), std::to_string(c.cursor()), std::to_string(c.lag_steps()),
+           absl::StrFormat("%.3f", c.lag_seconds()),
+           c.has_pending_read() ? std::to_string(c.pending_end()) : "-",
+           std::to_string(c.pending_reads()), resync});
+      continue;
+    }
     consumers.push_back(
         {c.name(), std::to_string(c.cursor()),
          absl::StrFormat("%d steps, %.1f s", c.lag_steps(), c.lag_seconds()),
@@ -219,21 +280,33 @@ void PrintStatus(const v1::StatusResponse& s) {
              ? absl::StrCat(c.pending_reads(), " reads, newest end ",
                             c.pending_end())
              : absl::StrCat("end ", c.pending_end()),
-         c.resync_required() ? "yes" : "no"});
+         resync});
   }
   PrintTable(consumers);
   std::vector<std::vector<std::string>> tables = {
       {"TABLE", "LOOKUPS", "IDS", "BYTES"}};
   for (const v1::TableStatus& t : s.tables()) {
     tables.push_back({t.fqn(), std::to_string(t.lookups()),
-                      std::to_string(t.ids()), Bytes(t.bytes())});
+                      std::to_string(t.ids()),
+                      wide ? std::to_string(t.bytes()) : Bytes(t.bytes())});
   }
   if (tables.size() > 1) PrintTable(tables);
 }
 
-int Push(DeltaClient& client) {
+int ShowStatus(const absl::StatusOr<v1::StatusResponse>& status,
+               OutputFormat format, bool stream = false) {
+  if (!status.ok()) return Fail(kExitFailure, status.status());
+  if (Structured(format)) {
+    PrintStructured(MessageToJson(*status), format, stream);
+  } else {
+    PrintStatus(*status, format == OutputFormat::kWide);
+  }
+  return 0;
+}
+
+int RunPush(const Invocation& run) {
   const std::string file = absl::GetFlag(FLAGS_json_file);
-  if (file.empty()) throw UsageError("push needs --json_file=F ('-': stdin)");
+  if (file.empty()) return Usage("push needs --json_file=F ('-': stdin)");
   std::stringstream text;
   if (file == "-") {
     text << std::cin.rdbuf();
@@ -245,12 +318,11 @@ int Push(DeltaClient& client) {
   }
   auto tables = ParsePushJson(text.str(), file == "-" ? "stdin" : file);
   if (!tables.ok()) return Fail(kExitFailure, tables.status());
-  auto batch = client.Record({*tables});
+  auto batch = run.client->Record({*tables});
   if (!batch.ok()) return Fail(kExitFailure, batch.status());
-  if (absl::GetFlag(FLAGS_json)) {
-    std::printf(
-        "%s\n",
-        json({{"batch", *batch}, {"tables", tables->size()}}).dump().c_str());
+  if (Structured(run.format)) {
+    PrintStructured({{"batch", *batch}, {"tables", tables->size()}},
+                    run.format);
   } else {
     std::printf("recorded %zu tables into batch %lld\n", tables->size(),
                 static_cast<long long>(*batch));
@@ -258,12 +330,25 @@ int Push(DeltaClient& client) {
   return 0;
 }
 
-// The read that get and subscribe ask for, from the flags.
-v1::GetDeltaRequest ReadRequest(const std::string& command) {
+int RunStep(const Invocation& run) {
+  auto batch = run.client->Step();
+  if (!batch.ok()) return Fail(kExitFailure, batch.status());
+  if (Structured(run.format)) {
+    PrintStructured({{"batch", *batch}}, run.format);
+  } else {
+    std::printf("batch %lld\n", static_cast<long long>(*batch));
+  }
+  return 0;
+}
+
+// The read that get and subscribe ask for, from the flags; nullopt (after
+// the usage line) without --consumer.
+std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command) {
   v1::GetDeltaRequest request;
   request.set_consumer(absl::GetFlag(FLAGS_consumer));
   if (request.consumer().empty()) {
-    throw UsageError(command + " needs --consumer=C");
+    Usage(command + " needs --consumer=C");
+    return std::nullopt;
   }
   for (absl::string_view fqn :
        absl::StrSplit(absl::GetFlag(FLAGS_fqn), ',', absl::SkipEmpty())) {
@@ -281,49 +366,55 @@ v1::GetDeltaRequest ReadRequest(const std::string& command) {
   return request;
 }
 
-int Get(DeltaClient& client) {
-  auto delta = client.GetDelta(ReadRequest("get"));
-  if (!delta.ok()) return Fail(kExitFailure, delta.status());
-  const v1::DeltaHeader& header = delta->header;
-  if (const std::string file = absl::GetFlag(FLAGS_out); !file.empty()) {
-    if (absl::Status s = WriteDeltaNpz(file, *delta); !s.ok())
-      return Fail(kExitFailure, s);
-    int64_t rows = 0;
-    for (const auto& [fqn, table] : delta->tables) rows += table.ids.numel();
-    if (absl::GetFlag(FLAGS_json)) {
-      std::printf("%s\n", json({{"file", file},
-                                {"start_batch", header.start_batch()},
-                                {"end_batch", header.end_batch()},
-                                {"tables", delta->tables.size()},
-                                {"rows", rows}})
-                              .dump()
-                              .c_str());
-    } else {
-      std::printf("wrote batches [%lld, %lld): %lld rows of %zu tables to %s\n",
-                  static_cast<long long>(header.start_batch()),
-                  static_cast<long long>(header.end_batch()),
-                  static_cast<long long>(rows), delta->tables.size(),
-                  file.c_str());
-    }
-    return 0;
+int64_t Rows(const ReceivedDelta& delta) {
+  int64_t rows = 0;
+  for (const auto& [fqn, table] : delta.tables) rows += table.ids.numel();
+  return rows;
+}
+
+int WriteNpz(const ReceivedDelta& delta, const std::string& file,
+             OutputFormat format) {
+  if (absl::Status s = WriteDeltaNpz(file, delta); !s.ok()) {
+    return Fail(kExitFailure, s);
   }
-  if (absl::GetFlag(FLAGS_json)) {
-    json out = {{"consumer", header.consumer()},
-                {"batch", header.end_batch()},
-                {"start_batch", header.start_batch()},
-                {"end_batch", header.end_batch()},
-                {"resync_required", header.resync_required()},
-                {"tables", json::object()}};
+  const v1::DeltaHeader& header = delta.header;
+  if (Structured(format)) {
+    json out = DeltaJson(header, "file", file);
+    out["tables"] = delta.tables.size();
+    out["rows"] = Rows(delta);
+    PrintStructured(out, format);
+  } else {
+    std::printf("wrote batches [%lld, %lld): %lld rows of %zu tables to %s\n",
+                static_cast<long long>(header.start_batch()),
+                static_cast<long long>(header.end_batch()),
+                static_cast<long long>(Rows(delta)), delta.tables.size(),
+                file.c_str());
+  }
+  return 0;
+}
+
+int RunGet(const Invocation& run) {
+  std::optional<v1::GetDeltaRequest> request = ReadRequest("get");
+  if (!request.has_value()) return kExitUsage;
+  auto delta = run.client->GetDelta(*request);
+  if (!delta.ok()) return Fail(kExitFailure, delta.status());
+  if (const std::string file = absl::GetFlag(FLAGS_out); !file.empty()) {
+    return WriteNpz(*delta, file, run.format);
+  }
+  const v1::DeltaHeader& header = delta->header;
+  if (Structured(run.format)) {
+    json tables = json::object();
     for (const auto& [fqn, table] : delta->tables) {
       json t = {{"ids", TensorJson(table.ids)}};
       if (table.states.defined()) t["states"] = TensorJson(table.states);
       if (table.values.defined()) t["values"] = TensorJson(table.values);
       if (table.scores.defined()) t["scores"] = TensorJson(table.scores);
-      out["tables"][fqn] = t;
+      tables[fqn] = std::move(t);
     }
-    std::printf("%s\n", out.dump().c_str());
+    PrintStructured(DeltaJson(header, "tables", std::move(tables)), run.format);
     return 0;
   }
+  const bool wide = run.format == OutputFormat::kWide;
   std::printf("consumer %s: batches [%lld, %lld)%s\n",
               header.consumer().c_str(),
               static_cast<long long>(header.start_batch()),
@@ -333,8 +424,16 @@ int Get(DeltaClient& client) {
                                  " rows dropped under the memory cap)")
                         .c_str()
                   : "");
+  if (wide) {
+    std::printf("run %s from batch %lld, changes from %s to %s\n",
+                header.run_id().empty() ? "-" : header.run_id().c_str(),
+                static_cast<long long>(header.run_start_batch()),
+                UnixMicrosText(header.oldest_change_unix_micros()).c_str(),
+                UnixMicrosText(header.newest_change_unix_micros()).c_str());
+  }
   std::vector<std::vector<std::string>> rows = {
       {"TABLE", "ROWS", "STATES", "VALUES", "BYTES"}};
+  if (wide) rows[0].insert(rows[0].end(), {"SCORES", "DTYPE"});
   for (const auto& [fqn, table] : delta->tables) {
     int64_t bytes = table.ids.nbytes();
     for (const at::Tensor* t : {&table.states, &table.values, &table.scores}) {
@@ -344,65 +443,132 @@ int Get(DeltaClient& client) {
       return t.defined() ? absl::StrJoin(t.sizes(), "x") : std::string("-");
     };
     rows.push_back({fqn, std::to_string(table.ids.numel()), shape(table.states),
-                    shape(table.values), Bytes(bytes)});
+                    shape(table.values),
+                    wide ? std::to_string(bytes) : Bytes(bytes)});
+    if (wide) {
+      const at::Tensor& typed =
+          table.values.defined() ? table.values : table.states;
+      rows.back().push_back(shape(table.scores));
+      rows.back().push_back(
+          typed.defined() ? std::string(c10::toString(typed.scalar_type()))
+                          : "-");
+    }
   }
   PrintTable(rows);
   return 0;
 }
 
-int Subscribe(DeltaClient& client) {
+int RunSubscribe(const Invocation& run) {
   v1::SubscribeRequest request;
-  *request.mutable_read() = ReadRequest("subscribe");
+  std::optional<v1::GetDeltaRequest> read = ReadRequest("subscribe");
+  if (!read.has_value()) return kExitUsage;
+  *request.mutable_read() = *read;
   request.set_every_steps(absl::GetFlag(FLAGS_every_steps));
   request.set_every_ms(absl::GetFlag(FLAGS_every_ms));
   const int64_t count = absl::GetFlag(FLAGS_count);
   int64_t received = 0;
-  absl::Status status = client.Subscribe(request, [&](ReceivedDelta&& delta) {
-    int64_t rows = 0;
-    for (const auto& [fqn, table] : delta.tables) rows += table.ids.numel();
-    const v1::DeltaHeader& h = delta.header;
-    if (absl::GetFlag(FLAGS_json)) {
-      json tables = json::object();
-      for (const auto& [fqn, table] : delta.tables) {
-        tables[fqn] = table.ids.numel();
-      }
-      std::printf("%s\n", json({{"start_batch", h.start_batch()},
-                                {"end_batch", h.end_batch()},
-                                {"resync_required", h.resync_required()},
-                                {"rows", tables}})
-                              .dump()
-                              .c_str());
-    } else {
-      std::printf("batches [%lld, %lld): %lld rows in %zu tables%s\n",
-                  static_cast<long long>(h.start_batch()),
-                  static_cast<long long>(h.end_batch()),
-                  static_cast<long long>(rows), delta.tables.size(),
-                  h.resync_required() ? ", RESYNC REQUIRED" : "");
-    }
-    std::fflush(stdout);
-    return count == 0 || ++received < count;
-  });
+  absl::Status status =
+      run.client->Subscribe(request, [&](ReceivedDelta&& delta) {
+        const v1::DeltaHeader& h = delta.header;
+        if (Structured(run.format)) {
+          json tables = json::object();
+          for (const auto& [fqn, table] : delta.tables) {
+            tables[fqn] = table.ids.numel();
+          }
+          PrintStructured(DeltaJson(h, "rows", std::move(tables)), run.format,
+                          /*stream=*/true);
+        } else {
+          std::printf("batches [%lld, %lld): %lld rows in %zu tables%s\n",
+                      static_cast<long long>(h.start_batch()),
+                      static_cast<long long>(h.end_batch()),
+                      static_cast<long long>(Rows(delta)), delta.tables.size(),
+                      h.resync_required() ? ", RESYNC REQUIRED" : "");
+        }
+        std::fflush(stdout);
+        return count == 0 || ++received < count;
+      });
   return status.ok() ? 0 : Fail(kExitFailure, status);
 }
 
-int PrintConsumers(const absl::StatusOr<std::vector<std::string>>& names) {
+int RunCommit(const Invocation& run) {
+  const std::string consumer = absl::GetFlag(FLAGS_consumer);
+  const int64_t end_batch = absl::GetFlag(FLAGS_end_batch);
+  if (consumer.empty() || end_batch < 0) {
+    return Usage("commit needs --consumer=C --end_batch=B");
+  }
+  if (absl::Status s = run.client->Commit(consumer, end_batch); !s.ok()) {
+    return Fail(kExitFailure, s);
+  }
+  if (Structured(run.format)) {
+    PrintStructured({{"consumer", consumer}, {"end_batch", end_batch}},
+                    run.format);
+  } else {
+    std::printf("committed %s's read up to batch %lld\n", consumer.c_str(),
+                static_cast<long long>(end_batch));
+  }
+  return 0;
+}
+
+int RunConsumers(const Invocation& run) {
+  const std::string verb = run.args.empty() ? "list" : run.args[0];
+  absl::StatusOr<std::vector<std::string>> names;
+  if (verb == "list") {
+    if (run.args.size() > 1) return Usage("consumers list takes no name");
+    names = run.client->ListConsumers();
+  } else if (verb == "add" || verb == "remove") {
+    const std::string name =
+        run.args.size() > 1 ? run.args[1] : absl::GetFlag(FLAGS_consumer);
+    if (name.empty()) return Usage("consumers " + verb + " needs a name");
+    names = verb == "add" ? run.client->AddConsumer(name)
+                          : run.client->RemoveConsumer(name);
+  } else {
+    return Usage("consumers takes list, add or remove, not '" + verb + "'");
+  }
   if (!names.ok()) return Fail(kExitFailure, names.status());
-  if (absl::GetFlag(FLAGS_json)) {
-    std::printf("%s\n", json({{"consumers", *names}}).dump().c_str());
+  if (Structured(run.format)) {
+    PrintStructured({{"consumers", *names}}, run.format);
   } else {
     for (const std::string& name : *names) std::printf("%s\n", name.c_str());
   }
   return 0;
 }
 
-int ShowStatus(const absl::StatusOr<v1::StatusResponse>& status) {
-  if (!status.ok()) return Fail(kExitFailure, status.status());
-  if (absl::GetFlag(FLAGS_json)) {
-    std::printf("%s\n", StatusJson(*status).dump().c_str());
+int RunStatus(const Invocation& run) {
+  return ShowStatus(run.client->Status(), run.format);
+}
+
+int RunCompact(const Invocation& run) {
+  return ShowStatus(run.client->Compact(), run.format);
+}
+
+int RunClear(const Invocation& run) {
+  return ShowStatus(run.client->Clear(absl::GetFlag(FLAGS_consumer)),
+                    run.format);
+}
+
+int RunSnapshot(const Invocation& run) {
+  auto info = run.client->Snapshot();
+  if (!info.ok()) return Fail(kExitFailure, info.status());
+  if (Structured(run.format)) {
+    PrintStructured(MessageToJson(*info), run.format);
   } else {
-    PrintStatus(*status);
+    std::printf("%s\n", DescribeSnapshot(*info).c_str());
   }
   return 0;
+}
+
+int RunWatch(const Invocation& run) {
+  const bool clear_screen = !Structured(run.format) && isatty(STDOUT_FILENO);
+  for (;;) {
+    auto status = run.client->Status();
+    if (clear_screen) std::printf("\033[H\033[2J");
+    if (int rc = ShowStatus(status, run.format, /*stream=*/true); rc != 0) {
+      return rc;
+    }
+    std::fflush(stdout);
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(absl::GetFlag(FLAGS_interval_ms)));
+  }
 }
 
 // The links of a checkpoint chain (store/checkpoint_chain.h), the batches
@@ -411,9 +577,9 @@ int ShowStatus(const absl::StatusOr<v1::StatusResponse>& status) {
 // gap or overlap, or link that fails what the loader verifies (checksums,
 // decoding, content matching the name). Offline: no server. Exit 1 when
 // there is a problem.
-int ShowChain() {
+int RunChain(const Invocation& run) {
   const std::string dir = absl::GetFlag(FLAGS_dir);
-  if (dir.empty()) throw UsageError("chain needs --dir=D");
+  if (dir.empty()) return Usage("chain needs --dir=D");
   absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
   if (!links.ok()) return Fail(kExitFailure, links.status());
   std::vector<std::string> problems = ChainProblems(*links);
@@ -433,7 +599,8 @@ int ShowChain() {
     infos.push_back(info.ok() ? std::optional<ChainLinkInfo>(*info)
                               : std::nullopt);
   }
-  if (absl::GetFlag(FLAGS_json)) {
+  const int exit_code = problems.empty() ? 0 : kExitFailure;
+  if (Structured(run.format)) {
     json out = {{"dir", dir},
                 {"links", json::array()},
                 {"problems", problems},
@@ -455,19 +622,30 @@ int ShowChain() {
       }
       out["links"].push_back(std::move(entry));
     }
-    std::printf("%s\n", out.dump().c_str());
-    return problems.empty() ? 0 : 1;
+    PrintStructured(out, run.format);
+    return exit_code;
   }
-  std::printf("%-10s %12s %12s %12s %6s  %s\n", "KIND", "FROM_BATCH",
-              "TO_BATCH", "BYTES", "DENSE", "RUN");
+  // Text: the layout scripts and tests/store:checkpoint_chain_test read;
+  // wide adds the consumer and the write time after RUN.
+  const bool wide = run.format == OutputFormat::kWide;
+  std::printf("%-10s %12s %12s %12s %6s  %s%s\n", "KIND", "FROM_BATCH",
+              "TO_BATCH", "BYTES", "DENSE", "RUN",
+              wide ? "  CONSUMER  WRITTEN" : "");
   for (size_t i = 0; i < links->size(); ++i) {
     const ChainLink& link = (*links)[i];
     const std::optional<ChainLinkInfo>& info = infos[i];
-    std::string run = "?";
+    std::string run_text = "?";
     if (info.has_value()) {
-      run = info->run_id.empty() ? "-"
-                                 : absl::StrCat(info->run_id, " (from batch ",
-                                                info->run_start_batch, ")");
+      run_text = info->run_id.empty()
+                     ? "-"
+                     : absl::StrCat(info->run_id, " (from batch ",
+                                    info->run_start_batch, ")");
+    }
+    if (wide) {
+      absl::StrAppend(
+          &run_text, "  ", info.has_value() ? info->consumer : "?", "  ",
+          info.has_value() ? UnixMicrosText(info->written_unix_ms * 1000)
+                           : "?");
     }
     std::printf("%-10s %12lld %12lld %12lld %6s  %s%s\n",
                 link.full ? "full" : "increment",
@@ -477,7 +655,7 @@ int ShowChain() {
                 !info.has_value()            ? "?"
                 : info->dense_parameters > 0 ? "yes"
                                              : "no",
-                run.c_str(),
+                run_text.c_str(),
                 applied.count(link.path) == 0 ? "  superseded" : "");
   }
   std::printf("%zu links, %.1f MiB%s\n", links->size(), bytes / 1048576.0,
@@ -485,15 +663,174 @@ int ShowChain() {
   for (const std::string& problem : problems) {
     std::printf("problem: %s\n", problem.c_str());
   }
-  return problems.empty() ? 0 : 1;
+  return exit_code;
 }
 
-// The client-side flags every command that talks to a server may read,
-// checked for range: an empty string, or the first bad value as one line.
-// (Values sent to the server, like --top_percentage or --every_ms, are the
-// server's to check: one rule in one place.)
+const std::vector<Command>& Commands() {
+  static const auto* const commands = new std::vector<Command>{
+      {"push",
+       "--json_file=F",
+       "record lookups into the current batch",
+       {"json_file"},
+       true,
+       0,
+       RunPush},
+      {"step", "", "close the current batch", {}, true, 0, RunStep},
+      {"get",
+       "--consumer=C [--fqn=F,...] [--top_percentage=P | --top_count=N] "
+       "[--scores] [--states=false] [--values=false] [--out=F.npz]",
+       "read the consumer's delta",
+       {"consumer", "fqn", "top_percentage", "top_count", "scores", "states",
+        "values", "out"},
+       true,
+       0,
+       RunGet},
+      {"commit",
+       "--consumer=C --end_batch=B",
+       "acknowledged mode: make a read final",
+       {"consumer", "end_batch"},
+       true,
+       0,
+       RunCommit},
+      {"consumers",
+       "[list | add NAME | remove NAME]",
+       "list, add or remove consumers",
+       {"consumer"},
+       true,
+       2,
+       RunConsumers},
+      {"status",
+       "",
+       "batch, memory, consumers and their lag, tables",
+       {},
+       true,
+       0,
+       RunStatus},
+      {"watch",
+       "[--interval_ms=N]",
+       "status, refreshed",
+       {"interval_ms"},
+       true,
+       0,
+       RunWatch},
+      {"compact", "", "compact the held lookups", {}, true, 0, RunCompact},
+      {"clear",
+       "[--consumer=C]",
+       "drop what every consumer (or C) has read",
+       {"consumer"},
+       true,
+       0,
+       RunClear},
+      {"snapshot",
+       "",
+       "write a snapshot to the server's database",
+       {},
+       true,
+       0,
+       RunSnapshot},
+      {"subscribe",
+       "--consumer=C [--every_steps=N] [--every_ms=T] [--count=K] [get's "
+       "read flags]",
+       "stream deltas as the server pushes them",
+       {"consumer", "fqn", "top_percentage", "top_count", "scores", "states",
+        "values", "every_steps", "every_ms", "count"},
+       true,
+       0,
+       RunSubscribe},
+      {"chain",
+       "--dir=D",
+       "show and verify a checkpoint chain (offline, no server)",
+       {"dir"},
+       false,
+       0,
+       RunChain},
+  };
+  return *commands;
+}
+
+// The flags `command` takes, in groups: its own, output, connection.
+std::vector<std::vector<std::string>> FlagGroups(const Command& command) {
+  std::vector<std::vector<std::string>> groups = {command.flags, OutputFlags()};
+  if (command.connects) groups.push_back(ConnectionFlags());
+  return groups;
+}
+
+std::vector<absl::CommandLineFlag*> Flags(
+    const std::vector<std::string>& names) {
+  std::vector<absl::CommandLineFlag*> flags;
+  for (const std::string& name : names) {
+    flags.push_back(absl::FindCommandLineFlag(name));
+  }
+  return flags;
+}
+
+void PrintHelp(const Command* command) {
+  const std::vector<std::string> titles = {"flags", "output flags",
+                                           "connection flags"};
+  std::vector<std::vector<std::string>> groups;
+  if (command == nullptr) {
+    std::printf(
+        "usage: %s [--target=HOST:PORT] <command> [args] [flags]\n\n"
+        "commands:\n",
+        kProgram);
+    size_t width = 0;
+    for (const Command& c : Commands()) width = std::max(width, c.name.size());
+    for (const Command& c : Commands()) {
+      std::printf("  %-*s  %s\n", static_cast<int>(width), c.name.c_str(),
+                  c.summary.c_str());
+    }
+    std::printf(
+        "\n'%s <command> --help' lists a command's flags. Exit codes: 0 "
+        "success, 1 a failed request, 2 bad usage.\n",
+        kProgram);
+    groups = {{}, OutputFlags(), ConnectionFlags()};
+  } else {
+    std::printf("usage: %s %s%s%s [flags]\n\n%s\n", kProgram,
+                command->name.c_str(), command->usage.empty() ? "" : " ",
+                command->usage.c_str(), command->summary.c_str());
+    groups = FlagGroups(*command);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].empty()) continue;
+    std::printf("\n%s:\n%s", titles[g].c_str(),
+                FlagsHelp(Flags(groups[g])).c_str());
+  }
+}
+
+// The hidden command the completion script calls: with no argument the
+// commands and the global flags; with a command, its flags ("--name=" when
+// it takes a value) and its words.
+int Complete(const std::vector<std::string>& args) {
+  std::vector<std::string> words;
+  const Command* command = args.empty() ? nullptr : FindCommand(args[0]);
+  if (command == nullptr) {
+    for (const Command& c : Commands()) words.push_back(c.name);
+  }
+  std::vector<std::vector<std::string>> groups =
+      command == nullptr
+          ? std::vector<std::vector<std::string>>{OutputFlags(),
+                                                  ConnectionFlags()}
+          : FlagGroups(*command);
+  groups.push_back({"help"});
+  for (const std::vector<std::string>& group : groups) {
+    for (const std::string& name : group) {
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+      words.push_back(absl::StrCat(
+          "--", name, flag != nullptr && !flag->IsOfType<bool>() ? "=" : ""));
+    }
+  }
+  if (command != nullptr && command->name == "consumers") {
+    words.insert(words.end(), {"list", "add", "remove"});
+  }
+  for (const std::string& word : words) std::printf("%s\n", word.c_str());
+  return 0;
+}
+
+// The client-side values every command may read, checked for range: an
+// empty string, or the first bad value as one line. (Values sent to the
+// server, like --top_percentage or --every_ms, are the server's to check: one
+// rule in one place.)
 std::string FlagError() {
-  if (absl::GetFlag(FLAGS_target).empty()) return "--target must not be empty";
   if (absl::GetFlag(FLAGS_timeout_ms) <= 0) return "--timeout_ms must be > 0";
   if (absl::GetFlag(FLAGS_interval_ms) <= 0) {
     return "--interval_ms must be > 0";
@@ -502,101 +839,109 @@ std::string FlagError() {
   return "";
 }
 
-int Run(const std::vector<std::string>& args) {
-  if (args.empty()) throw UsageError("no command; see --help");
-  if (args[0] == "chain") return ShowChain();
-  if (const std::string error = FlagError(); !error.empty()) {
-    return Fail(kExitUsage, error);
+// --target when given (not empty), else $DELTACTL_TARGET when set and not
+// empty, else the flag's default.
+absl::StatusOr<std::string> Target(const ParsedCommandLine& line) {
+  const std::string target = absl::GetFlag(FLAGS_target);
+  if (std::count(line.flags.begin(), line.flags.end(), "target") > 0) {
+    if (target.empty()) {
+      return absl::InvalidArgumentError("--target must not be empty");
+    }
+    return target;
   }
-  ClientOptions options;
-  options.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  const char* from_environment = std::getenv("DELTACTL_TARGET");
+  if (from_environment != nullptr && *from_environment != '\0') {
+    return std::string(from_environment);
+  }
+  return target;
+}
+
+int Run(int argc, char** argv) {
+  CommandLineOptions options;
+  options.allow_positional = true;
+  options.short_names = {{"o", "output"}};
+  absl::StatusOr<ParsedCommandLine> line =
+      ParseCommandLine(argc, argv, options);
+  if (!line.ok()) return Usage(line.status().message());
+  std::vector<std::string> args = line->positional;
+  if (!args.empty() && args[0] == "__complete") {
+    return Complete({args.begin() + 1, args.end()});
+  }
+  if (!args.empty() && args[0] == "help") {
+    args.erase(args.begin());
+    line->help = true;
+  }
+  const Command* command = args.empty() ? nullptr : FindCommand(args[0]);
+  if (!args.empty() && command == nullptr) {
+    return Usage(absl::StrCat("unknown command '", args[0], "'; see ", kProgram,
+                              " --help"));
+  }
+  if (line->help) {
+    PrintHelp(command);
+    return 0;
+  }
+  if (command == nullptr) {
+    return Usage(absl::StrCat("no command; see ", kProgram, " --help"));
+  }
+  const std::vector<std::vector<std::string>> groups = FlagGroups(*command);
+  for (const std::string& flag : line->flags) {
+    bool applies = false;
+    for (const std::vector<std::string>& group : groups) {
+      applies = applies || std::count(group.begin(), group.end(), flag) > 0;
+    }
+    if (!applies) {
+      return Usage(absl::StrCat("--", flag, " does not apply to ",
+                                command->name, "; see ", kProgram, " ",
+                                command->name, " --help"));
+    }
+  }
+  args.erase(args.begin());
+  if (args.size() > command->max_args) {
+    return Usage(absl::StrCat("unexpected argument '", args[command->max_args],
+                              "' to ", command->name));
+  }
+  Invocation run;
+  run.args = std::move(args);
+  absl::StatusOr<OutputFormat> format =
+      ParseOutputFormat(absl::GetFlag(FLAGS_output));
+  if (!format.ok()) return Usage(format.status().message());
+  run.format = *format;
+  if (absl::GetFlag(FLAGS_json)) {
+    if (run.format != OutputFormat::kJson &&
+        std::count(line->flags.begin(), line->flags.end(), "output") > 0) {
+      return Usage(absl::StrCat("--json and -o ", absl::GetFlag(FLAGS_output),
+                                " disagree"));
+    }
+    run.format = OutputFormat::kJson;
+  }
+  if (const std::string error = FlagError(); !error.empty()) {
+    return Usage(error);
+  }
+  if (!command->connects) return command->run(run);
+  absl::StatusOr<std::string> target = Target(*line);
+  if (!target.ok()) return Usage(target.status().message());
+  ClientOptions client_options;
+  client_options.timeout =
+      std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   if (absl::Status read =
           ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
-                              absl::GetFlag(FLAGS_tls_ca), options);
+                              absl::GetFlag(FLAGS_tls_ca), client_options);
       !read.ok()) {
     return Fail(kExitFailure, read);
   }
-  auto client = DeltaClient::Create(absl::GetFlag(FLAGS_target), options);
-  const std::string& command = args[0];
-  if (command == "push") return Push(*client);
-  if (command == "step") {
-    auto batch = client->Step();
-    if (!batch.ok()) return Fail(kExitFailure, batch.status());
-    std::printf(
-        absl::GetFlag(FLAGS_json) ? "{\"batch\":%lld}\n" : "batch %lld\n",
-        static_cast<long long>(*batch));
-    return 0;
-  }
-  if (command == "get") return Get(*client);
-  if (command == "commit") {
-    if (absl::GetFlag(FLAGS_consumer).empty() ||
-        absl::GetFlag(FLAGS_end_batch) < 0) {
-      throw UsageError("commit needs --consumer=C --end_batch=B");
-    }
-    absl::Status s = client->Commit(absl::GetFlag(FLAGS_consumer),
-                                    absl::GetFlag(FLAGS_end_batch));
-    return s.ok() ? 0 : Fail(kExitFailure, s);
-  }
-  if (command == "consumers") {
-    const std::string verb = args.size() > 1 ? args[1] : "list";
-    if (verb == "list") return PrintConsumers(client->ListConsumers());
-    const std::string name =
-        args.size() > 2 ? args[2] : absl::GetFlag(FLAGS_consumer);
-    if (name.empty()) throw UsageError("consumers " + verb + " needs a name");
-    if (verb == "add") return PrintConsumers(client->AddConsumer(name));
-    if (verb == "remove") return PrintConsumers(client->RemoveConsumer(name));
-    throw UsageError("consumers takes list, add or remove");
-  }
-  if (command == "status") return ShowStatus(client->Status());
-  if (command == "compact") return ShowStatus(client->Compact());
-  if (command == "clear") {
-    return ShowStatus(client->Clear(absl::GetFlag(FLAGS_consumer)));
-  }
-  if (command == "snapshot") {
-    auto info = client->Snapshot();
-    if (!info.ok()) return Fail(kExitFailure, info.status());
-    std::printf("%s\n", absl::GetFlag(FLAGS_json)
-                            ? SnapshotJson(*info).dump().c_str()
-                            : DescribeSnapshot(*info).c_str());
-    return 0;
-  }
-  if (command == "subscribe") return Subscribe(*client);
-  if (command == "watch") {
-    const bool tty = isatty(STDOUT_FILENO);
-    for (;;) {
-      auto status = client->Status();
-      if (tty) std::printf("\033[H\033[2J");
-      if (int rc = ShowStatus(status); rc != 0) return rc;
-      std::fflush(stdout);
-      std::this_thread::sleep_for(
-          std::chrono::milliseconds(absl::GetFlag(FLAGS_interval_ms)));
-    }
-  }
-  throw UsageError("unknown command '" + command + "'; see --help");
+  std::unique_ptr<DeltaClient> client =
+      DeltaClient::Create(*target, client_options);
+  run.client = client.get();
+  return command->run(run);
 }
 
 }  // namespace
 }  // namespace deltastream
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "deltactl --target=HOST:PORT <push|step|get|commit|consumers|status|"
-      "compact|clear|snapshot|subscribe|watch> [flags]\n"
-      "deltactl chain --dir=D [--json]   (a checkpoint chain; no server)");
-  if (const std::string error =
-          deltastream::CommandLineError(argc, argv, /*allow_positional=*/true);
-      !error.empty()) {
-    return deltastream::Fail(deltastream::kExitUsage, error);
-  }
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  std::vector<std::string> args(positional.begin() + 1, positional.end());
   try {
-    return deltastream::Run(args);
-  } catch (const deltastream::UsageError& e) {
-    std::fprintf(stderr, "deltactl: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "deltactl: %s\n", e.what());
-    return 1;
+    return deltastream::Run(argc, argv);
+  } catch (const std::exception& e) {  // LibTorch's, converting tensors
+    return deltastream::Fail(deltastream::kExitFailure, e.what());
   }
 }

@@ -41,24 +41,24 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "base/auth.h"
+#include "base/command_line.h"
 #include "base/grpc_server.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/process.h"
 #include "base/rpc_metrics.h"
-#include "clients/command_line.h"
 #include "clients/delta_client.h"
 #include "clients/predictor.h"
 #include "clients/predictor_metrics.h"
@@ -247,10 +247,9 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "predictor --target=HOST:PORT [--replica_db=DIR]; see --helpfull");
-  if (const std::string error = deltastream::CommandLineError(argc, argv);
-      !error.empty()) {
-    return deltastream::Fail(deltastream::kExitUsage, error);
+  if (std::optional<int> exit_code =
+          deltastream::HandleCommandLine(argc, argv)) {
+    return *exit_code;
   }
-  absl::ParseCommandLine(argc, argv);
   return deltastream::Main();
 }

@@ -1,6 +1,7 @@
 #include "tracker_service/delta_tracker_service.h"
 
 #include <ATen/ATen.h>
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/support/method_handler.h>
 
 #include <algorithm>
@@ -38,9 +39,24 @@ class ChunkSink {
 
 namespace {
 
-// v1.DeltaTracker's GetDelta, as the generated service numbers its methods
-// (in the order of proto/tracker.proto).
-constexpr int kGetDeltaMethod = 2;
+// GetDelta's full name in proto/tracker.proto.
+constexpr char kGetDeltaName[] = "deltastream.v1.DeltaTracker.GetDelta";
+
+// The handler the generated service installs for GetDelta.
+using GeneratedGetDelta =
+    grpc::internal::ServerStreamingHandler<v1::DeltaTracker::Service,
+                                           v1::GetDeltaRequest, v1::DeltaChunk>;
+
+// GetDelta's index in the generated service's method table, looked up by its
+// full name: the gRPC code generator adds a service's methods in the order of
+// its descriptor, so the index follows the proto when methods are added or
+// reordered. -1 when the proto has no such method.
+int GetDeltaMethodIndex() {
+  const google::protobuf::MethodDescriptor* method =
+      google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(
+          kGetDeltaName);
+  return method == nullptr ? -1 : method->index();
+}
 
 class MessageSink final : public ChunkSink {
  public:
@@ -255,15 +271,23 @@ DeltaTrackerService::DeltaTrackerService(Tracker* tracker,
   // GetDelta is served as split streaming (one request read, then any number
   // of writes: what the generated WithSplitStreamingMethod_GetDelta does)
   // with bytes out, so that its rows go out without a copy; clients see the
-  // same server stream of DeltaChunk messages.
+  // same server stream of DeltaChunk messages. The slot is swapped only once
+  // it is known to hold the generated GetDelta handler; otherwise that handler
+  // stays (the same messages, copied into protobuf).
+  const int index = GetDeltaMethodIndex();
+  if (index < 0 ||
+      dynamic_cast<GeneratedGetDelta*>(GetHandler(index)) == nullptr) {
+    return;
+  }
   MarkMethodStreamed(
-      kGetDeltaMethod,
+      index,
       new grpc::internal::SplitServerStreamingHandler<v1::GetDeltaRequest,
                                                       grpc::ByteBuffer>(
           [this](
               grpc::ServerContext* context,
               grpc::ServerSplitStreamer<v1::GetDeltaRequest, grpc::ByteBuffer>*
                   stream) { return StreamDelta(context, stream); }));
+  get_delta_method_ = index;
 }
 
 grpc::Status DeltaTrackerService::Authorize(const grpc::ServerContext* context,
@@ -356,6 +380,7 @@ grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
     const int64_t rows = table.ids.size(0);
     const int64_t rows_per_chunk =
         std::max<int64_t>(1, chunk_bytes / RowBytes(table));
+    const Columns columns = ColumnsOf(fqn);
     int64_t offset = 0;
     do {
       if (context->IsCancelled()) return kClientGone;
@@ -363,7 +388,6 @@ grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
       chunk.set_fqn(fqn);
       chunk.set_row_offset(offset);
       chunk.set_table_rows(rows);
-      const Columns columns = ColumnsOf(fqn);
       chunk.set_col_offset(columns.offset);
       chunk.set_table_cols(columns.table_cols);
       chunk.set_last(tables_left == 0 && offset + n >= rows);

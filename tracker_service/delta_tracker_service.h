@@ -55,6 +55,12 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   // `tracker` and what `options` points to must outlive the service.
   explicit DeltaTrackerService(Tracker* tracker, ServiceOptions options = {});
 
+  // GetDelta's index in the service's method table when it is served from the
+  // delta's tensors (bytes out, no copy into protobuf messages), as it is
+  // unless the generated service's table no longer matches proto/tracker.proto
+  // (then -1, and GetDelta below serves it: the same messages, copied).
+  int get_delta_method() const { return get_delta_method_; }
+
   // Ends running Subscribe calls (within 100 ms) so that the server can shut
   // down; call before grpc::Server::Shutdown.
   void Stop() { stopping_ = true; }
@@ -138,6 +144,7 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   std::optional<v1::TopologyResponse> topology_ ABSL_GUARDED_BY(topology_mu_);
   absl::flat_hash_map<std::string, Columns> columns_
       ABSL_GUARDED_BY(topology_mu_);
+  int get_delta_method_ = -1;
 };
 
 }  // namespace deltastream

@@ -301,6 +301,7 @@ void Tracker::TriggerCompaction() {
 
 void Tracker::Compact(int64_t start, int64_t end) {
   WriterLock lock(&mu_);
+  shared_reads_.clear();  // the window may cross a cursor
   store_.Compact(start, end);
 }
 
@@ -330,6 +331,9 @@ void Tracker::DeleteUnneededLocked() {
   for (const std::string& fqn : store_.Fqns()) {
     store_.DeleteTable(fqn, MinCursor(fqn));
   }
+  // What was deleted lay below every cursor: only reads no consumer can
+  // repeat read it.
+  ReleaseSharedReadsLocked();
 }
 
 void Tracker::EnforceMemoryCapLocked() {
@@ -343,6 +347,7 @@ void Tracker::EnforceMemoryCapLocked() {
     std::optional<int64_t> oldest = store_.OldestBatchIndex();
     if (!oldest.has_value()) break;
     const StoreUsage before = store_.Usage();
+    shared_reads_.clear();
     store_.Delete(*oldest + 1);
     const StoreUsage after = store_.Usage();
     for (const auto& [fqn, usage] : before.tables) {
@@ -413,6 +418,7 @@ absl::Status Tracker::Clear(absl::string_view name) {
 
 void Tracker::ClearAll() {
   WriterLock lock(&mu_);
+  shared_reads_.clear();
   store_.Delete();
   for (auto& [name, consumer] : consumers_) MoveToPresentLocked(*consumer);
 }

@@ -212,7 +212,10 @@ struct TrackerState {
 //    compacts between consecutive cursors up to end (TorchRec: only
 //    [max(cursors), end)), returns the unique rows since c's cursor and
 //    moves the cursor to end; with delete_on_read, deletes every lookup below
-//    min(cursors). IDs ascending.
+//    min(cursors). IDs ascending. Consumers whose cursors stand at the same
+//    batch and that read the same closed batches get the same rows, gathered
+//    once: a delta's tensors may be shared with other reads and must not be
+//    changed in place.
 //  Unlike TorchRec, compaction never reaches into the open batch `curr`
 //  (windows end at curr at most): rows recorded into it later, or read by a
 //  consumer that reads closed batches only, can then never hide inside a
@@ -407,6 +410,15 @@ class Tracker {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Every row of `fqn`, with its current value (DeltaRequest::all_rows).
   absl::Status ReadWholeTable(const std::string& fqn, TableDelta& table);
+  // The unique rows of `fqn` recorded in batches [from, end): the read of
+  // another consumer of the same closed batches when one is held (see
+  // shared_reads_), else the store's, kept for the next.
+  absl::StatusOr<UniqueRows> ChangedRowsLocked(const std::string& fqn,
+                                               int64_t from, int64_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the shared reads no consumer can read again: none reads `fqn` from
+  // their `from` (a cursor or a pending end) any more.
+  void ReleaseSharedReadsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TrackerOptions options_;
   const FeatureMap feature_map_;
@@ -424,6 +436,20 @@ class Tracker {
   int64_t cap_drops_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_ids_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The newest read of each table's closed batches [from, end), which every
+  // consumer whose cursor is at `from` reads alike when it reads up to `end`:
+  // the consumers of a step share one gather of the rows instead of one each.
+  // Batches before the open one change only by deletion, clearing, restoring
+  // or a compaction across a cursor; those drop every shared read, and a
+  // read no consumer can repeat is dropped when cursors move. Holds at most
+  // one read's rows per table beyond the store's bytes.
+  struct SharedRead {
+    int64_t from = 0;
+    int64_t end = 0;
+    UniqueRows rows;
+  };
+  absl::flat_hash_map<std::string, SharedRead> shared_reads_
+      ABSL_GUARDED_BY(mu_);
   // When each batch from the oldest any consumer has not read was opened.
   std::map<int64_t, absl::Time> batch_opened_ ABSL_GUARDED_BY(mu_);
 

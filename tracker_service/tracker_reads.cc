@@ -85,6 +85,41 @@ absl::Status Tracker::ReadWholeTable(const std::string& fqn,
   return absl::OkStatus();
 }
 
+absl::StatusOr<UniqueRows> Tracker::ChangedRowsLocked(const std::string& fqn,
+                                                      int64_t from,
+                                                      int64_t end) {
+  // Records go into the open batch only: batches before it hold still.
+  const bool closed = end <= curr_batch_;
+  if (closed) {
+    auto it = shared_reads_.find(fqn);
+    if (it != shared_reads_.end() && it->second.from == from &&
+        it->second.end == end) {
+      return it->second.rows;  // tensor handles: no copy
+    }
+  }
+  absl::StatusOr<UniqueRows> rows = store_.GetUniqueTable(fqn, from, end);
+  if (rows.ok() && closed) shared_reads_[fqn] = SharedRead{from, end, *rows};
+  return rows;
+}
+
+void Tracker::ReleaseSharedReadsLocked() {
+  for (auto it = shared_reads_.begin(); it != shared_reads_.end();) {
+    const std::string& fqn = it->first;
+    const int64_t from = it->second.from;
+    bool readable = false;  // some consumer may read `fqn` from `from`
+    for (const auto& [name, consumer] : consumers_) {
+      const std::vector<int64_t> ends = consumer->PendingEnds(fqn);
+      readable = readable || CursorOf(*consumer, fqn) == from ||
+                 std::find(ends.begin(), ends.end(), from) != ends.end();
+    }
+    if (readable) {
+      ++it;
+    } else {
+      shared_reads_.erase(it++);
+    }
+  }
+}
+
 absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   // No exception leaves a read; one that fails has moved nothing.
   return CatchTorchErrors([&] { return GetDeltaUnguarded(request); });
@@ -176,7 +211,7 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request) {
       continue;
     }
     absl::StatusOr<UniqueRows> rows =
-        from < end ? store_.GetUniqueTable(fqn, from, end) : EmptyRows();
+        from < end ? ChangedRowsLocked(fqn, from, end) : EmptyRows();
     if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet
     table.ids = std::move(rows->ids);
     table.states = std::move(rows->states);
@@ -254,7 +289,11 @@ void Tracker::AdvanceLocked(Consumer& consumer,
   consumer.pending.erase(
       std::remove_if(consumer.pending.begin(), consumer.pending.end(), covered),
       consumer.pending.end());
-  if (options_.delete_on_read) DeleteUnneededLocked();
+  if (options_.delete_on_read) {
+    DeleteUnneededLocked();  // releases shared reads too
+  } else {
+    ReleaseSharedReadsLocked();
+  }
 }
 
 void Tracker::MarkLostLocked(Consumer& consumer, int64_t batch) {

@@ -16,16 +16,17 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "base/grpc_server.h"
 #include "base/host_memory.h"
 #include "base/log.h"
@@ -189,6 +190,9 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "standalone delta tracker server; see --helpfull");
-  absl::ParseCommandLine(argc, argv);
+  if (std::optional<int> exit_code =
+          deltastream::HandleCommandLine(argc, argv)) {
+    return *exit_code;
+  }
   return deltastream::Main();
 }

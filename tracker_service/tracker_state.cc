@@ -97,6 +97,7 @@ absl::Status Tracker::RestoreState(TrackerState state) {
         !status.ok()) {
       return status;
     }
+    shared_reads_.clear();
     curr_batch_ = state.current_batch;
     curr_compact_index_ = state.compact_index;
     consumers_ = std::move(consumers);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "base/file_io.h"
 #include "base/text_proto.h"
+#include "trainer/config_defaults.h"
 #include "trainer/optim/dense_optimizer.h"
 
 namespace deltastream {
@@ -18,25 +19,9 @@ absl::Status Invalid(absl::string_view field, absl::string_view message) {
       absl::StrCat("config: ", field, ": ", message));
 }
 
-template <typename T>
-T Or(T value, T fallback) {
-  return value != T() ? value : fallback;
-}
-
 absl::StatusOr<std::vector<EmbeddingTableConfig>> Tables(const v1::Model& model,
                                                          ModelKind kind) {
   std::vector<EmbeddingTableConfig> tables;
-  if (model.tables().empty()) {
-    for (int t = 0; t < 8; ++t) {
-      EmbeddingTableConfig table;
-      table.name = absl::StrCat("t", t);
-      table.num_embeddings = 100000;
-      table.embedding_dim = 16;
-      table.feature_names = {absl::StrCat("cat_", t)};
-      tables.push_back(std::move(table));
-    }
-    return tables;
-  }
   for (const v1::EmbeddingTable& in : model.tables()) {
     EmbeddingTableConfig table;
     table.name = in.name();
@@ -44,7 +29,6 @@ absl::StatusOr<std::vector<EmbeddingTableConfig>> Tables(const v1::Model& model,
     table.embedding_dim = in.embedding_dim();
     table.feature_names.assign(in.feature_names().begin(),
                                in.feature_names().end());
-    if (table.feature_names.empty()) table.feature_names = {in.name()};
     const std::string field = absl::StrCat("model.tables '", in.name(), "'");
     if (in.pooling().empty() || in.pooling() == "sum") {
       table.pooling = Pooling::kSum;
@@ -96,7 +80,8 @@ absl::StatusOr<v1::TrainerConfig> ReadTrainerConfig(const std::string& path) {
 }
 
 absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
-    const v1::TrainerConfig& config) {
+    const v1::TrainerConfig& given) {
+  const v1::TrainerConfig config = WithTrainerConfigDefaults(given);
   TrainerSettings settings;
   const v1::Model& model = config.model();
 
@@ -114,13 +99,10 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   if (!tables.ok()) return tables.status();
   settings.tables = *std::move(tables);
   if (model.num_dense() < 0) return Invalid("model.num_dense", "must be >= 0");
-  settings.num_dense = Or<int64_t>(model.num_dense(), 13);
-  const int64_t dim = settings.tables.front().embedding_dim;
+  settings.num_dense = model.num_dense();
   settings.dense_arch.assign(model.dense_arch().begin(),
                              model.dense_arch().end());
-  if (settings.dense_arch.empty()) settings.dense_arch = {64, dim};
   settings.over_arch.assign(model.over_arch().begin(), model.over_arch().end());
-  if (settings.over_arch.empty()) settings.over_arch = {64, 32, 1};
 
   const v1::SparseOptimizer& sparse = model.sparse_optimizer();
   if (!sparse.type().empty()) {
@@ -130,10 +112,10 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
       return Invalid("model.sparse_optimizer", type.status().message());
     settings.sparse_optimizer.type = *type;
   }
-  settings.sparse_optimizer.learning_rate = Or(sparse.learning_rate(), 0.05);
-  settings.sparse_optimizer.eps = Or(sparse.eps(), 1e-8);
-  settings.sparse_optimizer.beta1 = Or(sparse.beta1(), 0.9);
-  settings.sparse_optimizer.beta2 = Or(sparse.beta2(), 0.999);
+  settings.sparse_optimizer.learning_rate = sparse.learning_rate();
+  settings.sparse_optimizer.eps = sparse.eps();
+  settings.sparse_optimizer.beta1 = sparse.beta1();
+  settings.sparse_optimizer.beta2 = sparse.beta2();
   settings.sparse_optimizer.weight_decay = sparse.weight_decay();
   settings.sparse_optimizer.initial_accumulator_value =
       sparse.initial_accumulator_value();
@@ -141,27 +123,25 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
       !status.ok()) {
     return Invalid("model.sparse_optimizer", status.message());
   }
-  settings.dense_optimizer =
-      Or<std::string>(model.dense_optimizer().type(), "adagrad");
+  settings.dense_optimizer = model.dense_optimizer().type();
   if (absl::Status status = ValidateDenseOptimizer(settings.dense_optimizer);
       !status.ok()) {
     return Invalid("model.dense_optimizer.type", status.message());
   }
-  settings.dense_learning_rate =
-      Or(model.dense_optimizer().learning_rate(), 0.05);
+  settings.dense_learning_rate = model.dense_optimizer().learning_rate();
   if (settings.dense_learning_rate < 0) {
     return Invalid("model.dense_optimizer.learning_rate", "must be >= 0");
   }
 
   // The run.
   settings.seed = config.seed();
-  settings.steps = Or<int64_t>(config.steps(), 300);
+  settings.steps = config.steps();
   if (settings.steps < -1) return Invalid("steps", "must be >= -1");
-  settings.log_every_steps = Or<int64_t>(config.log_every_steps(), 50);
+  settings.log_every_steps = config.log_every_steps();
   if (settings.log_every_steps < 0) {
     return Invalid("log_every_steps", "must be >= 0");
   }
-  const std::string device = Or<std::string>(config.device(), "cpu");
+  const std::string& device = config.device();
   if (device == "cpu") {
     settings.device = c10::Device(c10::kCPU);
   } else if (absl::StartsWith(device, "cuda")) {
@@ -179,10 +159,10 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
 
   // The data.
   const v1::Data& data = config.data();
-  const int64_t batch_size = Or<int64_t>(data.batch_size(), 512);
+  const int64_t batch_size = data.batch_size();
   if (batch_size <= 0) return Invalid("data.batch_size", "must be positive");
   settings.batch_size = batch_size;
-  settings.eval_batches = Or<int64_t>(data.eval_batches(), 8);
+  settings.eval_batches = data.eval_batches();
   if (settings.eval_batches < 0) {
     return Invalid("data.eval_batches", "must be >= 0");
   }
@@ -194,8 +174,7 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
                         data.criteo().paths().end());
     if (criteo.paths.empty()) return Invalid("data.criteo.paths", "empty");
     criteo.batch_size = batch_size;
-    criteo.max_malformed_fraction =
-        Or(data.criteo().max_malformed_fraction(), 0.01);
+    criteo.max_malformed_fraction = data.criteo().max_malformed_fraction();
     criteo.loop = data.criteo().loop();
     // Each of the 26 features gets its table's row count (unused ones 1).
     criteo.num_rows.assign(26, 1);
@@ -218,12 +197,10 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     SyntheticOptions& synthetic = settings.synthetic_data;
     synthetic.batch_size = batch_size;
     synthetic.num_dense = settings.num_dense;
-    synthetic.zipf_exponent = Or(data.synthetic().zipf_exponent(), 1.05);
+    synthetic.zipf_exponent = data.synthetic().zipf_exponent();
     synthetic.seed = settings.seed;
-    const int64_t min_length = Or<int64_t>(data.synthetic().min_length(), 1);
-    const int64_t max_length =
-        Or<int64_t>(data.synthetic().max_length(),
-                    settings.model_kind == ModelKind::kSequence ? 8 : 1);
+    const int64_t min_length = data.synthetic().min_length();
+    const int64_t max_length = data.synthetic().max_length();
     for (const EmbeddingTableConfig& table : settings.tables) {
       for (const std::string& feature : table.feature_names) {
         synthetic.features.push_back(
@@ -249,8 +226,7 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   if (tracker.mode() == "off") {
     settings.tracking = false;
   } else {
-    absl::StatusOr<TrackingMode> mode =
-        ParseTrackingMode(Or<std::string>(tracker.mode(), "id_only"));
+    absl::StatusOr<TrackingMode> mode = ParseTrackingMode(tracker.mode());
     if (!mode.ok()) return Invalid("tracker.mode", mode.status().message());
     settings.tracker.mode = *mode;
     if (*mode == TrackingMode::kEmbedding &&
@@ -296,7 +272,7 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   settings.checkpoint_dir = checkpoints.dir();
   settings.checkpoint_every_steps = checkpoints.every_steps();
   settings.checkpoint_every_seconds = checkpoints.every_seconds();
-  settings.checkpoints_kept = Or<int64_t>(checkpoints.keep(), 2);
+  settings.checkpoints_kept = checkpoints.keep();
   settings.restore_chain = checkpoints.restore_chain();
   if (settings.checkpoint_every_steps < 0 ||
       settings.checkpoint_every_seconds < 0 || settings.checkpoints_kept < 1) {

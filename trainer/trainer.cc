@@ -1,6 +1,8 @@
 #include "trainer/trainer.h"
 
+#include <google/protobuf/text_format.h>
 #include <torch/torch.h>
+#include <zlib.h>
 
 #include <optional>
 #include <utility>
@@ -115,6 +117,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     return absl::UnimplementedError(
         "checkpoints of a run of several ranks are not supported yet: run "
         "without a checkpoint dir");
+  }
+  if (s.group != nullptr && !trainer->settings_.service.db.empty()) {
+    // Each rank snapshots its own tracker, in a database of its own; a
+    // restart under another world size or plan finds none and starts its
+    // trackers afresh (consumers resync from the restored tables).
+    std::string plan;
+    google::protobuf::TextFormat::PrintToString(
+        trainer->model_->sharded_modules().at(0)->plan(), &plan);
+    trainer->settings_.service.db = absl::StrFormat(
+        "%s/db-rank-%05d-of-%05d-plan-%08x", s.checkpoint_dir, s.group->rank(),
+        s.group->world_size(),
+        crc32(0, reinterpret_cast<const Bytef*>(plan.data()), plan.size()));
   }
   absl::StatusOr<std::unique_ptr<BatchSource>> source = MakeSource(s, 0);
   if (!source.ok()) return source.status();

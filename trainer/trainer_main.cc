@@ -28,15 +28,16 @@
 #include <atomic>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "base/host_memory.h"
 #include "base/metrics.h"
 #include "base/process.h"
@@ -257,6 +258,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trains a recommendation model and serves its embedding deltas; see "
       "--helpfull");
-  absl::ParseCommandLine(argc, argv);
+  if (std::optional<int> exit_code =
+          deltastream::HandleCommandLine(argc, argv)) {
+    return *exit_code;
+  }
   return deltastream::Main(argc, argv);
 }

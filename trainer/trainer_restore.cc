@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -16,6 +17,7 @@
 #include "base/torch_status.h"
 #include "store/checkpoint_chain.h"
 #include "trainer/checkpoint.h"
+#include "trainer/sharding/sharded_embedding_modules.h"
 #include "trainer/trainer.h"
 
 namespace deltastream {
@@ -113,11 +115,37 @@ absl::Status Trainer::RestoreFromChain() {
         chain.status().code(),
         absl::StrCat("restore_chain '", dir, "': ", chain.status().message()));
   }
-  // Tables by FQN, as the tracker names them.
-  std::map<std::string, std::pair<EmbeddingModule*, int64_t>> tables;
+  // Tables by FQN, as the tracker names them, with the block of the global
+  // table each holds (sharded: this rank's shards; else whole tables).
+  struct Block {
+    EmbeddingModule* module;
+    int64_t table;
+    int64_t row_offset = 0, col_offset = 0;
+  };
+  std::map<std::string, Block> tables;
   for (EmbeddingModule* module : model_->embedding_modules()) {
     for (size_t t = 0; t < module->tables().size(); ++t) {
       tables[CleanFqn(module->TableFqn(t))] = {module, static_cast<int64_t>(t)};
+    }
+  }
+  for (ShardedEmbeddingModule* sharded : model_->sharded_modules()) {
+    const std::vector<EmbeddingShard>& shards = sharded->local_shards();
+    EmbeddingModule* local = sharded->local_module();
+    for (size_t t = 0; local != nullptr && t < shards.size(); ++t) {
+      Block& block = tables[CleanFqn(local->TableFqn(t))];
+      block.row_offset = shards[t].row_offset;
+      block.col_offset = shards[t].col_offset;
+    }
+  }
+  // The tables of other ranks' shards (sharded): the chain's rows of them
+  // are theirs to restore.
+  std::set<std::string> elsewhere;
+  for (ShardedEmbeddingModule* sharded : model_->sharded_modules()) {
+    for (const EmbeddingShard& shard : sharded->shards()) {
+      elsewhere.insert(CleanFqn(
+          absl::StrCat(sharded->path(),
+                       sharded->pooled() ? ".embedding_bags." : ".embeddings.",
+                       shard.table)));
     }
   }
   int64_t rows = 0;
@@ -126,24 +154,42 @@ absl::Status Trainer::RestoreFromChain() {
     for (const auto& [fqn, table] : chain->tables) {
       auto it = tables.find(fqn);
       if (it == tables.end()) {
+        if (elsewhere.count(fqn) > 0) continue;
         return absl::InvalidArgumentError(
             absl::StrCat("restore_chain '", dir, "' holds table '", fqn,
                          "', which this model does not have"));
       }
-      const at::Tensor& weight = it->second.first->weight(it->second.second);
+      const Block& block = it->second;
+      const at::Tensor& weight = block.module->weight(block.table);
       if (table.ids.numel() == 0) continue;
-      if (table.values.dim() != 2 || table.values.size(1) != weight.size(1) ||
-          table.ids.max().item<int64_t>() >= weight.size(0) ||
-          table.ids.min().item<int64_t>() < 0) {
+      // This block's rows and columns of the chain's (global) rows.
+      at::Tensor ids = table.ids, values = table.values;
+      if (!model_->sharded_modules().empty()) {
+        const at::Tensor mine =
+            (ids >= block.row_offset)
+                .logical_and(ids < block.row_offset + weight.size(0))
+                .nonzero()
+                .squeeze(1);
+        ids = ids.index_select(0, mine) - block.row_offset;
+        values = values.index_select(0, mine);
+        if (values.dim() == 2 &&
+            values.size(1) >= block.col_offset + weight.size(1)) {
+          values = values.narrow(1, block.col_offset, weight.size(1));
+        }
+        if (ids.numel() == 0) continue;
+      }
+      if (values.dim() != 2 || values.size(1) != weight.size(1) ||
+          ids.max().item<int64_t>() >= weight.size(0) ||
+          ids.min().item<int64_t>() < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "restore_chain '", dir, "': table '", fqn, "' of ", weight.size(0),
             " x ", weight.size(1), " does not fit the chain's rows (",
             c10::str(table.values.sizes()), ", IDs up to ",
             table.ids.max().item<int64_t>(), ")"));
       }
-      weight.index_copy_(0, table.ids.to(weight.device()),
-                         table.values.to(weight.device(), weight.dtype()));
-      rows += table.ids.numel();
+      weight.index_copy_(0, ids.to(weight.device()),
+                         values.to(weight.device(), weight.dtype()));
+      rows += ids.numel();
     }
     if (chain->dense_batch == chain->end_batch) {
       std::map<std::string, at::Tensor> dense(chain->dense.begin(),

@@ -10,13 +10,14 @@
 // trainer: yes"). Exit codes: 0 all match, 1 a copy differs or cannot be
 // read, 2 bad flags.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "base/process.h"
 #include "trainer/checkpoint.h"
 #include "trainer/model_verification.h"
@@ -104,6 +105,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "verify_model --checkpoint_dir=DIR [--predictors=HOST:PORT,...] "
       "[--chain=DIR]");
-  absl::ParseCommandLine(argc, argv);
+  if (std::optional<int> exit_code =
+          deltastream::HandleCommandLine(argc, argv)) {
+    return *exit_code;
+  }
   return deltastream::Main();
 }

@@ -16,6 +16,7 @@ namespace deltastream {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kNobody[] = "--target=127.0.0.1:1";
 
@@ -42,6 +43,57 @@ TEST(DeltactlFlagsTest, BadFlagsExitTwo) {
       deltactl + kNobody + " --count=-1 subscribe --consumer=c", 2, "--count");
   ExpectOneLineRefusal(deltactl + kNobody + " --interval_ms=0 watch", 2,
                        "--interval_ms");
+}
+
+// Each command takes its own flags, the output flags and (when it talks to
+// a server) the connection flags; `<command> --help` lists exactly those.
+TEST(DeltactlFlagsTest, EachCommandTakesItsOwnFlags) {
+  const std::string deltactl = RunfilePath("clients/deltactl") + " ";
+  const struct {
+    const char* args;
+    const char* says;
+  } kRefusals[] = {
+      {"step --consumer=c", "--consumer does not apply to step"},
+      {"--every_ms=5 get --consumer=c", "--every_ms does not apply to get"},
+      {"chain --dir=/tmp", "--target does not apply to chain"},
+      {"status -o xml", "expected text, wide, json or yaml"},
+      {"status --json -o yaml", "--json and -o yaml disagree"},
+      {"step now", "unexpected argument 'now' to step"},
+      {"frobnicate", "unknown command 'frobnicate'"},
+      {"", "no command"},
+      {"get", "get needs --consumer"},
+      {"consumers rename x", "consumers takes list, add or remove"},
+  };
+  for (const auto& refusal : kRefusals) {
+    ExpectOneLineRefusal(deltactl + kNobody + " " + refusal.args, 2,
+                         refusal.says);
+  }
+  // A failed request is 1, the same flags through $DELTACTL_TARGET.
+  ExpectOneLineRefusal(
+      "DELTACTL_TARGET=127.0.0.1:1 " + deltactl + "--timeout_ms=2000 status", 1,
+      "cannot reach 127.0.0.1:1");
+
+  const CommandResult get = RunCommand(deltactl + "get --help");
+  EXPECT_EQ(get.exit_code, 0) << get.err;
+  EXPECT_TRUE(get.err.empty()) << get.err;
+  for (const char* flag : {"--consumer=", "--top_count=", "--out=", "--json",
+                           "--output=", "--target=", "--tls_ca="}) {
+    EXPECT_THAT(get.out, HasSubstr(flag)) << get.out;
+  }
+  for (const char* flag : {"--every_ms", "--dir", "--json_file", "--end_"}) {
+    EXPECT_THAT(get.out, Not(HasSubstr(flag))) << get.out;
+  }
+  // Help wins over a bad flag; `help chain` is `chain --help`; chain
+  // connects nowhere.
+  const CommandResult chain = RunCommand(deltactl + "chain --bad --help");
+  EXPECT_EQ(chain.exit_code, 0) << chain.err;
+  EXPECT_EQ(chain.out, RunCommand(deltactl + "help chain").out);
+  EXPECT_THAT(chain.out, HasSubstr("--dir="));
+  EXPECT_THAT(chain.out, Not(HasSubstr("--target")));
+  const CommandResult all = RunCommand(deltactl + "--help");
+  EXPECT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_THAT(all.out, HasSubstr("subscribe"));
+  EXPECT_THAT(all.out, Not(HasSubstr("--consumer")));
 }
 
 std::string WriteFile(const std::string& name, const std::string& text) {

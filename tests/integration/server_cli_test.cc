@@ -82,7 +82,9 @@ TEST(ServerCliTest, EveryCommandAgainstARealServer) {
   EXPECT_EQ(status["mode"], "embedding");
   EXPECT_EQ(status["current_batch"], 1);
   // Compacted to unique rows, kept for the checkpoint, which has not read it.
-  EXPECT_EQ(status["tables"]["sparse.t1"]["ids"], 3);
+  // The tables are StatusResponse.tables: a list, each with its fqn.
+  EXPECT_EQ(status["tables"][0]["fqn"], "sparse.t1");
+  EXPECT_EQ(status["tables"][0]["ids"], 3);
   EXPECT_EQ(RunCommand(Deltactl(server, "status")).exit_code, 0);
 
   EXPECT_EQ(Json(RunCommand(Deltactl(
@@ -134,6 +136,71 @@ TEST(ServerCliTest, GetWritesANumpyFile) {
   EXPECT_EQ(ids_only["tables"]["sparse.t1"]["ids"], json({2, 4}));
   EXPECT_FALSE(ids_only["tables"]["sparse.t1"].contains("states"))
       << ids_only.dump();
+}
+
+// -o json is --json; -o yaml holds the same tree (read with PyYAML); -o wide
+// adds columns; --target falls back on $DELTACTL_TARGET; a command's result
+// follows its proto message (every StatusResponse field, by its name).
+TEST(ServerCliTest, OutputFormatsAndTheTargetFromTheEnvironment) {
+  ServerProcess server({"--mode=id_only", "--consumers=c,d"});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  ASSERT_TRUE(
+      client->Record({{{"sparse.t1", at::tensor({4, 2}, at::kLong)}}}).ok());
+  ASSERT_TRUE(client->Step().ok());
+
+  // Status without the lag in seconds, which grows between two calls.
+  auto status_of = [](json status) {
+    for (json& consumer : status["consumers"]) consumer.erase("lag_seconds");
+    return status;
+  };
+  const json status =
+      status_of(Json(RunCommand(Deltactl(server, "status -o json"))));
+  EXPECT_EQ(status,
+            status_of(Json(RunCommand(Deltactl(server, "status --json")))));
+  for (const char* field :
+       {"mode", "current_batch", "delete_on_read", "auto_compact",
+        "acknowledged_reads", "consumers", "tables", "bytes",
+        "memory_cap_bytes", "cap_compactions", "cap_drops", "dropped_ids",
+        "dropped_bytes", "db", "run_id", "run_start_batch",
+        "serves_live_rows"}) {
+    EXPECT_TRUE(status.contains(field)) << field << " in " << status.dump();
+  }
+  EXPECT_EQ(status["consumers"][0]["name"], "c");
+  EXPECT_EQ(status["consumers"][0]["lag_steps"], 1);
+
+  // YAML holds the same tree as JSON: status, and one delta read by two
+  // consumers.
+  const std::string yaml_to_json =
+      " | /usr/bin/python3 -c 'import json, sys, yaml; "
+      "print(json.dumps(yaml.safe_load(sys.stdin)))'";
+  EXPECT_EQ(status_of(Json(
+                RunCommand(Deltactl(server, "status -o yaml") + yaml_to_json))),
+            status);
+  const json as_json =
+      Json(RunCommand(Deltactl(server, "get -o json --consumer=c")));
+  json as_yaml = Json(
+      RunCommand(Deltactl(server, "get -o yaml --consumer=d") + yaml_to_json));
+  EXPECT_EQ(as_yaml["tables"], as_json["tables"]);
+  EXPECT_EQ(as_yaml["tables"]["sparse.t1"]["ids"], json({2, 4}));
+  EXPECT_EQ(as_yaml["consumer"], "d");
+
+  // wide: more columns than text.
+  const CommandResult text = RunCommand(Deltactl(server, "status"));
+  const CommandResult wide = RunCommand(Deltactl(server, "status -o wide"));
+  EXPECT_EQ(wide.exit_code, 0) << wide.err;
+  EXPECT_NE(wide.out.find("LAG_SECONDS"), std::string::npos) << wide.out;
+  EXPECT_EQ(text.out.find("LAG_SECONDS"), std::string::npos) << text.out;
+
+  // The target from the environment, and --target before it.
+  const std::string deltactl = RunfilePath("clients/deltactl");
+  const CommandResult from_environment = RunCommand(
+      "DELTACTL_TARGET=" + server.target() + " " + deltactl + " step --json");
+  EXPECT_EQ(Json(from_environment)["batch"], 2);
+  ExpectCleanError(
+      RunCommand("DELTACTL_TARGET=" + server.target() + " " + deltactl +
+                 " --target=127.0.0.1:1 --timeout_ms=2000 step"),
+      "cannot reach 127.0.0.1:1");
 }
 
 TEST(ServerCliTest, ErrorsAreOneLineAndNonZero) {

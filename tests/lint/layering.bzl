@@ -53,6 +53,7 @@ LAYERS = {
         "//trainer/tracking:tracking",
         "//trainer:checkpoint",
         "//trainer:config",
+        "//trainer:config_defaults",
         "//trainer:model_verification",
         "//trainer:trainer",
         "//trainer:trainer_lib",
@@ -64,7 +65,6 @@ LAYERS = {
         "//clients:checkpoint_job",
         "//clients:checkpoint_job_lib",
         "//clients:checkpoint_job_metrics",
-        "//clients:command_line",
         "//clients:delta_client",
         "//clients:delta_continuity",
         "//clients:deltactl",
@@ -75,6 +75,7 @@ LAYERS = {
         "//clients:predictor_metrics",
         "//clients:push_json",
         "//clients:replica",
+        "//clients:structured_output",
     ],
 }
 

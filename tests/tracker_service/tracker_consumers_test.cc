@@ -246,5 +246,82 @@ TEST(TrackerTest, AcknowledgedReadSurvivesCompactionByOthers) {
   EXPECT_EQ(IdsOf(Read(*tracker, "b"), kT1), (std::vector<int64_t>{1, 2, 3}));
 }
 
+// A read of closed batches only, as the service makes them.
+Delta ReadClosed(Tracker& tracker, const std::string& consumer) {
+  DeltaRequest request;
+  request.consumer = consumer;
+  request.through_current_batch = false;
+  auto delta = tracker.GetDelta(request);
+  EXPECT_TRUE(delta.ok()) << delta.status();
+  return *std::move(delta);
+}
+
+TEST(TrackerTest, ConsumersReadingTheSameBatchesShareOneGather) {
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  options.fqns_to_skip = {"ebc"};
+  options.consumers = {"a", "b", "c"};
+  auto tracker = MakeTracker(options);
+  const at::Tensor first = at::randn({3, 4});
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({3, 1, 3}), first}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(
+      tracker->RecordTables({{kT1, Ids({2, 1}), at::randn({2, 4})}}).ok());
+  tracker->Step();
+  const Delta a = ReadClosed(*tracker, "a");
+  const Delta b = ReadClosed(*tracker, "b");
+  const TableDelta& rows = a.tables.at(kT1);
+  EXPECT_EQ(ToIds(rows.ids), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(rows.states[0].equal(first[1]));  // ID 1's first state
+  EXPECT_TRUE(rows.states[2].equal(first[0]));  // ID 3's first state
+  // b's rows are a's: gathered once.
+  EXPECT_EQ(b.tables.at(kT1).ids.data_ptr(), rows.ids.data_ptr());
+  EXPECT_EQ(b.tables.at(kT1).states.data_ptr(), rows.states.data_ptr());
+
+  // A read through the open batch is c's own: the open batch still grows.
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({7}), at::randn({1, 4})}}).ok());
+  const Delta c = Read(*tracker, "c");
+  EXPECT_EQ(IdsOf(c, kT1), (std::vector<int64_t>{1, 2, 3, 7}));
+  EXPECT_NE(c.tables.at(kT1).ids.data_ptr(), rows.ids.data_ptr());
+}
+
+TEST(TrackerTest, SharedReadsNeverOutliveAChangeOfTheirBatches) {
+  TrackerOptions options;
+  options.consumers = {"a", "b"};
+  options.delete_on_read = false;
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1, 2})}}).ok());
+  tracker->Step();
+  const TrackerState before = tracker->SaveState();
+
+  // Cleared after a's read: b reads nothing.
+  EXPECT_EQ(IdsOf(ReadClosed(*tracker, "a"), kT1),
+            (std::vector<int64_t>{1, 2}));
+  tracker->ClearAll();
+  EXPECT_TRUE(IdsOf(ReadClosed(*tracker, "b"), kT1).empty());
+
+  // Restored to other rows at the same batches: b reads those, not what a
+  // read before the restore.
+  ASSERT_TRUE(tracker->RestoreState(before).ok());
+  EXPECT_EQ(IdsOf(ReadClosed(*tracker, "a"), kT1),
+            (std::vector<int64_t>{1, 2}));
+  TrackerState other = before;
+  for (StoredTable& table : other.tables) {
+    for (StoredLookup& lookup : table.lookups) lookup.ids = Ids({5});
+  }
+  ASSERT_TRUE(tracker->RestoreState(other).ok());
+  EXPECT_EQ(IdsOf(ReadClosed(*tracker, "b"), kT1), std::vector<int64_t>{5});
+
+  // A compaction asked for from outside (it may cross a cursor) drops them.
+  ASSERT_TRUE(tracker->RestoreState(before).ok());
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({3})}}).ok());
+  tracker->Step();
+  const Delta a = ReadClosed(*tracker, "a");
+  EXPECT_EQ(IdsOf(a, kT1), (std::vector<int64_t>{1, 2, 3}));
+  tracker->Compact(0, 2);
+  EXPECT_NE(ReadClosed(*tracker, "b").tables.at(kT1).ids.data_ptr(),
+            a.tables.at(kT1).ids.data_ptr());
+}
+
 }  // namespace
 }  // namespace deltastream

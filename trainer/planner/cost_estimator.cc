@@ -45,16 +45,17 @@ Cost EstimateShardCost(const TableSpec& table, v1::ShardingType type,
   double output_rows = 0;   // rows (pooled or not) it writes
   double input_comms = 0;   // seconds
   double output_comms = 0;  // seconds, forward; the backward mirrors it
-  double dense_bwd = 0;     // seconds of dense work in backward
-  double allreduce = 0;     // seconds, backward (data-parallel)
+  double gather = 0;        // seconds, backward (data-parallel)
   switch (type) {
     case v1::DATA_PARALLEL:
-      lookup_ids = ids;
-      output_rows = outputs;
-      // Backward all-reduces the whole table's dense gradient (a ring:
-      // 2 (W - 1) / W of it per rank) and applies it to every row.
-      dense_bwd = static_cast<double>(shard_rows) * row / mem_bw;
-      allreduce = static_cast<double>(shard_rows) * row * 2 * remote / world_bw;
+      // As trainer/sharding replicates a table: every rank receives every
+      // rank's IDs and looks them all up (so that each applies the same
+      // sparse update), keeps its own examples' rows, and all-gathers the
+      // output gradients backward. No dense gradient, no all-reduce.
+      lookup_ids = ids * world;
+      output_rows = outputs * world;
+      input_comms = lookup_ids * kIdBytes * remote / world_bw;
+      gather = output_rows * row * remote / world_bw;
       break;
     case v1::TABLE_WISE:
     case v1::COLUMN_WISE:
@@ -84,12 +85,12 @@ Cost EstimateShardCost(const TableSpec& table, v1::ShardingType type,
       return cost;
   }
   const double compute =
-      (lookup_ids * kIdBytes + lookup_ids * row + output_rows * row) / mem_bw;
+      (lookup_ids * kIdBytes + lookup_ids * row + output_rows * row) / mem_bw +
+      lookup_ids * topology.lookup_seconds_per_id;
   cost.fwd_compute = compute * kMsPerSecond;
-  cost.bwd_compute =
-      (compute * topology.bwd_compute_multiplier + dense_bwd) * kMsPerSecond;
+  cost.bwd_compute = compute * topology.bwd_compute_multiplier * kMsPerSecond;
   cost.fwd_comms = (input_comms + output_comms) * kMsPerSecond;
-  cost.bwd_comms = (output_comms + allreduce) * kMsPerSecond;
+  cost.bwd_comms = (output_comms + gather) * kMsPerSecond;
   return cost;
 }
 

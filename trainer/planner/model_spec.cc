@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/text_proto.h"
+#include "trainer/config_defaults.h"
 
 namespace deltastream::planner {
 namespace {
@@ -48,47 +49,33 @@ absl::StatusOr<v1::PlannerConstraints> ParseConstraintsText(
   return ParseText<v1::PlannerConstraints>(text, "constraints");
 }
 
-absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config) {
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& given) {
+  const v1::TrainerConfig config = WithTrainerConfigDefaults(given);
   ModelSpec spec;
   const v1::Model& model = config.model();
-  bool sequence = false;
-  if (model.kind() == "sequence") {
-    sequence = true;
-  } else if (!model.kind().empty() && model.kind() != "dlrm") {
+  const bool sequence = model.kind() == "sequence";
+  if (!sequence && model.kind() != "dlrm") {
     return Invalid("model.kind",
                    absl::StrCat("dlrm or sequence, got '", model.kind(), "'"));
   }
 
-  // IDs per example and feature.
+  // IDs per example and feature: the synthetic data's mean length, or one
+  // per Criteo feature.
   double ids_per_feature = 1;
-  if (config.data().has_criteo()) {
-    ids_per_feature = 1;
-  } else {
+  if (!config.data().has_criteo()) {
     const v1::SyntheticData& synthetic = config.data().synthetic();
-    const int64_t min_length =
-        synthetic.min_length() != 0 ? synthetic.min_length() : 1;
-    const int64_t max_length = synthetic.max_length() != 0
-                                   ? synthetic.max_length()
-                                   : (sequence ? 8 : 1);
-    if (min_length < 0 || max_length < min_length) {
+    if (synthetic.min_length() < 0 ||
+        synthetic.max_length() < synthetic.min_length()) {
       return Invalid("data.synthetic", "needs 0 <= min_length <= max_length");
     }
-    ids_per_feature = static_cast<double>(min_length + max_length) / 2;
+    ids_per_feature =
+        static_cast<double>(synthetic.min_length() + synthetic.max_length()) /
+        2;
   }
-  spec.batch_size =
-      config.data().batch_size() != 0 ? config.data().batch_size() : 512;
+  spec.batch_size = config.data().batch_size();
   if (spec.batch_size <= 0)
     return Invalid("data.batch_size", "must be positive");
 
-  if (model.tables().empty()) {
-    for (int t = 0; t < 8; ++t) {
-      TableSpec table;
-      table.name = absl::StrCat("t", t);
-      table.rows = 100000;
-      table.dim = 16;
-      spec.tables.push_back(table);
-    }
-  }
   absl::flat_hash_map<std::string, bool> names;
   for (const v1::EmbeddingTable& in : model.tables()) {
     const std::string field = absl::StrCat("model.tables '", in.name(), "'");
@@ -96,7 +83,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config) {
     table.name = in.name();
     table.rows = in.num_embeddings();
     table.dim = in.embedding_dim();
-    table.num_features = std::max(1, in.feature_names_size());
+    table.num_features = in.feature_names_size();
     if (table.name.empty())
       return Invalid("model.tables", "a table has no name");
     if (!names.emplace(table.name, true).second) {
@@ -106,7 +93,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config) {
       return Invalid(field,
                      "num_embeddings and embedding_dim must be positive");
     }
-    if (in.dtype().empty() || in.dtype() == "float") {
+    if (in.dtype() == "float") {
       table.element_bytes = 4;
     } else if (in.dtype() == "double") {
       table.element_bytes = 8;
@@ -114,16 +101,14 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config) {
       return Invalid(field, absl::StrCat("dtype must be float or double, got '",
                                          in.dtype(), "'"));
     }
-    spec.tables.push_back(table);
-  }
-  for (TableSpec& table : spec.tables) {
     table.pooled = !sequence;
     table.pooling_factor =
         ids_per_feature * static_cast<double>(table.num_features);
+    spec.tables.push_back(table);
   }
 
   const std::string& optimizer = model.sparse_optimizer().type();
-  if (optimizer.empty() || optimizer == "rowwise_adagrad") {
+  if (optimizer == "rowwise_adagrad") {
     spec.optimizer = OptimizerKind::kRowwiseAdagrad;
   } else if (optimizer == "sgd") {
     spec.optimizer = OptimizerKind::kSgd;
@@ -138,7 +123,7 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config) {
   const std::string& dense = model.dense_optimizer().type();
   if (dense == "sgd") {
     spec.dense_state_copies = 2;
-  } else if (dense.empty() || dense == "adagrad") {
+  } else if (dense == "adagrad") {
     spec.dense_state_copies = 3;
   } else if (dense == "adam") {
     spec.dense_state_copies = 4;
@@ -149,20 +134,18 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config) {
 
   // The dense parameters, as trainer/models builds them (float).
   const int64_t dim = spec.tables.front().dim;
-  const int64_t num_dense = model.num_dense() != 0 ? model.num_dense() : 13;
-  std::vector<int64_t> dense_arch(model.dense_arch().begin(),
-                                  model.dense_arch().end());
-  if (dense_arch.empty()) dense_arch = {64, dim};
-  std::vector<int64_t> over_arch(model.over_arch().begin(),
-                                 model.over_arch().end());
-  if (over_arch.empty()) over_arch = {64, 32, 1};
+  const std::vector<int64_t> dense_arch(model.dense_arch().begin(),
+                                        model.dense_arch().end());
+  const std::vector<int64_t> over_arch(model.over_arch().begin(),
+                                       model.over_arch().end());
   int64_t features = 0;
   for (const TableSpec& table : spec.tables) features += table.num_features;
   const int64_t vectors = features + 1;
   const int64_t over_in =
       sequence ? dim * (features + 1) : dim + vectors * (vectors - 1) / 2;
-  spec.dense_parameter_bytes = 4 * (MlpParameters(num_dense, dense_arch) +
-                                    MlpParameters(over_in, over_arch));
+  spec.dense_parameter_bytes =
+      4 * (MlpParameters(model.num_dense(), dense_arch) +
+           MlpParameters(over_in, over_arch));
   spec.gpu = absl::StartsWith(config.device(), "cuda");
   return spec;
 }

@@ -15,10 +15,11 @@
 namespace deltastream::planner {
 
 // What the planner needs of a model: its tables, batch, optimizers and
-// dense size, read from the trainer's configuration.
+// dense size, read from the trainer's configuration (ModelSpecFromConfig
+// sets every field).
 struct ModelSpec {
   std::vector<TableSpec> tables;
-  int64_t batch_size = 512;
+  int64_t batch_size = 0;
   OptimizerKind optimizer = OptimizerKind::kRowwiseAdagrad;
   // Bytes of the dense (MLP) parameters, and how many copies training keeps
   // of them: weights, gradients and the dense optimizer's states (SGD 2,
@@ -28,16 +29,15 @@ struct ModelSpec {
   bool gpu = false;  // the config's device is "cuda..."
 };
 
-// Reads a trainer config (proto/trainer_config.proto) with the trainer's
-// defaults (trainer/config.cc): an empty model means 8 tables "t0".."t7" of
-// 100000 x 16, batch 512, row-wise Adagrad; DLRM tables are pooled,
-// sequence tables not. Pooling factors come from the data settings: the
-// mean IDs per example and feature of the synthetic data ((min_length +
-// max_length) / 2; default 1 for DLRM, 4.5 for sequence) or 1 for Criteo,
-// times the table's features. InvalidArgument naming the field for what
-// the trainer would refuse (a bad kind, optimizer, dtype, table shape or a
-// repeated table name).
-absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& config);
+// Reads a trainer config (proto/trainer_config.proto) with the defaults
+// the trainer applies (WithTrainerConfigDefaults, trainer/config_defaults.h:
+// the one place both take them from). DLRM tables are pooled, sequence
+// tables not. Pooling factors come from the data settings: the mean IDs per
+// example and feature of the synthetic data ((min_length + max_length) / 2)
+// or 1 for Criteo, times the table's features. InvalidArgument naming the
+// field for what the trainer would refuse (a bad kind, optimizer, dtype,
+// table shape or a repeated table name).
+absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& given);
 
 // Parses protobuf text (the trainer's config or planner constraints);
 // InvalidArgument with "line L column C: ..." when it does not parse.

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "trainer/planner/cost_estimator.h"
 #include "trainer/planner/enumerator.h"
 #include "trainer/planner/partitioners.h"
 #include "trainer/planner/proposers.h"
@@ -504,6 +505,34 @@ absl::Status ValidatePlan(const v1::ShardingPlan& plan,
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Cost>> EstimateRankCosts(
+    const v1::ShardingPlan& plan, absl::Span<const TableSpec> tables,
+    const Topology& topology) {
+  if (plan.world_size() != topology.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan: world_size ", plan.world_size(),
+                     ", the topology has ", topology.world_size));
+  }
+  if (absl::Status status = ValidatePlan(plan, tables); !status.ok()) {
+    return status;
+  }
+  absl::flat_hash_map<std::string, const TableSpec*> by_name;
+  for (const TableSpec& table : tables) by_name[table.name] = &table;
+  std::vector<Cost> costs(topology.world_size);
+  for (const v1::TablePlan& table_plan : plan.tables()) {
+    const v1::ComputeKernel kernel =
+        table_plan.compute_kernel() == v1::COMPUTE_KERNEL_UNSPECIFIED
+            ? v1::FUSED
+            : table_plan.compute_kernel();
+    for (const v1::Shard& shard : table_plan.shards()) {
+      costs[shard.rank()] += EstimateShardCost(
+          *by_name[table_plan.table()], table_plan.sharding_type(), kernel,
+          shard.rows(), shard.cols(), topology);
+    }
+  }
+  return costs;
 }
 
 }  // namespace deltastream::planner

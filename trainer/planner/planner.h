@@ -89,6 +89,17 @@ absl::Status ValidatePlan(const v1::ShardingPlan& plan,
                           absl::Span<const TableSpec> tables,
                           const Storage* usable = nullptr);
 
+// The estimated cost of every rank under any plan for `tables` (the
+// planner's, or one written by hand or by trainer/sharding's helpers):
+// EstimateShardCost of each shard of rows and columns > 0 with the table's
+// sharding type and compute kernel (FUSED when unset), summed per rank.
+// Element r is rank r's cost; the plan's figure of merit is the largest.
+// InvalidArgument when ValidatePlan refuses the plan or its world size is
+// not the topology's. Pure: safe from any thread.
+absl::StatusOr<std::vector<Cost>> EstimateRankCosts(
+    const v1::ShardingPlan& plan, absl::Span<const TableSpec> tables,
+    const Topology& topology);
+
 }  // namespace deltastream::planner
 
 #endif  // DELTASTREAM_TRAINER_PLANNER_PLANNER_H_

@@ -11,20 +11,20 @@
 #include <google/protobuf/text_format.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/command_line.h"
 #include "base/file_io.h"
 #include "base/process.h"
 #include "trainer/planner/model_spec.h"
@@ -58,18 +58,6 @@ namespace {
 
 constexpr int kNothingFits = 1;
 constexpr int kBadInput = 2;
-
-// A float environment variable, or `fallback`.
-absl::StatusOr<double> EnvDouble(const char* name, double fallback) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  double parsed = 0;
-  if (!absl::SimpleAtod(value, &parsed)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, "='", value, "' is not a number"));
-  }
-  return parsed;
-}
 
 // The first GPU's memory through nvidia-smi (no CUDA link needed).
 absl::StatusOr<int64_t> GpuMemoryBytes() {
@@ -156,19 +144,9 @@ int Run() {
       topology.hbm_bytes = *hbm;
     }
   }
-  // TorchRec's units for the environment: bytes per millisecond.
-  absl::StatusOr<double> intra =
-      EnvDouble("INTRA_NODE_BANDWIDTH", topology.intra_host_bw / 1e3);
-  absl::StatusOr<double> inter =
-      EnvDouble("CROSS_NODE_BANDWIDTH", topology.inter_host_bw / 1e3);
-  absl::StatusOr<double> reserve =
-      EnvDouble("STORAGE_RESERVE_PERCENT", topology.storage_reserve_percent);
-  for (const auto* value : {&intra, &inter, &reserve}) {
-    if (!value->ok()) return Fail(kBadInput, value->status().message());
+  if (absl::Status status = ApplyTopologyEnvironment(&topology); !status.ok()) {
+    return Fail(kBadInput, status.message());
   }
-  topology.intra_host_bw = *intra * 1e3;
-  topology.inter_host_bw = *inter * 1e3;
-  topology.storage_reserve_percent = *reserve;
   if (absl::Status status = ValidateTopology(topology); !status.ok()) {
     return Fail(kBadInput, status.message());
   }
@@ -228,6 +206,9 @@ int main(int argc, char** argv) {
       "planner --config=F --world_size=N [--local_world_size=L] [--hbm_gb=G] "
       "[--ddr_gb=G] [--proposer=dp|greedy|uniform|all] [--out=plan.textproto] "
       "[--json] [--constraints=F]");
-  absl::ParseCommandLine(argc, argv);
+  if (std::optional<int> exit_code =
+          deltastream::HandleCommandLine(argc, argv)) {
+    return *exit_code;
+  }
   return deltastream::planner::Run();
 }

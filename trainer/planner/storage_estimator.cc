@@ -48,11 +48,7 @@ ShardIo EstimateShardIo(const TableSpec& table, v1::ShardingType type,
       table.pooled ? batch * static_cast<double>(table.num_features) : ids;
   const double out_row = static_cast<double>(shard_cols * table.element_bytes);
   switch (type) {
-    case v1::DATA_PARALLEL:
-      // Its own batch only.
-      io.input_bytes = Ceil(ids * kIdBytes);
-      io.output_bytes = Ceil(outputs * out_row);
-      break;
+    case v1::DATA_PARALLEL:  // trainer/sharding looks up every rank's IDs
     case v1::TABLE_WISE:
     case v1::COLUMN_WISE:
       // Every rank's IDs; every rank's outputs.

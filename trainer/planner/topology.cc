@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace deltastream::planner {
@@ -11,8 +14,15 @@ Topology DefaultTopology(int world_size, bool gpu) {
   topology.world_size = world_size;
   topology.gpu = gpu;
   if (!gpu) {
+    // Measured by tests/bench:planner_ranking_bench --calibrate on the 2-core
+    // development machines (docs/planner.md): Gloo's all-to-all on loopback
+    // and the CPU lookup kernels (forward; backward with the fused
+    // optimizer). Across hosts: 10 GbE.
     topology.intra_host_bw = 1.7e9;
     topology.inter_host_bw = 1.25e9;
+    topology.ddr_bw = 20e9;
+    topology.lookup_seconds_per_id = 20e-9;
+    topology.bwd_compute_multiplier = 30;
   }
   return topology;
 }
@@ -49,6 +59,38 @@ absl::Status ValidateTopology(const Topology& topology) {
   }
   if (!(topology.bwd_compute_multiplier >= 0)) {
     return invalid("bwd_compute_multiplier", "must be >= 0");
+  }
+  if (!(topology.lookup_seconds_per_id >= 0)) {
+    return invalid("lookup_seconds_per_id", "must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyTopologyEnvironment(Topology* topology) {
+  // TorchRec's unit for bandwidths: bytes per millisecond.
+  struct Variable {
+    const char* name;
+    double* field;
+    double scale;  // field = value x scale
+  };
+  const Variable variables[] = {
+      {"INTRA_NODE_BANDWIDTH", &topology->intra_host_bw, 1e3},
+      {"CROSS_NODE_BANDWIDTH", &topology->inter_host_bw, 1e3},
+      {"HBM_MEM_BW", &topology->hbm_bw, 1e3},
+      {"DDR_MEM_BW", &topology->ddr_bw, 1e3},
+      {"BWD_COMPUTE_MULTIPLIER", &topology->bwd_compute_multiplier, 1},
+      {"STORAGE_RESERVE_PERCENT", &topology->storage_reserve_percent, 1},
+      {"LOOKUP_NS_PER_ID", &topology->lookup_seconds_per_id, 1e-9},
+  };
+  for (const Variable& variable : variables) {
+    const char* value = std::getenv(variable.name);
+    if (value == nullptr || *value == '\0') continue;
+    double parsed = 0;
+    if (!absl::SimpleAtod(value, &parsed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(variable.name, "='", value, "' is not a number"));
+    }
+    *variable.field = parsed * variable.scale;
   }
   return absl::OkStatus();
 }

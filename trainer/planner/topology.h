@@ -38,8 +38,13 @@ struct Topology {
   int64_t batch_size = 512;
   // Share of a FUSED_UVM_CACHING table's rows cached in HBM.
   double uvm_caching_ratio = 0.2;
-  // Backward compute relative to forward (TorchRec's bwd_compute_multiplier).
+  // Backward compute relative to forward (TorchRec's BWD_COMPUTE_MULTIPLIER;
+  // backward includes the fused optimizer's update).
   double bwd_compute_multiplier = 2;
+  // Forward time per ID looked up, on top of its bytes (0 in TorchRec's
+  // model, where an ID costs its 8 bytes; CPU kernels spend far more per ID
+  // than its bytes: sorting, gathering and scattering rows).
+  double lookup_seconds_per_id = 0;
 
   int hosts() const {
     const int local = ranks_per_host();
@@ -59,9 +64,11 @@ struct Topology {
 };
 
 // A topology of `world_size` ranks with the defaults for the device kind:
-// GPUs keep TorchRec's bandwidths; CPU ranks (Gloo over TCP) default to
-// 1.7 GB/s within a host (TCP loopback on the development machines) and
-// 1.25 GB/s across hosts (10 GbE).
+// GPUs keep TorchRec's constants; CPU ranks take what
+// `tests/bench:planner_ranking_bench --calibrate` measured on the 2-core
+// development machines (docs/planner.md): Gloo over TCP loopback within a
+// host, 1.25 GB/s across hosts (10 GbE), and the lookup kernels' throughput
+// per byte and per ID and their backward / forward ratio.
 Topology DefaultTopology(int world_size, bool gpu);
 
 // InvalidArgument naming the field: world size < 1, local world size < 0 or
@@ -69,6 +76,16 @@ Topology DefaultTopology(int world_size, bool gpu);
 // a GPU topology only), a reserve percentage outside [0, 1), a batch size
 // < 1, a caching ratio outside (0, 1].
 absl::Status ValidateTopology(const Topology& topology);
+
+// Overrides from the environment, in TorchRec's unit (bytes per
+// millisecond) and names: INTRA_NODE_BANDWIDTH, CROSS_NODE_BANDWIDTH,
+// HBM_MEM_BW, DDR_MEM_BW; BWD_COMPUTE_MULTIPLIER, STORAGE_RESERVE_PERCENT
+// (a fraction), and LOOKUP_NS_PER_ID (nanoseconds). Unset or
+// empty variables leave the field alone. InvalidArgument naming the
+// variable when one is not a number; the result is not validated (see
+// ValidateTopology). `tests/bench:planner_ranking_bench --calibrate`
+// measures the bandwidths of this machine and prints these variables.
+absl::Status ApplyTopologyEnvironment(Topology* topology);
 
 // The host's physical memory in bytes (sysconf), 0 when unknown.
 int64_t HostMemoryBytes();

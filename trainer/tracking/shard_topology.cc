@@ -93,6 +93,11 @@ absl::StatusOr<std::vector<std::string>> ExchangeEndpoints(
       !status.ok()) {
     return status;
   }
+  // Every rank has written before any reads: a key left by an earlier
+  // trainer on the same group (or store) is never taken for this one's.
+  if (absl::Status status = group->Barrier("tracker.endpoints"); !status.ok()) {
+    return status;
+  }
   std::vector<std::string> endpoints;
   for (int r = 0; r < group->world_size(); ++r) {
     absl::StatusOr<std::string> endpoint =

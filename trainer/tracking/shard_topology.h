@@ -57,9 +57,11 @@ ServiceTopology DescribeTopology(
 std::string ReachableAddress(absl::string_view address);
 
 // Publishes this rank's `address` in the group's store under
-// "tracker/endpoint/<rank>" and reads every rank's, waiting for each up to
-// the store's timeout: the endpoints by rank. With a null group: {address}.
-// DeadlineExceeded naming the key of a rank that never published.
+// "tracker/endpoint/<rank>", waits until every rank has (a barrier, so a
+// key an earlier trainer left on the same store is never read) and reads
+// every rank's: the endpoints by rank. With a null group: {address}. A
+// collective: every rank calls it. The barrier's error (naming the missing
+// rank) when a rank does not arrive within the group's timeout.
 absl::StatusOr<std::vector<std::string>> ExchangeEndpoints(
     ProcessGroup* group, const std::string& address);
 

@@ -63,10 +63,11 @@ TEST(StorageEstimator, IoBuffersFromBatchWorldAndPoolingFactor) {
   io = EstimateShardIo(table, v1::ROW_WISE, 250, 16, topology);
   EXPECT_EQ(io.input_bytes, 200 * 8);
   EXPECT_EQ(io.output_bytes, 4 * 100 * 16 * 4);
-  // Data-parallel: its own batch.
+  // Data-parallel as trainer/sharding replicates: every rank's IDs and
+  // outputs on every rank.
   io = EstimateShardIo(table, v1::DATA_PARALLEL, 1000, 16, topology);
-  EXPECT_EQ(io.input_bytes, 200 * 8);
-  EXPECT_EQ(io.output_bytes, 100 * 16 * 4);
+  EXPECT_EQ(io.input_bytes, 4 * 200 * 8);
+  EXPECT_EQ(io.output_bytes, 4 * 100 * 16 * 4);
   // Sequence: a row per ID.
   table.pooled = false;
   io = EstimateShardIo(table, v1::TABLE_WISE, 1000, 8, topology);
@@ -103,32 +104,101 @@ TEST(StorageEstimator, ReservationPercentDenseAndKjt) {
   EXPECT_EQ(UsableStorage(topology, reservation).ddr, 1000 * 1000 - 156200);
 }
 
-TEST(CostEstimator, NoCommsOnOneRankAndDataParallelPaysForItsSize) {
+TEST(CostEstimator, NoCommsOnOneRankAndDataParallelAsTheShardedModulesDoIt) {
   const TableSpec table = Table("t", 100000, 64);
   const Cost alone =
       EstimateShardCost(table, v1::TABLE_WISE, v1::FUSED, 100000, 64, Cpu(1));
   EXPECT_GT(alone.fwd_compute, 0);
-  EXPECT_DOUBLE_EQ(alone.bwd_compute, 2 * alone.fwd_compute);
+  EXPECT_DOUBLE_EQ(alone.bwd_compute,
+                   Cpu(1).bwd_compute_multiplier * alone.fwd_compute);
   EXPECT_EQ(alone.fwd_comms, 0);
   EXPECT_EQ(alone.bwd_comms, 0);
+
+  // Table-wise on 4 ranks, batch 512, one ID per example, by hand: 2048
+  // IDs looked up, 2048 rows of 256 bytes written; 3/4 of the IDs come
+  // from other ranks and 3/4 of the rows go back.
+  Topology cpu4 = Cpu(4);
+  cpu4.batch_size = 512;
   const Cost tw =
-      EstimateShardCost(table, v1::TABLE_WISE, v1::FUSED, 100000, 64, Cpu(4));
-  EXPECT_GT(tw.fwd_comms, 0);
-  // Data-parallel: no forward comms, an all-reduce of the table backward.
-  const Cost dp = EstimateShardCost(table, v1::DATA_PARALLEL, v1::DENSE, 100000,
-                                    64, Cpu(4));
-  EXPECT_EQ(dp.fwd_comms, 0);
-  EXPECT_NEAR(dp.bwd_comms, 100000.0 * 64 * 4 * 2 * 0.75 / 1.7e9 * 1e3, 1e-9);
-  EXPECT_GT(dp.total(), tw.total());  // a big table: DP is the wrong choice
-  // A tiny table: data-parallel beats table-wise.
-  const TableSpec tiny = Table("tiny", 10, 8);
-  EXPECT_LT(EstimateShardCost(tiny, v1::DATA_PARALLEL, v1::DENSE, 10, 8, Cpu(4))
-                .total(),
-            EstimateShardCost(tiny, v1::TABLE_WISE, v1::FUSED, 10, 8, Cpu(4))
-                .total());
+      EstimateShardCost(table, v1::TABLE_WISE, v1::FUSED, 100000, 64, cpu4);
+  const double forward =
+      (2048.0 * 8 + 2048.0 * 256 + 2048.0 * 256) / cpu4.ddr_bw +
+      2048 * cpu4.lookup_seconds_per_id;
+  EXPECT_NEAR(tw.fwd_compute, forward * 1e3, 1e-9);
+  EXPECT_NEAR(tw.bwd_compute, forward * cpu4.bwd_compute_multiplier * 1e3,
+              1e-9);
+  const double ids_in = 2048.0 * 8 * 0.75 / cpu4.intra_host_bw * 1e3;
+  const double rows_out = 2048.0 * 256 * 0.75 / cpu4.intra_host_bw * 1e3;
+  EXPECT_NEAR(tw.fwd_comms, ids_in + rows_out, 1e-9);
+  EXPECT_NEAR(tw.bwd_comms, rows_out, 1e-9);
+
+  // Data-parallel as trainer/sharding replicates a table: every rank looks
+  // up every rank's IDs (the same compute as the table-wise shard) and
+  // receives them (the same input all-to-all), keeps its own rows (no
+  // forward output comms) and all-gathers the output gradients backward.
+  const Cost dp =
+      EstimateShardCost(table, v1::DATA_PARALLEL, v1::DENSE, 100000, 64, cpu4);
+  EXPECT_NEAR(dp.fwd_compute, tw.fwd_compute, 1e-9);
+  EXPECT_NEAR(dp.bwd_compute, tw.bwd_compute, 1e-9);
+  EXPECT_NEAR(dp.fwd_comms, ids_in, 1e-9);
+  EXPECT_NEAR(dp.bwd_comms, rows_out, 1e-9);
   EXPECT_EQ(
       EstimateShardCost(table, v1::ROW_WISE, v1::FUSED, 0, 64, Cpu(4)).total(),
       0);
+}
+
+TEST(CostEstimator, RankCostsOfAnyPlan) {
+  const std::vector<TableSpec> tables = {Table("a", 1000, 16),
+                                         Table("b", 500, 32)};
+  Topology topology = Cpu(2);
+  v1::ShardingPlan plan;
+  plan.set_world_size(2);
+  for (const TableSpec& table : tables) {
+    v1::TablePlan* t = plan.add_tables();
+    t->set_table(table.name);
+    t->set_sharding_type(v1::TABLE_WISE);
+    t->set_num_embeddings(table.rows);
+    t->set_embedding_dim(table.dim);
+    v1::Shard* shard = t->add_shards();
+    shard->set_rank(table.name == "a" ? 0 : 1);
+    shard->set_rows(table.rows);
+    shard->set_cols(table.dim);
+  }
+  absl::StatusOr<std::vector<Cost>> costs =
+      EstimateRankCosts(plan, tables, topology);
+  ASSERT_TRUE(costs.ok()) << costs.status();
+  ASSERT_EQ(costs->size(), 2u);
+  EXPECT_DOUBLE_EQ((*costs)[0].total(),
+                   EstimateShardCost(tables[0], v1::TABLE_WISE, v1::FUSED, 1000,
+                                     16, topology)
+                       .total());
+  EXPECT_DOUBLE_EQ(
+      (*costs)[1].total(),
+      EstimateShardCost(tables[1], v1::TABLE_WISE, v1::FUSED, 500, 32, topology)
+          .total());
+  // Refused: another world size, or a plan that misses a table.
+  EXPECT_FALSE(EstimateRankCosts(plan, tables, Cpu(4)).ok());
+  plan.mutable_tables()->RemoveLast();
+  EXPECT_THAT(EstimateRankCosts(plan, tables, topology).status().message(),
+              HasSubstr("'b' is not planned"));
+}
+
+TEST(Topology, EnvironmentOverridesInTorchRecsUnits) {
+  Topology topology = Cpu(2);
+  setenv("INTRA_NODE_BANDWIDTH", "2000000", 1);  // bytes per ms: 2 GB/s
+  setenv("LOOKUP_NS_PER_ID", "50", 1);
+  setenv("BWD_COMPUTE_MULTIPLIER", "3", 1);
+  ASSERT_TRUE(ApplyTopologyEnvironment(&topology).ok());
+  EXPECT_DOUBLE_EQ(topology.intra_host_bw, 2e9);
+  EXPECT_DOUBLE_EQ(topology.lookup_seconds_per_id, 50e-9);
+  EXPECT_DOUBLE_EQ(topology.bwd_compute_multiplier, 3);
+  setenv("DDR_MEM_BW", "fast", 1);
+  EXPECT_THAT(ApplyTopologyEnvironment(&topology).message(),
+              HasSubstr("DDR_MEM_BW='fast' is not a number"));
+  for (const char* name : {"INTRA_NODE_BANDWIDTH", "LOOKUP_NS_PER_ID",
+                           "BWD_COMPUTE_MULTIPLIER", "DDR_MEM_BW"}) {
+    unsetenv(name);
+  }
 }
 
 TEST(Enumerator, TypesKernelsAndShards) {
