@@ -161,6 +161,12 @@ absl::StatusOr<std::map<std::string, ServedTable>> ReadDelta(
   return tables;
 }
 
+// A status by value, for RANK_ASSERT_OK (which copies what it is given).
+template <typename T>
+absl::Status StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
 double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
   if (!a.sizes().equals(b.sizes())) return 1e30;
   if (a.numel() == 0) return 0;
@@ -177,13 +183,13 @@ int RunCase(ProcessGroup& group, const std::string& name) {
 
   absl::StatusOr<std::unique_ptr<Trainer>> reference =
       MakeTrainer(Config(kind, mode, 2 * kBatch, false), nullptr, "");
-  RANK_ASSERT_OK(reference.status());
+  RANK_ASSERT_OK(StatusOf(reference));
   EmbeddingModule& whole = *(*reference)->model().embedding_modules().at(0);
   std::map<std::string, at::Tensor> initial, final_rows;
   for (const auto& [state, tensor] : whole.StateTensors()) {
     initial[state] = tensor.clone();
   }
-  RANK_ASSERT_OK((*reference)->Run(stop, kSteps).status());
+  RANK_ASSERT_OK(StatusOf((*reference)->Run(stop, kSteps)));
   for (const auto& [state, tensor] : whole.StateTensors()) {
     final_rows[state] = tensor;
   }
@@ -191,7 +197,7 @@ int RunCase(ProcessGroup& group, const std::string& name) {
   everything.consumer = "default";
   absl::StatusOr<Delta> expected =
       (*reference)->tracker()->GetDelta(everything);
-  RANK_ASSERT_OK(expected.status());
+  RANK_ASSERT_OK(StatusOf(expected));
 
   const bool pooled = kind == "dlrm";
   const std::string plan_path =
@@ -200,8 +206,8 @@ int RunCase(ProcessGroup& group, const std::string& name) {
       MixedPlan((*reference)->settings().tables, pooled), plan_path));
   absl::StatusOr<std::unique_ptr<Trainer>> sharded =
       MakeTrainer(Config(kind, mode, kBatch, true), &group, plan_path);
-  RANK_ASSERT_OK(sharded.status());
-  RANK_ASSERT_OK((*sharded)->Run(stop, kSteps).status());
+  RANK_ASSERT_OK(StatusOf(sharded));
+  RANK_ASSERT_OK(StatusOf((*sharded)->Run(stop, kSteps)));
   ShardedEmbeddingModule& module = *(*sharded)->model().sharded_modules().at(0);
 
   std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
@@ -210,10 +216,10 @@ int RunCase(ProcessGroup& group, const std::string& name) {
       v1::DeltaTracker::NewStub(channel);
   absl::StatusOr<std::map<std::string, ServedTable>> served =
       ReadDelta(*stub, /*all_rows=*/false);
-  RANK_ASSERT_OK(served.status());
+  RANK_ASSERT_OK(StatusOf(served));
   absl::StatusOr<std::map<std::string, ServedTable>> whole_shards =
       ReadDelta(*stub, /*all_rows=*/true);
-  RANK_ASSERT_OK(whole_shards.status());
+  RANK_ASSERT_OK(StatusOf(whole_shards));
 
   int checked = 0;
   for (const EmbeddingShard& shard : module.local_shards()) {
@@ -327,7 +333,7 @@ int RunCase(ProcessGroup& group, const std::string& name) {
 int RunScenario(const std::string& scenario) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
-  RANK_ASSERT_OK(group.status());
+  RANK_ASSERT_OK(StatusOf(group));
   for (absl::string_view name : absl::StrSplit(scenario, ',')) {
     if (int rc = RunCase(**group, std::string(name)); rc != 0) return rc;
   }
