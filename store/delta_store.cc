@@ -73,11 +73,7 @@ void FoldRecorded(RowIndex& index, const at::Tensor& ids,
   if (keep != nullptr && contiguous_states.defined()) {
     keep->push_back(contiguous_states);
   }
-  index.Fold(contiguous_ids.data_ptr<int64_t>(),
-             contiguous_states.defined()
-                 ? static_cast<const uint8_t*>(contiguous_states.data_ptr())
-                 : nullptr,
-             contiguous_ids.numel());
+  index.Fold(contiguous_ids, contiguous_states);
 }
 
 }  // namespace
@@ -228,7 +224,7 @@ void DeltaStore::CompactLocked(Table& table, int64_t start_idx,
     }
     for (auto it = first + 1; it != last; ++it) {
       if (it->rows) {
-        merged.rows->Fold(*it->rows);
+        merged.rows->Fold(std::move(*it->rows));
       } else {
         FoldRecorded(*merged.rows, it->ids, it->states);
       }
@@ -287,6 +283,16 @@ void DeltaStore::CompactTableTiered(absl::string_view fqn, int64_t start_idx,
     const Lookup& newer = *(last - 1);
     if (2 * newer.id_count() < older.id_count()) return;
     CompactLocked(*table, older.batch_idx, newer.batch_idx + 1);
+  }
+}
+
+void DeltaStore::ReleaseRecorded() {
+  WriterLock lock(&mu_);
+  for (auto& [fqn, table] : tables_) {
+    for (Lookup& lookup : table->lookups) {
+      if (lookup.rows) lookup.rows->ReleaseHeld();
+    }
+    RecountLocked(*table);
   }
 }
 

@@ -11,10 +11,11 @@
 namespace deltastream {
 namespace {
 
-// State blocks of about 64 KiB: small enough to come from the allocator's heap
-// (no fresh pages on every growth), large enough to amortise the pointer.
+// Own state blocks grow from kFirstBlockRows rows, doubling, to about 64 KiB:
+// small tables stay small, large ones come from the allocator's heap (no fresh
+// pages on every growth) and amortise the block pointer.
 constexpr int64_t kStateBlockBytes = int64_t{1} << 16;
-constexpr int64_t kFirstBlockMinRows = 16;
+constexpr int64_t kFirstBlockRows = 16;
 
 // The bitmap may span up to this many bits per row held (16 bytes per row, as
 // much as a hash slot takes), and always the first 2^20 IDs (128 KiB).
@@ -27,35 +28,22 @@ constexpr int64_t kDenseFreeBits = int64_t{1} << 20;
 constexpr int64_t kDirectSlotsPerRow = 4;
 constexpr int64_t kDirectFreeSlots = int64_t{1} << 20;
 
-// Rows are copied this many rows ahead of where they are prefetched: row
-// copies of a fold or a read land on rows spread over memory, so each one
-// would otherwise wait for its cache misses in turn.
+// Rows are copied this many rows ahead of where they are prefetched: the rows
+// a read gathers lie spread over memory, so each copy would otherwise wait
+// for its cache misses in turn.
 constexpr int64_t kCopyPrefetchRows = 8;
+
+// Slots are looked up this many IDs ahead of where they are prefetched: the
+// slots of a large table miss the cache.
+constexpr int64_t kSlotPrefetchIds = 16;
+// The same, for loops that do little else per ID: they need to look further
+// ahead to cover a miss to memory.
+constexpr int64_t kTightPrefetchIds = 64;
 
 void PrefetchRow(const uint8_t* row, int64_t row_bytes) {
   for (int64_t offset = 0; offset < row_bytes; offset += 64) {
     __builtin_prefetch(row + offset);
   }
-}
-
-// Copies `n` rows of `row_bytes`: row k from source(k) to dest(k), prefetching
-// the source rows kCopyPrefetchRows ahead.
-template <typename Source, typename Dest>
-void CopyRows(int64_t n, int64_t row_bytes, Source&& source, Dest&& dest) {
-  for (int64_t k = 0; k < n; ++k) {
-    if (k + kCopyPrefetchRows < n) {
-      PrefetchRow(source(k + kCopyPrefetchRows), row_bytes);
-    }
-    std::memcpy(dest(k), source(k), row_bytes);
-  }
-}
-
-int BlockShift(int64_t row_bytes) {
-  int shift = 0;
-  while (row_bytes > 0 && (row_bytes << (shift + 1)) <= kStateBlockBytes) {
-    ++shift;
-  }
-  return shift;
 }
 
 // Sorts (ID, slot) pairs by ID with an LSD radix sort over the bytes in which
@@ -90,104 +78,261 @@ void SortById(std::vector<std::pair<int64_t, int64_t>>& items) {
 RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes, Rows rows)
     : mode_(mode),
       row_bytes_(mode == UpdateMode::kNone ? 0 : row_bytes),
+      borrowed_(rows == Rows::kBorrowed),
       dense_(mode == UpdateMode::kNone),
       direct_(mode != UpdateMode::kNone),
-      block_shift_(BlockShift(row_bytes_)),
-      borrowed_(rows == Rows::kBorrowed && row_bytes_ > 0) {}
+      block_rows_(std::max<int64_t>(
+          1, kStateBlockBytes / std::max<int64_t>(row_bytes_, 1))) {}
 
 bool RowIndex::DenseCanHold(int64_t id) const {
   return id >= 0 &&
          id < std::max(kDenseFreeBits, kDenseBitsPerRow * (rows_ + 1));
 }
 
-bool RowIndex::DirectCanHold(int64_t id) const {
-  return id >= 0 && rows_ < std::numeric_limits<int32_t>::max() &&
-         id < std::max(kDirectFreeSlots, kDirectSlotsPerRow * (rows_ + 1));
+void RowIndex::PrepareFor(const int64_t* ids, int64_t count) {
+  if (!direct_ || count == 0) return;
+  int64_t low = ids[0], high = ids[0];
+  for (int64_t i = 1; i < count; ++i) {
+    low = std::min(low, ids[i]);
+    high = std::max(high, ids[i]);
+  }
+  // Counting the rows this fold may add keeps the density bound up to one
+  // lookup's size.
+  const int64_t rows_after = rows_ + count;
+  if (low < 0 || rows_after >= std::numeric_limits<int32_t>::max() ||
+      high >= std::max(kDirectFreeSlots, kDirectSlotsPerRow * rows_after)) {
+    MakeHashed();
+    return;
+  }
+  const int64_t covered = static_cast<int64_t>(held_bits_.size()) * 64;
+  if (high < covered) return;
+  // One resize to the next power of two that covers the IDs.
+  int64_t slots = std::max<int64_t>(covered, 64);
+  while (slots <= high) slots *= 2;
+  held_bits_.resize(slots / 64, 0);
+  if (mode_ == UpdateMode::kLast) {
+    // Not value-initialised: the bitmap says which entries are set.
+    std::unique_ptr<int32_t[]> grown(new int32_t[slots]);
+    if (covered > 0) {
+      std::memcpy(grown.get(), direct_slot_.get(), covered * sizeof(int32_t));
+    }
+    direct_slot_ = std::move(grown);
+  }
 }
 
-int64_t RowIndex::Append(int64_t id) {
-  if (borrowed_) {
-    borrowed_rows_.push_back(nullptr);
-  } else if (row_bytes_ > 0) {
-    GrowStates();
+inline int64_t RowIndex::SlotOf(int64_t id, bool& added) {
+  if (direct_) {
+    uint64_t& word = held_bits_[id >> 6];
+    const uint64_t bit = uint64_t{1} << (id & 63);
+    added = (word & bit) == 0;
+    if (!added) {  // kFirst needs no slot of a known ID
+      return mode_ == UpdateMode::kLast ? direct_slot_[id] : -1;
+    }
+    word |= bit;
+    if (mode_ == UpdateMode::kLast) {
+      direct_slot_[id] = static_cast<int32_t>(rows_);
+    }
+  } else {
+    auto [it, inserted] = slot_of_id_.try_emplace(id, rows_);
+    added = inserted;
+    if (!added) return it->second;
   }
   ids_.push_back(id);
   return rows_++;
 }
 
-void RowIndex::CopyPending(const uint8_t* states) {
-  if (borrowed_) {
-    for (const auto& [slot, row] : pending_) {
-      borrowed_rows_[slot] = states + row * row_bytes_;
-    }
-    std::vector<std::pair<int64_t, int64_t>>().swap(pending_);
+void RowIndex::MarkIfSparse(int32_t holder) {
+  Holder& h = holders_[holder];
+  if (h.kept == 0) {
+    emptied_.push_back(holder);
+  } else if (!h.sparse && h.kept * kHeldFraction < h.rows) {
+    h.sparse = true;
+    sparse_bytes_ += h.rows * row_bytes_;
+  }
+}
+
+void RowIndex::DropRow(int64_t slot) {
+  const int32_t old = holder_of_[slot];
+  if (old == kOwnRow) {
+    free_rows_.push_back(const_cast<uint8_t*>(row_of_[slot]));
     return;
   }
-  if (mode_ == UpdateMode::kLast && !pending_.empty()) {
-    // A row looked up several times in one fold is copied once, from its last
-    // occurrence: walk backwards, keep each slot's first sighting.
-    ++folds_;
-    if (folds_ == 0) {  // the stamps wrapped around: forget them all
-      std::fill(fold_of_slot_.begin(), fold_of_slot_.end(), 0);
-      folds_ = 1;
-    }
-    fold_of_slot_.resize(rows_, 0);
-    auto kept = pending_.end();
-    for (auto it = pending_.end(); it != pending_.begin();) {
-      --it;
-      uint32_t& stamp = fold_of_slot_[it->first];
-      if (stamp == folds_) continue;
-      stamp = folds_;
-      *--kept = *it;
-    }
-    pending_.erase(pending_.begin(), kept);
-  }
-  if (row_bytes_ > 0) {
-    CopyRows(
-        static_cast<int64_t>(pending_.size()), row_bytes_,
-        [&](int64_t k) { return states + pending_[k].second * row_bytes_; },
-        [&](int64_t k) { return OwnedRow(pending_[k].first); });
-  }
-  // Scratch only: the memory held stays what bytes() counts.
-  std::vector<std::pair<int64_t, int64_t>>().swap(pending_);
+  --holders_[old].kept;
+  MarkIfSparse(old);
 }
 
-int64_t RowIndex::FoldDirect(const int64_t* ids, int64_t from, int64_t count) {
-  // The slots of a large table miss the cache: prefetch them ahead.
-  constexpr int64_t kPrefetchDistance = 16;
-  for (int64_t i = from; i < count; ++i) {
-    if (i + kPrefetchDistance < count &&
-        static_cast<uint64_t>(ids[i + kPrefetchDistance]) <
-            direct_slot_.size()) {
-      __builtin_prefetch(&direct_slot_[ids[i + kPrefetchDistance]]);
-    }
-    const int64_t id = ids[i];
-    if (static_cast<uint64_t>(id) >= direct_slot_.size()) {
-      if (!DirectCanHold(id)) return i;
-      // Grow to the next power of two that covers the ID.
-      int64_t slots = std::max<int64_t>(direct_slot_.size(), 64);
-      while (slots <= id) slots *= 2;
-      direct_slot_.resize(slots, 0);
-    }
-    int32_t& slot = direct_slot_[id];
-    if (slot == 0) {
-      const int64_t added = Append(id);
-      slot = static_cast<int32_t>(added + 1);
-      pending_.emplace_back(added, i);
-    } else if (mode_ == UpdateMode::kLast) {
-      pending_.emplace_back(slot - 1, i);
-    }
+uint8_t* RowIndex::NewOwnRow() {
+  if (!free_rows_.empty()) {
+    uint8_t* row = free_rows_.back();
+    free_rows_.pop_back();
+    return row;
   }
-  return count;
+  if (blocks_.empty() || last_block_used_ == last_block_rows_) {
+    last_block_rows_ =
+        std::max(kFirstBlockRows, std::min(block_rows_, 2 * last_block_rows_));
+    // Not value-initialised: every row is written before it is read.
+    blocks_.emplace_back(new uint8_t[last_block_rows_ * row_bytes_]);
+    own_rows_capacity_ += last_block_rows_;
+    last_block_used_ = 0;
+  }
+  return blocks_.back().get() + (last_block_used_++) * row_bytes_;
 }
 
-void RowIndex::MakeHashed() {
-  slot_of_id_.reserve(rows_);
+void RowIndex::MoveToOwn(int64_t slot) {
+  uint8_t* own = NewOwnRow();
+  std::memcpy(own, row_of_[slot], row_bytes_);
+  row_of_[slot] = own;
+  holder_of_[slot] = kOwnRow;
+}
+
+void RowIndex::Release(Holder& h) {
+  if (!h.states.defined()) return;
+  if (h.sparse) sparse_bytes_ -= h.rows * row_bytes_;
+  held_bytes_ -= h.rows * row_bytes_;
+  --held_count_;
+  h.states = at::Tensor();
+  h.sparse = false;
+}
+
+void RowIndex::Settle() {
+  for (int32_t holder : emptied_) {
+    if (holders_[holder].kept == 0) Release(holders_[holder]);
+  }
+  emptied_.clear();
+  // Each sweep releases at least half the kept rows' bytes of recorded
+  // states, so sweeping costs time in proportion to the states recorded.
+  if (2 * sparse_bytes_ > rows_ * row_bytes_) Sweep(/*all=*/false);
+}
+
+void RowIndex::Sweep(bool all) {
+  // Holders that stay get new, dense numbers.
+  std::vector<int32_t> renumbered(holders_.size(), kOwnRow);
+  std::vector<Holder> staying;
+  for (size_t h = 0; h < holders_.size(); ++h) {
+    if (holders_[h].states.defined() && !all && !holders_[h].sparse) {
+      renumbered[h] = static_cast<int32_t>(staying.size());
+      staying.push_back(std::move(holders_[h]));
+    }
+  }
   for (int64_t slot = 0; slot < rows_; ++slot) {
-    slot_of_id_.emplace(ids_[slot], slot);
+    const int32_t holder = holder_of_[slot];
+    if (holder == kOwnRow) continue;
+    if (renumbered[holder] == kOwnRow) {
+      MoveToOwn(slot);
+    } else {
+      holder_of_[slot] = renumbered[holder];
+    }
   }
-  direct_ = false;
-  std::vector<int32_t>().swap(direct_slot_);
+  holders_ = std::move(staying);
+  held_count_ = static_cast<int64_t>(holders_.size());
+  held_bytes_ = 0;
+  for (const Holder& h : holders_) held_bytes_ += h.rows * row_bytes_;
+  sparse_bytes_ = 0;
+  emptied_.clear();
+}
+
+void RowIndex::ReleaseHeld() {
+  if (holds() && held_count_ > 0) Sweep(/*all=*/true);
+}
+
+void RowIndex::FoldRows(const int64_t* ids, const uint8_t* states,
+                        int64_t count, int32_t holder) {
+  PrepareFor(ids, count);
+  const bool holds = this->holds();
+  if (direct_ && mode_ == UpdateMode::kFirst && row_bytes_ > 0) {
+    const int64_t rows_before = rows_;
+    // Most IDs are known and keep their state: a bit test each, and no slot
+    // (ToUniqueRows ranks IDs in the bitmap).
+    for (int64_t i = 0; i < count; ++i) {
+      if (i + kTightPrefetchIds < count) {
+        __builtin_prefetch(&held_bits_[ids[i + kTightPrefetchIds] >> 6]);
+      }
+      const int64_t id = ids[i];
+      uint64_t& word = held_bits_[id >> 6];
+      const uint64_t bit = uint64_t{1} << (id & 63);
+      if ((word & bit) != 0) continue;
+      word |= bit;
+      ids_.push_back(id);
+      ++rows_;
+      row_of_.push_back(states + i * row_bytes_);
+      if (holds) holder_of_.push_back(holder);
+    }
+    if (holds) holders_[holder].kept += rows_ - rows_before;
+    return;
+  }
+  if (direct_ && mode_ == UpdateMode::kLast && row_bytes_ > 0) {
+    // Known IDs are repointed: first every ID's slot, in a tight loop of
+    // prefetched loads from the slot array (which misses the cache), then
+    // the repointing, prefetching each slot's row and holder.
+    fold_slots_.resize(count);
+    for (int64_t i = 0; i < count; ++i) {
+      if (i + kTightPrefetchIds < count) {
+        __builtin_prefetch(&direct_slot_[ids[i + kTightPrefetchIds]]);
+      }
+      const int64_t id = ids[i];
+      fold_slots_[i] =
+          (held_bits_[id >> 6] >> (id & 63)) & 1 ? direct_slot_[id] : -1;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      if (i + kSlotPrefetchIds < count &&
+          fold_slots_[i + kSlotPrefetchIds] >= 0) {
+        const int64_t ahead = fold_slots_[i + kSlotPrefetchIds];
+        __builtin_prefetch(&row_of_[ahead]);
+        if (holds) __builtin_prefetch(&holder_of_[ahead]);
+      }
+      const uint8_t* row = states + i * row_bytes_;
+      int64_t slot = fold_slots_[i];
+      if (slot < 0) {  // new to the index, unless earlier in this lookup
+        bool added;
+        slot = SlotOf(ids[i], added);
+        if (added) {
+          row_of_.push_back(row);
+          if (holds) {
+            holder_of_.push_back(holder);
+            ++holders_[holder].kept;
+          }
+          continue;
+        }
+      }
+      if (holds && holder_of_[slot] != holder) {
+        DropRow(slot);
+        holder_of_[slot] = holder;
+        ++holders_[holder].kept;
+        touched_.push_back(slot);
+      }
+      row_of_[slot] = row;
+    }
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    if (i + kSlotPrefetchIds < count) {
+      const int64_t ahead = ids[i + kSlotPrefetchIds];
+      if (direct_) {
+        __builtin_prefetch(&held_bits_[ahead >> 6]);
+      } else {
+        slot_of_id_.prefetch(ahead);
+      }
+    }
+    bool added;
+    const int64_t slot = SlotOf(ids[i], added);
+    if (row_bytes_ == 0) continue;
+    const uint8_t* row = states + i * row_bytes_;
+    if (added) {
+      row_of_.push_back(row);
+      if (holds) {
+        holder_of_.push_back(holder);
+        ++holders_[holder].kept;
+      }
+    } else if (mode_ == UpdateMode::kLast) {
+      if (holds && holder_of_[slot] != holder) {
+        DropRow(slot);
+        holder_of_[slot] = holder;
+        ++holders_[holder].kept;
+        touched_.push_back(slot);
+      }
+      row_of_[slot] = row;
+    }
+  }
 }
 
 int64_t RowIndex::FoldDense(const int64_t* ids, int64_t from, int64_t count) {
@@ -221,6 +366,17 @@ void RowIndex::MakeSparse() {
   std::vector<uint64_t>().swap(id_bits_);
 }
 
+void RowIndex::MakeHashed() {
+  if (!direct_) return;
+  slot_of_id_.reserve(rows_);
+  for (int64_t slot = 0; slot < rows_; ++slot) {
+    slot_of_id_.emplace(ids_[slot], slot);
+  }
+  direct_ = false;
+  direct_slot_.reset();
+  std::vector<uint64_t>().swap(held_bits_);
+}
+
 template <typename F>
 void RowIndex::ForEachId(F&& f) const {
   if (!dense_) {
@@ -234,60 +390,44 @@ void RowIndex::ForEachId(F&& f) const {
   }
 }
 
-void RowIndex::GrowStates() {
-  const int64_t rows_per_block = int64_t{1} << block_shift_;
-  if (size() < first_block_rows_) return;
-  if (size() < rows_per_block) {
-    // The first block grows geometrically up to full size, so small tables
-    // stay small; its rows move, which is cheap below one block.
-    const int64_t rows = std::min(
-        rows_per_block, std::max(kFirstBlockMinRows, 2 * first_block_rows_));
-    // Not value-initialised: every row is written before it is read.
-    std::unique_ptr<uint8_t[]> grown(new uint8_t[rows * row_bytes_]);
-    if (!state_blocks_.empty()) {
-      std::memcpy(grown.get(), state_blocks_[0].get(), size() * row_bytes_);
-      state_blocks_[0] = std::move(grown);
-    } else {
-      state_blocks_.push_back(std::move(grown));
-    }
-    first_block_rows_ = rows;
-    return;
-  }
-  if ((size() >> block_shift_) < static_cast<int64_t>(state_blocks_.size())) {
-    return;
-  }
-  state_blocks_.emplace_back(new uint8_t[rows_per_block * row_bytes_]);
-}
-
-void RowIndex::Fold(const int64_t* ids, const uint8_t* states, int64_t count) {
-  // First the slots of all IDs (the rows to copy go to pending_), then the
-  // copies, prefetched: only new rows in kFirst, every row in kLast.
+void RowIndex::FoldIds(const int64_t* ids, int64_t count) {
   int64_t start = 0;
   if (dense_) {
     start = FoldDense(ids, 0, count);
     if (start == count) return;
     MakeSparse();
-  } else if (direct_) {
-    start = FoldDirect(ids, 0, count);
-    if (start == count) return CopyPending(states);
-    MakeHashed();
   }
-  // Hash probes miss the cache once the index outgrows it; prefetching the
-  // slot of an ID a few positions ahead overlaps those misses.
-  constexpr int64_t kPrefetchDistance = 8;
-  for (int64_t i = start; i < count; ++i) {
-    if (i + kPrefetchDistance < count) {
-      slot_of_id_.prefetch(ids[i + kPrefetchDistance]);
+  FoldRows(ids + start, nullptr, count - start, kOwnRow);
+}
+
+void RowIndex::Fold(const at::Tensor& ids, const at::Tensor& states) {
+  const int64_t count = ids.numel();
+  if (count == 0) return;
+  const int64_t* id_data = ids.data_ptr<int64_t>();
+  if (row_bytes_ == 0) return FoldIds(id_data, count);
+  const auto* rows = static_cast<const uint8_t*>(states.data_ptr());
+  if (!holds()) return FoldRows(id_data, rows, count, kOwnRow);
+
+  const auto holder = static_cast<int32_t>(holders_.size());
+  holders_.push_back({states, count, 0, false});
+  ++held_count_;
+  held_bytes_ += count * row_bytes_;
+  const int64_t before = rows_;
+  FoldRows(id_data, rows, count, holder);
+  Holder& h = holders_[holder];
+  if (h.kept * kHeldFraction < h.rows) {
+    // Too few kept rows to hold the tensor for: copy them now. They are the
+    // new slots and, in kLast, the ones repointed here.
+    for (int64_t slot = before; slot < rows_; ++slot) MoveToOwn(slot);
+    for (int64_t slot : touched_) {
+      if (holder_of_[slot] == holder) MoveToOwn(slot);
     }
-    auto [it, inserted] = slot_of_id_.try_emplace(ids[i], size());
-    if (inserted) {
-      const int64_t added = Append(ids[i]);
-      if (row_bytes_ > 0) pending_.emplace_back(added, i);
-    } else if (mode_ == UpdateMode::kLast) {
-      pending_.emplace_back(it->second, i);
-    }
+    h.kept = 0;
+    Release(h);
+    holders_.pop_back();
   }
-  CopyPending(states);
+  touched_.clear();
+  Settle();
 }
 
 void RowIndex::Fold(const RowIndex& later) {
@@ -295,23 +435,85 @@ void RowIndex::Fold(const RowIndex& later) {
     std::vector<int64_t> ids;
     ids.reserve(later.size());
     later.ForEachId([&ids](int64_t id) { ids.push_back(id); });
-    Fold(ids.data(), nullptr, static_cast<int64_t>(ids.size()));
-    return;
+    return FoldIds(ids.data(), static_cast<int64_t>(ids.size()));
   }
-  if (later.borrowed_) {  // rows anywhere: one at a time
-    for (int64_t slot = 0; slot < later.size(); ++slot) {
-      Fold(&later.ids_[slot], later.StateRow(slot), 1);
+  if (row_bytes_ == 0) return FoldIds(later.ids_.data(), later.size());
+  // A borrowing index: point at `later`'s rows where they lie.
+  PrepareFor(later.ids_.data(), later.size());
+  for (int64_t s = 0; s < later.size(); ++s) {
+    bool added;
+    const int64_t slot = SlotOf(later.ids_[s], added);
+    if (added) {
+      row_of_.push_back(later.row_of_[s]);
+    } else if (mode_ == UpdateMode::kLast) {
+      row_of_[slot] = later.row_of_[s];
     }
-    return;
   }
-  // Rows of one state block are contiguous: fold a block at a time, so the
-  // hash probes keep their prefetching.
-  const int64_t rows_per_block =
-      row_bytes_ > 0 ? int64_t{1} << later.block_shift_ : later.size();
-  for (int64_t slot = 0; slot < later.size(); slot += rows_per_block) {
-    Fold(&later.ids_[slot], row_bytes_ > 0 ? later.StateRow(slot) : nullptr,
-         std::min(rows_per_block, later.size() - slot));
+}
+
+void RowIndex::Fold(RowIndex&& later) {
+  if (!holds()) return Fold(static_cast<const RowIndex&>(later));
+  // Take over what `later` holds: its holders (renumbered after ours) and
+  // its own blocks (ahead of the one being filled).
+  const auto offset = static_cast<int32_t>(holders_.size());
+  for (Holder& h : later.holders_) holders_.push_back(std::move(h));
+  held_count_ += later.held_count_;
+  held_bytes_ += later.held_bytes_;
+  sparse_bytes_ += later.sparse_bytes_;
+  if (blocks_.empty()) {  // `later`'s last block is the one to fill
+    blocks_ = std::move(later.blocks_);
+    last_block_rows_ = later.last_block_rows_;
+    last_block_used_ = later.last_block_used_;
+  } else {  // ours stays last
+    for (auto& block : later.blocks_) {
+      blocks_.insert(blocks_.begin(), std::move(block));
+    }
   }
+  own_rows_capacity_ += later.own_rows_capacity_;
+  free_rows_.insert(free_rows_.end(), later.free_rows_.begin(),
+                    later.free_rows_.end());
+
+  PrepareFor(later.ids_.data(), later.size());
+  for (int64_t s = 0; s < later.size(); ++s) {
+    const uint8_t* row = later.row_of_[s];
+    const int32_t holder =
+        later.holder_of_[s] == kOwnRow ? kOwnRow : later.holder_of_[s] + offset;
+    bool added;
+    const int64_t slot = SlotOf(later.ids_[s], added);
+    if (added) {  // its holder counts it already
+      row_of_.push_back(row);
+      holder_of_.push_back(holder);
+    } else if (mode_ == UpdateMode::kFirst) {  // ours stays, `later`'s goes
+      if (holder == kOwnRow) {
+        free_rows_.push_back(const_cast<uint8_t*>(row));
+      } else {
+        --holders_[holder].kept;
+        MarkIfSparse(holder);
+      }
+    } else {  // kLast: `later`'s replaces ours
+      DropRow(slot);
+      row_of_[slot] = row;
+      holder_of_[slot] = holder;
+    }
+  }
+  later.Clear();
+  Settle();
+}
+
+void RowIndex::Clear() {
+  rows_ = 0;
+  std::vector<uint64_t>().swap(id_bits_);
+  direct_slot_.reset();
+  std::vector<uint64_t>().swap(held_bits_);
+  slot_of_id_.clear();
+  std::vector<int64_t>().swap(ids_);
+  std::vector<const uint8_t*>().swap(row_of_);
+  std::vector<int32_t>().swap(holder_of_);
+  std::vector<Holder>().swap(holders_);
+  held_count_ = held_bytes_ = sparse_bytes_ = 0;
+  std::vector<std::unique_ptr<uint8_t[]>>().swap(blocks_);
+  own_rows_capacity_ = last_block_used_ = last_block_rows_ = 0;
+  std::vector<uint8_t*>().swap(free_rows_);
 }
 
 int64_t RowIndex::bytes() const {
@@ -321,58 +523,71 @@ int64_t RowIndex::bytes() const {
   const int64_t index_bytes =
       static_cast<int64_t>(slot_of_id_.capacity()) *
           static_cast<int64_t>(sizeof(std::pair<int64_t, int64_t>) + 1) +
-      static_cast<int64_t>(direct_slot_.capacity() * sizeof(int32_t));
-  const int64_t full_blocks =
-      std::max<int64_t>(0, static_cast<int64_t>(state_blocks_.size()) - 1);
-  const int64_t state_bytes =
-      (first_block_rows_ + full_blocks * (int64_t{1} << block_shift_)) *
-      row_bytes_;
-  return static_cast<int64_t>(ids_.capacity() * sizeof(int64_t) +
-                              fold_of_slot_.capacity() * sizeof(uint32_t) +
-                              borrowed_rows_.capacity() *
-                                  sizeof(borrowed_rows_[0])) +
-         state_bytes + index_bytes;
+      static_cast<int64_t>(
+          (direct_slot_ ? held_bits_.size() * 64 * sizeof(int32_t) : 0) +
+          held_bits_.capacity() * sizeof(uint64_t));
+  const int64_t slot_bytes =
+      static_cast<int64_t>(ids_.capacity() * sizeof(int64_t) +
+                           row_of_.capacity() * sizeof(const uint8_t*) +
+                           holder_of_.capacity() * sizeof(int32_t) +
+                           holders_.capacity() * sizeof(Holder) +
+                           free_rows_.capacity() * sizeof(uint8_t*) +
+                           touched_.capacity() * sizeof(int64_t) +
+                           fold_slots_.capacity() * sizeof(int32_t));
+  return index_bytes + slot_bytes + own_rows_capacity_ * row_bytes_ +
+         held_bytes_;
 }
 
 UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
   const int64_t n = size();
-  if (dense_) {  // the bitmap is already in ID order
-    UniqueRows rows;
-    rows.ids = at::empty({n}, at::kLong);
-    int64_t* out = rows.ids.data_ptr<int64_t>();
-    ForEachId([&out](int64_t id) { *out++ = id; });
-    return rows;
-  }
-  std::vector<std::pair<int64_t, int64_t>> order;  // (ID, slot)
-  order.reserve(n);
-  // The slot array is in ID order; scanning it beats sorting unless it is
-  // sparse (IDs spread over a large table).
-  constexpr int64_t kScanSlotsPerRow = 16;
-  if (direct_ && static_cast<int64_t>(direct_slot_.size()) <=
-                     kScanSlotsPerRow * std::max<int64_t>(n, 1)) {
-    for (size_t id = 0; id < direct_slot_.size(); ++id) {
-      if (direct_slot_[id] != 0) {
-        order.emplace_back(static_cast<int64_t>(id), direct_slot_[id] - 1);
-      }
-    }
-  } else {
-    for (int64_t slot = 0; slot < n; ++slot)
-      order.emplace_back(ids_[slot], slot);
-    SortById(order);
-  }
-
   UniqueRows rows;
   rows.ids = at::empty({n}, at::kLong);
   int64_t* out_ids = rows.ids.data_ptr<int64_t>();
+  if (dense_) {  // the bitmap is already in ID order
+    ForEachId([&out_ids](int64_t id) { *out_ids++ = id; });
+    return rows;
+  }
+  std::vector<std::pair<int64_t, int64_t>> order;  // (ID, slot)
+  if (direct_) {
+    // An ID's place is its rank in the bitmap: the IDs held below it.
+    const std::vector<uint64_t>* bits = &held_bits_;
+    std::vector<int32_t> rank(bits->size());
+    int32_t below = 0;
+    for (size_t w = 0; w < bits->size(); ++w) {
+      rank[w] = below;
+      below += __builtin_popcountll((*bits)[w]);
+    }
+    order.resize(n);
+    for (int64_t slot = 0; slot < n; ++slot) {
+      const int64_t id = ids_[slot];
+      const uint64_t lower = (uint64_t{1} << (id & 63)) - 1;
+      order[rank[id >> 6] + __builtin_popcountll((*bits)[id >> 6] & lower)] = {
+          id, slot};
+    }
+  } else {
+    order.reserve(n);
+    for (int64_t slot = 0; slot < n; ++slot) {
+      order.emplace_back(ids_[slot], slot);
+    }
+    SortById(order);
+  }
   for (int64_t i = 0; i < n; ++i) out_ids[i] = order[i].first;
   if (row_bytes_ == 0) return rows;
 
   const int64_t element_size = c10::elementSize(state_dtype);
   rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
-  auto* out_states = static_cast<uint8_t*>(rows.states.data_ptr());
-  CopyRows(
-      n, row_bytes_, [&](int64_t i) { return StateRow(order[i].second); },
-      [&](int64_t i) { return out_states + i * row_bytes_; });
+  auto* out = static_cast<uint8_t*>(rows.states.data_ptr());
+  // Two stages of prefetching: the row pointers (slots come in ID order, so
+  // at random), then the rows they point at.
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kSlotPrefetchIds < n) {
+      __builtin_prefetch(&row_of_[order[i + kSlotPrefetchIds].second]);
+    }
+    if (i + kCopyPrefetchRows < n) {
+      PrefetchRow(row_of_[order[i + kCopyPrefetchRows].second], row_bytes_);
+    }
+    std::memcpy(out + i * row_bytes_, row_of_[order[i].second], row_bytes_);
+  }
   return rows;
 }
 

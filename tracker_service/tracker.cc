@@ -343,6 +343,10 @@ void Tracker::EnforceMemoryCapLocked() {
   if (store_.bytes() <= cap) return;
   CompactAllLocked();
   ++cap_compactions_;
+  // The compacted windows may hold whole recorded state tensors for a few
+  // kept rows (the store's no-copy compaction): copy the kept rows out
+  // before dropping any batch.
+  store_.ReleaseRecorded();
   while (store_.bytes() > cap) {
     std::optional<int64_t> oldest = store_.OldestBatchIndex();
     if (!oldest.has_value()) break;

@@ -16,67 +16,134 @@
 
 namespace deltastream {
 
-// Full checkpoints of a model: every dense parameter, the dense optimizer's
-// state, every embedding table and its sparse optimizer state, and the step.
+class ProcessGroup;
+
+// Full checkpoints of a model, sharded or not: every dense parameter, the
+// dense optimizer's state, every embedding table and its sparse optimizer
+// state, the step and the examples seen (docs/checkpoints.md).
 //
-// A checkpoint is one file "<dir>/checkpoint-<step, 12 digits>.pt" holding a
-// pickled dict of tensors (torch::pickle_save; Python's torch.load reads it):
-//   "meta.step", "meta.examples"       int64 scalars
-//   "dense.<parameter name>"           the dense module's named parameters
-//   "dense_optimizer"                  uint8: the optimizer's own archive
-//   "sparse.<module path>.<state>"     EmbeddingModule::StateTensors()
-// It is written to a temporary file, flushed to disk and renamed: a crash
-// leaves the previous checkpoints intact, never a torn one.
+// One format for every world size. A checkpoint is a directory
+// "<dir>/checkpoint-<step, 12 digits>/" holding
+//   rank-<r, 5 digits>-of-<world size, 5 digits>.pt   one per rank
+//   manifest.json                                     written last
+// Each rank file is a plain pickled dict of tensors that
+// torch.load(f, weights_only=True) reads, keyed as TorchRec's state dicts:
+//   "<table FQN>.weight"                    this rank's block of a table
+//   "fused_optimizer.state.<table FQN>.weight.<table>.<state>"
+//                                           its optimizer states ("momentum1",
+//                                           "momentum2", "step")
+//   "<dense parameter name>"                rank 0's file only
+//   "dense_optimizer"                       rank 0's file only: uint8, the
+//                                           torch::optim archive
+// where the table FQN is the delta FQN ("<module path>.embedding_bags.<table>"
+// or ".embeddings.<table>"). The manifest (proto/checkpoint_manifest.proto,
+// protobuf's JSON mapping) holds the step, examples, world size, each
+// module's plan, the files with their sizes, and for every tensor its whole
+// shape and which file holds which (row, column) block. Data-parallel tables
+// are written once (by the lowest rank holding them), dense parameters and
+// the dense optimizer by rank 0.
+//
+// Files are written to temporary names, flushed and renamed; rank 0 writes
+// the manifest the same way after every rank's file is durable. A crash
+// leaves either a complete checkpoint or a directory without a (matching)
+// manifest, which LatestCheckpoint never returns.
+//
+// Single-file checkpoints of the format before ("<dir>/checkpoint-<step>.pt",
+// keys "meta.step", "dense.<name>", "sparse.<module path>.<table>.<state>")
+// are still found, loaded (into any world size and plan) and read.
 struct CheckpointInfo {
-  std::string path;
+  std::string path;  // the checkpoint directory (or an old file)
   int64_t step = 0;
   int64_t examples = 0;
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // this rank's file (saved) or the files read (loaded)
   absl::Duration elapsed;
 };
 
 // Writes a checkpoint of `model` at `step` into `dir` (created if missing)
-// and deletes all but the newest `keep`. Internal/PermissionDenied-style
-// errors name the path.
+// and, on rank 0, deletes all complete checkpoints but the newest `keep`
+// (at least 1) and incomplete ones of earlier steps.
+//
+// `group`: the model's process group when it is sharded (null: one process).
+// Every rank calls it at the same step: it is a collective (a barrier
+// before writing, the files' descriptions through the group's store, one
+// all-reduce at the end), so that every rank returns OK only when the
+// manifest is durable, and an error on any rank (a full disk, a dead rank:
+// the group's timeouts) fails it on every rank, naming the rank. An
+// existing checkpoint of the same step is replaced. `dir` must be one
+// directory every rank sees (a shared file system when ranks run on
+// several hosts). PermissionDenied / Internal name the path.
 absl::StatusOr<CheckpointInfo> SaveCheckpoint(
     const std::string& dir, int64_t step, int64_t examples, RecModel& model,
-    torch::optim::Optimizer& dense_optimizer, int64_t keep);
+    torch::optim::Optimizer& dense_optimizer, int64_t keep,
+    ProcessGroup* group = nullptr);
 
-// The newest checkpoint file in `dir`; nullopt when there is none (or no
-// dir).
+// The newest complete checkpoint in `dir` (a directory whose manifest parses
+// and whose rank files all exist with the sizes it lists, or an old
+// single-file checkpoint); nullopt when there is none (or no dir). Reads
+// manifests only, from the newest down.
 std::optional<std::string> LatestCheckpoint(const std::string& dir);
 
-// The step in a checkpoint file's name ("checkpoint-<step>.pt", any
-// directory); nullopt for another name.
+// The step in a checkpoint's name ("checkpoint-<step>" or, old,
+// "checkpoint-<step>.pt", any directory); nullopt for another name.
 std::optional<int64_t> CheckpointStep(const std::string& path);
 
-// Loads a checkpoint into `model` and `dense_optimizer` (on the model's
-// device). DataLoss for a file that does not parse; InvalidArgument, naming
-// the tensor, when it does not fit the model (another architecture or table
-// size); the model may then be partly loaded and must not be used.
+// Loads a checkpoint (a directory, or an old single file) into `model` and
+// `dense_optimizer` (on the model's device). Every rank calls it (no
+// collective inside: ranks may load at their own pace; `group` is the
+// model's, or null).
+//
+// Resharding: the model's world size and plans may differ from the
+// checkpoint's. Each rank assembles each of its shards, and their optimizer
+// states, from the overlapping blocks of the saved files, reading only the
+// files it needs (one at a time). Tables and per-element states (Adagrad,
+// Adam's moments) reshard exactly; row-wise Adagrad's row states merge
+// column blocks by a column-weighted mean (exact) and a column block split
+// off a wider one takes the wider one's row state; Adam's per-shard step
+// takes the largest step of the blocks it overlaps (docs/checkpoints.md).
+//
+// DataLoss for a file or manifest that does not parse (or fails its zip
+// checksums) or blocks that do not cover a shard; InvalidArgument, naming
+// the table or tensor, when the checkpoint does not fit the model (another
+// architecture, table size or optimizer); the model may then be partly
+// loaded and must not be used.
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(
     const std::string& path, RecModel& model,
-    torch::optim::Optimizer& dense_optimizer);
+    torch::optim::Optimizer& dense_optimizer, ProcessGroup* group = nullptr);
 
-// The tensors of a checkpoint file by key (the layout above). NotFound when
-// it cannot be read; DataLoss when it does not parse.
+// The tensors of one pickled checkpoint file (a rank file, or an old
+// single-file checkpoint) by key. NotFound when it cannot be read; DataLoss
+// when it does not parse or fails its zip checksums.
 absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
     const std::string& path);
 
-// What a checkpoint holds of the model, read without one: what a predictor's
-// replica or a checkpoint chain of the same step must equal.
+// What a checkpoint holds of the model, read without one, the tables
+// assembled whole from every rank's blocks: what a predictor's replica or a
+// checkpoint chain of the same step must equal.
 struct CheckpointModel {
   int64_t step = -1;
-  // Embedding tables by CheckpointTableName: "<module path>.<table>".
+  // Embedding tables by table FQN ("<module path>.embedding_bags.<table>");
+  // old single-file checkpoints do not record FQNs: theirs are named
+  // "<module path>.<table>" (CheckpointTableName).
   std::map<std::string, at::Tensor> tables;
   // Dense parameters by name (as the tracker service publishes them).
   std::map<std::string, at::Tensor> dense;
 };
-// Errors as ReadCheckpointTensors; DataLoss without a step.
+// Errors as LoadCheckpoint's and ReadCheckpointTensors'.
 absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path);
 
-// A tracker table FQN ("<module path>.embedding_bags.<table>" or
-// ".embeddings.") as a checkpoint names the table: "<module path>.<table>".
+// The one mapping between delta FQNs and checkpoint keys (TorchRec's
+// state-dict names): a table's weight is "<fqn>.weight"; its optimizer
+// state `state` is "fused_optimizer.state.<fqn>.weight.<table>.<state>"
+// (TorchRec's fused optimizer state_dict()["state"][<fqn>.weight]
+// [<table>.<state>], flattened).
+std::string CheckpointTableKey(absl::string_view fqn);
+std::string CheckpointOptimizerStateKey(absl::string_view fqn,
+                                        absl::string_view state);
+// The FQN of a table weight's key; nullopt for another key.
+std::optional<std::string> TableFqnOfCheckpointKey(absl::string_view key);
+
+// A table FQN as old single-file checkpoints named the table:
+// "<module path>.<table>".
 std::string CheckpointTableName(absl::string_view fqn);
 
 }  // namespace deltastream

@@ -85,8 +85,11 @@ absl::StatusOr<Verified> VerifyReplica(const CheckpointModel& model,
         absl::StrCat("predictor ", target, " is at version ", status.version(),
                      ", the trainer's checkpoint at step ", model.step));
   }
-  std::map<std::string, std::string> fqn_of;  // checkpoint name -> FQN
+  // Checkpoint table name -> FQN: checkpoints name tables by FQN, old
+  // single-file ones by CheckpointTableName.
+  std::map<std::string, std::string> fqn_of;
   for (const v1::TableRowCount& table : status.tables()) {
+    fqn_of[table.fqn()] = table.fqn();
     fqn_of[CheckpointTableName(table.fqn())] = table.fqn();
   }
   for (const auto& [name, weight] : model.tables) {
@@ -171,7 +174,8 @@ absl::StatusOr<Verified> VerifyChain(const CheckpointModel& model,
   Verified verified;
   verified.version = chain->end_batch;
   std::map<std::string, const ChainTable*> tables;
-  for (const auto& [fqn, table] : chain->tables) {
+  for (const auto& [fqn, table] : chain->tables) {  // as fqn_of above
+    tables[fqn] = &table;
     tables[CheckpointTableName(fqn)] = &table;
   }
   for (const auto& [name, weight] : model.tables) {

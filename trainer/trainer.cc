@@ -113,11 +113,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (!dense_optimizer.ok()) return dense_optimizer.status();
   trainer->dense_optimizer_ = *std::move(dense_optimizer);
 
-  if (s.group != nullptr && !s.checkpoint_dir.empty()) {
-    return absl::UnimplementedError(
-        "checkpoints of a run of several ranks are not supported yet: run "
-        "without a checkpoint dir");
-  }
   if (s.group != nullptr && !trainer->settings_.service.db.empty()) {
     // Each rank snapshots its own tracker, in a database of its own; a
     // restart under another world size or plan finds none and starts its
@@ -227,7 +222,7 @@ absl::Status Trainer::SaveState() {
   if (settings_.checkpoint_dir.empty()) return absl::OkStatus();
   absl::StatusOr<CheckpointInfo> saved = SaveCheckpoint(
       settings_.checkpoint_dir + "/checkpoints", step_, examples_, *model_,
-      *dense_optimizer_, settings_.checkpoints_kept);
+      *dense_optimizer_, settings_.checkpoints_kept, settings_.group);
   if (!saved.ok()) return saved.status();
   std::string line = absl::StrFormat("checkpoint %s (%.1f MiB in %.2f s)",
                                      saved->path, saved->bytes / 1048576.0,

@@ -17,6 +17,7 @@
 #include "base/torch_status.h"
 #include "store/checkpoint_chain.h"
 #include "trainer/checkpoint.h"
+#include "trainer/comm/process_group.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
 #include "trainer/trainer.h"
 
@@ -33,11 +34,30 @@ absl::Status Trainer::RestoreOrStart() {
           "cannot create '", s.checkpoint_dir, "': ", error.message()));
     }
     checkpoint = LatestCheckpoint(s.checkpoint_dir + "/checkpoints");
+    if (s.group != nullptr) {
+      // Every rank restores the same step: the newest that all of them
+      // saved (a checkpoint is complete only once every rank's file is).
+      const int64_t mine = checkpoint.has_value()
+                               ? CheckpointStep(*checkpoint).value_or(-1)
+                               : -1;
+      absl::StatusOr<int64_t> lowest =
+          s.group->AllReduceMin(mine, "restore.checkpoint_step");
+      if (!lowest.ok()) return lowest.status();
+      absl::StatusOr<int64_t> highest =
+          s.group->AllReduceMin(-mine, "restore.checkpoint_step");
+      if (!highest.ok()) return highest.status();
+      if (*lowest != -*highest) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "the ranks see different checkpoints in '%s' (steps %d to %d): "
+            "the checkpoint dir must be one directory every rank sees",
+            s.checkpoint_dir, *lowest, -*highest));
+      }
+    }
   }
   bool from_chain = false;
   if (checkpoint.has_value()) {
     absl::StatusOr<CheckpointInfo> loaded =
-        LoadCheckpoint(*checkpoint, *model_, *dense_optimizer_);
+        LoadCheckpoint(*checkpoint, *model_, *dense_optimizer_, s.group);
     if (!loaded.ok()) return loaded.status();
     step_ = loaded->step;
     examples_ = loaded->examples;

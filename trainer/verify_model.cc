@@ -2,7 +2,7 @@
 // a trainer's model: the operator's (and the main job's) proof that the
 // delta stream lost nothing and applied nothing twice.
 //
-//   verify_model --checkpoint=FILE|--checkpoint_dir=DIR
+//   verify_model --checkpoint=PATH|--checkpoint_dir=DIR
 //       [--predictors=HOST:PORT,...] [--chain=DIR]
 //
 // --checkpoint_dir takes the newest checkpoint of a trainer's
@@ -22,7 +22,9 @@
 #include "trainer/checkpoint.h"
 #include "trainer/model_verification.h"
 
-ABSL_FLAG(std::string, checkpoint, "", "a trainer checkpoint file");
+ABSL_FLAG(std::string, checkpoint, "",
+          "a trainer checkpoint (a checkpoint-<step> directory, or an old "
+          "single file)");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "a trainer's checkpoints directory: its newest checkpoint");
 ABSL_FLAG(std::string, predictors, "",

@@ -56,8 +56,7 @@ UpdateMode ModeArg(const benchmark::State& state) {
 }
 
 void Fold(RowIndex& index, const Lookups& l, size_t b) {
-  index.Fold(l.ids[b].data_ptr<int64_t>(),
-             static_cast<const uint8_t*>(l.states[b].data_ptr()), kIds);
+  index.Fold(l.ids[b], l.states[b]);
 }
 
 // Folding lookups into a fresh index: almost every ID is new (a slot and, in

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -41,6 +42,8 @@ ABSL_FLAG(int64_t, dim, 64, "embedding dim (float32 states)");
 ABSL_FLAG(double, zipf, 1.05, "Zipf exponent of ID popularity");
 ABSL_FLAG(uint64_t, seed, 1, "random seed");
 ABSL_FLAG(int, repeat, 3, "runs; the median is reported");
+ABSL_FLAG(std::string, clock, "wall",
+          "wall: elapsed time; cpu: this thread's CPU time");
 ABSL_FLAG(bool, json, false, "print one JSON line instead of a table");
 ABSL_FLAG(std::string, write_ids, "",
           "write the workload's IDs to this file (raw little-endian int64, "
@@ -52,9 +55,25 @@ ABSL_FLAG(std::string, ids_file, "",
 namespace deltastream {
 namespace {
 
-using bench::Clock;
 using bench::Median;
-using bench::Seconds;
+
+// Now, in seconds: wall-clock time, or with --clock=cpu this thread's CPU
+// time (user and system), which a machine shared with other work inflates
+// less; both sides of a comparison use the same clock.
+double Now() {
+  static const bool cpu = absl::GetFlag(FLAGS_clock) == "cpu";
+  if (cpu) {
+    timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) +
+           1e-9 * static_cast<double>(t.tv_nsec);
+  }
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double Seconds(double since) { return Now() - since; }
 
 struct Workload {
   std::vector<std::string> fqns;
@@ -122,13 +141,14 @@ struct RunResult {
   double compact_s = 0;
   double read_s = 0;
   int64_t unique_rows = 0;
+  int64_t store_bytes = 0;  // held at the read, after the final compaction
 };
 
 RunResult RunOnce(UpdateMode mode, const Workload& w) {
   DeltaStore store(mode);
   const int64_t consumer_cursor = -1;  // one consumer that has not read yet
   RunResult r;
-  const auto start = Clock::now();
+  const auto start = Now();
   for (size_t b = 0; b < w.ids.size(); ++b) {
     for (size_t t = 0; t < w.fqns.size(); ++t) {
       TableLookup lookup{
@@ -140,16 +160,17 @@ RunResult RunOnce(UpdateMode mode, const Workload& w) {
       }
     }
     // trigger_compaction() at output dist: [max(cursors), curr).
-    const auto compact_start = Clock::now();
+    const auto compact_start = Now();
     store.Compact(consumer_cursor, static_cast<int64_t>(b));
     r.compact_s += Seconds(compact_start);
   }
   // get_delta(): compact [max(cursors), curr + 1), then read from the cursor.
-  const auto read_start = Clock::now();
+  const auto read_start = Now();
   store.Compact(consumer_cursor, static_cast<int64_t>(w.ids.size()));
   auto delta = store.GetUnique(consumer_cursor);
   r.read_s = Seconds(read_start);
   r.total_s = Seconds(start);
+  r.store_bytes = store.bytes();
   for (auto& [fqn, rows] : delta) r.unique_rows += rows.size();
   return r;
 }
@@ -157,7 +178,7 @@ RunResult RunOnce(UpdateMode mode, const Workload& w) {
 // A plain copy of the same bytes into newly allocated memory, as concatenating
 // the recorded tensors would do (so page faults count on both sides).
 double CopySeconds(const Workload& w) {
-  const auto start = Clock::now();
+  const auto start = Now();
   std::unique_ptr<uint8_t[]> buffer(new uint8_t[w.bytes]);
   uint8_t* out = buffer.get();
   for (size_t b = 0; b < w.ids.size(); ++b) {
@@ -217,7 +238,7 @@ UniqueSources FindUniqueSources(UpdateMode mode, const Workload& w) {
 // in ID order, into newly allocated memory (one buffer per table, as a read's
 // result tensors).
 double UniqueCopySeconds(const UniqueSources& sources) {
-  const auto start = Clock::now();
+  const auto start = Now();
   uint8_t check = 0;
   for (const auto& table : sources.tables) {
     const int64_t n = static_cast<int64_t>(table.size());
@@ -267,6 +288,11 @@ int Main() {
                  std::string(mode.status().message()).c_str());
     return 2;
   }
+  if (absl::GetFlag(FLAGS_clock) != "wall" &&
+      absl::GetFlag(FLAGS_clock) != "cpu") {
+    std::fprintf(stderr, "store_bench: --clock must be wall or cpu\n");
+    return 2;
+  }
   if (!absl::GetFlag(FLAGS_write_ids).empty()) return WriteIds();
   at::set_num_threads(1);
   KeepHostMemoryForReuse();  // as a long-running trainer or server
@@ -276,7 +302,7 @@ int Main() {
                             absl::GetFlag(FLAGS_batches) *
                             absl::GetFlag(FLAGS_ids);
   std::vector<double> totals, compacts, reads, copies, unique_copies;
-  int64_t unique_rows = 0;
+  int64_t unique_rows = 0, store_bytes = 0;
   for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_repeat)); ++i) {
     RunResult r = RunOnce(*mode, w);
     totals.push_back(r.total_s);
@@ -285,6 +311,7 @@ int Main() {
     copies.push_back(CopySeconds(w));
     unique_copies.push_back(UniqueCopySeconds(sources));
     unique_rows = r.unique_rows;
+    store_bytes = r.store_bytes;
   }
   if (unique_rows != sources.rows) {
     std::fprintf(stderr,
@@ -295,6 +322,8 @@ int Main() {
     return 1;
   }
   const double total_s = Median(totals);
+  const auto unique_bytes =
+      static_cast<int64_t>(sources.rows * (8 + sources.row_bytes));
   const double copy_s = Median(copies);
   const double unique_copy_s = Median(unique_copies);
   if (absl::GetFlag(FLAGS_json)) {
@@ -302,12 +331,14 @@ int Main() {
         "{\"mode\":\"%s\",\"total_s\":%.6f,\"ids_per_s\":%.0f,"
         "\"unique_rows\":%lld,\"copy_ratio\":%.3f,\"compact_s\":%.6f,"
         "\"read_s\":%.6f,\"copy_s\":%.6f,\"bytes\":%lld,"
-        "\"unique_copy_s\":%.6f,\"unique_copy_ratio\":%.3f}\n",
+        "\"unique_copy_s\":%.6f,\"unique_copy_ratio\":%.3f,"
+        "\"store_bytes\":%lld,\"unique_bytes\":%lld}\n",
         std::string(UpdateModeName(*mode)).c_str(), total_s,
         total_ids / total_s, static_cast<long long>(unique_rows),
         total_s / copy_s, Median(compacts), Median(reads), copy_s,
-        static_cast<long long>(w.bytes), unique_copy_s,
-        total_s / unique_copy_s);
+        static_cast<long long>(w.bytes), unique_copy_s, total_s / unique_copy_s,
+        static_cast<long long>(store_bytes),
+        static_cast<long long>(unique_bytes));
     return 0;
   }
   std::printf(
@@ -334,6 +365,9 @@ int Main() {
               unique_copy_s);
   std::printf("  %-22s %12.2f x\n", "time / unique copy",
               total_s / unique_copy_s);
+  std::printf("  %-22s %12.1f MiB (%.2f x the unique rows)\n",
+              "store holds at read", store_bytes / 1048576.0,
+              static_cast<double>(store_bytes) / unique_bytes);
   return 0;
 }
 

@@ -256,6 +256,63 @@ TEST(DeltaStoreTest, UsageCountsBytesAndShrinksOnCompactionAndDelete) {
   EXPECT_EQ(store.bytes(), 0);
 }
 
+// Compaction points at kept states where they were recorded and holds those
+// tensors (counted in bytes()) while enough of their rows are kept;
+// ReleaseRecorded() copies the kept rows and lets go of every recorded tensor.
+TEST(DeltaStoreTest, ReleaseRecordedLetsGoOfRecordedStates) {
+  for (UpdateMode mode : {UpdateMode::kFirst, UpdateMode::kLast}) {
+    DeltaStore store(mode);
+    std::vector<at::Tensor> recorded;
+    constexpr int64_t kBatches = 12, kIds = 64, kDim = 64;
+    for (int64_t b = 0; b < kBatches; ++b) {
+      recorded.push_back(at::randn({kIds, kDim}));
+      // A quarter of each lookup's rows are new.
+      ASSERT_TRUE(
+          store
+              .Append(b, {{"t", at::arange(b * 16, b * 16 + kIds, at::kLong),
+                           recorded.back()}})
+              .ok());
+      store.Compact(0, b + 1);
+    }
+    const int64_t recorded_bytes = kBatches * kIds * kDim * 4;
+    // Every lookup keeps at least a quarter of its rows: all are held.
+    EXPECT_GE(store.bytes(), recorded_bytes) << UpdateModeName(mode);
+    const UniqueRows before = store.GetUnique(0)["t"];
+    store.ReleaseRecorded();
+    // 240 kept rows of 768 recorded, with the index.
+    EXPECT_LT(store.bytes(), recorded_bytes / 2) << UpdateModeName(mode);
+    // Nothing points into the recorded tensors any more.
+    for (at::Tensor& states : recorded) states.fill_(-1);
+    const UniqueRows after = store.GetUnique(0)["t"];
+    EXPECT_TRUE(at::equal(before.ids, after.ids));
+    EXPECT_TRUE(at::equal(before.states, after.states)) << UpdateModeName(mode);
+  }
+}
+
+// In kLast, later lookups outdate the rows of earlier ones: a compacted window
+// lets go of tensors that keep too few rows, so over many steps it holds a
+// bounded multiple of its kept rows, not everything recorded.
+TEST(DeltaStoreTest, LastModeReleasesOutdatedRecordedStates) {
+  DeltaStore store(UpdateMode::kLast);
+  std::mt19937_64 rng(5);
+  std::vector<at::Tensor> ids, states;
+  constexpr int64_t kRows = 256, kDim = 64, kRowBytes = kDim * 4;
+  for (int64_t b = 0; b < 300; ++b) {
+    ids.push_back(at::randint(0, kRows, {64}, at::kLong));
+    states.push_back(at::randn({64, kDim}));
+    ASSERT_TRUE(store.Append(b, {{"t", ids.back(), states.back()}}).ok());
+    store.Compact(0, b);
+  }
+  // At most about 8.5 times the kept rows' bytes, and an index.
+  EXPECT_LT(store.bytes(), 9 * kRows * kRowBytes);
+  EXPECT_LT(store.bytes(), 300 * 64 * kRowBytes / 4);
+  store.Compact(0, 300);
+  const UniqueRows expected = UniqueRowsOf(ids, states, UpdateMode::kLast);
+  const UniqueRows got = store.GetUnique(0)["t"];
+  EXPECT_TRUE(at::equal(got.ids, expected.ids));
+  EXPECT_TRUE(at::equal(got.states, expected.states));
+}
+
 // TorchRec's algorithm, step for step: every compaction re-uniques the window
 // with tensor operations. The store must answer exactly as this does.
 class ReferenceStore {
@@ -362,15 +419,21 @@ TEST_P(DeltaStoreEquivalenceTest, RandomOperationsMatchTorchRecAlgorithm) {
     DeltaStore store(mode);
     ReferenceStore reference(mode);
     const std::vector<std::string> fqns = {"a", "b", "c"};
+    // Odd rounds draw from more rows, so that lookups bring fewer new rows
+    // and compaction copies the rows of sparse ones instead of holding them.
+    const int64_t id_range = round % 2 == 0 ? 20 : 200;
+    const int64_t max_ids = round % 2 == 0 ? 12 : 60;
     int64_t batch = 0;
     for (int op = 0; op < 60; ++op) {
-      const int kind = static_cast<int>(rng() % 10);
-      if (kind < 6) {  // record a batch into some tables
+      const int kind = static_cast<int>(rng() % 11);
+      if (kind == 10) {  // reads must not change
+        store.ReleaseRecorded();
+      } else if (kind < 6) {  // record a batch into some tables
         std::vector<TableLookup> lookups;
         for (const std::string& fqn : fqns) {
           if (rng() % 3 == 0) continue;
-          const int64_t n = static_cast<int64_t>(rng() % 12);
-          at::Tensor ids = at::randint(0, 20, {n}, at::kLong);
+          const int64_t n = static_cast<int64_t>(rng() % max_ids);
+          at::Tensor ids = at::randint(0, id_range, {n}, at::kLong);
           at::Tensor states = at::randn({n, 3}).to(dtype);
           reference.Append(batch, fqn, ids, states);
           lookups.push_back({fqn, ids, states});

@@ -8,20 +8,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/torch_status.h"
 #include "trainer/sharding/collective_autograd.h"
 #include "trainer/sharding/sharding_plan.h"
 
 namespace deltastream {
 namespace {
-
-template <typename F>
-auto CatchTorchErrors(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(e.what_without_backtrace());
-  }
-}
 
 // Throws out of a backward (see CollectiveGradients).
 void ThrowIfError(const absl::Status& status) {
@@ -72,6 +64,10 @@ absl::Status ShardedEmbeddingModule::Init() {
   if (module.tables.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("module '", module.path, "' has no tables"));
+  }
+  if (module.is_weighted && !pooled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "module '", module.path, "': per-ID weights need a pooled collection"));
   }
   if (absl::Status s = ValidateTables(module.tables); !s.ok()) {
     return absl::InvalidArgumentError(
@@ -210,13 +206,6 @@ absl::Status ShardedEmbeddingModule::LoadLocalStateTensors(
 
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     const KeyedJaggedTensor& raw_input) {
-  const int world = group_->world_size();
-  const int me = group_->rank();
-  if (raw_input.device() != options_.module.device) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "module '", path(), "' lives on ", options_.module.device.str(),
-        " but its input is on ", raw_input.device().str()));
-  }
   DistributedBatch batch;
   if (raw_input.keys() == feature_names_) {
     batch.input = raw_input;
@@ -231,31 +220,100 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     }
     batch.input = std::move((*parts)[0]);
   }
+  return Distribute(std::move(batch));
+}
+
+absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
+    const FeatureDict& raw_input) {
+  // The module's features, in its order, as views of the dict's.
+  FeatureDict features;
+  for (const std::string& name : feature_names_) {
+    absl::StatusOr<JaggedTensor> feature = raw_input.Get(name);
+    if (!feature.ok()) {
+      return absl::Status(
+          feature.status().code(),
+          absl::StrCat("module '", path(), "': ", feature.status().message()));
+    }
+    if (absl::Status s = features.Add(name, *std::move(feature)); !s.ok()) {
+      return s;
+    }
+  }
+  absl::StatusOr<KeyedJaggedTensor> input = features.ToKeyedJaggedTensor();
+  if (!input.ok()) return input.status();
+  DistributedBatch batch;
+  batch.input = *std::move(input);
+  return Distribute(std::move(batch));
+}
+
+absl::Status ShardedEmbeddingModule::CheckIds(
+    const KeyedJaggedTensor& input) const {
+  if (input.offset_per_key().empty()) return absl::OkStatus();
+  const int64_t total = input.offset_per_key().back();
+  if (total == 0) return absl::OkStatus();
+  // One pass over every ID against the smallest table; a feature by
+  // feature pass (naming the feature) only when that fails.
+  int64_t smallest = tables()[0].num_embeddings;
+  for (const EmbeddingTableConfig& table : tables()) {
+    smallest = std::min(smallest, table.num_embeddings);
+  }
+  auto within = [](const at::Tensor& ids, int64_t rows) {
+    auto [low, high] = at::aminmax(ids);
+    return low.item<int64_t>() >= 0 && high.item<int64_t>() < rows;
+  };
+  if (within(input.values().narrow(0, 0, total), smallest)) {
+    return absl::OkStatus();
+  }
+  for (size_t f = 0; f < feature_names_.size(); ++f) {
+    const int64_t rows = tables()[feature_table_[f]].num_embeddings;
+    at::Tensor ids = input.ValuesOf(static_cast<int64_t>(f));
+    if (ids.numel() > 0 && !within(ids, rows)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("module '", path(), "': feature '", feature_names_[f],
+                       "' has an ID outside [0, ", rows, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
+    DistributedBatch batch) {
+  const int world = group_->world_size();
+  const int me = group_->rank();
   const KeyedJaggedTensor& input = batch.input;
+  if (input.device() != options_.module.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "module '", path(), "' lives on ", options_.module.device.str(),
+        " but its input is on ", input.device().str()));
+  }
   const int64_t b = input.stride();
   batch.batch = b;
+  if (absl::Status s = CatchTorchErrors([&]() { return CheckIds(input); });
+      !s.ok()) {
+    return s;
+  }
+  if (world == 1) {
+    // Rank 0 holds every table whole, in the module's feature order: its
+    // lookup is the input itself, and nothing moves.
+    batch.local = input;
+    batch.received = {input.length_per_key()};
+    batch.sent = batch.received;
+    batch.sent_positions = {std::vector<at::Tensor>(feature_names_.size())};
+    return batch;
+  }
   const bool weighted = input.has_weights();
   const at::TensorOptions long_options =
       at::TensorOptions().dtype(at::kLong).device(input.device());
 
   // Bucketize: per destination rank and its local feature, the IDs (local),
-  // lengths and weights this rank sends.
+  // lengths and weights this rank sends. Its own part (own_*, per local
+  // feature) stays out of the all-to-alls: a rank does not copy to itself.
   std::vector<at::Tensor> lengths_parts, values_parts, weights_parts;
+  std::vector<at::Tensor> own_lengths, own_values, own_weights;
   std::vector<int64_t> length_splits(world), value_splits(world);
   batch.sent.assign(world, {});
   batch.sent_positions.assign(world, {});
   std::vector<at::Tensor> example_of_id(feature_names_.size());
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
-    for (size_t f = 0; f < feature_names_.size(); ++f) {
-      const int64_t rows = tables()[feature_table_[f]].num_embeddings;
-      at::Tensor ids = input.ValuesOf(static_cast<int64_t>(f));
-      if (ids.numel() > 0 && (ids.min().item<int64_t>() < 0 ||
-                              ids.max().item<int64_t>() >= rows)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("module '", path(), "': feature '", feature_names_[f],
-                         "' has an ID outside [0, ", rows, ")"));
-      }
-    }
     for (int p = 0; p < world; ++p) {
       for (const Slot& slot : slots_[p]) {
         const EmbeddingShard& s = shards_[slot.shard];
@@ -277,13 +335,19 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
               at::bincount(example_of_id[f].index_select(0, positions), {}, b);
           if (weights) weights = weights->index_select(0, positions);
         }
+        batch.sent[p].push_back(ids.numel());
+        batch.sent_positions[p].push_back(positions);
+        if (p == me) {
+          own_lengths.push_back(lengths);
+          own_values.push_back(ids);
+          if (weighted) own_weights.push_back(*weights);
+          continue;
+        }
         lengths_parts.push_back(lengths);
         values_parts.push_back(ids);
         if (weighted) weights_parts.push_back(*weights);
         length_splits[p] += b;
         value_splits[p] += ids.numel();
-        batch.sent[p].push_back(ids.numel());
-        batch.sent_positions[p].push_back(positions);
       }
     }
     return absl::OkStatus();
@@ -314,6 +378,8 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
   }
   const int64_t local_keys = static_cast<int64_t>(slots_[me].size());
   std::vector<int64_t> received_lengths(world, local_keys * b);
+  received_lengths[me] = 0;  // kept in own_*
+  received_values[me] = 0;
   absl::StatusOr<at::Tensor> lengths =
       Exchange(*group_, CatOrEmpty(lengths_parts, long_options), length_splits,
                received_lengths, "input_dist.lengths");
@@ -331,17 +397,31 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     weights = *std::move(received_weights);
   }
 
-  // From [rank][feature][example] to [feature][rank][example].
+  // From [rank][feature][example] to [feature][rank][example], this rank's
+  // own part taken from where it was bucketized.
   return CatchTorchErrors([&]() -> absl::StatusOr<DistributedBatch> {
-    at::Tensor per_rank = lengths->view({world, local_keys, b});
-    at::Tensor counts = per_rank.sum(2).cpu();
+    std::vector<at::Tensor> per_rank;  // [local_keys, b] each
+    for (int q = 0; q < world; ++q) {
+      if (q == me) {
+        per_rank.push_back(local_keys == 0 ? at::empty({0, b}, long_options)
+                                           : at::stack(own_lengths));
+        continue;
+      }
+      const int64_t before = q < me ? q : q - 1;
+      per_rank.push_back(
+          lengths->narrow(0, before * local_keys * b, local_keys * b)
+              .view({local_keys, b}));
+    }
+    at::Tensor local_lengths = at::stack(per_rank, 1);  // [keys, world, b]
+    at::Tensor counts = local_lengths.sum(2).cpu();
     batch.received.assign(world, std::vector<int64_t>(local_keys));
     std::vector<std::vector<int64_t>> starts(world,
                                              std::vector<int64_t>(local_keys));
     int64_t offset = 0;
     for (int q = 0; q < world; ++q) {
       for (int64_t k = 0; k < local_keys; ++k) {
-        batch.received[q][k] = counts[q][k].item<int64_t>();
+        batch.received[q][k] = counts[k][q].item<int64_t>();
+        if (q == me) continue;
         starts[q][k] = offset;
         offset += batch.received[q][k];
       }
@@ -349,6 +429,11 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     std::vector<at::Tensor> value_parts, weight_parts;
     for (int64_t k = 0; k < local_keys; ++k) {
       for (int q = 0; q < world; ++q) {
+        if (q == me) {
+          value_parts.push_back(own_values[k]);
+          if (weighted) weight_parts.push_back(own_weights[k]);
+          continue;
+        }
         value_parts.push_back(
             values->narrow(0, starts[q][k], batch.received[q][k]));
         if (weighted) {
@@ -364,7 +449,7 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     if (weighted) local_weights = CatOrEmpty(weight_parts, weights.options());
     absl::StatusOr<KeyedJaggedTensor> local = KeyedJaggedTensor::FromLengths(
         std::move(keys), CatOrEmpty(value_parts, long_options),
-        per_rank.permute({1, 0, 2}).reshape({-1}), local_weights, world * b);
+        local_lengths.reshape({-1}), local_weights, world * b);
     if (!local.ok()) return local.status();
     batch.local = *std::move(local);
     return std::move(batch);
@@ -372,41 +457,66 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
 }
 
 // ---------------------------------------------------------------------------
-// Pooled.
+// The scaffold of both collections.
 
-absl::StatusOr<std::unique_ptr<ShardedEmbeddingBagCollection>>
-ShardedEmbeddingBagCollection::Create(ShardedModuleOptions options,
-                                      ProcessGroup* group) {
-  std::unique_ptr<ShardedEmbeddingBagCollection> module(
-      new ShardedEmbeddingBagCollection(std::move(options), group));
+template <typename Collection, typename Local, typename Output>
+absl::StatusOr<std::unique_ptr<Collection>>
+ShardedCollection<Collection, Local, Output>::Create(
+    ShardedModuleOptions options, ProcessGroup* group) {
+  std::unique_ptr<Collection> module(new Collection(std::move(options), group));
   if (absl::Status s = module->Init(); !s.ok()) return s;
   return module;
 }
 
+template <typename Collection, typename Local, typename Output>
 absl::StatusOr<std::unique_ptr<EmbeddingModule>>
-ShardedEmbeddingBagCollection::CreateLocal(EmbeddingModuleOptions options) {
-  absl::StatusOr<std::unique_ptr<EmbeddingBagCollection>> local =
-      EmbeddingBagCollection::Create(std::move(options));
+ShardedCollection<Collection, Local, Output>::CreateLocal(
+    EmbeddingModuleOptions options) {
+  absl::StatusOr<std::unique_ptr<Local>> local =
+      Local::Create(std::move(options));
   if (!local.ok()) return local.status();
   return std::unique_ptr<EmbeddingModule>(std::move(*local));
 }
 
-absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::Forward(
-    const KeyedJaggedTensor& input) {
+template <typename Collection, typename Local, typename Output>
+template <typename Input>
+absl::StatusOr<Output> ShardedCollection<Collection, Local, Output>::Run(
+    const Input& input) {
   absl::StatusOr<DistributedBatch> batch = DistributeInput(input);
   if (!batch.ok()) return batch.status();
   return ComputeAndDistribute(*batch);
 }
 
-absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::Forward(
-    const FeatureDict& input) {
-  absl::StatusOr<KeyedJaggedTensor> kjt = input.ToKeyedJaggedTensor();
-  if (!kjt.ok()) return kjt.status();
-  return Forward(*kjt);
+template <typename Collection, typename Local, typename Output>
+absl::StatusOr<Output> ShardedCollection<Collection, Local, Output>::Forward(
+    const KeyedJaggedTensor& input) {
+  return Run(input);
 }
 
-absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::ComputeAndDistribute(
+template <typename Collection, typename Local, typename Output>
+absl::StatusOr<Output> ShardedCollection<Collection, Local, Output>::Forward(
+    const FeatureDict& input) {
+  return Run(input);
+}
+
+template <typename Collection, typename Local, typename Output>
+absl::StatusOr<Output>
+ShardedCollection<Collection, Local, Output>::ComputeAndDistribute(
     const DistributedBatch& batch) {
+  if (!local_) return DistributeOutput(batch, nullptr);
+  absl::StatusOr<Output> local_output =
+      static_cast<Local*>(local_.get())->Forward(batch.local);
+  if (!local_output.ok()) return local_output.status();
+  // One rank holds every table whole: its output is the module's.
+  if (group_->world_size() == 1) return local_output;
+  return DistributeOutput(batch, &*local_output);
+}
+
+// ---------------------------------------------------------------------------
+// Pooled.
+
+absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::DistributeOutput(
+    const DistributedBatch& batch, const KeyedTensor* local_output) {
   const int world = group_->world_size();
   const int me = group_->rank();
   const int64_t b = batch.batch;
@@ -415,13 +525,9 @@ absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::ComputeAndDistribute(
                                         .device(options_.module.device);
   // This rank's pooled blocks, [world * b, cols] per local feature.
   std::vector<at::Tensor> blocks;
-  if (local_) {
-    absl::StatusOr<KeyedTensor> pooled =
-        static_cast<EmbeddingBagCollection*>(local_.get())
-            ->Forward(batch.local);
-    if (!pooled.ok()) return pooled.status();
-    for (int64_t k = 0; k < pooled->num_keys(); ++k) {
-      blocks.push_back(pooled->At(k));
+  if (local_output != nullptr) {
+    for (int64_t k = 0; k < local_output->num_keys(); ++k) {
+      blocks.push_back(local_output->At(k));
     }
   }
   auto kind = [&](const Slot& slot) { return shard(slot).sharding_type; };
@@ -593,44 +699,8 @@ absl::StatusOr<KeyedTensor> ShardedEmbeddingBagCollection::ComputeAndDistribute(
 // ---------------------------------------------------------------------------
 // Sequence.
 
-absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>>
-ShardedEmbeddingCollection::Create(ShardedModuleOptions options,
-                                   ProcessGroup* group) {
-  if (options.module.is_weighted) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("module '", options.module.path,
-                     "': per-ID weights need a pooled collection"));
-  }
-  std::unique_ptr<ShardedEmbeddingCollection> module(
-      new ShardedEmbeddingCollection(std::move(options), group));
-  if (absl::Status s = module->Init(); !s.ok()) return s;
-  return module;
-}
-
-absl::StatusOr<std::unique_ptr<EmbeddingModule>>
-ShardedEmbeddingCollection::CreateLocal(EmbeddingModuleOptions options) {
-  absl::StatusOr<std::unique_ptr<EmbeddingCollection>> local =
-      EmbeddingCollection::Create(std::move(options));
-  if (!local.ok()) return local.status();
-  return std::unique_ptr<EmbeddingModule>(std::move(*local));
-}
-
-absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::Forward(
-    const KeyedJaggedTensor& input) {
-  absl::StatusOr<DistributedBatch> batch = DistributeInput(input);
-  if (!batch.ok()) return batch.status();
-  return ComputeAndDistribute(*batch);
-}
-
-absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::Forward(
-    const FeatureDict& input) {
-  absl::StatusOr<KeyedJaggedTensor> kjt = input.ToKeyedJaggedTensor();
-  if (!kjt.ok()) return kjt.status();
-  return Forward(*kjt);
-}
-
-absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::ComputeAndDistribute(
-    const DistributedBatch& batch) {
+absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::DistributeOutput(
+    const DistributedBatch& batch, const FeatureDict* local_output) {
   const int world = group_->world_size();
   const int me = group_->rank();
   const at::TensorOptions options = at::TensorOptions()
@@ -638,12 +708,9 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::ComputeAndDistribute(
                                         .device(options_.module.device);
   // Per local feature, the rows of every rank's IDs, [n_k, cols].
   std::vector<at::Tensor> rows;
-  if (local_) {
-    absl::StatusOr<FeatureDict> looked_up =
-        static_cast<EmbeddingCollection*>(local_.get())->Forward(batch.local);
-    if (!looked_up.ok()) return looked_up.status();
-    for (int64_t k = 0; k < looked_up->size(); ++k) {
-      rows.push_back(looked_up->At(k).values());
+  if (local_output != nullptr) {
+    for (int64_t k = 0; k < local_output->size(); ++k) {
+      rows.push_back(local_output->At(k).values());
     }
   }
   const std::vector<Slot>& mine = slots(me);
@@ -664,11 +731,18 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::ComputeAndDistribute(
       }
     }
     // All-to-all of per-ID rows: rank q gets the rows of the IDs it sent.
+    // This rank's own rows stay out of it (used below where they are) when
+    // other ranks' rows arrive through it: the output then depends on the
+    // all-to-all, so backward reaches its reverse on every rank.
+    bool bypass_own = false;
+    for (int p = 0; p < world; ++p) {
+      for (const Slot& slot : slots(p)) bypass_own |= p != me && !is_dp(slot);
+    }
     std::vector<at::Tensor> send_parts, dp_parts, dp_own;
     std::vector<int64_t> send(world), recv(world);
     for (int q = 0; q < world; ++q) {
       for (size_t k = 0; k < mine.size(); ++k) {
-        if (is_dp(mine[k])) continue;
+        if (is_dp(mine[k]) || (q == me && bypass_own)) continue;
         send_parts.push_back(
             rows[k].narrow(0, start[q][k], batch.received[q][k]).reshape({-1}));
         send[q] += batch.received[q][k] * shard(mine[k]).cols;
@@ -676,7 +750,7 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::ComputeAndDistribute(
     }
     for (int p = 0; p < world; ++p) {
       const std::vector<Slot>& theirs = slots(p);
-      for (size_t k = 0; k < theirs.size(); ++k) {
+      for (size_t k = 0; k < theirs.size() && !(p == me && bypass_own); ++k) {
         if (!is_dp(theirs[k]))
           recv[p] += batch.sent[p][k] * shard(theirs[k]).cols;
       }
@@ -774,8 +848,18 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::ComputeAndDistribute(
         if (is_dp(theirs[k])) continue;
         const int64_t cols = shard(theirs[k]).cols;
         const int64_t n = batch.sent[p][k];
-        at::Tensor part = a2a_out.narrow(0, offset, n * cols).view({n, cols});
-        offset += n * cols;
+        at::Tensor part;
+        if (p == me && bypass_own) {
+          part = rows[k].narrow(0, start[me][k], n);
+          if (part.requires_grad() && scale != 1.0f) {
+            // What the reverse all-to-all does to the others' rows.
+            part.register_hook(
+                [scale](const at::Tensor& grad) { return grad * scale; });
+          }
+        } else {
+          part = a2a_out.narrow(0, offset, n * cols).view({n, cols});
+          offset += n * cols;
+        }
         const at::Tensor& positions = batch.sent_positions[p][k];
         if (positions.defined()) {
           part = at::zeros({input.length_per_key()[theirs[k].feature], cols},
@@ -808,5 +892,10 @@ absl::StatusOr<FeatureDict> ShardedEmbeddingCollection::ComputeAndDistribute(
     return output;
   });
 }
+
+template class ShardedCollection<ShardedEmbeddingBagCollection,
+                                 EmbeddingBagCollection, KeyedTensor>;
+template class ShardedCollection<ShardedEmbeddingCollection,
+                                 EmbeddingCollection, FeatureDict>;
 
 }  // namespace deltastream

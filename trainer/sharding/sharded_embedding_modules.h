@@ -140,6 +140,11 @@ class ShardedEmbeddingModule {
   // sizes differ (every rank then returns it).
   absl::StatusOr<DistributedBatch> DistributeInput(
       const KeyedJaggedTensor& input);
+  // The same from a feature dict: its features are converted, in the
+  // module's feature order, straight into the batch's input (one
+  // concatenation, no permute after it); features the module does not use
+  // are ignored. NotFound for a missing feature.
+  absl::StatusOr<DistributedBatch> DistributeInput(const FeatureDict& input);
 
  protected:
   ShardedEmbeddingModule(ShardedModuleOptions options, ProcessGroup* group);
@@ -147,6 +152,11 @@ class ShardedEmbeddingModule {
   absl::Status Init();
   virtual absl::StatusOr<std::unique_ptr<EmbeddingModule>> CreateLocal(
       EmbeddingModuleOptions options) = 0;
+  // The input distribution of `batch.input` (the module's features, in its
+  // order): checks, bucketizes and exchanges.
+  absl::StatusOr<DistributedBatch> Distribute(DistributedBatch batch);
+  // InvalidArgument naming the first feature with an ID outside its table.
+  absl::Status CheckIds(const KeyedJaggedTensor& input) const;
 
   // Local feature k of `rank`: the global feature index and the shard.
   struct Slot {
@@ -179,53 +189,80 @@ class ShardedEmbeddingModule {
   std::vector<bool> row_split_;           // per table
 };
 
+// The scaffold both collections share: Create, and Forward as the input
+// distribution followed by ComputeAndDistribute (the local lookup with the
+// unsharded module type `Local`, whose forward returns `Output`, then the
+// collection's output distribution). At world size 1 nothing moves: the
+// input goes to the local module as it is and its output is the result.
+template <typename Collection, typename Local, typename Output>
+class ShardedCollection : public ShardedEmbeddingModule {
+ public:
+  // InvalidArgument for bad options or a plan that does not fit them
+  // (ValidateShardingPlan); `group` must outlive the module.
+  static absl::StatusOr<std::unique_ptr<Collection>> Create(
+      ShardedModuleOptions options, ProcessGroup* group);
+
+  absl::StatusOr<Output> Forward(const KeyedJaggedTensor& input);
+  absl::StatusOr<Output> Forward(const FeatureDict& input);
+  // The local lookup and the output distribution of a distributed batch.
+  absl::StatusOr<Output> ComputeAndDistribute(const DistributedBatch& batch);
+
+ protected:
+  using ShardedEmbeddingModule::ShardedEmbeddingModule;
+  // The output distribution of the local module's output (nullptr on a
+  // rank without shards); called at world sizes above 1.
+  virtual absl::StatusOr<Output> DistributeOutput(
+      const DistributedBatch& batch, const Output* local_output) = 0;
+
+ private:
+  absl::StatusOr<std::unique_ptr<EmbeddingModule>> CreateLocal(
+      EmbeddingModuleOptions options) final;
+  // DistributeInput, then ComputeAndDistribute.
+  template <typename Input>
+  absl::StatusOr<Output> Run(const Input& input);
+};
+
 // Pooled (TorchRec's ShardedEmbeddingBagCollection): the same output as
 // EmbeddingBagCollection::Forward on this rank's examples. Output
 // distribution: an all-to-all of pooled blocks for table-wise, column-wise
 // and table-row-wise shards (partial sums of row blocks added where they
 // arrive), a reduce-scatter for row-wise tables, and this rank's slice of
 // the data-parallel tables' output (computed on every rank's examples).
-class ShardedEmbeddingBagCollection : public ShardedEmbeddingModule {
+class ShardedEmbeddingBagCollection
+    : public ShardedCollection<ShardedEmbeddingBagCollection,
+                               EmbeddingBagCollection, KeyedTensor> {
  public:
-  // InvalidArgument for bad options or a plan that does not fit them
-  // (ValidateShardingPlan); `group` must outlive the module.
-  static absl::StatusOr<std::unique_ptr<ShardedEmbeddingBagCollection>> Create(
-      ShardedModuleOptions options, ProcessGroup* group);
-
   bool pooled() const override { return true; }
 
-  absl::StatusOr<KeyedTensor> Forward(const KeyedJaggedTensor& input);
-  absl::StatusOr<KeyedTensor> Forward(const FeatureDict& input);
-  // The local lookup and the output distribution of a distributed batch.
-  absl::StatusOr<KeyedTensor> ComputeAndDistribute(
-      const DistributedBatch& batch);
-
  private:
-  using ShardedEmbeddingModule::ShardedEmbeddingModule;
-  absl::StatusOr<std::unique_ptr<EmbeddingModule>> CreateLocal(
-      EmbeddingModuleOptions options) override;
+  friend class ShardedCollection;
+  using ShardedCollection::ShardedCollection;
+  absl::StatusOr<KeyedTensor> DistributeOutput(
+      const DistributedBatch& batch, const KeyedTensor* local_output) override;
 };
 
 // Sequence (TorchRec's ShardedEmbeddingCollection): the same output as
 // EmbeddingCollection::Forward on this rank's examples; the rows of every
-// ID come back by an all-to-all and are put back in input order.
-class ShardedEmbeddingCollection : public ShardedEmbeddingModule {
+// ID come back by an all-to-all and are put back in input order. Per-ID
+// weights are refused (InvalidArgument), as by EmbeddingCollection.
+class ShardedEmbeddingCollection
+    : public ShardedCollection<ShardedEmbeddingCollection, EmbeddingCollection,
+                               FeatureDict> {
  public:
-  static absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> Create(
-      ShardedModuleOptions options, ProcessGroup* group);
-
   bool pooled() const override { return false; }
 
-  absl::StatusOr<FeatureDict> Forward(const KeyedJaggedTensor& input);
-  absl::StatusOr<FeatureDict> Forward(const FeatureDict& input);
-  absl::StatusOr<FeatureDict> ComputeAndDistribute(
-      const DistributedBatch& batch);
-
  private:
-  using ShardedEmbeddingModule::ShardedEmbeddingModule;
-  absl::StatusOr<std::unique_ptr<EmbeddingModule>> CreateLocal(
-      EmbeddingModuleOptions options) override;
+  friend class ShardedCollection;
+  using ShardedCollection::ShardedCollection;
+  absl::StatusOr<FeatureDict> DistributeOutput(
+      const DistributedBatch& batch, const FeatureDict* local_output) override;
 };
+
+// Defined in sharded_embedding_modules.cc for these two collections.
+extern template class ShardedCollection<ShardedEmbeddingBagCollection,
+                                        EmbeddingBagCollection, KeyedTensor>;
+extern template class ShardedCollection<ShardedEmbeddingCollection,
+                                        EmbeddingCollection, FeatureDict>;
 
 }  // namespace deltastream
 

@@ -1,0 +1,318 @@
+// Checkpoints of one process (world size 1): the round trip, TorchRec key
+// names, keep rotation, torn checkpoints never picked, old single-file
+// checkpoints still restored and read, models that do not fit refused.
+#include "trainer/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/file_io.h"
+#include "tests/testing/test_dirs.h"
+#include "tests/trainer/checkpoint_fixtures.h"
+
+namespace deltastream {
+namespace {
+
+namespace fs = std::filesystem;
+using ::deltastream::testing::CheckKnownStates;
+using ::deltastream::testing::MakeCheckpointModel;
+using ::deltastream::testing::SetKnownStates;
+
+std::unique_ptr<Dlrm> Model(SparseOptimizerType optimizer, uint64_t seed) {
+  absl::StatusOr<std::unique_ptr<Dlrm>> model =
+      MakeCheckpointModel(optimizer, seed);
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? *std::move(model) : nullptr;
+}
+
+// One Adam step of the dense optimizer with fixed gradients, so that it has
+// state to save.
+void DenseStep(RecModel& model, torch::optim::Optimizer& optimizer) {
+  for (const at::Tensor& p : model.dense().parameters()) {
+    p.mutable_grad() = at::full_like(p, 0.25);
+  }
+  optimizer.step();
+}
+
+class CheckpointTest : public ::testing::TestWithParam<SparseOptimizerType> {};
+
+TEST_P(CheckpointTest, RoundTripRestoresEveryState) {
+  const std::string dir = FreshDir("round_trip");
+  std::unique_ptr<Dlrm> saved = Model(GetParam(), 1);
+  ASSERT_NE(saved, nullptr);
+  ASSERT_TRUE(SetKnownStates(*saved).ok());
+  torch::optim::Adam saved_optimizer(saved->dense().parameters());
+  DenseStep(*saved, saved_optimizer);
+  ASSERT_TRUE(SetKnownStates(*saved).ok());  // dense back to known values
+  absl::StatusOr<CheckpointInfo> info =
+      SaveCheckpoint(dir, 12, 480, *saved, saved_optimizer, 2);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->path, dir + "/checkpoint-000000000012");
+  EXPECT_GT(info->bytes, 0);
+  EXPECT_TRUE(fs::exists(info->path + "/rank-00000-of-00001.pt"));
+  EXPECT_TRUE(fs::exists(info->path + "/manifest.json"));
+  EXPECT_EQ(LatestCheckpoint(dir), info->path);
+  EXPECT_EQ(CheckpointStep(info->path), 12);
+
+  std::unique_ptr<Dlrm> loaded = Model(GetParam(), 2);  // other values
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_FALSE(CheckKnownStates(*loaded, {}).ok());  // the check checks
+  torch::optim::Adam loaded_optimizer(loaded->dense().parameters());
+  absl::StatusOr<CheckpointInfo> restored =
+      LoadCheckpoint(info->path, *loaded, loaded_optimizer);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->step, 12);
+  EXPECT_EQ(restored->examples, 480);
+  absl::Status same = CheckKnownStates(*loaded, {});
+  EXPECT_TRUE(same.ok()) << same;
+  // The dense optimizer continues as the saved one does.
+  DenseStep(*saved, saved_optimizer);
+  DenseStep(*loaded, loaded_optimizer);
+  std::vector<at::Tensor> a = saved->dense().parameters();
+  std::vector<at::Tensor> b = loaded->dense().parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, CheckpointTest,
+                         ::testing::Values(SparseOptimizerType::kSgd,
+                                           SparseOptimizerType::kAdagrad,
+                                           SparseOptimizerType::kRowwiseAdagrad,
+                                           SparseOptimizerType::kAdam));
+
+TEST(CheckpointKeysTest, RankFileUsesTorchRecNames) {
+  const std::string dir = FreshDir("keys");
+  std::unique_ptr<Dlrm> model = Model(SparseOptimizerType::kAdam, 1);
+  ASSERT_NE(model, nullptr);
+  torch::optim::SGD optimizer(model->dense().parameters(),
+                              torch::optim::SGDOptions(0.1));
+  absl::StatusOr<CheckpointInfo> info =
+      SaveCheckpoint(dir, 3, 30, *model, optimizer, 1);
+  ASSERT_TRUE(info.ok()) << info.status();
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
+      ReadCheckpointTensors(info->path + "/rank-00000-of-00001.pt");
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  std::set<std::string> keys;
+  for (const auto& [key, tensor] : *tensors) keys.insert(key);
+  const std::string fqn = "sparse_arch.embedding_bag_collection.embedding_bags";
+  for (const char* table : {"t0", "t1", "t2", "t3"}) {
+    for (const std::string& key :
+         {absl::StrCat(fqn, ".", table, ".weight"),
+          absl::StrCat("fused_optimizer.state.", fqn, ".", table, ".weight.",
+                       table, ".momentum1"),
+          absl::StrCat("fused_optimizer.state.", fqn, ".", table, ".weight.",
+                       table, ".momentum2"),
+          absl::StrCat("fused_optimizer.state.", fqn, ".", table, ".weight.",
+                       table, ".step")}) {
+      EXPECT_EQ(keys.erase(key), 1u) << key;
+    }
+  }
+  for (const auto& item : model->dense().named_parameters()) {
+    EXPECT_EQ(keys.erase(item.key()), 1u) << item.key();
+  }
+  EXPECT_EQ(keys.erase("dense_optimizer"), 1u);
+  EXPECT_TRUE(keys.empty()) << *keys.begin();
+
+  // The one mapping, both ways.
+  EXPECT_EQ(CheckpointTableKey(fqn + ".t0"), fqn + ".t0.weight");
+  EXPECT_EQ(TableFqnOfCheckpointKey(fqn + ".t0.weight"), fqn + ".t0");
+  EXPECT_EQ(TableFqnOfCheckpointKey("dense_arch.0.weight"), std::nullopt);
+  EXPECT_EQ(TableFqnOfCheckpointKey(
+                CheckpointOptimizerStateKey(fqn + ".t0", "momentum1")),
+            std::nullopt);
+  EXPECT_EQ(CheckpointOptimizerStateKey("m.embeddings.t", "momentum1"),
+            "fused_optimizer.state.m.embeddings.t.weight.t.momentum1");
+
+  // ReadCheckpointModel: tables by FQN, dense by name.
+  absl::StatusOr<deltastream::CheckpointModel> read =
+      ReadCheckpointModel(info->path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->step, 3);
+  ASSERT_EQ(read->tables.count(fqn + ".t1"), 1u);
+  EXPECT_TRUE(at::equal(read->tables[fqn + ".t1"],
+                        model->embedding_modules()[0]->weight(1)));
+  EXPECT_EQ(read->dense.size(), model->dense().named_parameters().size());
+}
+
+TEST(CheckpointFilesTest, KeepsTheNewestAndNeverPicksATornOne) {
+  const std::string dir = FreshDir("torn");
+  std::unique_ptr<Dlrm> model = Model(SparseOptimizerType::kAdagrad, 1);
+  ASSERT_NE(model, nullptr);
+  torch::optim::SGD optimizer(model->dense().parameters(),
+                              torch::optim::SGDOptions(0.1));
+  for (int64_t step : {1, 2, 3}) {
+    ASSERT_TRUE(SaveCheckpoint(dir, step, step, *model, optimizer, 2).ok());
+  }
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint-000000000001"));
+  const std::string two = dir + "/checkpoint-000000000002";
+  const std::string three = dir + "/checkpoint-000000000003";
+  EXPECT_EQ(LatestCheckpoint(dir), three);
+
+  // A rank file missing, shorter, or the manifest missing: not complete.
+  const std::string rank_file = three + "/rank-00000-of-00001.pt";
+  const std::string moved = dir + "/moved";
+  fs::rename(rank_file, moved);
+  EXPECT_EQ(LatestCheckpoint(dir), two);
+  {
+    absl::StatusOr<std::string> bytes = ReadSmallFile(moved);
+    ASSERT_TRUE(bytes.ok());
+    std::ofstream(rank_file, std::ios::binary)
+        << bytes->substr(0, bytes->size() - 1);
+  }
+  EXPECT_EQ(LatestCheckpoint(dir), two);
+  fs::rename(moved, rank_file);
+  EXPECT_EQ(LatestCheckpoint(dir), three);
+  fs::remove(three + "/manifest.json");
+  EXPECT_EQ(LatestCheckpoint(dir), two);
+  // A manifest that does not parse.
+  std::ofstream(three + "/manifest.json") << "{\"step\": ";
+  EXPECT_EQ(LatestCheckpoint(dir), two);
+  EXPECT_EQ(ReadCheckpointModel(three).status().code(),
+            absl::StatusCode::kDataLoss);
+  // The next save removes the torn one of an earlier step.
+  ASSERT_TRUE(SaveCheckpoint(dir, 4, 4, *model, optimizer, 2).ok());
+  EXPECT_FALSE(fs::exists(three));
+  EXPECT_TRUE(fs::exists(two));
+  // Saving a step again replaces it.
+  ASSERT_TRUE(SaveCheckpoint(dir, 4, 40, *model, optimizer, 2).ok());
+  torch::optim::SGD other(model->dense().parameters(),
+                          torch::optim::SGDOptions(0.1));
+  absl::StatusOr<CheckpointInfo> info =
+      LoadCheckpoint(*LatestCheckpoint(dir), *model, other);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->examples, 40);
+  EXPECT_EQ(LatestCheckpoint(FreshDir("empty")), std::nullopt);
+}
+
+// The format before: one pickled typed dict, "checkpoint-<step>.pt".
+void WriteOldCheckpoint(const std::string& path, RecModel& model,
+                        torch::optim::Optimizer& optimizer, int64_t step) {
+  c10::Dict<std::string, at::Tensor> tensors;
+  tensors.insert("meta.step", at::scalar_tensor(step, at::kLong));
+  tensors.insert("meta.examples", at::scalar_tensor(10 * step, at::kLong));
+  for (const auto& item : model.dense().named_parameters()) {
+    tensors.insert("dense." + item.key(), item.value().detach().clone());
+  }
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  const std::string state = bytes.str();
+  tensors.insert("dense_optimizer",
+                 at::from_blob(const_cast<char*>(state.data()),
+                               {static_cast<int64_t>(state.size())}, at::kByte)
+                     .clone());
+  for (EmbeddingModule* module : model.embedding_modules()) {
+    for (const auto& [name, tensor] : module->StateTensors()) {
+      tensors.insert(absl::StrCat("sparse.", module->path(), ".", name),
+                     tensor.clone());
+    }
+  }
+  const std::vector<char> pickled = torch::pickle_save(tensors);
+  ASSERT_TRUE(
+      WriteFileDurably(path, absl::string_view(pickled.data(), pickled.size()))
+          .ok());
+}
+
+class OldCheckpointTest : public ::testing::TestWithParam<SparseOptimizerType> {
+};
+
+TEST_P(OldCheckpointTest, StillRestoresAndReads) {
+  const std::string dir = FreshDir("old");
+  fs::create_directories(dir);
+  std::unique_ptr<Dlrm> saved = Model(GetParam(), 1);
+  ASSERT_NE(saved, nullptr);
+  ASSERT_TRUE(SetKnownStates(*saved).ok());
+  torch::optim::SGD optimizer(saved->dense().parameters(),
+                              torch::optim::SGDOptions(0.1));
+  const std::string old = dir + "/checkpoint-000000000005.pt";
+  WriteOldCheckpoint(old, *saved, optimizer, 5);
+  EXPECT_EQ(LatestCheckpoint(dir), old);
+  EXPECT_EQ(CheckpointStep(old), 5);
+
+  std::unique_ptr<Dlrm> loaded = Model(GetParam(), 2);
+  ASSERT_NE(loaded, nullptr);
+  torch::optim::SGD loaded_optimizer(loaded->dense().parameters(),
+                                     torch::optim::SGDOptions(0.1));
+  absl::StatusOr<CheckpointInfo> info =
+      LoadCheckpoint(old, *loaded, loaded_optimizer);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->step, 5);
+  EXPECT_EQ(info->examples, 50);
+  absl::Status same = CheckKnownStates(*loaded, {});
+  EXPECT_TRUE(same.ok()) << same;
+
+  absl::StatusOr<deltastream::CheckpointModel> read = ReadCheckpointModel(old);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->step, 5);
+  EXPECT_EQ(read->tables.count("sparse_arch.embedding_bag_collection.t2"), 1u);
+
+  // A newer checkpoint in the new format is picked over it; both rotate.
+  ASSERT_TRUE(SaveCheckpoint(dir, 6, 60, *loaded, loaded_optimizer, 1).ok());
+  EXPECT_EQ(LatestCheckpoint(dir), dir + "/checkpoint-000000000006");
+  EXPECT_FALSE(fs::exists(old));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, OldCheckpointTest,
+                         ::testing::Values(SparseOptimizerType::kRowwiseAdagrad,
+                                           SparseOptimizerType::kAdam));
+
+TEST(CheckpointFilesTest, RefusesAModelItDoesNotFit) {
+  const std::string dir = FreshDir("misfit");
+  std::unique_ptr<Dlrm> saved = Model(SparseOptimizerType::kAdagrad, 1);
+  ASSERT_NE(saved, nullptr);
+  torch::optim::SGD optimizer(saved->dense().parameters(),
+                              torch::optim::SGDOptions(0.1));
+  absl::StatusOr<CheckpointInfo> info =
+      SaveCheckpoint(dir, 1, 1, *saved, optimizer, 1);
+  ASSERT_TRUE(info.ok()) << info.status();
+
+  // Another sparse optimizer.
+  std::unique_ptr<Dlrm> adam = Model(SparseOptimizerType::kAdam, 1);
+  torch::optim::SGD adam_optimizer(adam->dense().parameters(),
+                                   torch::optim::SGDOptions(0.1));
+  absl::Status status =
+      LoadCheckpoint(info->path, *adam, adam_optimizer).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(status.message(), "momentum2")) << status;
+
+  // Another table size.
+  DlrmConfig config;
+  config.num_dense = 3;
+  config.dense_arch = {4, testing::kCheckpointDim};
+  config.over_arch = {4, 1};
+  config.tables = testing::CheckpointTables();
+  config.tables[2].num_embeddings = 18;
+  config.sparse_optimizer.type = SparseOptimizerType::kAdagrad;
+  absl::StatusOr<std::unique_ptr<Dlrm>> bigger = Dlrm::Create(config);
+  ASSERT_TRUE(bigger.ok());
+  torch::optim::SGD bigger_optimizer((*bigger)->dense().parameters(),
+                                     torch::optim::SGDOptions(0.1));
+  status = LoadCheckpoint(info->path, **bigger, bigger_optimizer).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(status.message(), "embedding_bags.t2' is [17, 8]"))
+      << status;
+
+  // A flipped byte in a rank file: the zip checksums refuse it.
+  const std::string rank_file = info->path + "/rank-00000-of-00001.pt";
+  absl::StatusOr<std::string> bytes = ReadSmallFile(rank_file);
+  ASSERT_TRUE(bytes.ok());
+  std::string damaged = *bytes;
+  damaged[damaged.size() / 2] ^= 0x5a;
+  std::ofstream(rank_file, std::ios::binary | std::ios::trunc) << damaged;
+  status = LoadCheckpoint(info->path, *saved, optimizer).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+}
+
+}  // namespace
+}  // namespace deltastream
