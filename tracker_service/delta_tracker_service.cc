@@ -380,6 +380,7 @@ grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
     const int64_t rows = table.ids.size(0);
     const int64_t rows_per_chunk =
         std::max<int64_t>(1, chunk_bytes / RowBytes(table));
+    const Columns columns = ColumnsOf(fqn);
     int64_t offset = 0;
     do {
       if (context->IsCancelled()) return kClientGone;
@@ -387,6 +388,8 @@ grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
       chunk.set_fqn(fqn);
       chunk.set_row_offset(offset);
       chunk.set_table_rows(rows);
+      chunk.set_col_offset(columns.offset);
+      chunk.set_table_cols(columns.table_cols);
       chunk.set_last(tables_left == 0 && offset + n >= rows);
       parts.clear();
       for (auto [tensor, field] :
@@ -618,6 +621,61 @@ grpc::Status DeltaTrackerService::Status(grpc::ServerContext* context,
     if (grpc::Status s = Authorize(context, Action::kInspect); !s.ok())
       return s;
     FillStatus(response);
+    return grpc::Status::OK;
+  });
+}
+
+void DeltaTrackerService::SetTopology(ServiceTopology topology) {
+  v1::TopologyResponse response;
+  response.set_world_size(topology.world_size);
+  response.set_rank(topology.rank);
+  for (size_t r = 0; r < topology.endpoints.size(); ++r) {
+    v1::RankEndpoint* endpoint = response.add_endpoints();
+    endpoint->set_rank(static_cast<int32_t>(r));
+    endpoint->set_address(topology.endpoints[r]);
+  }
+  absl::flat_hash_map<std::string, Columns> columns;
+  for (const ServiceTopology::Shard& shard : topology.shards) {
+    v1::TableShard* out = response.add_shards();
+    out->set_fqn(shard.fqn);
+    out->set_sharding_type(shard.sharding_type);
+    out->set_rank(shard.rank);
+    out->set_row_offset(shard.row_offset);
+    out->set_rows(shard.rows);
+    out->set_col_offset(shard.col_offset);
+    out->set_cols(shard.cols);
+    out->set_table_rows(shard.table_rows);
+    out->set_table_cols(shard.table_cols);
+    if (shard.rank == topology.rank && shard.table_cols > 0 &&
+        shard.cols < shard.table_cols) {
+      columns[shard.fqn] = {shard.col_offset, shard.table_cols};
+    }
+  }
+  response.set_plan(std::move(topology.plan));
+  absl::MutexLock lock(&topology_mu_);
+  topology_ = std::move(response);
+  columns_ = std::move(columns);
+}
+
+DeltaTrackerService::Columns DeltaTrackerService::ColumnsOf(
+    const std::string& fqn) const {
+  absl::MutexLock lock(&topology_mu_);
+  auto it = columns_.find(fqn);
+  return it == columns_.end() ? Columns{} : it->second;
+}
+
+grpc::Status DeltaTrackerService::Topology(grpc::ServerContext* context,
+                                           const v1::TopologyRequest*,
+                                           v1::TopologyResponse* response) {
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = Authorize(context, Action::kInspect); !s.ok())
+      return s;
+    absl::MutexLock lock(&topology_mu_);
+    if (!topology_.has_value()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this service has no topology yet");
+    }
+    *response = *topology_;
     return grpc::Status::OK;
   });
 }

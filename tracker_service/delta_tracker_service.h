@@ -4,10 +4,16 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <optional>
+#include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "base/auth.h"
 #include "base/grpc_server.h"
 #include "proto/tracker.grpc.pb.h"
+#include "tracker_service/service_topology.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
 
@@ -59,6 +65,12 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   // down; call before grpc::Server::Shutdown.
   void Stop() { stopping_ = true; }
 
+  // What Topology answers from now on, and which columns this rank's chunks
+  // of a column-wise shard say they hold (DeltaChunk.col_offset, table_cols:
+  // the shards of `topology.rank`). Before the first call Topology is
+  // FailedPrecondition. Thread-safe.
+  void SetTopology(ServiceTopology topology) ABSL_LOCKS_EXCLUDED(topology_mu_);
+
   grpc::Status Record(grpc::ServerContext* context,
                       grpc::ServerReader<v1::RecordRequest>* reader,
                       v1::RecordResponse* response) override;
@@ -95,8 +107,20 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   grpc::Status Status(grpc::ServerContext* context,
                       const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
+  grpc::Status Topology(grpc::ServerContext* context,
+                        const v1::TopologyRequest* request,
+                        v1::TopologyResponse* response) override;
 
  private:
+  // A column-wise shard's columns (DeltaChunk.col_offset, table_cols); both
+  // 0 for a table served at full width.
+  struct Columns {
+    int64_t offset = 0;
+    int64_t table_cols = 0;
+  };
+  Columns ColumnsOf(const std::string& fqn) const
+      ABSL_LOCKS_EXCLUDED(topology_mu_);
+
   grpc::Status Authorize(const grpc::ServerContext* context, Action action,
                          absl::string_view consumer = "") const;
   // GetDelta as gRPC serves it: the chunks go out as bytes, each table's
@@ -116,6 +140,10 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   Tracker* const tracker_;
   const ServiceOptions options_;
   std::atomic<bool> stopping_{false};
+  mutable absl::Mutex topology_mu_;
+  std::optional<v1::TopologyResponse> topology_ ABSL_GUARDED_BY(topology_mu_);
+  absl::flat_hash_map<std::string, Columns> columns_
+      ABSL_GUARDED_BY(topology_mu_);
   int get_delta_method_ = -1;
 };
 

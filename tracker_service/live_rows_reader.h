@@ -51,16 +51,22 @@ class LiveRowsReader {
     LiveRowsReader* const reader_;
   };
 
-  // Rows of table `fqn` (row IDs are 0 .. n-1), for reads of whole tables.
-  // NotFound for an unknown table; FailedPrecondition when the reader cannot
-  // tell (the default).
+  // Rows this reader holds of table `fqn`, for reads of whole tables: row
+  // IDs FirstRow(fqn) .. FirstRow(fqn) + n - 1. NotFound for an unknown
+  // table; FailedPrecondition when the reader cannot tell (the default).
   virtual absl::StatusOr<int64_t> NumRows(absl::string_view fqn) {
     return absl::FailedPreconditionError(
         absl::StrCat("the size of table '", fqn, "' is not known"));
   }
+  // The first row ID of table `fqn` this reader holds: 0 for a whole table,
+  // the shard's global row offset for a row-wise shard of a sharded trainer
+  // (whose IDs, recorded and read, are global). Only meaningful where
+  // NumRows succeeds.
+  virtual int64_t FirstRow(absl::string_view /*fqn*/) { return 0; }
 
-  // Current embedding rows of `ids` (int64 [n]) in table `fqn`: [n, dim].
-  // NotFound for an unknown table; InvalidArgument for an ID out of range.
+  // Current embedding rows of `ids` (int64 [n]) in table `fqn`: [n, dim]
+  // (a column-wise shard's own columns only). NotFound for an unknown table;
+  // InvalidArgument for an ID out of range.
   virtual absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
                                                     const at::Tensor& ids) = 0;
 

@@ -103,6 +103,17 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
   if (!started.ok()) return started.status();
   host->server_ = std::move(started->server);
   host->address_ = std::move(started->address);
+  // Until the owner says more (SetTopology): one process, whole tables of
+  // unknown size.
+  ServiceTopology topology;
+  topology.endpoints = {host->address_};
+  for (const std::string& fqn : tracker->feature_map().fqns) {
+    ServiceTopology::Shard shard;
+    shard.fqn = fqn;
+    shard.sharding_type = "TABLE_WISE";
+    topology.shards.push_back(std::move(shard));
+  }
+  host->service_->SetTopology(std::move(topology));
   if (host->snapshots_ != nullptr && options.snapshot_interval_s > 0) {
     host->snapshots_->StartPeriodic(absl::Seconds(options.snapshot_interval_s));
   }
@@ -122,5 +133,9 @@ void ServiceHost::Shutdown() {
 }
 
 void ServiceHost::Wait() { server_->Wait(); }
+
+void ServiceHost::SetTopology(ServiceTopology topology) {
+  service_->SetTopology(std::move(topology));
+}
 
 }  // namespace deltastream

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "tracker_service/service_topology.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
 
@@ -73,6 +74,13 @@ class ServiceHost {
   const std::optional<SnapshotInfo>& restored() const { return restored_; }
   // Null without a database.
   TrackerSnapshots* snapshots() const { return snapshots_.get(); }
+
+  // What the Topology RPC answers from now on (DeltaTrackerService::
+  // SetTopology). Until called: world size 1, address() as the one
+  // endpoint, and the tracker's tables whole (sizes 0: not known). The
+  // trainer calls it once its ranks have published their endpoints
+  // (trainer/tracking/shard_topology.h). Thread-safe.
+  void SetTopology(ServiceTopology topology);
 
   // Ends open streams and stops serving (waiting up to 5 s for calls in
   // flight), stops periodic snapshots. Idempotent. Does not snapshot: the

@@ -77,7 +77,8 @@ absl::Status Tracker::ReadWholeTable(const std::string& fqn,
                                      TableDelta& table) {
   absl::StatusOr<int64_t> rows = reader_->NumRows(fqn);
   if (!rows.ok()) return rows.status();
-  table.ids = at::arange(*rows, at::kLong);
+  const int64_t first = reader_->FirstRow(fqn);
+  table.ids = at::arange(first, first + *rows, at::kLong);
   absl::StatusOr<at::Tensor> values = reader_->ReadEmbeddings(fqn, table.ids);
   if (!values.ok()) return values.status();
   table.values = values->cpu();

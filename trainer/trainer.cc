@@ -22,6 +22,7 @@
 #include "trainer/rank_batches.h"
 #include "trainer/sharding/sharding_plan.h"
 #include "trainer/trainer_metrics.h"
+#include "trainer/tracking/shard_topology.h"
 
 namespace deltastream {
 namespace {
@@ -161,7 +162,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (s.tracking) {
     std::vector<EmbeddingModule*> modules =
         trainer->model_->embedding_modules();
-    trainer->rows_reader_ = std::make_unique<ModuleRowsReader>(modules);
+    // A sharded trainer records and serves global row IDs.
+    const RowOffsets row_offsets =
+        ShardRowOffsets(trainer->model_->sharded_modules());
+    trainer->rows_reader_ =
+        std::make_unique<ModuleRowsReader>(modules, row_offsets);
     trainer->rows_reader_->SetDenseParameters([model = trainer->model_.get()] {
       return CopyDenseParameters(*model);
     });
@@ -171,13 +176,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
         Tracker::Create(std::move(options), trainer->rows_reader_.get());
     if (!tracker.ok()) return tracker.status();
     trainer->tracker_ = *std::move(tracker);
-    if (absl::Status status = AttachTracker(*trainer->tracker_, modules);
+    if (absl::Status status =
+            AttachTracker(*trainer->tracker_, modules, row_offsets);
         !status.ok()) {
       return status;
     }
   }
   if (absl::Status status = trainer->RestoreOrStart(); !status.ok()) {
     return status;
+  }
+  if (trainer->host_ != nullptr) {
+    // Topology: every rank's endpoint (through the c10d store) and shards.
+    absl::StatusOr<std::vector<std::string>> endpoints = ExchangeEndpoints(
+        s.group, ReachableAddress(trainer->host_->address()));
+    if (!endpoints.ok()) return endpoints.status();
+    ServiceTopology topology = DescribeTopology(
+        s.group != nullptr ? s.group->rank() : 0, WorldSize(s),
+        trainer->model_->sharded_modules(),
+        trainer->model_->embedding_modules(),
+        trainer->tracker_->options().fqns_to_skip);
+    topology.endpoints = *std::move(endpoints);
+    trainer->host_->SetTopology(std::move(topology));
   }
   TrainPipelineParts parts;
   parts.model = trainer->model_.get();

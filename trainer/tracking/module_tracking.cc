@@ -21,7 +21,8 @@ std::vector<TrackedModule> DescribeModules(
 }
 
 absl::Status AttachTracker(Tracker& tracker,
-                           absl::Span<EmbeddingModule* const> modules) {
+                           absl::Span<EmbeddingModule* const> modules,
+                           const RowOffsets& row_offsets) {
   const FeatureMap& map = tracker.feature_map();
   absl::flat_hash_set<std::string> tracked_paths;
   for (const auto& [path, pooled] : map.modules) tracked_paths.insert(path);
@@ -30,15 +31,22 @@ absl::Status AttachTracker(Tracker& tracker,
   // Each tracked module's table FQNs by table index, cleaned and checked
   // against the tracker's feature map once, here; empty for a skipped table.
   // The hooks only look them up (RecordTables is the one recording path).
-  std::vector<std::pair<EmbeddingModule*, std::vector<std::string>>> hooked;
+  // With each FQN, the table's row offset (global ID = local ID + offset).
+  struct HookedTable {
+    std::string fqn;
+    int64_t row_offset = 0;
+  };
+  std::vector<std::pair<EmbeddingModule*, std::vector<HookedTable>>> hooked;
   for (EmbeddingModule* module : modules) {
     if (!tracked_paths.contains(CleanFqn(module->path()))) continue;
-    std::vector<std::string> fqns;
+    std::vector<HookedTable> fqns;
     for (size_t t = 0; t < module->tables().size(); ++t) {
       const std::string fqn =
           CleanFqn(module->TableFqn(static_cast<int64_t>(t)));
       if (tracked_fqns.contains(fqn)) {
-        fqns.push_back(fqn);
+        auto offset = row_offsets.find(fqn);
+        fqns.push_back(
+            {fqn, offset == row_offsets.end() ? int64_t{0} : offset->second});
       } else if (IsSkipped(fqn, tracker.options().fqns_to_skip)) {
         fqns.emplace_back();
       } else {
@@ -56,8 +64,12 @@ absl::Status AttachTracker(Tracker& tracker,
             const EmbeddingModule&, const ModuleLookup& lookup) {
           std::vector<TableLookup> tables;
           for (size_t t = 0; t < lookup.ids.size() && t < fqns.size(); ++t) {
-            if (fqns[t].empty()) continue;  // skipped
-            tables.push_back({fqns[t], lookup.ids[t],
+            const HookedTable& table = fqns[t];
+            if (table.fqn.empty()) continue;  // skipped
+            tables.push_back({table.fqn,
+                              table.row_offset == 0
+                                  ? lookup.ids[t]
+                                  : lookup.ids[t] + table.row_offset,
                               with_rows ? lookup.rows[t] : at::Tensor()});
           }
           return tracker.RecordTables(std::move(tables));
@@ -68,7 +80,9 @@ absl::Status AttachTracker(Tracker& tracker,
   return absl::OkStatus();
 }
 
-ModuleRowsReader::ModuleRowsReader(absl::Span<EmbeddingModule* const> modules) {
+ModuleRowsReader::ModuleRowsReader(absl::Span<EmbeddingModule* const> modules,
+                                   RowOffsets row_offsets)
+    : row_offsets_(std::move(row_offsets)) {
   for (EmbeddingModule* module : modules) {
     for (size_t t = 0; t < module->tables().size(); ++t) {
       tables_[CleanFqn(module->TableFqn(t))] = {module,
@@ -92,18 +106,44 @@ absl::StatusOr<int64_t> ModuleRowsReader::NumRows(absl::string_view fqn) {
   return table->module->tables()[table->index].num_embeddings;
 }
 
+int64_t ModuleRowsReader::FirstRow(absl::string_view fqn) {
+  auto it = row_offsets_.find(fqn);
+  return it == row_offsets_.end() ? 0 : it->second;
+}
+
+absl::StatusOr<at::Tensor> ModuleRowsReader::LocalIds(
+    absl::string_view fqn, const Table& table, const at::Tensor& ids) const {
+  auto it = row_offsets_.find(fqn);
+  if (it == row_offsets_.end() || it->second == 0) return ids;
+  const int64_t first = it->second;
+  const int64_t rows = table.module->tables()[table.index].num_embeddings;
+  at::Tensor local = ids - first;
+  if (local.numel() > 0 &&
+      ((local < 0).any().item<bool>() || (local >= rows).any().item<bool>())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", fqn, "' holds rows ", first, " .. ", first + rows - 1,
+        " of its sharded table here; an ID is "
+        "outside them"));
+  }
+  return local;
+}
+
 absl::StatusOr<at::Tensor> ModuleRowsReader::ReadEmbeddings(
     absl::string_view fqn, const at::Tensor& ids) {
   absl::StatusOr<Table> table = Find(fqn);
   if (!table.ok()) return table.status();
-  return table->module->ReadRows(table->index, ids);
+  absl::StatusOr<at::Tensor> local = LocalIds(fqn, *table, ids);
+  if (!local.ok()) return local.status();
+  return table->module->ReadRows(table->index, *local);
 }
 
 absl::StatusOr<at::Tensor> ModuleRowsReader::ReadOptimizerStates(
     absl::string_view fqn, const at::Tensor& ids) {
   absl::StatusOr<Table> table = Find(fqn);
   if (!table.ok()) return table.status();
-  return table->module->ReadOptimizerStates(table->index, ids);
+  absl::StatusOr<at::Tensor> local = LocalIds(fqn, *table, ids);
+  if (!local.ok()) return local.status();
+  return table->module->ReadOptimizerStates(table->index, *local);
 }
 
 absl::StatusOr<ModuleRowsReader::DenseParameters>

@@ -37,26 +37,41 @@ namespace deltastream {
 //      rows, optimizer states and dense parameters exactly at a step
 //      boundary: after the batches a read covers, before the next one.
 
+// Where each table of the modules starts in its global table, by cleaned
+// table FQN: local row i is global row offset + i. A sharded trainer's local
+// modules hold its shards with local row IDs (trainer/sharding); the tracker
+// records and serves global IDs, so row-wise and table-row-wise shards list
+// their row offset here (ShardRowOffsets, trainer/tracking/shard_topology.h).
+// A table not listed starts at 0 (unsharded, table-wise, column-wise and
+// data-parallel tables).
+using RowOffsets = absl::flat_hash_map<std::string, int64_t>;
+
 // The modules as the tracker sees them (path, pooled, tables and features).
 std::vector<TrackedModule> DescribeModules(
     absl::Span<EmbeddingModule* const> modules);
 
 // Registers the hooks of step 3. The tracker must outlive the modules' use.
-// FailedPrecondition when a tracked module is not in the tracker's options
-// (it was created from other modules).
+// The hooks record global row IDs: a table's lookup IDs plus its offset in
+// `row_offsets` (copied). FailedPrecondition when a tracked module is not in
+// the tracker's options (it was created from other modules).
 absl::Status AttachTracker(Tracker& tracker,
-                           absl::Span<EmbeddingModule* const> modules);
+                           absl::Span<EmbeddingModule* const> modules,
+                           const RowOffsets& row_offsets = {});
 
 // The tracker's view of live rows (tracker_service/live_rows_reader.h) over
 // the trainer's modules, by table FQN. Results are on the modules' device.
+// IDs are global (see RowOffsets): a table with offset o holds rows
+// o .. o + num_embeddings - 1 (FirstRow, NumRows), and reads subtract o.
 class ModuleRowsReader : public LiveRowsReader {
  public:
   // The modules must outlive the reader.
-  explicit ModuleRowsReader(absl::Span<EmbeddingModule* const> modules);
+  explicit ModuleRowsReader(absl::Span<EmbeddingModule* const> modules,
+                            RowOffsets row_offsets = {});
 
   void PinRows() override ABSL_SHARED_LOCK_FUNCTION(mu_) { mu_.ReaderLock(); }
   void UnpinRows() override ABSL_UNLOCK_FUNCTION(mu_) { mu_.ReaderUnlock(); }
   absl::StatusOr<int64_t> NumRows(absl::string_view fqn) override;
+  int64_t FirstRow(absl::string_view fqn) override;
   // These two take no lock: callers pin (LiveRowsReader).
   absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
                                             const at::Tensor& ids) override;
@@ -92,8 +107,13 @@ class ModuleRowsReader : public LiveRowsReader {
     int64_t index;
   };
   absl::StatusOr<Table> Find(absl::string_view fqn) const;
+  // `ids` as the module's local row IDs (a handle to `ids` at offset 0);
+  // InvalidArgument, in global terms, for an ID outside the table's rows.
+  absl::StatusOr<at::Tensor> LocalIds(absl::string_view fqn, const Table& table,
+                                      const at::Tensor& ids) const;
 
   absl::flat_hash_map<std::string, Table> tables_;
+  const RowOffsets row_offsets_;
   std::function<DenseParameters()> dense_parameters_;
   SharedMutex mu_;
 };

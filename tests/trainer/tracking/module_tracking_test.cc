@@ -63,7 +63,8 @@ std::vector<int64_t> ChangedRows(const at::Tensor& before,
 class Harness {
  public:
   Harness(bool pooled, TrackingMode mode, SparseOptimizerType optimizer,
-          std::vector<std::string> fqns_to_skip = {}) {
+          std::vector<std::string> fqns_to_skip = {},
+          const RowOffsets& row_offsets = {}) {
     if (pooled) {
       ebc_ = *EmbeddingBagCollection::Create(
           ModuleOptions("sparse.ebc", optimizer, 1));
@@ -73,7 +74,7 @@ class Harness {
           ModuleOptions("sparse.ec", optimizer, 1));
       modules_.push_back(ec_.get());
     }
-    reader_ = std::make_unique<ModuleRowsReader>(modules_);
+    reader_ = std::make_unique<ModuleRowsReader>(modules_, row_offsets);
     TrackerOptions options;
     options.mode = mode;
     options.consumers = {"predictor", "checkpoint"};
@@ -81,7 +82,7 @@ class Harness {
     options.fqns_to_skip = std::move(fqns_to_skip);
     options.modules = DescribeModules(modules_);
     tracker_ = *Tracker::Create(options, reader_.get());
-    EXPECT_TRUE(AttachTracker(*tracker_, modules_).ok());
+    EXPECT_TRUE(AttachTracker(*tracker_, modules_, row_offsets).ok());
   }
 
   void Train(int64_t step) {
@@ -330,6 +331,65 @@ TEST(ModuleTrackingTest, FeaturesGoToTheirTablesCleanedFqnOneLookupPerBatch) {
     } else {
       EXPECT_THAT(Longs(delta.tables.at("sparse.ec.embeddings.user").ids),
                   ElementsAre(7, 9));
+    }
+  }
+}
+
+// A row-wise shard of a sharded trainer: the module holds global rows
+// 1000..1199 of "user" as local rows 0..199. The tracker records and serves
+// global IDs; reads of rows and optimizer states map them back; a read of
+// all rows streams the shard's global range; an ID outside it is refused.
+TEST(ModuleTrackingTest, RowOffsetsMakeIdsGlobal) {
+  constexpr int64_t kOffset = 1000;
+  for (bool pooled : {true, false}) {
+    const std::string user =
+        pooled ? "sparse.ebc.embedding_bags.user" : "sparse.ec.embeddings.user";
+    const std::string item =
+        pooled ? "sparse.ebc.embedding_bags.item" : "sparse.ec.embeddings.item";
+    Harness h(pooled, TrackingMode::kRowwiseAdagrad,
+              SparseOptimizerType::kRowwiseAdagrad, {}, {{user, kOffset}});
+    const at::Tensor before = h.module().weight(0).clone();
+    const at::Tensor states_before =
+        *h.module().ReadOptimizerStates(0, at::arange(200, at::kLong));
+    for (int64_t step = 0; step < 3; ++step) h.Train(step);
+    Delta delta = *h.tracker().GetDelta(Read("predictor"));
+    const TableDelta& table = delta.tables.at(user);
+    std::vector<int64_t> changed = ChangedRows(before, h.module().weight(0));
+    for (int64_t& id : changed) id += kOffset;
+    EXPECT_EQ(Longs(table.ids), changed);
+    const at::Tensor local = table.ids - kOffset;
+    EXPECT_TRUE(
+        table.values.equal(h.module().weight(0).index_select(0, local)));
+    // ROWWISE_ADAGRAD states: the change of the optimizer's row state, read
+    // through the offset at recording and at the read.
+    const at::Tensor after = *h.module().ReadOptimizerStates(0, local);
+    EXPECT_TRUE(
+        table.states.allclose((after - states_before.index_select(0, local))
+                                  .reshape_as(table.states)));
+    // The other table starts at 0.
+    for (int64_t id : Longs(delta.tables.at(item).ids)) EXPECT_LT(id, 50);
+
+    EXPECT_EQ(h.reader().FirstRow(user), kOffset);
+    EXPECT_EQ(h.reader().FirstRow(item), 0);
+    EXPECT_EQ(*h.reader().NumRows(user), 200);
+    DeltaRequest all = Read("checkpoint");
+    all.all_rows = true;
+    Delta whole = *h.tracker().GetDelta(all);
+    EXPECT_TRUE(whole.tables.at(user).ids.equal(
+        at::arange(kOffset, kOffset + 200, at::kLong)));
+    EXPECT_TRUE(whole.tables.at(user).values.equal(h.module().weight(0)));
+    EXPECT_TRUE(whole.tables.at(item).ids.equal(at::arange(50, at::kLong)));
+
+    for (int64_t outside : {kOffset - 1, kOffset + 200}) {
+      absl::StatusOr<at::Tensor> refused = h.reader().ReadEmbeddings(
+          user, at::tensor({kOffset, outside}, at::kLong));
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+          << outside;
+      EXPECT_EQ(h.reader()
+                    .ReadOptimizerStates(user, at::tensor({outside}, at::kLong))
+                    .status()
+                    .code(),
+                absl::StatusCode::kInvalidArgument);
     }
   }
 }

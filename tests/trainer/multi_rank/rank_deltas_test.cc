@@ -1,0 +1,364 @@
+// Deltas of a sharded trainer (issue 16, "each rank serves its shards"): two
+// ranks (real processes, Gloo and gRPC on loopback) train a plan that mixes
+// row-wise, column-wise, table-wise and data-parallel tables (and, for the
+// pooled model, table-row-wise), each rank serving its tracker. What each
+// rank serves is checked against a one-process trainer of the same global
+// batch and seed (run by every rank, as multi_rank_trainer_test does):
+//   - IDs are GLOBAL and lie in the shard's rows; for every table but a
+//     data-parallel one they are exactly the one-process tracker's IDs in
+//     that range (the shard sees every lookup of its rows); a data-parallel
+//     table's are a subset (each rank records its own examples' lookups);
+//   - values are the one-process table's rows at those IDs (the shard's
+//     columns: the chunks say which, col_offset / table_cols), within the
+//     tolerance multi_rank_trainer_test argues for (1e-4); EMBEDDING states
+//     (the sequence model) are the initial rows at those IDs, bit for bit;
+//   - an all_rows read streams exactly the shard's global row range;
+//   - Topology answers the same on both ranks (but `rank`), with both
+//     endpoints and every shard of the plan.
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "proto/tensor_codec.h"
+#include "proto/tracker.grpc.pb.h"
+#include "tests/trainer/comm/rank_launcher.h"
+#include "trainer/comm/process_group.h"
+#include "trainer/config.h"
+#include "trainer/sharding/sharded_embedding_modules.h"
+#include "trainer/sharding/sharding_plan.h"
+#include "trainer/trainer.h"
+
+namespace deltastream {
+namespace {
+
+using ::deltastream::testing::RankResult;
+using ::deltastream::testing::RunRanks;
+
+constexpr int64_t kBatch = 8;  // per rank
+constexpr int64_t kSteps = 6;
+constexpr double kTolerance = 1e-4;
+
+std::string Config(const std::string& kind, const std::string& mode,
+                   int64_t batch, bool serve) {
+  return absl::StrCat(
+      R"(
+model {
+  kind: ")",
+      kind, R"("
+  num_dense: 4
+  dense_arch: [16, 8]
+  over_arch: [16, 1]
+  tables { name: "t0" num_embeddings: 40 embedding_dim: 8 feature_names: ["f0", "f1"] }
+  tables { name: "t1" num_embeddings: 33 embedding_dim: 8 }
+  tables { name: "t2" num_embeddings: 17 embedding_dim: 8 }
+  tables { name: "t3" num_embeddings: 21 embedding_dim: 8 }
+  tables { name: "t4" num_embeddings: 23 embedding_dim: 8 }
+  sparse_optimizer { type: "adagrad" learning_rate: 0.1 }
+  dense_optimizer { type: "adam" learning_rate: 0.01 }
+}
+data { batch_size: )",
+      batch,
+      R"( synthetic { min_length: 0 max_length: 3 } eval_batches: 1 }
+tracker { mode: ")",
+      mode, "\"", serve ? " listen: \"127.0.0.1:0\"" : "",
+      R"( }
+seed: 11
+log_every_steps: 100
+)");
+}
+
+// t0 row-wise, t1 column-wise, t2 data-parallel, t3 table-wise on rank 1,
+// t4 table-row-wise (pooled) or row-wise (sequence).
+v1::ShardingPlan MixedPlan(const std::vector<EmbeddingTableConfig>& tables,
+                           bool pooled) {
+  v1::ShardingPlan plan;
+  plan.set_world_size(2);
+  *plan.add_tables() = RowWisePlan(tables[0], 2);
+  *plan.add_tables() = ColumnWisePlan(tables[1], {1, 0});
+  *plan.add_tables() = DataParallelPlan(tables[2], 2);
+  *plan.add_tables() = TableWisePlan(tables[3], 1);
+  *plan.add_tables() =
+      pooled ? TableRowWisePlan(tables[4], {0, 1}) : RowWisePlan(tables[4], 2);
+  return plan;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const std::string& text,
+                                                     ProcessGroup* group,
+                                                     const std::string& plan) {
+  absl::StatusOr<v1::TrainerConfig> config = ParseTrainerConfig(text);
+  if (!config.ok()) return config.status();
+  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
+  if (!settings.ok()) return settings.status();
+  settings->group = group;
+  settings->plan_path = plan;
+  return Trainer::Create(*std::move(settings), [](const std::string&) {});
+}
+
+// One table of a delta read over gRPC, its chunks joined.
+struct ServedTable {
+  at::Tensor ids, states, values;
+  int64_t col_offset = 0, table_cols = 0;
+};
+
+absl::StatusOr<std::map<std::string, ServedTable>> ReadDelta(
+    v1::DeltaTracker::Stub& stub, bool all_rows) {
+  v1::GetDeltaRequest request;
+  request.set_consumer("default");
+  request.set_all_rows(all_rows);
+  request.set_max_chunk_bytes(256);  // several chunks per table
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(30));
+  std::unique_ptr<grpc::ClientReader<v1::DeltaChunk>> reader =
+      stub.GetDelta(&context, request);
+  std::map<std::string, std::vector<ServedTable>> parts;
+  v1::DeltaChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (chunk.fqn().empty()) continue;
+    ServedTable part;
+    part.col_offset = chunk.col_offset();
+    part.table_cols = chunk.table_cols();
+    for (auto [field, out] :
+         {std::pair<const v1::Tensor*, at::Tensor*>{&chunk.ids(), &part.ids},
+          {&chunk.states(), &part.states},
+          {&chunk.values(), &part.values}}) {
+      if (field->shape_size() == 0) continue;
+      absl::StatusOr<at::Tensor> decoded = DecodeTensor(*field);
+      if (!decoded.ok()) return decoded.status();
+      *out = *decoded;
+    }
+    parts[chunk.fqn()].push_back(std::move(part));
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    return absl::InternalError(
+        absl::StrCat("GetDelta: ", status.error_message()));
+  }
+  std::map<std::string, ServedTable> tables;
+  for (auto& [fqn, pieces] : parts) {
+    ServedTable& table = tables[fqn];
+    table.col_offset = pieces[0].col_offset;
+    table.table_cols = pieces[0].table_cols;
+    for (at::Tensor ServedTable::*member :
+         {&ServedTable::ids, &ServedTable::states, &ServedTable::values}) {
+      std::vector<at::Tensor> list;
+      for (const ServedTable& piece : pieces) {
+        if ((piece.*member).defined()) list.push_back(piece.*member);
+      }
+      if (!list.empty()) table.*member = at::cat(list);
+    }
+  }
+  return tables;
+}
+
+// A status by value, for RANK_ASSERT_OK (which copies what it is given).
+template <typename T>
+absl::Status StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
+double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.sizes().equals(b.sizes())) return 1e30;
+  if (a.numel() == 0) return 0;
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+// "<model kind>/<mode>".
+int RunCase(ProcessGroup& group, const std::string& name) {
+  const std::vector<std::string> parts = absl::StrSplit(name, '/');
+  const std::string &kind = parts[0], &mode = parts[1];
+  const int me = group.rank();
+  const std::atomic<bool> stop{false};
+  const bool embedding = mode == "embedding";
+
+  absl::StatusOr<std::unique_ptr<Trainer>> reference =
+      MakeTrainer(Config(kind, mode, 2 * kBatch, false), nullptr, "");
+  RANK_ASSERT_OK(StatusOf(reference));
+  EmbeddingModule& whole = *(*reference)->model().embedding_modules().at(0);
+  std::map<std::string, at::Tensor> initial, final_rows;
+  for (const auto& [state, tensor] : whole.StateTensors()) {
+    initial[state] = tensor.clone();
+  }
+  RANK_ASSERT_OK(StatusOf((*reference)->Run(stop, kSteps)));
+  for (const auto& [state, tensor] : whole.StateTensors()) {
+    final_rows[state] = tensor;
+  }
+  DeltaRequest everything;
+  everything.consumer = "default";
+  absl::StatusOr<Delta> expected =
+      (*reference)->tracker()->GetDelta(everything);
+  RANK_ASSERT_OK(StatusOf(expected));
+
+  const bool pooled = kind == "dlrm";
+  const std::string plan_path =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/plan-", me, ".txt");
+  RANK_ASSERT_OK(WriteShardingPlan(
+      MixedPlan((*reference)->settings().tables, pooled), plan_path));
+  absl::StatusOr<std::unique_ptr<Trainer>> sharded =
+      MakeTrainer(Config(kind, mode, kBatch, true), &group, plan_path);
+  RANK_ASSERT_OK(StatusOf(sharded));
+  RANK_ASSERT_OK(StatusOf((*sharded)->Run(stop, kSteps)));
+  ShardedEmbeddingModule& module = *(*sharded)->model().sharded_modules().at(0);
+
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+      (*sharded)->service_address(), grpc::InsecureChannelCredentials());
+  std::unique_ptr<v1::DeltaTracker::Stub> stub =
+      v1::DeltaTracker::NewStub(channel);
+  absl::StatusOr<std::map<std::string, ServedTable>> served =
+      ReadDelta(*stub, /*all_rows=*/false);
+  RANK_ASSERT_OK(StatusOf(served));
+  absl::StatusOr<std::map<std::string, ServedTable>> whole_shards =
+      ReadDelta(*stub, /*all_rows=*/true);
+  RANK_ASSERT_OK(StatusOf(whole_shards));
+
+  int checked = 0;
+  for (const EmbeddingShard& shard : module.local_shards()) {
+    const std::string fqn =
+        absl::StrCat(module.path(),
+                     pooled ? ".embedding_bags." : ".embeddings.", shard.table);
+    const bool column_wise = shard.sharding_type == v1::COLUMN_WISE;
+    const int64_t table_cols =
+        (*reference)->settings().tables[shard.table_index].embedding_dim;
+    auto rows_of = [&](const at::Tensor& table, const at::Tensor& ids) {
+      return table.index_select(0, ids).narrow(1, shard.col_offset, shard.cols);
+    };
+    // Changed rows.
+    RANK_ASSERT(served->count(fqn) > 0, name, " rank ", me, " served no ", fqn);
+    const ServedTable& got = served->at(fqn);
+    const at::Tensor want_all = expected->tables.at(fqn).ids;
+    const at::Tensor in_shard =
+        want_all.masked_select((want_all >= shard.row_offset) &
+                               (want_all < shard.row_offset + shard.rows));
+    if (shard.sharding_type == v1::DATA_PARALLEL) {
+      RANK_ASSERT(at::isin(got.ids, in_shard).all().item<bool>(), name, " ",
+                  fqn, " serves IDs the one-process trainer did not change");
+    } else {
+      RANK_ASSERT(got.ids.equal(in_shard), name, " rank ", me, " ", fqn,
+                  " served IDs ", got.ids.numel(), " vs ", in_shard.numel(),
+                  " expected in rows [", shard.row_offset, ", ",
+                  shard.row_offset + shard.rows, ")");
+    }
+    RANK_ASSERT(got.ids.numel() > 0, name, " ", fqn, " changed no row");
+    RANK_ASSERT(got.col_offset == (column_wise ? shard.col_offset : 0) &&
+                    got.table_cols == (column_wise ? table_cols : 0),
+                name, " ", fqn, " chunks say columns from ", got.col_offset,
+                " of ", got.table_cols);
+    const std::string weight = absl::StrCat(shard.table, ".weight");
+    const double diff =
+        MaxDiff(got.values, rows_of(final_rows[weight], got.ids));
+    RANK_ASSERT(diff <= kTolerance, name, " ", fqn, " values differ by ", diff);
+    if (embedding) {
+      RANK_ASSERT(got.states.defined() &&
+                      got.states.equal(rows_of(initial[weight], got.ids)),
+                  name, " ", fqn, " states are not the initial rows");
+    }
+    // The shard's whole row range.
+    const ServedTable& all = whole_shards->at(fqn);
+    RANK_ASSERT(
+        all.ids.equal(at::arange(shard.row_offset,
+                                 shard.row_offset + shard.rows, at::kLong)),
+        name, " ", fqn, " all_rows read is not rows [", shard.row_offset, ", ",
+        shard.row_offset + shard.rows, ")");
+    const double all_diff =
+        MaxDiff(all.values, rows_of(final_rows[weight], all.ids));
+    RANK_ASSERT(all_diff <= kTolerance, name, " ", fqn,
+                " all_rows values differ by ", all_diff);
+    ++checked;
+  }
+  RANK_ASSERT(
+      checked == static_cast<int>(module.local_shards().size()) && checked >= 3,
+      name, " rank ", me, " checked ", checked, " shards");
+
+  // Topology: the same on both ranks (but `rank`).
+  v1::TopologyResponse topology;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    grpc::Status status =
+        stub->Topology(&context, v1::TopologyRequest(), &topology);
+    RANK_ASSERT(status.ok(), "Topology: ", status.error_message());
+  }
+  RANK_ASSERT(
+      topology.world_size() == 2 && topology.rank() == me &&
+          topology.endpoints_size() == 2 &&
+          topology.endpoints(me).address() == (*sharded)->service_address() &&
+          topology.shards_size() == static_cast<int>(module.shards().size()) &&
+          !topology.plan().empty(),
+      name, " topology ", topology.ShortDebugString());
+  int data_parallel = 0;
+  for (const v1::TableShard& shard : topology.shards()) {
+    data_parallel += shard.sharding_type() == "DATA_PARALLEL";
+    RANK_ASSERT(shard.table_rows() > 0 && shard.table_cols() == 8, name,
+                " topology shard ", shard.ShortDebugString());
+  }
+  RANK_ASSERT(data_parallel == 2, name, " topology lists ", data_parallel,
+              " data-parallel shards");
+  const int other = 1 - me;
+  {
+    std::unique_ptr<v1::DeltaTracker::Stub> peer = v1::DeltaTracker::NewStub(
+        grpc::CreateChannel(topology.endpoints(other).address(),
+                            grpc::InsecureChannelCredentials()));
+    v1::TopologyResponse theirs;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    grpc::Status status =
+        peer->Topology(&context, v1::TopologyRequest(), &theirs);
+    RANK_ASSERT(status.ok(), "peer Topology: ", status.error_message());
+    RANK_ASSERT(theirs.rank() == other, name, " peer says rank ",
+                theirs.rank());
+    theirs.set_rank(me);
+    RANK_ASSERT(theirs.SerializeAsString() == topology.SerializeAsString(),
+                name, " topologies differ:\n", theirs.ShortDebugString(), "\n",
+                topology.ShortDebugString());
+  }
+  // The peer's service stays up until both have asked.
+  RANK_ASSERT_OK(group.Barrier("test.topology"));
+  std::printf("rank %d %s: %d shards served with global IDs\n", me,
+              name.c_str(), checked);
+  return 0;
+}
+
+int RunScenario(const std::string& scenario) {
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
+  RANK_ASSERT_OK(StatusOf(group));
+  for (absl::string_view name : absl::StrSplit(scenario, ',')) {
+    if (int rc = RunCase(**group, std::string(name)); rc != 0) return rc;
+  }
+  return 0;
+}
+
+TEST(RankDeltasTest, TwoRanksServeGlobalRowIds) {
+  const std::vector<RankResult> results =
+      RunRanks("sequence/embedding,dlrm/id_only", 2, absl::Seconds(240));
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_FALSE(results[r].timed_out) << "rank " << r << results[r].output;
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
+                                       << results[r].output;
+  }
+  std::printf("%s", results[0].output.c_str());
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  if (std::optional<std::string> scenario =
+          deltastream::testing::ScenarioFromEnv()) {
+    return deltastream::RunScenario(*scenario);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
