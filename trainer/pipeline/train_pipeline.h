@@ -4,9 +4,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "trainer/data/batch.h"
 #include "trainer/optim/dense_optimizer.h"
 
@@ -42,6 +44,26 @@ struct TrainedStep {
   int64_t examples = 0;  // the batch's examples
 };
 
+// What one pipeline hands the next when the trainer switches pipelines on
+// the same model mid-run (TorchRec's _sync_pipeline): the batches it pulled
+// and did not train, in order (on the host or the device), and how far the
+// open accumulation window got. The next pipeline trains those batches
+// first and continues the window, so a switch changes no result.
+struct PipelineHandover {
+  std::deque<Batch> batches;
+  int window_position = 0;
+};
+
+// Where the training thread's time went, since the pipeline was made.
+struct PipelineStats {
+  int64_t batches = 0;
+  // Time the training thread spent in, or waiting for, the input
+  // distribution (the KJT all-to-all of sharded modules): all of it for a
+  // pipeline that runs it inline, only the part not hidden behind the
+  // previous batch's training for TrainPipelineSparseDist.
+  absl::Duration exposed_input_dist;
+};
+
 // A training step loop, TorchRec's TrainPipeline: each Progress call trains
 // one batch through the whole step (copy to the device, forward with the
 // modules' lookup hooks recording into the tracker, loss, backward with the
@@ -71,6 +93,15 @@ class TrainPipeline {
   // caller stops training).
   virtual absl::StatusOr<std::optional<TrainedStep>> Progress(
       BatchSource& source) = 0;
+
+  // Stops the pipeline for a switch: waits for work in flight (every rank
+  // must release at the same step, as collectives may be in flight) and
+  // hands back what MakeTrainPipeline's next pipeline continues from. The
+  // pipeline must not be used afterwards. Errors: a failed collective in
+  // flight.
+  virtual absl::StatusOr<PipelineHandover> Release() = 0;
+
+  virtual PipelineStats stats() const = 0;
 };
 
 }  // namespace deltastream

@@ -210,8 +210,13 @@ absl::Status ShardedEmbeddingModule::LoadLocalStateTensors(
 
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     const KeyedJaggedTensor& raw_input) {
-  const int world = group_->world_size();
-  const int me = group_->rank();
+  return DistributeInput(raw_input, *group_);
+}
+
+absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
+    const KeyedJaggedTensor& raw_input, ProcessGroup& group) const {
+  const int world = group.world_size();
+  const int me = group.rank();
   if (raw_input.device() != options_.module.device) {
     return absl::InvalidArgumentError(absl::StrCat(
         "module '", path(), "' lives on ", options_.module.device.str(),
@@ -298,7 +303,7 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
   }
   std::vector<int64_t> two(world, 2);
   absl::StatusOr<at::Tensor> received_header = Exchange(
-      *group_, Int64(header).to(input.device()), two, two, "input_dist.splits");
+      group, Int64(header).to(input.device()), two, two, "input_dist.splits");
   if (!received_header.ok()) return received_header.status();
   at::Tensor header_host = received_header->cpu();
   std::vector<int64_t> received_values(world);
@@ -315,17 +320,17 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
   const int64_t local_keys = static_cast<int64_t>(slots_[me].size());
   std::vector<int64_t> received_lengths(world, local_keys * b);
   absl::StatusOr<at::Tensor> lengths =
-      Exchange(*group_, CatOrEmpty(lengths_parts, long_options), length_splits,
+      Exchange(group, CatOrEmpty(lengths_parts, long_options), length_splits,
                received_lengths, "input_dist.lengths");
   if (!lengths.ok()) return lengths.status();
   absl::StatusOr<at::Tensor> values =
-      Exchange(*group_, CatOrEmpty(values_parts, long_options), value_splits,
+      Exchange(group, CatOrEmpty(values_parts, long_options), value_splits,
                received_values, "input_dist.values");
   if (!values.ok()) return values.status();
   at::Tensor weights;
   if (weighted) {
     absl::StatusOr<at::Tensor> received_weights =
-        Exchange(*group_, CatOrEmpty(weights_parts, input.weights()->options()),
+        Exchange(group, CatOrEmpty(weights_parts, input.weights()->options()),
                  value_splits, received_values, "input_dist.weights");
     if (!received_weights.ok()) return received_weights.status();
     weights = *std::move(received_weights);

@@ -140,6 +140,13 @@ class ShardedEmbeddingModule {
   // sizes differ (every rank then returns it).
   absl::StatusOr<DistributedBatch> DistributeInput(
       const KeyedJaggedTensor& input);
+  // The same over `group`, a group of the same ranks other than group()
+  // (ProcessGroup::CreateSibling): what lets a pipeline distribute the next
+  // batch on another thread while this one trains (TrainPipelineSparseDist).
+  // Reads only the module's layout: may run on another thread concurrently
+  // with forward and backward on the training thread.
+  absl::StatusOr<DistributedBatch> DistributeInput(
+      const KeyedJaggedTensor& input, ProcessGroup& group) const;
 
  protected:
   ShardedEmbeddingModule(ShardedModuleOptions options, ProcessGroup* group);
