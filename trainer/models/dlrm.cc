@@ -97,7 +97,7 @@ absl::StatusOr<at::Tensor> Dlrm::ForwardFrom(
     return status;
   }
   absl::StatusOr<KeyedTensor> pooled =
-      distributed != nullptr   ? sharded_ebc_->ComputeAndDistribute(*distributed)
+      distributed != nullptr ? sharded_ebc_->ComputeAndDistribute(*distributed)
       : sharded_ebc_ != nullptr ? sharded_ebc_->Forward(batch.sparse)
                                 : ebc_->Forward(batch.sparse);
   if (!pooled.ok()) return pooled.status();

@@ -22,10 +22,9 @@ absl::Status ValidatePipelineOptions(const TrainPipelineOptions& options,
   }
   if (options.accumulation_steps < 1 ||
       options.accumulation_steps > kMaxAccumulationSteps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("accumulation_steps must be in [1, ",
-                     kMaxAccumulationSteps, "], got ",
-                     options.accumulation_steps));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "accumulation_steps must be in [1, ", kMaxAccumulationSteps, "], got ",
+        options.accumulation_steps));
   }
   if (options.mixed_precision && !device_is_cuda) {
     return absl::FailedPreconditionError(
@@ -53,11 +52,12 @@ absl::StatusOr<std::unique_ptr<TrainPipeline>> MakeTrainPipeline(
   }
   if (handover.window_position < 0 ||
       handover.window_position >= options.accumulation_steps) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the previous pipeline's accumulation window holds ",
-        handover.window_position, " micro-batches: switch at a window "
-        "boundary, or keep accumulation_steps above that (now ",
-        options.accumulation_steps, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the previous pipeline's accumulation window holds ",
+                     handover.window_position,
+                     " micro-batches: switch at a window "
+                     "boundary, or keep accumulation_steps above that (now ",
+                     options.accumulation_steps, ")"));
   }
   const int k = options.accumulation_steps;
   if (options.pipeline == "sequential") {

@@ -22,7 +22,8 @@ struct DistributedBatch;
 // handed over (PipelineHandover), then the source's.
 class BatchFeed {
  public:
-  explicit BatchFeed(std::deque<Batch> carried) : carried_(std::move(carried)) {}
+  explicit BatchFeed(std::deque<Batch> carried)
+      : carried_(std::move(carried)) {}
   absl::StatusOr<std::optional<Batch>> Next(BatchSource& source);
   // Puts `batch` back in front (it is pulled again next).
   void PushFront(Batch batch) { carried_.push_front(std::move(batch)); }
