@@ -325,6 +325,25 @@ bool EmbeddingModule::has_accumulated() const {
   return false;
 }
 
+bool EmbeddingModule::AccumulatedGradientsFinite() const {
+  for (const std::shared_ptr<GradientBuffer>& buffer : gradient_buffers_) {
+    absl::MutexLock lock(&buffer->mu);
+    for (const at::Tensor& grad : buffer->grads) {
+      if (!at::isfinite(grad).all().item<bool>()) return false;
+    }
+  }
+  return true;
+}
+
+void EmbeddingModule::DiscardAccumulated() {
+  kept_lookups_.clear();
+  for (const std::shared_ptr<GradientBuffer>& buffer : gradient_buffers_) {
+    absl::MutexLock lock(&buffer->mu);
+    buffer->ids.clear();
+    buffer->grads.clear();
+  }
+}
+
 absl::Status EmbeddingModule::ApplyAccumulated(double gradient_scale) {
   std::vector<KeptLookup> kept = std::move(kept_lookups_);
   kept_lookups_.clear();

@@ -144,6 +144,12 @@ class EmbeddingModule {
   // after the window's last backward, where the training loop holds the
   // rows reader's update guard.
   absl::Status ApplyAccumulated(double gradient_scale = 1.0);
+  // Whether every buffered row gradient is finite (mixed precision's
+  // overflow check; synchronises with the device).
+  bool AccumulatedGradientsFinite() const;
+  // Drops the buffered gradients and kept lookups: a skipped step changes
+  // no row and records nothing.
+  void DiscardAccumulated();
 
   // Every tensor of the module for checkpoints, by name:
   // "<table>.weight", "<table>.momentum1", "<table>.momentum2", "<table>.step"

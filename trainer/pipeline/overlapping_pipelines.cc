@@ -24,7 +24,8 @@ Batch ToDevice(const Batch& batch, c10::Device device) {
 TrainPipelineBase::TrainPipelineBase(TrainPipelineParts parts,
                                      int accumulation_steps,
                                      PipelineHandover handover)
-    : step_(parts, accumulation_steps), feed_(std::move(handover.batches)) {
+    : step_(parts, accumulation_steps, handover.scaler),
+      feed_(std::move(handover.batches)) {
   step_.set_window_position(handover.window_position);
 }
 
@@ -66,13 +67,14 @@ absl::StatusOr<PipelineHandover> TrainPipelineBase::Release() {
   next_.reset();
   handover.batches = feed_.Take();
   handover.window_position = step_.window_position();
+  handover.scaler = step_.scaler();
   return handover;
 }
 
 TrainPipelineSparseDist::TrainPipelineSparseDist(
     TrainPipelineParts parts, int accumulation_steps,
     std::unique_ptr<ProcessGroup> input_dist_group, PipelineHandover handover)
-    : step_(parts, accumulation_steps),
+    : step_(parts, accumulation_steps, handover.scaler),
       input_dist_group_(std::move(input_dist_group)),
       sharded_(!parts.model->sharded_modules().empty()),
       feed_(std::move(handover.batches)) {
@@ -177,6 +179,7 @@ absl::StatusOr<PipelineHandover> TrainPipelineSparseDist::Release() {
   if (!status.ok()) return status;
   handover.batches = feed_.Take();
   handover.window_position = step_.window_position();
+  handover.scaler = step_.scaler();
   return handover;
 }
 

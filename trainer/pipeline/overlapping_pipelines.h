@@ -34,6 +34,9 @@ class TrainPipelineBase : public TrainPipeline {
       BatchSource& source) override;
   absl::StatusOr<PipelineHandover> Release() override;
   PipelineStats stats() const override { return stats_; }
+  GradientScaler* gradient_scaler() const override {
+    return step_.scaler().get();
+  }
 
  private:
   TrainStep step_;
@@ -71,6 +74,9 @@ class TrainPipelineSparseDist : public TrainPipeline {
       BatchSource& source) override;
   absl::StatusOr<PipelineHandover> Release() override;
   PipelineStats stats() const override { return stats_; }
+  GradientScaler* gradient_scaler() const override {
+    return step_.scaler().get();
+  }
 
  private:
   // A batch whose input distribution runs (or ran) on `thread`.

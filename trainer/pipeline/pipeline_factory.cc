@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/models/model.h"
+#include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/pipeline/overlapping_pipelines.h"
 #include "trainer/pipeline/sequential_pipeline.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
@@ -30,10 +31,6 @@ absl::Status ValidatePipelineOptions(const TrainPipelineOptions& options,
     return absl::FailedPreconditionError(
         "mixed_precision (bf16 autocast with gradient scaling) applies to "
         "CUDA training only; this model is on the CPU: turn it off");
-  }
-  if (options.mixed_precision) {
-    return absl::UnimplementedError(
-        "mixed_precision on CUDA is not implemented yet: turn it off");
   }
   return absl::OkStatus();
 }
@@ -60,6 +57,10 @@ absl::StatusOr<std::unique_ptr<TrainPipeline>> MakeTrainPipeline(
                      options.accumulation_steps, ")"));
   }
   const int k = options.accumulation_steps;
+  if (options.mixed_precision && handover.scaler == nullptr) {
+    handover.scaler = std::make_shared<GradientScaler>();
+  }
+  if (!options.mixed_precision) handover.scaler = nullptr;
   if (options.pipeline == "sequential") {
     return std::unique_ptr<TrainPipeline>(
         new SequentialTrainPipeline(parts, k, std::move(handover)));

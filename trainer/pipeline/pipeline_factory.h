@@ -30,14 +30,15 @@ inline constexpr int kMaxAccumulationSteps = 1 << 16;
 // `device_is_cuda`; InvalidArgument naming the field otherwise (an unknown
 // pipeline, K outside [1, kMaxAccumulationSteps]); FailedPrecondition for
 // mixed_precision on a CPU model (autocast to bf16 and gradient scaling
-// apply to CUDA training only); Unimplemented for mixed_precision on CUDA
-// (not built yet).
+// apply to CUDA training only).
 absl::Status ValidatePipelineOptions(const TrainPipelineOptions& options,
                                      bool device_is_cuda);
 
 // The pipeline `options` names over `parts` (TrainPipelineParts: model and
 // dense optimizer non-null), continuing from `handover` (what the previous
-// pipeline's Release returned; its window position must be below K). For
+// pipeline's Release returned; its window position must be below K). With
+// mixed_precision the pipeline holds a GradientScaler (the handover's, or a
+// new one; gradient_scaler() exposes it for checkpoints). For
 // "sparse_dist" on a sharded model this creates the input distribution's
 // group (ProcessGroup::CreateSibling of the model's group): every rank must
 // call it at the same point. Errors: ValidatePipelineOptions's; the

@@ -9,7 +9,7 @@ namespace deltastream {
 SequentialTrainPipeline::SequentialTrainPipeline(TrainPipelineParts parts,
                                                  int accumulation_steps,
                                                  PipelineHandover handover)
-    : step_(parts, accumulation_steps),
+    : step_(parts, accumulation_steps, handover.scaler),
       accumulation_steps_(accumulation_steps),
       feed_(std::move(handover.batches)) {
   step_.set_window_position(handover.window_position);
@@ -41,6 +41,7 @@ absl::StatusOr<PipelineHandover> SequentialTrainPipeline::Release() {
   PipelineHandover handover;
   handover.batches = feed_.Take();
   handover.window_position = step_.window_position();
+  handover.scaler = step_.scaler();
   return handover;
 }
 

@@ -31,6 +31,9 @@ class SequentialTrainPipeline : public TrainPipeline {
       BatchSource& source) override;
   absl::StatusOr<PipelineHandover> Release() override;
   PipelineStats stats() const override { return stats_; }
+  GradientScaler* gradient_scaler() const override {
+    return step_.scaler().get();
+  }
 
  private:
   TrainStep step_;

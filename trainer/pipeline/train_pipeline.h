@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -14,6 +15,7 @@
 
 namespace deltastream {
 
+class GradientScaler;
 class ModuleRowsReader;
 class ProcessGroup;
 class RecModel;
@@ -52,6 +54,10 @@ struct TrainedStep {
 struct PipelineHandover {
   std::deque<Batch> batches;
   int window_position = 0;
+  // Mixed precision's loss scale (null: off). MakeTrainPipeline creates one
+  // for mixed_precision when none is handed over; a pipeline given one
+  // scales losses and skips non-finite steps (see TrainStep).
+  std::shared_ptr<GradientScaler> scaler;
 };
 
 // Where the training thread's time went, since the pipeline was made.
@@ -102,6 +108,11 @@ class TrainPipeline {
   virtual absl::StatusOr<PipelineHandover> Release() = 0;
 
   virtual PipelineStats stats() const = 0;
+
+  // Mixed precision's loss scale, for checkpoints (its StateTensors): null
+  // when mixed precision is off. Owned by the pipeline (shared with the
+  // pipelines it is handed over to).
+  virtual GradientScaler* gradient_scaler() const = 0;
 };
 
 }  // namespace deltastream

@@ -5,11 +5,13 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "trainer/data/batch.h"
+#include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/pipeline/train_pipeline.h"
 
 namespace deltastream {
@@ -60,13 +62,23 @@ absl::StatusOr<std::vector<DistributedBatch>> DistributeInputs(
 // whose step changes their rows: a consumer reading between micro-batches
 // sees no row changed before it has.
 //
+// Mixed precision (a `scaler`): the forward runs under bf16 autocast on
+// CUDA (on the CPU, where the factory refuses mixed precision, only the
+// scaling applies: what the tests exercise), the loss is multiplied by the
+// scale, the modules always accumulate (so that sparse updates wait for the
+// check), and at the window's end a non-finite dense or sparse gradient
+// skips the whole step: no row, no optimizer state, no dense parameter
+// changes and the tracker records nothing for the window; otherwise
+// gradients are unscaled as they are applied.
+//
 // Not thread-safe: the training thread drives it.
 class TrainStep {
  public:
   // `parts` as TrainPipelineParts documents; accumulation_steps >= 1 (the
   // factory validates). The model's embedding modules are set accumulating
   // here when K > 1, not accumulating otherwise.
-  TrainStep(TrainPipelineParts parts, int accumulation_steps);
+  TrainStep(TrainPipelineParts parts, int accumulation_steps,
+            std::shared_ptr<GradientScaler> scaler = nullptr);
 
   // Trains `batch` (on the model's device): `forward` returns its logits.
   // `ends_window` forces the window's end (the data ends after it).
@@ -85,6 +97,7 @@ class TrainStep {
   absl::Status Flush();
 
   const TrainPipelineParts& parts() const { return parts_; }
+  const std::shared_ptr<GradientScaler>& scaler() const { return scaler_; }
 
  private:
   // Steps the window's optimizers; `position_` micro-batches were trained.
@@ -92,6 +105,9 @@ class TrainStep {
 
   TrainPipelineParts parts_;
   int accumulation_steps_;
+  std::shared_ptr<GradientScaler> scaler_;
+  // Whether the modules buffer row gradients (K > 1 or a scaler).
+  bool accumulating_;
   int position_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,7 +29,9 @@
 #include "trainer/comm/process_group.h"
 #include "trainer/models/dlrm.h"
 #include "trainer/optim/dense_optimizer.h"
+#include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/pipeline/pipeline_factory.h"
+#include "trainer/pipeline/sequential_pipeline.h"
 #include "trainer/tracking/module_tracking.h"
 
 namespace deltastream {
@@ -171,9 +174,9 @@ double MaxDifference(RecModel& a, RecModel& b) {
       return;
     }
     if (x.numel() == 0) return;
-    worst = std::max(
-        worst,
-        (x.to(at::kDouble) - y.to(at::kDouble)).abs().max().item<double>());
+    const double d =
+        (x.to(at::kDouble) - y.to(at::kDouble)).abs().max().item<double>();
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
   };
   std::vector<at::Tensor> pa = a.dense().parameters();
   std::vector<at::Tensor> pb = b.dense().parameters();
@@ -424,6 +427,54 @@ TEST(PipelineTrackingTest, EveryPipelineGivesThePlainLoopsParametersAndDeltas) {
           << name << " K=" << k;
     }
   }
+}
+
+// Mixed precision's scaling and skipping are device-independent: exercised
+// on the CPU by handing a pipeline a scaler (the factory refuses mixed
+// precision on the CPU, where autocast does not apply).
+TEST(GradientScalingTest, ScaledStepsEqualUnscaledOnes) {
+  const Examples examples = MakeExamples(256, 10);
+  std::unique_ptr<Trainable> plain =
+      Train(SparseOptimizerType::kAdam, Options("sequential", 2), examples,
+            Repeat(64, 4));
+  Trainable scaled(SparseOptimizerType::kAdam);
+  PipelineHandover handover;
+  handover.scaler = std::make_shared<GradientScaler>();
+  SequentialTrainPipeline pipeline(scaled.Parts(), 2, std::move(handover));
+  ExampleSource source(examples, Repeat(64, 4));
+  ASSERT_TRUE(TrainAll(pipeline, source).ok());
+  EXPECT_LT(MaxDifference(*plain->model, *scaled.model), kTolerance);
+  EXPECT_EQ(pipeline.gradient_scaler()->skipped_steps(), 0);
+}
+
+TEST(GradientScalingTest, ANonFiniteStepIsSkippedForDenseAndSparseAlike) {
+  Examples examples = MakeExamples(128, 11);
+  // The second batch's dense features overflow: its gradients are NaN.
+  examples.dense.narrow(0, 64, 64).fill_(NAN);
+  std::unique_ptr<Trainable> first_only =
+      Train(SparseOptimizerType::kRowwiseAdagrad, Options("sequential", 1),
+            examples, {64});
+  Tracked tracked(SparseOptimizerType::kRowwiseAdagrad);
+  PipelineHandover handover;
+  handover.scaler = std::make_shared<GradientScaler>();
+  SequentialTrainPipeline pipeline(tracked.Parts(), 1, std::move(handover));
+  ExampleSource source(examples, {64, 64});
+  ASSERT_TRUE(pipeline.Progress(source).ok());
+  tracked.Read("between");
+  ASSERT_TRUE(pipeline.Progress(source).ok());
+  // Nothing changed, nothing recorded, the scale backed off.
+  EXPECT_LT(MaxDifference(*first_only->model, *tracked.trainable.model), 1e-7);
+  for (const auto& [fqn, table] : tracked.Read("between").tables) {
+    EXPECT_EQ(table.ids.numel(), 0) << fqn;
+  }
+  EXPECT_EQ(pipeline.gradient_scaler()->skipped_steps(), 1);
+  EXPECT_EQ(pipeline.gradient_scaler()->scale(), 65536.0 / 2);
+  // Its state round-trips for checkpoints.
+  GradientScaler restored;
+  ASSERT_TRUE(
+      restored.LoadStateTensors(pipeline.gradient_scaler()->StateTensors())
+          .ok());
+  EXPECT_EQ(restored.scale(), 65536.0 / 2);
 }
 
 // Two ranks, a sharded model: every pipeline, with and without
