@@ -6,12 +6,16 @@
 //       [--replica_db=DIR] [--bootstrap_chain=DIR] [--every_ms=100]
 //       [--every_steps=0] [--dense_every_steps=0] [--dense_every_ms=0]
 //       [--apply_log=FILE] [--token_file=F] [--tls_ca=F]
-//       [--tls_cert=F --tls_key=F] [--metrics_listen=HOST:PORT]
+//       [--auth_token_file=F] [--tls_cert=F --tls_key=F]
+//       [--metrics_listen=HOST:PORT]
 //       [--log_format=text|json] [--log_level=info]
 //
 // The lookup API also serves gRPC health (grpc.health.v1.Health: NOT_SERVING
 // until the replica is ready, SERVING after, NOT_SERVING again while it
-// stops) and reflection; with --tls_cert/--tls_key it serves TLS.
+// stops) and reflection; with --tls_cert/--tls_key it serves TLS, and with
+// --auth_token_file (the tracker's token file, base/auth.h) every lookup
+// API call needs a valid bearer token (health and reflection do not).
+// --token_file and --tls_ca are the predictor's side as the tracker's client.
 // --metrics_listen serves Prometheus metrics (clients/predictor_metrics.h,
 // RPC counts and latencies of the lookup API; docs/operations.md).
 //
@@ -48,6 +52,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "base/auth.h"
 #include "base/grpc_server.h"
 #include "base/log.h"
 #include "base/metrics.h"
@@ -83,6 +88,10 @@ ABSL_FLAG(std::string, apply_log, "",
           "<rows> <dense 0|1> <all_rows 0|1> <run_id>");
 ABSL_FLAG(std::string, token_file, "", "bearer token (first line)");
 ABSL_FLAG(std::string, tls_ca, "", "PEM roots: connect with TLS");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "bearer tokens with roles, as the tracker's (see base/auth.h): "
+          "every lookup API call needs a valid one; empty: no "
+          "authentication");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain: serve the lookup API with TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -123,6 +132,15 @@ int Main() {
                               absl::GetFlag(FLAGS_tls_ca), client_options);
       !read.ok()) {
     return Fail(2, read.message());
+  }
+  std::unique_ptr<TokenAuthorizer> auth;
+  if (const std::string path = absl::GetFlag(FLAGS_auth_token_file);
+      !path.empty()) {
+    // No consumer of the predictor's: consumer names are not checked further.
+    absl::StatusOr<TokenAuthorizer> parsed =
+        TokenAuthorizer::FromFile(path, nullptr);
+    if (!parsed.ok()) return Fail(kExitUsage, parsed.status());
+    auth = std::make_unique<TokenAuthorizer>(*std::move(parsed));
   }
   FILE* apply_log = nullptr;
   if (const std::string path = absl::GetFlag(FLAGS_apply_log); !path.empty()) {
@@ -167,7 +185,7 @@ int Main() {
                      "/metrics"));
   }
 
-  ReplicaLookupService service(&predictor);
+  ReplicaLookupService service(&predictor, auth.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

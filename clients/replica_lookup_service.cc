@@ -6,9 +6,18 @@
 #include "proto/tensor_codec.h"
 
 namespace deltastream {
-grpc::Status ReplicaLookupService::Lookup(grpc::ServerContext*,
+grpc::Status ReplicaLookupService::Authorize(
+    const grpc::ServerContext& context) const {
+  if (auth_ == nullptr) return grpc::Status::OK;
+  return auth_->Check(context, Action::kInspect);
+}
+
+grpc::Status ReplicaLookupService::Lookup(grpc::ServerContext* context,
                                           const v1::LookupRequest* request,
                                           v1::LookupResponse* response) {
+  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
+    return allowed;
+  }
   const Replica& replica = predictor_->replica();
   if (replica.Version() < 0) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -32,9 +41,12 @@ grpc::Status ReplicaLookupService::Lookup(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplicaLookupService::GetDense(grpc::ServerContext*,
+grpc::Status ReplicaLookupService::GetDense(grpc::ServerContext* context,
                                             const v1::GetDenseRequest*,
                                             v1::GetDenseResponse* response) {
+  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
+    return allowed;
+  }
   const ReplicaDense dense = predictor_->replica().Dense();
   response->set_version(dense.version);
   for (const auto& [name, tensor] : dense.parameters) {
@@ -48,9 +60,12 @@ grpc::Status ReplicaLookupService::GetDense(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ReplicaLookupService::Status(grpc::ServerContext*,
+grpc::Status ReplicaLookupService::Status(grpc::ServerContext* context,
                                           const v1::PredictorStatusRequest*,
                                           v1::PredictorStatus* response) {
+  if (grpc::Status allowed = Authorize(*context); !allowed.ok()) {
+    return allowed;
+  }
   *response = predictor_->Status();
   return grpc::Status::OK;
 }

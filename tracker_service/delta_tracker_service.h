@@ -5,9 +5,9 @@
 
 #include <atomic>
 
+#include "base/auth.h"
 #include "base/grpc_server.h"
 #include "proto/tracker.grpc.pb.h"
-#include "tracker_service/auth.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
 
@@ -38,7 +38,7 @@ struct ServiceOptions {
 // Every request is validated before it reaches the tracker (names by
 // tracker_service/names.h; records with RecordTables' check_values;
 // subscription periods by SubscriptionSchedule); with an authorizer, every
-// call is authorized first (see auth.h for who may do what). No exception
+// call is authorized first (see base/auth.h for who may do what). No exception
 // leaves a handler: LibTorch's errors become statuses (base/torch_status.h).
 //
 // Thread-safe: gRPC calls handlers concurrently; the tracker serialises them.

@@ -9,10 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/auth.h"
 #include "base/grpc_server.h"
 #include "base/rpc_metrics.h"
-#include "tracker_service/auth.h"
 #include "tracker_service/delta_tracker_service.h"
+#include "tracker_service/names.h"
 
 namespace deltastream {
 std::string DescribeSnapshot(const SnapshotInfo& info) {
@@ -70,7 +71,7 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
   }
   if (!options.auth_token_file.empty()) {
     absl::StatusOr<TokenAuthorizer> parsed =
-        TokenAuthorizer::FromFile(options.auth_token_file);
+        TokenAuthorizer::FromFile(options.auth_token_file, &ValidateName);
     if (!parsed.ok()) return parsed.status();
     host->auth_ = std::make_unique<TokenAuthorizer>(*std::move(parsed));
   }

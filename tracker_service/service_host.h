@@ -32,7 +32,7 @@ struct ServiceHostOptions {
   // Seconds between snapshots taken by a thread of the host's own (0: none).
   // The trainer leaves it 0 and snapshots at step boundaries itself.
   int snapshot_interval_s = 0;
-  // Bearer tokens with roles (tracker_service/auth.h); empty: no auth.
+  // Bearer tokens with roles (base/auth.h); empty: no auth.
   std::string auth_token_file;
   // PEM certificate chain and key: serve TLS. Both or neither.
   std::string tls_cert;

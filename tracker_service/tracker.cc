@@ -352,6 +352,7 @@ void Tracker::EnforceMemoryCapLocked() {
         if (CursorOf(*consumer, fqn) <= *oldest) {
           MarkLostLocked(*consumer, *oldest);
           consumer->lost_ids += lost;
+          consumer->dropped_ids += lost;
         }
       }
     }
@@ -451,6 +452,8 @@ TrackerStatus Tracker::Status() const {
       c.pending_end = consumer->pending.back().end;
     c.pending_reads = static_cast<int>(consumer->pending.size());
     c.resync_required = consumer->resync_required;
+    c.resyncs = consumer->resyncs;
+    c.dropped_ids = consumer->dropped_ids;
     status.consumers.push_back(std::move(c));
   }
   return status;

@@ -135,6 +135,11 @@ struct ConsumerStatus {
   std::optional<int64_t> pending_end;  // the newest uncommitted read's end
   int pending_reads = 0;               // uncommitted reads
   bool resync_required = false;
+  // Since this process started: the times the consumer was made to resync
+  // (it lost unread rows to the memory cap, or RequireResync), and the row
+  // IDs it had not read that the memory cap dropped (repeats included).
+  int64_t resyncs = 0;
+  int64_t dropped_ids = 0;
 };
 
 struct TrackerStatus {

@@ -24,6 +24,9 @@ struct Tracker::Consumer {
   std::vector<PendingRead> pending;
   bool resync_required = false;
   int64_t lost_ids = 0;
+  // Since this process started (ConsumerStatus): not kept in snapshots.
+  int64_t resyncs = 0;
+  int64_t dropped_ids = 0;
 
   static bool Reads(const PendingRead& read, const std::string& fqn) {
     return read.fqns.empty() || std::find(read.fqns.begin(), read.fqns.end(),

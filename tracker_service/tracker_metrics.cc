@@ -78,6 +78,25 @@ std::vector<prometheus::MetricFamily> TrackerMetrics::Collect() const {
               consumer.resync_required ? 1 : 0);
   }
 
+  families.push_back(NewFamily(
+      "deltastream_tracker_consumer_resyncs_total",
+      "Times a consumer lost unread rows (memory cap, a restore) and was told "
+      "to resync",
+      MetricType::Counter));
+  for (const ConsumerStatus& consumer : status.consumers) {
+    AddSample(families.back(), {{"consumer", consumer.name}},
+              static_cast<double>(consumer.resyncs));
+  }
+  families.push_back(NewFamily(
+      "deltastream_tracker_consumer_dropped_rows_total",
+      "Row IDs a consumer had not read that the memory cap dropped (repeats "
+      "included)",
+      MetricType::Counter));
+  for (const ConsumerStatus& consumer : status.consumers) {
+    AddSample(families.back(), {{"consumer", consumer.name}},
+              static_cast<double>(consumer.dropped_ids));
+  }
+
   // Memory cap.
   add("deltastream_tracker_memory_held_bytes",
       "Bytes the store holds, all tables", MetricType::Gauge,

@@ -15,7 +15,9 @@ namespace deltastream {
 // latest snapshot) at each scrape; docs/operations.md lists them:
 //  - the current batch; per table the IDs, bytes and lookups held;
 //  - per consumer its lag in steps and seconds, pending (uncommitted)
-//    reads, and whether it must resync;
+//    reads, whether it must resync, and counters of the resyncs it was told
+//    and of the unread rows the memory cap dropped (since the process
+//    started);
 //  - the memory cap's counters (rows and bytes dropped, compactions and
 //    drops it forced);
 //  - with snapshots: the latest one's generation, size, duration, time and

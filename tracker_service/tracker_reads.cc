@@ -257,6 +257,7 @@ void Tracker::AdvanceLocked(Consumer& consumer,
 }
 
 void Tracker::MarkLostLocked(Consumer& consumer, int64_t batch) {
+  if (!consumer.resync_required) ++consumer.resyncs;
   consumer.resync_required = true;
   for (PendingRead& read : consumer.pending) {
     read.lost_through = std::max(read.lost_through, batch);

@@ -59,7 +59,7 @@ ABSL_FLAG(std::string, db, "",
 ABSL_FLAG(int, snapshot_interval_s, 0,
           "seconds between snapshots (0: on demand and at shutdown only)");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "bearer tokens with roles (see tracker_service/auth.h); empty: no "
+          "bearer tokens with roles (see base/auth.h); empty: no "
           "authentication");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");

@@ -189,6 +189,7 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   const v1::Data& data = config.data();
   const int64_t batch_size = Or<int64_t>(data.batch_size(), 512);
   if (batch_size <= 0) return Invalid("data.batch_size", "must be positive");
+  settings.batch_size = batch_size;
   settings.eval_batches = Or<int64_t>(data.eval_batches(), 8);
   if (settings.eval_batches < 0) {
     return Invalid("data.eval_batches", "must be >= 0");
@@ -318,6 +319,7 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   if (!settings.checkpoint_dir.empty() && settings.tracking) {
     settings.service.db = settings.checkpoint_dir + "/db";
   }
+  settings.plan_path = config.sharding().plan();
   return settings;
 }
 

@@ -20,6 +20,7 @@
 
 namespace deltastream {
 
+class ProcessGroup;
 class TrainerMetrics;
 
 enum class ModelKind { kDlrm, kSequence };
@@ -50,6 +51,16 @@ struct TrainerSettings {
   bool serve = false;
   ServiceHostOptions service;
   double drain_seconds = 0;  // see v1::Tracker.drain_seconds
+
+  // Examples per step and rank (data.batch_size): a run of N ranks trains
+  // global batches of N x batch_size, rank r on examples
+  // [r x batch_size, (r + 1) x batch_size) of each.
+  int64_t batch_size = 512;
+  // Several ranks: the sharding plan file (empty: table-wise round robin)
+  // and the ranks' process group (not owned; must outlive the trainer;
+  // null: one process, unsharded).
+  std::string plan_path;
+  ProcessGroup* group = nullptr;
 
   std::string checkpoint_dir;  // empty: no snapshots or checkpoints
   int64_t checkpoint_every_steps = 0;

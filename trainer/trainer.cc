@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "base/torch_status.h"
 #include "trainer/checkpoint.h"
+#include "trainer/comm/process_group.h"
 #include "trainer/consumer_drain.h"
 #include "trainer/data/criteo_tsv.h"
 #include "trainer/data/synthetic.h"
@@ -16,10 +17,16 @@
 #include "trainer/models/metrics.h"
 #include "trainer/models/sequence_model.h"
 #include "trainer/pipeline/pipeline_factory.h"
+#include "trainer/rank_batches.h"
+#include "trainer/sharding/sharding_plan.h"
 #include "trainer/trainer_metrics.h"
 
 namespace deltastream {
 namespace {
+
+int WorldSize(const TrainerSettings& settings) {
+  return settings.group != nullptr ? settings.group->world_size() : 1;
+}
 
 absl::StatusOr<std::unique_ptr<RecModel>> MakeModel(
     const TrainerSettings& settings) {
@@ -31,6 +38,13 @@ absl::StatusOr<std::unique_ptr<RecModel>> MakeModel(
   config.sparse_optimizer = settings.sparse_optimizer;
   config.device = settings.device;
   config.seed = settings.seed;
+  config.group = settings.group;
+  if (!settings.plan_path.empty()) {
+    absl::StatusOr<v1::ShardingPlan> plan =
+        ReadShardingPlan(settings.plan_path);
+    if (!plan.ok()) return plan.status();
+    config.plan = *std::move(plan);
+  }
   if (settings.model_kind == ModelKind::kDlrm) {
     absl::StatusOr<std::unique_ptr<Dlrm>> model = Dlrm::Create(config);
     if (!model.ok()) return model.status();
@@ -42,18 +56,23 @@ absl::StatusOr<std::unique_ptr<RecModel>> MakeModel(
   return std::unique_ptr<RecModel>(*std::move(model));
 }
 
+// The data's global batches: world size x batch_size examples.
 absl::StatusOr<std::unique_ptr<BatchSource>> MakeSource(
     const TrainerSettings& settings, uint64_t stream) {
+  const int64_t global_batch = settings.batch_size * WorldSize(settings);
   if (settings.synthetic) {
     SyntheticOptions options = settings.synthetic_data;
     options.stream = stream;
+    options.batch_size = global_batch;
     absl::StatusOr<std::unique_ptr<SyntheticSource>> source =
         SyntheticSource::Create(options);
     if (!source.ok()) return source.status();
     return std::unique_ptr<BatchSource>(*std::move(source));
   }
+  CriteoOptions options = settings.criteo_data;
+  options.batch_size = global_batch;
   absl::StatusOr<std::unique_ptr<CriteoTsvSource>> source =
-      CriteoTsvSource::Create(settings.criteo_data);
+      CriteoTsvSource::Create(std::move(options));
   if (!source.ok()) return source.status();
   return std::unique_ptr<BatchSource>(*std::move(source));
 }
@@ -91,9 +110,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   if (!dense_optimizer.ok()) return dense_optimizer.status();
   trainer->dense_optimizer_ = *std::move(dense_optimizer);
 
+  if (s.group != nullptr && !s.checkpoint_dir.empty()) {
+    return absl::UnimplementedError(
+        "checkpoints of a run of several ranks are not supported yet: run "
+        "without a checkpoint dir");
+  }
   absl::StatusOr<std::unique_ptr<BatchSource>> source = MakeSource(s, 0);
   if (!source.ok()) return source.status();
-  trainer->source_ = *std::move(source);
+  if (s.group != nullptr) {
+    auto ranks = std::make_unique<RankBatchSource>(*std::move(source), s.group,
+                                                   s.batch_size, nullptr);
+    trainer->rank_source_ = ranks.get();
+    trainer->source_ = std::move(ranks);
+  } else {
+    trainer->source_ = *std::move(source);
+  }
   // Held out: another synthetic stream, or the first batches of the data.
   std::unique_ptr<BatchSource> eval_source;
   if (s.synthetic) {
@@ -102,12 +133,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     if (!made.ok()) return made.status();
     eval_source = *std::move(made);
   }
+  // (Criteo: the global batches before the rank's share is taken.)
   BatchSource& held_out = eval_source ? *eval_source : *trainer->source_;
   for (int64_t b = 0; b < s.eval_batches; ++b) {
     absl::StatusOr<std::optional<Batch>> batch = held_out.Next();
     if (!batch.ok()) return batch.status();
     if (!batch->has_value()) break;
-    trainer->eval_batches_.push_back((*batch)->To(trainer->model_->device()));
+    Batch mine = **std::move(batch);
+    if (s.group != nullptr) {
+      absl::StatusOr<Batch> part = RankExamples(
+          mine, s.group->rank(), s.group->world_size(), s.batch_size);
+      if (!part.ok()) return part.status();
+      mine = *std::move(part);
+    }
+    trainer->eval_batches_.push_back(mine.To(trainer->model_->device()));
   }
 
   if (s.tracking) {
@@ -136,6 +175,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   parts.dense_optimizer = trainer->dense_optimizer_.get();
   parts.rows_reader = trainer->rows_reader_.get();
   parts.tracker = trainer->tracker_.get();
+  parts.group = s.group;
   absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
       MakeTrainPipeline(trainer->settings_.pipeline, parts);
   if (!pipeline.ok()) return pipeline.status();
@@ -171,6 +211,21 @@ absl::Status Trainer::SaveState() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<double> Trainer::GlobalLossSum() {
+  at::Tensor sum = loss_sum_.to(at::kCPU, at::kDouble).reshape({1}).clone();
+  if (settings_.group != nullptr) {
+    // The ranks' losses are means over equal batches: their mean is the
+    // global batch's.
+    if (absl::Status status =
+            settings_.group->AllReduceSum(sum, "progress.loss");
+        !status.ok()) {
+      return status;
+    }
+    sum /= settings_.group->world_size();
+  }
+  return sum.item<double>();
+}
+
 absl::StatusOr<double> Trainer::Evaluate() {
   if (eval_batches_.empty()) return 0.5;
   std::vector<at::Tensor> scores, labels;
@@ -185,7 +240,24 @@ absl::StatusOr<double> Trainer::Evaluate() {
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
-  return Auc(at::cat(scores), at::cat(labels));
+  at::Tensor all_scores = at::cat(scores), all_labels = at::cat(labels);
+  if (settings_.group != nullptr) {
+    // Every rank's examples: the same AUC as one process of the global batch.
+    ProcessGroup& group = *settings_.group;
+    at::Tensor both =
+        at::stack({all_scores.to(at::kFloat), all_labels.to(at::kFloat)}, 1)
+            .contiguous();
+    at::Tensor gathered =
+        at::empty({both.size(0) * group.world_size(), 2}, both.options());
+    if (absl::Status gathered_status =
+            group.AllGather(both, gathered, "eval.scores");
+        !gathered_status.ok()) {
+      return gathered_status;
+    }
+    all_scores = gathered.select(1, 0);
+    all_labels = gathered.select(1, 1);
+  }
+  return Auc(all_scores, all_labels);
 }
 
 absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
@@ -204,7 +276,9 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
             ? (progress.examples_this_run - examples_at_last_line) / seconds
             : 0;
     if (loss_count_ > 0) {
-      progress.loss = loss_sum_.item<double>() / loss_count_;
+      absl::StatusOr<double> loss = GlobalLossSum();
+      if (!loss.ok()) return loss.status();
+      progress.loss = *loss / loss_count_;
       reported_loss_ = progress.loss;
     }
     loss_sum_ = at::Tensor();
@@ -228,7 +302,11 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
   };
 
   const TrainerSettings& s = settings_;
-  while (!stop.load() && (steps < 0 || progress.steps_this_run < steps)) {
+  // Several ranks stop at the step they agree on (RankBatchSource), never
+  // on a signal one rank saw first.
+  if (rank_source_ != nullptr) rank_source_->set_stop(&stop);
+  auto stopping = [&] { return rank_source_ == nullptr && stop.load(); };
+  while (!stopping() && (steps < 0 || progress.steps_this_run < steps)) {
     const absl::Time step_start = absl::Now();
     absl::StatusOr<std::optional<TrainedStep>> trained =
         pipeline_->Progress(*source_);
@@ -245,13 +323,15 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + done.loss : done.loss;
     ++loss_count_;
     ++step_;
-    examples_ += done.examples;
+    // Every rank's examples.
+    const int64_t examples = done.examples * WorldSize(s);
+    examples_ += examples;
     ++progress.steps_this_run;
-    progress.examples_this_run += done.examples;
+    progress.examples_this_run += examples;
     if (s.metrics != nullptr) {
       s.metrics->ObserveStep(step_,
                              absl::ToDoubleSeconds(absl::Now() - step_start),
-                             done.examples, reported_loss_);
+                             examples, reported_loss_);
     }
     if (s.log_every_steps > 0 && step_ % s.log_every_steps == 0) {
       if (absl::Status status = report(); !status.ok()) return status;
@@ -266,6 +346,7 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
       last_save = absl::Now();
     }
   }
+  if (rank_source_ != nullptr) rank_source_->set_stop(nullptr);
   if (stop.load()) log_(absl::StrCat("stop requested at step ", step_));
   if (loss_count_ > 0 || progress.steps_this_run == 0) {
     if (absl::Status status = report(); !status.ok()) return status;

@@ -20,6 +20,7 @@
 #include "trainer/data/batch.h"
 #include "trainer/models/model.h"
 #include "trainer/pipeline/train_pipeline.h"
+#include "trainer/rank_batches.h"
 #include "trainer/tracking/module_tracking.h"
 
 namespace deltastream {
@@ -92,12 +93,16 @@ class Trainer {
   // Tables (and dense parameters) from settings_.restore_chain.
   absl::Status RestoreFromChain();
   absl::Status SaveState();
+  // The losses summed since the last progress line, averaged over ranks.
+  absl::StatusOr<double> GlobalLossSum();
 
   TrainerSettings settings_;
   std::function<void(const std::string&)> log_;
   std::unique_ptr<RecModel> model_;
   std::unique_ptr<torch::optim::Optimizer> dense_optimizer_;
   std::unique_ptr<BatchSource> source_;
+  // source_ when several ranks train (null otherwise).
+  RankBatchSource* rank_source_ = nullptr;
   std::vector<Batch> eval_batches_;
   std::unique_ptr<ModuleRowsReader> rows_reader_;
   std::unique_ptr<Tracker> tracker_;

@@ -4,6 +4,17 @@
 //
 //   trainer [--config=FILE] [--steps=N] [--listen=HOST:PORT] [--device=D]
 //           [--checkpoint_dir=DIR] [--mode=M] [--consumers=a,b]
+//           [--nproc_per_node=N] [--plan=FILE]
+//
+// Several ranks: under torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT: torchrun, a Kubernetes
+// manifest, or --nproc_per_node=N, which starts N local ranks of this binary
+// itself as `torchrun --standalone` would) the process is one rank of a
+// sharded run: its tables sharded by --plan (default: table-wise round
+// robin), rank r training its share of each global batch of
+// N x data.batch_size examples, so the run trains what one process of that
+// global batch would. Rank 0 prints the progress lines (figures over all
+// ranks); every rank serves its tracker at PORT + LOCAL_RANK.
 //
 // Without --config it runs the embedded defaults (proto/trainer_config.proto:
 // DLRM, 8 tables of 100000 x 16, synthetic Zipf data, CPU, 300 steps); flags
@@ -23,6 +34,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/host_memory.h"
@@ -30,6 +42,9 @@
 #include "base/process.h"
 #include "base/rpc_metrics.h"
 #include "tracker_service/tracker_metrics.h"
+#include "trainer/comm/local_launcher.h"
+#include "trainer/comm/process_group.h"
+#include "trainer/comm/torchrun_env.h"
 #include "trainer/config.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_metrics.h"
@@ -47,6 +62,19 @@ ABSL_FLAG(std::string, consumers, "", "override: comma-separated consumers");
 ABSL_FLAG(double, drain_s, -1,
           "override: seconds to keep serving after training until every "
           "consumer has read the final batch");
+ABSL_FLAG(int, nproc_per_node, 0,
+          "start this many local ranks of this binary (torchrun --standalone "
+          "--nproc_per_node); 0: run as the one process (or the rank) that "
+          "the environment says");
+ABSL_FLAG(int, master_port, 0,
+          "with --nproc_per_node: the c10d store's port (0: a free one)");
+ABSL_FLAG(int, max_restarts, 0,
+          "with --nproc_per_node: restarts of the group after a rank fails");
+ABSL_FLAG(std::string, plan, "",
+          "override: sharding plan file (protobuf text) for several ranks");
+ABSL_FLAG(double, collective_timeout_s, 60,
+          "several ranks: how long a collective waits for the other ranks "
+          "before the run fails, naming the missing one");
 ABSL_FLAG(std::string, restore_chain, "",
           "override: checkpoint chain to start from when the checkpoint dir "
           "has no checkpoint of its own");
@@ -54,9 +82,44 @@ ABSL_FLAG(std::string, restore_chain, "",
 namespace deltastream {
 namespace {
 
-int Main() {
+// "HOST:PORT" with PORT + offset (port 0 stays 0: any free port).
+std::string OffsetPort(const std::string& address, int offset) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (offset == 0 || colon == std::string::npos ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port == 0) {
+    return address;
+  }
+  return absl::StrCat(address.substr(0, colon + 1), port + offset);
+}
+
+// --nproc_per_node: this process launches the ranks and trains nothing.
+int LaunchRanks(int argc, char** argv, const sigset_t& signals) {
+  LocalLaunchOptions options;
+  options.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
+  options.master_port = absl::GetFlag(FLAGS_master_port);
+  options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  options.argv.push_back("/proc/self/exe");
+  for (int i = 1; i < argc; ++i) options.argv.push_back(argv[i]);
+  options.log = [](const std::string& line) {
+    std::fprintf(stderr, "trainer launcher: %s\n", line.c_str());
+  };
+  // The ranks inherit our stdout; flush what we printed before forking.
+  std::fflush(stdout);
+  std::fflush(stderr);
+  return RunLocalRanks(options, signals);
+}
+
+int Main(int argc, char** argv) {
   KeepHostMemoryForReuse();
   const sigset_t signals = BlockTerminationSignals();
+  if (absl::GetFlag(FLAGS_nproc_per_node) < 0) {
+    return Fail(kExitUsage, "--nproc_per_node must be >= 0");
+  }
+  if (absl::GetFlag(FLAGS_nproc_per_node) > 0 &&
+      std::getenv("RANK") == nullptr) {
+    return LaunchRanks(argc, argv, signals);
+  }
 
   v1::TrainerConfig config;
   if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
@@ -93,8 +156,34 @@ int Main() {
   if (std::string chain = absl::GetFlag(FLAGS_restore_chain); !chain.empty()) {
     config.mutable_checkpoints()->set_restore_chain(chain);
   }
+  if (std::string plan = absl::GetFlag(FLAGS_plan); !plan.empty()) {
+    config.mutable_sharding()->set_plan(plan);
+  }
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(config);
   if (!settings.ok()) return Fail(2, settings.status().message());
+
+  // One rank of several (torchrun's environment), or one process.
+  absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
+  if (!env.ok()) return Fail(kExitUsage, env.status());
+  std::unique_ptr<ProcessGroup> group;
+  const bool ranked = std::getenv("RANK") != nullptr;
+  if (ranked) {
+    ProcessGroupOptions options;
+    options.env = *env;
+    options.device = settings->device;
+    options.timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
+    absl::StatusOr<std::unique_ptr<ProcessGroup>> made =
+        ProcessGroup::Create(options);
+    if (!made.ok()) return Fail(kExitFailure, made.status());
+    group = *std::move(made);
+    settings->group = group.get();
+    settings->service.listen =
+        OffsetPort(settings->service.listen, env->local_rank);
+  } else if (!settings->plan_path.empty()) {
+    return Fail(kExitUsage,
+                "--plan needs several ranks (--nproc_per_node or torchrun)");
+  }
+  const int rank = ranked ? env->rank : 0;
   // Metrics (--metrics_listen): the trainer's steps, its service's RPCs and
   // its tracker. Declared before the trainer, so they outlive it.
   auto registry = std::make_shared<prometheus::Registry>();
@@ -103,8 +192,10 @@ int Main() {
   settings->service.rpc_metrics = &rpc_metrics;
   settings->metrics = &trainer_metrics;
 
-  auto log = [](const std::string& line) {
-    std::fprintf(stderr, "trainer: %s\n", line.c_str());
+  // Rank 0 speaks for the run (its figures are the run's); the others
+  // report only their failures.
+  auto log = [rank](const std::string& line) {
+    if (rank == 0) std::fprintf(stderr, "trainer: %s\n", line.c_str());
   };
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*std::move(settings), log);
@@ -142,7 +233,12 @@ int Main() {
   done.store(true);
   stopper.join();
   (*trainer)->StopService();
-  if (!progress.ok()) return Fail(1, progress.status().message());
+  if (!progress.ok()) {
+    return Fail(1, ranked ? absl::StrCat("rank ", rank, ": ",
+                                         progress.status().message())
+                          : std::string(progress.status().message()));
+  }
+  if (rank != 0) return 0;
 
   const double seconds = absl::ToDoubleSeconds(progress->elapsed);
   absl::PrintF(
@@ -162,5 +258,5 @@ int main(int argc, char** argv) {
       "trains a recommendation model and serves its embedding deltas; see "
       "--helpfull");
   absl::ParseCommandLine(argc, argv);
-  return deltastream::Main();
+  return deltastream::Main(argc, argv);
 }

@@ -28,7 +28,7 @@ trap 'rm -rf "${tmp}"' EXIT
 (cd "${root}" && "${protoc}" --proto_path=. --python_out="${tmp}" \
   --grpc_python_out="${tmp}" --plugin=protoc-gen-grpc_python="${plugin}" \
   proto/tensor.proto proto/tracker.proto proto/snapshot.proto \
-  proto/predictor.proto)
+  proto/predictor.proto proto/checkpoint.proto)
 # protoc writes imports of the form "from proto import tensor_pb2"; inside
 # the package they are relative.
 for f in "${tmp}"/proto/*.py; do

@@ -13,6 +13,12 @@
 // within each round; the table prints the median step time over rounds and
 // the median over rounds of each mode's overhead against "off" of the same
 // model in the same round. Run it on an otherwise idle machine.
+//
+// With --sharded it also runs DLRM (tracking off) as one rank of a sharded
+// run (world size 1, a real Gloo process group) with each sharding type:
+// issue 15 wants the sharded path within 5% of the unsharded step time.
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -22,16 +28,21 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/host_memory.h"
 #include "tests/bench/timing.h"
+#include "trainer/comm/process_group.h"
 #include "trainer/config.h"
+#include "trainer/sharding/sharding_plan.h"
 #include "trainer/trainer.h"
 
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
 ABSL_FLAG(int, rounds, 5, "rounds (each runs every configuration once)");
 ABSL_FLAG(int, steps, 150, "timed steps per run (after 10 warm-up steps)");
 ABSL_FLAG(int, batch_size, 512, "examples per step");
+ABSL_FLAG(bool, sharded, false,
+          "also DLRM as a sharded run of world size 1, per sharding type");
 
 namespace deltastream {
 namespace {
@@ -39,7 +50,54 @@ namespace {
 struct Setup {
   std::string model;  // dlrm or sequence
   std::string mode;   // off, id_only, embedding
+  // Empty: unsharded. Else a sharding type of every table at world size 1.
+  std::string sharding;
+  std::string key() const {
+    return absl::StrCat(model, "/", mode, sharding.empty() ? "" : "/ws1-",
+                        sharding);
+  }
 };
+
+ProcessGroup* WorldOfOne() {
+  static ProcessGroup* group = [] {
+    ProcessGroupOptions options;  // world size 1, any free port
+    absl::StatusOr<std::unique_ptr<ProcessGroup>> made =
+        ProcessGroup::Create(options);
+    if (!made.ok()) {
+      std::fprintf(stderr, "trainer_step_bench: %s\n",
+                   made.status().ToString().c_str());
+      std::exit(1);
+    }
+    return made->release();
+  }();
+  return group;
+}
+
+// A plan of world size 1 putting every table in one sharding type.
+std::string PlanFile(const std::vector<EmbeddingTableConfig>& tables,
+                     const std::string& type) {
+  v1::ShardingPlan plan;
+  plan.set_world_size(1);
+  for (const EmbeddingTableConfig& table : tables) {
+    if (type == "row_wise") {
+      *plan.add_tables() = RowWisePlan(table, 1);
+    } else if (type == "column_wise") {
+      *plan.add_tables() = ColumnWisePlan(table, {0});
+    } else if (type == "data_parallel") {
+      *plan.add_tables() = DataParallelPlan(table, 1);
+    } else {
+      *plan.add_tables() = TableWisePlan(table, 0);
+    }
+  }
+  const std::string path = absl::StrCat("/tmp/trainer_step_bench_plan_",
+                                        getpid(), "_", type, ".txt");
+  if (absl::Status written = WriteShardingPlan(plan, path); !written.ok()) {
+    std::fprintf(stderr, "trainer_step_bench: %s\n",
+                 written.ToString().c_str());
+    std::exit(1);
+  }
+  return path;
+}
 
 void Check(const absl::Status& status) {
   if (!status.ok()) {
@@ -59,6 +117,10 @@ double SecondsPerStep(const Setup& setup) {
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(config);
   Check(settings.status());
   settings->eval_batches = 0;
+  if (!setup.sharding.empty()) {
+    settings->group = WorldOfOne();
+    settings->plan_path = PlanFile(settings->tables, setup.sharding);
+  }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*settings, [](const std::string&) {});
   Check(trainer.status());
@@ -72,15 +134,21 @@ double SecondsPerStep(const Setup& setup) {
 
 int Main() {
   KeepHostMemoryForReuse();
-  const std::vector<Setup> setups = {{"dlrm", "off"},
-                                     {"dlrm", "id_only"},
-                                     {"sequence", "off"},
-                                     {"sequence", "id_only"},
-                                     {"sequence", "embedding"}};
+  std::vector<Setup> setups = {{"dlrm", "off"},
+                               {"dlrm", "id_only"},
+                               {"sequence", "off"},
+                               {"sequence", "id_only"},
+                               {"sequence", "embedding"}};
+  if (absl::GetFlag(FLAGS_sharded)) {
+    for (const char* type :
+         {"table_wise", "row_wise", "column_wise", "data_parallel"}) {
+      setups.push_back({"dlrm", "off", type});
+    }
+  }
   std::map<std::string, std::vector<double>> times;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (const Setup& setup : setups) {
-      times[setup.model + "/" + setup.mode].push_back(SecondsPerStep(setup));
+      times[setup.key()].push_back(SecondsPerStep(setup));
     }
     std::fprintf(stderr, "round %d done\n", round + 1);
   }
@@ -88,10 +156,10 @@ int Main() {
               absl::GetFlag(FLAGS_device).c_str(),
               absl::GetFlag(FLAGS_batch_size), absl::GetFlag(FLAGS_steps),
               absl::GetFlag(FLAGS_rounds));
-  std::printf("%-22s %12s %10s %10s\n", "model/mode", "ms/step", "overhead",
+  std::printf("%-30s %12s %10s %10s\n", "model/mode", "ms/step", "overhead",
               "bound");
   for (const Setup& setup : setups) {
-    const std::string key = setup.model + "/" + setup.mode;
+    const std::string key = setup.key();
     const std::vector<double>& mine = times[key];
     const std::vector<double>& off = times[setup.model + "/off"];
     // Paired: each round's step time against "off" of the same round, so a
@@ -100,10 +168,11 @@ int Main() {
     for (size_t r = 0; r < mine.size(); ++r) {
       overheads.push_back(mine[r] / off[r] - 1);
     }
-    const std::string bound = setup.mode == "id_only"     ? "3%"
+    const std::string bound = !setup.sharding.empty()     ? "5%"
+                              : setup.mode == "id_only"   ? "3%"
                               : setup.mode == "embedding" ? "5%"
                                                           : "";
-    std::printf("%-22s %12.2f %9.1f%% %10s\n", key.c_str(),
+    std::printf("%-30s %12.2f %9.1f%% %10s\n", key.c_str(),
                 bench::Median(mine) * 1e3, bench::Median(overheads) * 100,
                 bound.c_str());
   }

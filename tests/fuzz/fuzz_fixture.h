@@ -23,9 +23,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "tracker_service/auth.h"
+#include "base/auth.h"
 #include "tracker_service/delta_tracker_service.h"
 #include "tracker_service/live_rows_reader.h"
+#include "tracker_service/names.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
 #include "tracker_service/tracking_mode.h"
@@ -173,7 +174,8 @@ class Fixture {
       service_options.snapshots = snapshots_.get();
     }
     if (config.tokens) {
-      absl::StatusOr<TokenAuthorizer> auth = TokenAuthorizer::Parse(kTokenFile);
+      absl::StatusOr<TokenAuthorizer> auth =
+          TokenAuthorizer::Parse(kTokenFile, &ValidateName);
       if (!auth.ok()) std::abort();
       auth_ = std::make_unique<TokenAuthorizer>(*std::move(auth));
       service_options.auth = auth_.get();

@@ -322,9 +322,10 @@ TEST_F(MetricsScrapeTest, TrackerServerServesTrackerAndRpcMetrics) {
       << ReadText(log);
 }
 
-// The lookup API with --tls_cert/--tls_key: health over TLS (NOT_SERVING:
-// the trainer it follows is unreachable, so it never bootstraps); a
-// plaintext client is refused.
+// The lookup API with --tls_cert/--tls_key and --auth_token_file: health
+// over TLS without a token (NOT_SERVING: the trainer it follows is
+// unreachable, so it never bootstraps); a call of the lookup API needs the
+// token; a plaintext client is refused.
 TEST(PredictorTlsTest, ServesHealthOverTlsOnly) {
   const std::string cert = TestTempDir() + "/metrics_scrape.cert.pem";
   const std::string key = TestTempDir() + "/metrics_scrape.key.pem";
@@ -333,16 +334,32 @@ TEST(PredictorTlsTest, ServesHealthOverTlsOnly) {
       "-addext subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
       key + " -out " + cert);
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  ServerProcess predictor(
-      {"--target=127.0.0.1:1", "--tls_cert=" + cert, "--tls_key=" + key},
-      "clients/predictor");
+  const std::string tokens = TestTempDir() + "/metrics_scrape.tokens";
+  std::ofstream(tokens) << "lookup-token-0123456789 consumer *\n";
+  ServerProcess predictor({"--target=127.0.0.1:1", "--tls_cert=" + cert,
+                           "--tls_key=" + key, "--auth_token_file=" + tokens},
+                          "clients/predictor");
   ASSERT_GT(predictor.port(), 0);
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = ReadText(cert);
-  const HealthAnswer tls = CheckHealth(
-      grpc::CreateChannel(predictor.target(), grpc::SslCredentials(ssl)));
+  auto channel =
+      grpc::CreateChannel(predictor.target(), grpc::SslCredentials(ssl));
+  const HealthAnswer tls = CheckHealth(channel);
   EXPECT_EQ(tls.code, grpc::StatusCode::OK);
   EXPECT_EQ(tls.serving_status, 2);  // NOT_SERVING
+  auto stub = v1::ReplicaLookup::NewStub(channel);
+  for (const std::string token : {"", "lookup-token-0123456789"}) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    v1::PredictorStatus status;
+    EXPECT_EQ(stub->Status(&context, v1::PredictorStatusRequest(), &status)
+                  .error_code(),
+              token.empty() ? grpc::StatusCode::UNAUTHENTICATED
+                            : grpc::StatusCode::OK)
+        << token;
+  }
   const HealthAnswer plain = CheckHealth(grpc::CreateChannel(
       predictor.target(), grpc::InsecureChannelCredentials()));
   EXPECT_EQ(plain.code, grpc::StatusCode::UNAVAILABLE);
@@ -377,10 +394,15 @@ TEST(MetricsFlagsTest, AnAddressInUseOrABadFormatExitsTwoWithOneLine) {
           << binary << " " << flags << ": " << result.err;
     }
   }
-  // TLS flags of the predictor: both or neither, readable.
-  for (const std::string flags :
-       {"--tls_cert=/nonexistent.pem --tls_key=/nonexistent.pem",
-        "--tls_cert=/nonexistent.pem"}) {
+  // TLS flags of the predictor: both or neither, readable; a token file
+  // that is readable and well formed.
+  const std::string bad_tokens = TestTempDir() + "/metrics_scrape.bad_tokens";
+  std::ofstream(bad_tokens) << "short admin\n";
+  for (const std::string& flags :
+       {std::string("--tls_cert=/nonexistent.pem --tls_key=/nonexistent.pem"),
+        std::string("--tls_cert=/nonexistent.pem"),
+        std::string("--auth_token_file=/nonexistent"),
+        "--auth_token_file=" + bad_tokens}) {
     const CommandResult result = RunCommand(RunfilePath("clients/predictor") +
                                             " --target=127.0.0.1:1 " + flags);
     EXPECT_EQ(result.exit_code, 2) << flags << ": " << result.err;

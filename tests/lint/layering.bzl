@@ -27,7 +27,6 @@ LAYERS = {
         "//store:snapshot_db",
     ],
     "tracker_service": [
-        "//tracker_service:auth",
         "//tracker_service:delta_tracker_service",
         "//tracker_service:names",
         "//tracker_service:service_host",

@@ -101,5 +101,74 @@ TEST(TrackerMetricsTest, ScrapesTablesConsumersAndSnapshots) {
   EXPECT_GT(Value(scrape, "deltastream_tracker_snapshot_timestamp_seconds"), 0);
 }
 
+// Per consumer: resyncs (times it was made to resync) and the unread rows
+// the memory cap dropped; a consumer that keeps up counts none.
+TEST(TrackerMetricsTest, CountsResyncsAndDroppedRowsPerConsumer) {
+  TrackerOptions options;
+  options.consumers = {"fast", "slow"};
+  options.memory_cap_bytes = 3 * 64 * 8 + 1;  // about three batches of IDs
+  absl::StatusOr<std::unique_ptr<Tracker>> tracker =
+      Tracker::Create(std::move(options));
+  ASSERT_TRUE(tracker.ok()) << tracker.status();
+  int64_t batch = 0;
+  // Ten batches of 64 IDs compaction cannot shrink; "fast" reads each.
+  auto record_ten = [&] {
+    for (int i = 0; i < 10; ++i, ++batch) {
+      ASSERT_TRUE((*tracker)
+                      ->RecordTables({{"t",
+                                       at::arange(batch * 64, (batch + 1) * 64,
+                                                  at::kLong) *
+                                           1000003,
+                                       {}}})
+                      .ok());
+      DeltaRequest read;
+      read.consumer = "fast";
+      ASSERT_TRUE((*tracker)->GetDelta(read).ok());
+      (*tracker)->Step();
+    }
+  };
+  auto collector = std::make_shared<TrackerMetrics>(tracker->get(), nullptr);
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
+      MetricsEndpoint::Start("127.0.0.1:0",
+                             std::make_shared<prometheus::Registry>());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  (*endpoint)->Add(collector);
+  const std::string resyncs = "deltastream_tracker_consumer_resyncs_total";
+  const std::string dropped = "deltastream_tracker_consumer_dropped_rows_total";
+
+  std::string scrape = ScrapeMetrics((*endpoint)->port());
+  EXPECT_EQ(Value(scrape, resyncs + "{consumer=\"slow\"}"), 0) << scrape;
+  EXPECT_EQ(Value(scrape, dropped + "{consumer=\"slow\"}"), 0);
+  EXPECT_NE(scrape.find("# TYPE " + resyncs + " counter"), std::string::npos);
+  EXPECT_NE(scrape.find("# TYPE " + dropped + " counter"), std::string::npos);
+
+  record_ten();
+  const TrackerStatus status = (*tracker)->Status();
+  ASSERT_GT(status.dropped_ids, 0);
+  scrape = ScrapeMetrics((*endpoint)->port());
+  // Every dropped row was one "slow" had not read; one resync, however many
+  // drops it took.
+  EXPECT_EQ(Value(scrape, dropped + "{consumer=\"slow\"}"),
+            static_cast<double>(status.dropped_ids))
+      << scrape;
+  EXPECT_EQ(Value(scrape, resyncs + "{consumer=\"slow\"}"), 1);
+  EXPECT_EQ(Value(scrape, dropped + "{consumer=\"fast\"}"), 0);
+  EXPECT_EQ(Value(scrape, resyncs + "{consumer=\"fast\"}"), 0);
+
+  // Told (the read says so), then behind again: a second resync; the
+  // counters only grow.
+  DeltaRequest read;
+  read.consumer = "slow";
+  absl::StatusOr<Delta> told = (*tracker)->GetDelta(read);
+  ASSERT_TRUE(told.ok()) << told.status();
+  EXPECT_TRUE(told->resync_required);
+  record_ten();
+  scrape = ScrapeMetrics((*endpoint)->port());
+  EXPECT_EQ(Value(scrape, resyncs + "{consumer=\"slow\"}"), 2) << scrape;
+  EXPECT_EQ(Value(scrape, dropped + "{consumer=\"slow\"}"),
+            static_cast<double>((*tracker)->Status().dropped_ids));
+  EXPECT_EQ(Value(scrape, resyncs + "{consumer=\"fast\"}"), 0);
+}
+
 }  // namespace
 }  // namespace deltastream

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace deltastream {
 namespace {
 
@@ -20,6 +22,20 @@ Batch Batch::To(c10::Device device, bool non_blocking) const {
   moved.sparse = sparse.To(device, non_blocking);
   moved.labels = OnDevice(labels, device, non_blocking);
   return moved;
+}
+
+absl::StatusOr<Batch> Batch::Examples(int64_t begin, int64_t end) const {
+  if (begin < 0 || begin > end || end > size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "examples [", begin, ", ", end, ") of a batch of ", size()));
+  }
+  absl::StatusOr<KeyedJaggedTensor> sparse_part = sparse.Examples(begin, end);
+  if (!sparse_part.ok()) return sparse_part.status();
+  Batch part;
+  part.dense = dense.slice(0, begin, end);
+  part.sparse = *std::move(sparse_part);
+  part.labels = labels.slice(0, begin, end);
+  return part;
 }
 
 }  // namespace deltastream

@@ -24,6 +24,9 @@ struct Batch {
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
   // Every tensor on `device` (see KeyedJaggedTensor::To).
   Batch To(c10::Device device, bool non_blocking = false) const;
+  // Examples [begin, end) (see KeyedJaggedTensor::Examples: a CPU batch).
+  // InvalidArgument unless 0 <= begin <= end <= size().
+  absl::StatusOr<Batch> Examples(int64_t begin, int64_t end) const;
 };
 
 // A stream of batches. Next() returns the next batch, std::nullopt at the end

@@ -390,6 +390,40 @@ absl::StatusOr<KeyedJaggedTensor> KeyedJaggedTensor::Concat(
       first.stride(), std::move(length_per_key));
 }
 
+absl::StatusOr<KeyedJaggedTensor> KeyedJaggedTensor::Examples(
+    int64_t begin, int64_t end) const {
+  if (begin < 0 || begin > end || end > stride_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "examples [", begin, ", ", end, ") outside the stride ", stride_));
+  }
+  const int64_t keys = num_keys();
+  if (begin == 0 && end == stride_) return *this;
+  // Per key, the lengths of examples [begin, end) and the values between
+  // their offsets.
+  const at::Tensor offsets = jagged_.offsets().to(at::kCPU).to(at::kLong);
+  const int64_t* offset = offsets.data_ptr<int64_t>();
+  std::vector<at::Tensor> lengths, values, weights;
+  lengths.reserve(keys);
+  values.reserve(keys);
+  for (int64_t k = 0; k < keys; ++k) {
+    const int64_t first = k * stride_ + begin, last = k * stride_ + end;
+    lengths.push_back(jagged_.lengths().slice(0, first, last));
+    values.push_back(jagged_.values().slice(0, offset[first], offset[last]));
+    if (has_weights()) {
+      weights.push_back(
+          jagged_.weights()->slice(0, offset[first], offset[last]));
+    }
+  }
+  std::optional<at::Tensor> all_weights;
+  if (has_weights()) all_weights = at::cat(weights);
+  if (keys == 0) {
+    values.push_back(jagged_.values().slice(0, 0, 0));
+    lengths.push_back(jagged_.lengths().slice(0, 0, 0));
+  }
+  return FromLengths(keys_, at::cat(values), at::cat(lengths),
+                     std::move(all_weights), end - begin);
+}
+
 KeyedJaggedTensor KeyedJaggedTensor::To(c10::Device device,
                                         bool non_blocking) const {
   return KeyedJaggedTensor(keys_, jagged_.To(device, non_blocking), stride_,

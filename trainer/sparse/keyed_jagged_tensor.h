@@ -134,6 +134,13 @@ class KeyedJaggedTensor {
   static absl::StatusOr<KeyedJaggedTensor> Concat(
       absl::Span<const KeyedJaggedTensor> parts);
 
+  // Examples [begin, end) of every key (stride end - begin): what rank r of
+  // a data-parallel job takes of a global batch. Values, lengths and weights
+  // are gathered on their device (the lengths are read on the host: call it
+  // on CPU batches, before they move to a device). InvalidArgument unless
+  // 0 <= begin <= end <= stride().
+  absl::StatusOr<KeyedJaggedTensor> Examples(int64_t begin, int64_t end) const;
+
   // The same features with every tensor on `device` (no copy for those
   // already there); the host metadata comes along, so the result does not
   // need to read lengths again. `non_blocking` as in at::Tensor::to.

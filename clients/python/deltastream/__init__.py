@@ -10,11 +10,17 @@ if importlib.util.find_spec(".tracker_pb2", __name__ + "._proto") is None:
     raise ImportError("deltastream's protocol modules are missing: run "
                       "`bash clients/python/build.sh` first")
 
+from .checkpoint_chain import (ChainError, ChainLink, ChainTable,
+                               LinkContent, LoadedChain, applied_links,
+                               chain_problems, list_chain, load_chain,
+                               read_chain_link)
 from .client import (Delta, LookupResult, PredictorClient, Subscription,
                      TableDelta, TrackerClient)
 from .npz import read_delta_npz
 from .tensors import from_numpy, to_numpy
 
-__all__ = ["Delta", "LookupResult", "PredictorClient", "Subscription",
-           "TableDelta", "TrackerClient", "from_numpy", "read_delta_npz",
-           "to_numpy"]
+__all__ = ["ChainError", "ChainLink", "ChainTable", "Delta", "LinkContent",
+           "LoadedChain", "LookupResult", "PredictorClient", "Subscription",
+           "TableDelta", "TrackerClient", "applied_links", "chain_problems",
+           "from_numpy", "list_chain", "load_chain", "read_chain_link",
+           "read_delta_npz", "to_numpy"]

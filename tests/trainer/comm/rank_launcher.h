@@ -1,11 +1,14 @@
 #ifndef DELTASTREAM_TESTS_TRAINER_COMM_RANK_LAUNCHER_H_
 #define DELTASTREAM_TESTS_TRAINER_COMM_RANK_LAUNCHER_H_
 
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
 namespace deltastream {
@@ -38,5 +41,25 @@ int FreePort();
 
 }  // namespace testing
 }  // namespace deltastream
+
+// In a rank's scenario (which returns its exit code): return 2 with a
+// "MISMATCH" line on stderr unless `cond`, or 3 with a "FAILED" line unless
+// the absl::Status `expr` is ok.
+#define RANK_ASSERT(cond, ...)                         \
+  do {                                                 \
+    if (!(cond)) {                                     \
+      std::fprintf(stderr, "MISMATCH %s: %s\n", #cond, \
+                   absl::StrCat(__VA_ARGS__).c_str()); \
+      return 2;                                        \
+    }                                                  \
+  } while (false)
+#define RANK_ASSERT_OK(expr)                                       \
+  do {                                                             \
+    absl::Status _s = (expr);                                      \
+    if (!_s.ok()) {                                                \
+      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
+      return 3;                                                    \
+    }                                                              \
+  } while (false)
 
 #endif  // DELTASTREAM_TESTS_TRAINER_COMM_RANK_LAUNCHER_H_

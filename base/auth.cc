@@ -1,4 +1,4 @@
-#include "tracker_service/auth.h"
+#include "base/auth.h"
 
 #include <algorithm>
 
@@ -7,7 +7,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/file_io.h"
-#include "tracker_service/names.h"
 
 namespace deltastream {
 namespace {
@@ -38,7 +37,8 @@ absl::string_view ActionName(Action action) {
 
 }  // namespace
 
-absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(absl::string_view text) {
+absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(
+    absl::string_view text, NameRule consumer_names) {
   std::vector<Grant> grants;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -71,7 +71,9 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(absl::string_view text) {
       grant.consumers = absl::StrSplit(fields[2], ',');
       for (const std::string& name : grant.consumers) {
         if (name == "*") continue;
-        if (absl::Status status = ValidateName("consumer name", name);
+        if (name.empty()) return error("an empty consumer name");
+        if (consumer_names == nullptr) continue;
+        if (absl::Status status = consumer_names("consumer name", name);
             !status.ok()) {
           return error(status.message());
         }
@@ -93,13 +95,13 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(absl::string_view text) {
 }
 
 absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromFile(
-    const std::string& path) {
+    const std::string& path, NameRule consumer_names) {
   absl::StatusOr<std::string> text = ReadSmallFile(path);
   if (!text.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read token file '", path, "'"));
   }
-  absl::StatusOr<TokenAuthorizer> parsed = Parse(*text);
+  absl::StatusOr<TokenAuthorizer> parsed = Parse(*text, consumer_names);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", parsed.status().message()));

@@ -1,7 +1,9 @@
-#include "tracker_service/auth.h"
+#include "base/auth.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
+#include "tracker_service/names.h"
 
 namespace deltastream {
 namespace {
@@ -11,7 +13,8 @@ TEST(TokenAuthorizerTest, ParsesGrantsAndRefusesMalformedLines) {
       "# comment\n\n  admin-token-0123456789 admin\n"
       "producer-token-012345\tproducer\n"
       "consumer-token-012345 consumer a,b\n"
-      "every-consumer-token-0 consumer *\n");
+      "every-consumer-token-0 consumer *\n",
+      &ValidateName);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
 
   for (const char* bad : {
@@ -27,17 +30,31 @@ TEST(TokenAuthorizerTest, ParsesGrantsAndRefusesMalformedLines) {
            "admin-token-0123456789 admin\nadmin-token-0123456789 admin\n",
            "# nothing\n",
        }) {
-    auto result = TokenAuthorizer::Parse(bad);
+    auto result = TokenAuthorizer::Parse(bad, &ValidateName);
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
   }
   auto second_line = TokenAuthorizer::Parse(
-      "admin-token-0123456789 admin\nx-token-0123456789 king\n");
+      "admin-token-0123456789 admin\nx-token-0123456789 king\n", &ValidateName);
   EXPECT_NE(second_line.status().message().find("line 2"), std::string::npos);
 }
 
+// Without a name rule (the predictor's lookup API) names are only checked to
+// be there; with the tracker's, they follow it.
+TEST(TokenAuthorizerTest, NameRuleIsTheCallers) {
+  EXPECT_TRUE(
+      TokenAuthorizer::Parse("consumer-token-012345 consumer a/b\n", nullptr)
+          .ok());
+  for (const char* bad : {"consumer-token-012345 consumer a,\n",
+                          "consumer-token-012345 consumer ,\n"}) {
+    EXPECT_EQ(TokenAuthorizer::Parse(bad, nullptr).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
 TEST(TokenAuthorizerTest, MissingFileIsAClearError) {
-  auto result = TokenAuthorizer::FromFile("/nonexistent/tokens");
+  auto result = TokenAuthorizer::FromFile("/nonexistent/tokens", nullptr);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(result.status().message().find("/nonexistent/tokens"),
             std::string::npos);

@@ -1,0 +1,101 @@
+#!/bin/bash
+# The trainer binary's --nproc_per_node (real processes, Gloo on loopback):
+#  1. two ranks of batch 32 print the progress figures (global loss and
+#     held-out AUC) of one process of batch 64, step for step;
+#  2. a SIGKILLed rank stops the other within the collective timeout, and
+#     the launcher exits 1 naming the rank;
+#  3. SIGTERM to the launcher stops both ranks at the same step, cleanly.
+set -u
+TRAINER="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}/trainer/trainer"
+[ -x "$TRAINER" ] || TRAINER=trainer/trainer
+DIR="${TEST_TMPDIR:-$(mktemp -d)}"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+config() {  # $1: batch size, $2: steps
+  cat <<CONFIG
+model { tables { name: "t0" num_embeddings: 500 embedding_dim: 16 }
+        tables { name: "t1" num_embeddings: 300 embedding_dim: 16 }
+        tables { name: "t2" num_embeddings: 200 embedding_dim: 16 } }
+data { batch_size: $1 eval_batches: 2 }
+tracker { mode: "off" }
+steps: $2
+log_every_steps: 5
+CONFIG
+}
+
+# 1. The same figures.
+config 64 10 > "$DIR/one.txt"
+config 32 10 > "$DIR/two.txt"
+"$TRAINER" --config="$DIR/one.txt" > "$DIR/one.out" 2> "$DIR/one.err" ||
+  fail "one process exited $?: $(cat "$DIR/one.err")"
+timeout 120 "$TRAINER" --config="$DIR/two.txt" --nproc_per_node=2 \
+  > "$DIR/two.out" 2> "$DIR/two.err" ||
+  fail "two ranks exited $?: $(cat "$DIR/two.err")"
+figures() { grep -oE 'step [0-9]+ \|.*' "$1" | sed -E 's/[0-9]+ ex\/s/_ ex\/s/'; }
+if [ "$(figures "$DIR/one.err")" != "$(figures "$DIR/two.err")" ] ||
+   [ -z "$(figures "$DIR/one.err")" ]; then
+  fail "progress differs:"; diff <(figures "$DIR/one.err") <(figures "$DIR/two.err")
+fi
+final() { grep -oE 'final loss .*' "$1"; }
+[ "$(final "$DIR/one.out")" = "$(final "$DIR/two.out")" ] ||
+  fail "final line differs: '$(final "$DIR/one.out")' vs '$(final "$DIR/two.out")'"
+[ "$(grep -c '^trained' "$DIR/two.out")" = 1 ] ||
+  fail "expected one summary line (rank 0's): $(cat "$DIR/two.out")"
+
+# Starts two ranks training until stopped; waits for step 5.
+start_endless() {
+  config 32 -1 > "$DIR/endless.txt"
+  "$TRAINER" --config="$DIR/endless.txt" --nproc_per_node=2 \
+    --collective_timeout_s=2 > "$DIR/$1.out" 2> "$DIR/$1.err" &
+  launcher=$!
+  for _ in $(seq 600); do
+    grep -q 'step 5 ' "$DIR/$1.err" && return 0
+    sleep 0.1
+  done
+  fail "$1: no progress: $(cat "$DIR/$1.err")"
+  return 1
+}
+
+# Waits up to $1 seconds for the launcher; sets rc (124 on timeout).
+wait_launcher() {
+  for _ in $(seq $(($1 * 10))); do
+    if ! kill -0 "$launcher" 2> /dev/null; then
+      wait "$launcher"; rc=$?; return
+    fi
+    sleep 0.1
+  done
+  kill -9 "$launcher" $(pgrep -P "$launcher") 2> /dev/null
+  rc=124
+}
+
+# 2. A dead rank.
+if start_endless dead; then
+  rank1=$(pgrep -P "$launcher" | sort -n | tail -1)
+  start=$(date +%s)
+  kill -9 "$rank1"
+  wait_launcher 30
+  elapsed=$(( $(date +%s) - start ))
+  [ "$rc" = 1 ] || fail "dead rank: launcher exited $rc: $(cat "$DIR/dead.err")"
+  grep -q 'rank 1 was killed by signal 9' "$DIR/dead.err" ||
+    fail "dead rank: not named: $(cat "$DIR/dead.err")"
+  grep -q 'rank 0: .*rank 1' "$DIR/dead.err" ||
+    fail "dead rank: rank 0's error does not name rank 1: $(cat "$DIR/dead.err")"
+  echo "a SIGKILLed rank stopped the group in ${elapsed} s"
+fi
+
+# 3. SIGTERM.
+if start_endless term; then
+  kill -TERM "$launcher"
+  wait_launcher 30
+  [ "$rc" = 0 ] || fail "SIGTERM: launcher exited $rc: $(cat "$DIR/term.err")"
+  grep -q 'stop requested at step' "$DIR/term.err" ||
+    fail "SIGTERM: no stop line: $(cat "$DIR/term.err")"
+  grep -q '^trained' "$DIR/term.out" || fail "SIGTERM: no summary"
+fi
+
+if [ "$failures" -gt 0 ]; then
+  echo "$failures failed"
+  exit 1
+fi
+echo "all passed"

@@ -1,0 +1,50 @@
+#ifndef DELTASTREAM_TRAINER_COMM_LOCAL_LAUNCHER_H_
+#define DELTASTREAM_TRAINER_COMM_LOCAL_LAUNCHER_H_
+
+#include <csignal>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace deltastream {
+
+// What `torchrun --standalone --nproc_per_node=N` does, for a binary that
+// launches its own ranks (the trainer's --nproc_per_node).
+struct LocalLaunchOptions {
+  int nproc_per_node = 1;
+  // The command every rank runs; argv[0] is the executable's path.
+  std::vector<std::string> argv;
+  // Rank 0 hosts the c10d store here; port 0: a port free at each launch.
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  // After a rank fails, the group is stopped and started again this many
+  // times (torchrun's --max_restarts; TORCHELASTIC_RESTART_COUNT counts).
+  int max_restarts = 0;
+  // How long ranks get to exit after SIGTERM before SIGKILL.
+  absl::Duration grace = absl::Seconds(30);
+  // Receives the launcher's lines ("rank 1 exited with code 1").
+  std::function<void(const std::string&)> log;
+};
+
+// Starts nproc_per_node processes of `argv`, each with torchrun's
+// environment (RANK = LOCAL_RANK = r, WORLD_SIZE = LOCAL_WORLD_SIZE = N,
+// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT; the rest of the
+// environment inherited, the signal mask cleared), and waits for them.
+//
+// - Every rank exits 0: returns 0.
+// - A rank fails (non-zero exit, or killed by a signal): the others get
+//   SIGTERM, then SIGKILL after `grace`; with restarts left the group is
+//   started again, otherwise returns 1.
+// - A signal in `signals` (blocked by the caller: BlockTerminationSignals)
+//   is forwarded to every rank, which then stops as it would alone; a
+//   second one SIGKILLs them. Returns 0 when they then all exit 0 (no
+//   restart after a requested stop).
+//
+// Call from the main thread, before any other thread is started: it forks.
+int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals);
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRAINER_COMM_LOCAL_LAUNCHER_H_

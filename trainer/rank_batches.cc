@@ -1,0 +1,44 @@
+#include "trainer/rank_batches.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "trainer/comm/process_group.h"
+
+namespace deltastream {
+
+RankBatchSource::RankBatchSource(std::unique_ptr<BatchSource> global,
+                                 ProcessGroup* group, int64_t batch_size,
+                                 const std::atomic<bool>* stop)
+    : global_(std::move(global)),
+      group_(group),
+      batch_size_(batch_size),
+      stop_(stop) {}
+
+absl::StatusOr<std::optional<Batch>> RankBatchSource::Next() {
+  absl::StatusOr<std::optional<Batch>> global = global_->Next();
+  const bool full = global.ok() && global->has_value() &&
+                    (*global)->size() == group_->world_size() * batch_size_;
+  const bool go_on = full && (stop_ == nullptr || !stop_->load());
+  absl::StatusOr<int64_t> all =
+      group_->AllReduceMin(go_on ? 1 : 0, "data.next");
+  if (!all.ok()) return all.status();
+  if (!global.ok()) return global.status();
+  if (*all == 0) return std::nullopt;
+  absl::StatusOr<Batch> mine =
+      RankExamples(**global, group_->rank(), group_->world_size(), batch_size_);
+  if (!mine.ok()) return mine.status();
+  return std::optional<Batch>(*std::move(mine));
+}
+
+absl::StatusOr<Batch> RankExamples(const Batch& global, int rank,
+                                   int world_size, int64_t batch_size) {
+  if (global.size() != world_size * batch_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a global batch of ", global.size(), " examples for ",
+                     world_size, " ranks of ", batch_size));
+  }
+  return global.Examples(rank * batch_size, (rank + 1) * batch_size);
+}
+
+}  // namespace deltastream
