@@ -33,7 +33,11 @@ class TrainPipelineBase : public TrainPipeline {
   absl::StatusOr<std::optional<TrainedStep>> Progress(
       BatchSource& source) override;
   absl::StatusOr<PipelineHandover> Release() override;
-  PipelineStats stats() const override { return stats_; }
+  PipelineStats stats() const override {
+    PipelineStats stats = stats_;
+    stats.window_position = step_.window_position();
+    return stats;
+  }
   GradientScaler* gradient_scaler() const override {
     return step_.scaler().get();
   }
@@ -73,7 +77,11 @@ class TrainPipelineSparseDist : public TrainPipeline {
   absl::StatusOr<std::optional<TrainedStep>> Progress(
       BatchSource& source) override;
   absl::StatusOr<PipelineHandover> Release() override;
-  PipelineStats stats() const override { return stats_; }
+  PipelineStats stats() const override {
+    PipelineStats stats = stats_;
+    stats.window_position = step_.window_position();
+    return stats;
+  }
   GradientScaler* gradient_scaler() const override {
     return step_.scaler().get();
   }

@@ -30,7 +30,11 @@ class SequentialTrainPipeline : public TrainPipeline {
   absl::StatusOr<std::optional<TrainedStep>> Progress(
       BatchSource& source) override;
   absl::StatusOr<PipelineHandover> Release() override;
-  PipelineStats stats() const override { return stats_; }
+  PipelineStats stats() const override {
+    PipelineStats stats = stats_;
+    stats.window_position = step_.window_position();
+    return stats;
+  }
   GradientScaler* gradient_scaler() const override {
     return step_.scaler().get();
   }

@@ -63,6 +63,11 @@ struct PipelineHandover {
 // Where the training thread's time went, since the pipeline was made.
 struct PipelineStats {
   int64_t batches = 0;
+  // Micro-batches trained in the open accumulation window: 0 at a window
+  // boundary, where every row and optimizer state is applied (checkpoints
+  // of a model with accumulation belong there: the buffered gradients of an
+  // open window are in no checkpoint).
+  int window_position = 0;
   // Time the training thread spent in, or waiting for, the input
   // distribution (the KJT all-to-all of sharded modules): all of it for a
   // pipeline that runs it inline, only the part not hidden behind the

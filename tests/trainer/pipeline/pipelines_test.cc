@@ -28,6 +28,7 @@
 #include "tracker_service/tracker.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/models/dlrm.h"
+#include "trainer/models/sequence_model.h"
 #include "trainer/optim/dense_optimizer.h"
 #include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/pipeline/pipeline_factory.h"
@@ -116,8 +117,8 @@ std::vector<int64_t> Repeat(int64_t size, int count) {
 // A Dlrm with its dense optimizer (Adam: stateful, so a dense step taken
 // per micro-batch instead of per window would show).
 struct Trainable {
-  explicit Trainable(SparseOptimizerType sparse,
-                     ProcessGroup* group = nullptr) {
+  explicit Trainable(SparseOptimizerType sparse, ProcessGroup* group = nullptr,
+                     bool sequence = false) {
     DlrmConfig config;
     config.num_dense = kNumDense;
     config.dense_arch = {16, kDim};
@@ -128,9 +129,16 @@ struct Trainable {
     config.sparse_optimizer.weight_decay = 0.01;
     config.seed = 3;
     config.group = group;
-    absl::StatusOr<std::unique_ptr<Dlrm>> made = Dlrm::Create(config);
-    if (!made.ok()) std::abort();
-    model = *std::move(made);
+    if (sequence) {
+      absl::StatusOr<std::unique_ptr<SequenceModel>> made =
+          SequenceModel::Create(config);
+      if (!made.ok()) std::abort();
+      model = *std::move(made);
+    } else {
+      absl::StatusOr<std::unique_ptr<Dlrm>> made = Dlrm::Create(config);
+      if (!made.ok()) std::abort();
+      model = *std::move(made);
+    }
     dense = *MakeDenseOptimizer("adam", 0.01, model->dense().parameters());
   }
 
@@ -142,7 +150,7 @@ struct Trainable {
     return parts;
   }
 
-  std::unique_ptr<Dlrm> model;
+  std::unique_ptr<RecModel> model;
   std::unique_ptr<torch::optim::Optimizer> dense;
 };
 
@@ -305,10 +313,13 @@ TEST(PipelineOptionsTest, RefusesBadOptionsAndMixedPrecisionOnTheCpu) {
 
 // A model with a real tracker attached (ID_ONLY, two consumers).
 struct Tracked {
-  explicit Tracked(SparseOptimizerType sparse) : trainable(sparse) {
+  explicit Tracked(SparseOptimizerType sparse,
+                   TrackingMode mode = TrackingMode::kIdOnly)
+      : trainable(sparse, nullptr, mode == TrackingMode::kEmbedding) {
     modules = trainable.model->embedding_modules();
     reader = std::make_unique<ModuleRowsReader>(modules);
     TrackerOptions options;
+    options.mode = mode;
     options.consumers = {"between", "end"};
     options.auto_compact = true;
     options.modules = DescribeModules(modules);
@@ -382,6 +393,38 @@ TEST(TrackingUnderAccumulationTest, WindowIdsAreRecordedAtTheStepThatChanges) {
         }
       }
       window_start = std::move(now);
+    }
+  }
+}
+
+TEST(TrackingUnderAccumulationTest, EmbeddingStatesAreTheRowsBeforeTheWindow) {
+  const Examples examples = MakeExamples(256, 12);
+  for (const char* name : {"sequential", "sparse_dist"}) {
+    Tracked tracked(SparseOptimizerType::kSgd, TrackingMode::kEmbedding);
+    EmbeddingModule& module = *tracked.modules.at(0);
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+        MakeTrainPipeline(Options(name, 2), tracked.Parts());
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    ExampleSource source(examples, Repeat(64, 4));
+    for (int window = 0; window < 2; ++window) {
+      const std::vector<at::Tensor> before = Tables(module);
+      ASSERT_TRUE((*pipeline)->Progress(source).ok());
+      ASSERT_TRUE((*pipeline)->Progress(source).ok());
+      const Delta delta = tracked.Read("between");
+      ASSERT_FALSE(delta.tables.empty()) << name;
+      for (size_t t = 0; t < before.size(); ++t) {
+        auto it = delta.tables.find(module.TableFqn(t));
+        ASSERT_NE(it, delta.tables.end()) << name;
+        const at::Tensor& ids = it->second.ids;
+        // States: the rows as the window looked them up (before its
+        // update); values: the rows after it.
+        EXPECT_TRUE(it->second.states.equal(before[t].index_select(0, ids)))
+            << name << " window " << window;
+        EXPECT_TRUE(
+            it->second.values.equal(module.weight(t).index_select(0, ids)))
+            << name << " window " << window;
+        EXPECT_FALSE(it->second.values.equal(it->second.states)) << name;
+      }
     }
   }
 }
@@ -495,9 +538,11 @@ int RunScenario() {
   ProcessGroup& pg = **group;
   // Each rank its own examples; 4 steps of 32 per rank.
   const Examples examples = MakeExamples(128, 20 + pg.rank());
+  bool sequence = false;
   auto train = [&](const std::string& name, int k, int64_t micro, int count,
                    std::unique_ptr<Trainable>& out) -> absl::Status {
-    out = std::make_unique<Trainable>(SparseOptimizerType::kAdam, &pg);
+    out =
+        std::make_unique<Trainable>(SparseOptimizerType::kAdam, &pg, sequence);
     absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
         MakeTrainPipeline(Options(name, k), out->Parts(&pg));
     if (!pipeline.ok()) return pipeline.status();
@@ -506,30 +551,35 @@ int RunScenario() {
     if (!trained.ok()) return trained.status();
     if (*trained != count) return absl::InternalError("batches lost");
     const PipelineStats stats = (*pipeline)->stats();
-    std::printf("rank %d %s K=%d: %lld batches, input dist exposed %s\n",
-                pg.rank(), name.c_str(), k,
+    std::printf("rank %d %s %s K=%d: %lld batches, input dist exposed %s\n",
+                pg.rank(), sequence ? "sequence" : "dlrm", name.c_str(), k,
                 static_cast<long long>(stats.batches),
                 absl::FormatDuration(stats.exposed_input_dist).c_str());
     return absl::OkStatus();
   };
-  std::unique_ptr<Trainable> reference;
-  RANK_OK(train("sequential", 1, 32, 4, reference));
-  struct Run {
-    std::string name;
-    int k;
-    int64_t micro;
-    int count;
-  };
-  for (const Run& run : {Run{"base", 1, 32, 4}, Run{"sparse_dist", 1, 32, 4},
-                         Run{"sequential", 2, 16, 8},
-                         Run{"sparse_dist", 2, 16, 8}, Run{"base", 4, 8, 16}}) {
-    std::unique_ptr<Trainable> trained;
-    RANK_OK(train(run.name, run.k, run.micro, run.count, trained));
-    const double difference = MaxDifference(*reference->model, *trained->model);
-    if (!(difference < kTolerance)) {
-      std::fprintf(stderr, "FAILED: rank %d %s K=%d differs by %g\n", pg.rank(),
-                   run.name.c_str(), run.k, difference);
-      return 4;
+  for (bool sequence_model : {false, true}) {
+    sequence = sequence_model;
+    std::unique_ptr<Trainable> reference;
+    RANK_OK(train("sequential", 1, 32, 4, reference));
+    struct Run {
+      std::string name;
+      int k;
+      int64_t micro;
+      int count;
+    };
+    for (const Run& run :
+         {Run{"base", 1, 32, 4}, Run{"sparse_dist", 1, 32, 4},
+          Run{"sequential", 2, 16, 8}, Run{"sparse_dist", 2, 16, 8},
+          Run{"base", 4, 8, 16}}) {
+      std::unique_ptr<Trainable> trained;
+      RANK_OK(train(run.name, run.k, run.micro, run.count, trained));
+      const double difference =
+          MaxDifference(*reference->model, *trained->model);
+      if (!(difference < kTolerance)) {
+        std::fprintf(stderr, "FAILED: rank %d %s K=%d differs by %g\n",
+                     pg.rank(), run.name.c_str(), run.k, difference);
+        return 4;
+      }
     }
   }
   return 0;
