@@ -69,9 +69,11 @@ struct PipelineStats {
   // open window are in no checkpoint).
   int window_position = 0;
   // Time the training thread spent in, or waiting for, the input
-  // distribution (the KJT all-to-all of sharded modules): all of it for a
-  // pipeline that runs it inline, only the part not hidden behind the
-  // previous batch's training for TrainPipelineSparseDist.
+  // distribution (the KJT all-to-all of sharded modules): all of it for
+  // TrainPipelineBase (which runs it inline), only the part not hidden
+  // behind the previous batch's training for TrainPipelineSparseDist.
+  // SequentialTrainPipeline runs it inside the model's forward and does not
+  // measure it (zero).
   absl::Duration exposed_input_dist;
 };
 
