@@ -156,6 +156,14 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     return Invalid("device",
                    absl::StrCat("cpu, cuda or cuda:N, got '", device, "'"));
   }
+  settings.pipeline.pipeline = config.pipeline();
+  settings.pipeline.accumulation_steps = config.accumulation_steps();
+  settings.pipeline.mixed_precision = config.mixed_precision();
+  if (absl::Status status =
+          ValidatePipelineOptions(settings.pipeline, settings.device.is_cuda());
+      !status.ok()) {
+    return Invalid("pipeline", status.message());
+  }
 
   // The data.
   const v1::Data& data = config.data();

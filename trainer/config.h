@@ -16,6 +16,7 @@
 #include "trainer/data/synthetic.h"
 #include "trainer/modules/embedding_config.h"
 #include "trainer/optim/sparse_optimizer.h"
+#include "trainer/pipeline/pipeline_factory.h"
 
 namespace deltastream {
 
@@ -71,6 +72,8 @@ struct TrainerSettings {
   c10::Device device = c10::Device(c10::kCPU);
   uint64_t seed = 0;
   int64_t log_every_steps = 50;
+  // The step loop: pipeline, accumulation_steps, mixed_precision.
+  TrainPipelineOptions pipeline;
   // When set (not owned; must outlive the trainer), every step is observed
   // (step time, examples; the loss of the last progress line, so that no
   // step waits for the device).

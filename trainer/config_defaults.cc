@@ -78,6 +78,9 @@ v1::TrainerConfig WithTrainerConfigDefaults(v1::TrainerConfig config) {
   Or(config.mutable_checkpoints(), &v1::Checkpoints::keep,
      &v1::Checkpoints::set_keep, 2);
   Or(&config, &v1::TrainerConfig::steps, &v1::TrainerConfig::set_steps, 300);
+  if (config.pipeline().empty()) config.set_pipeline("sequential");
+  Or(&config, &v1::TrainerConfig::accumulation_steps,
+     &v1::TrainerConfig::set_accumulation_steps, int64_t{1});
   Or(&config, &v1::TrainerConfig::log_every_steps,
      &v1::TrainerConfig::set_log_every_steps, 50);
   if (config.device().empty()) config.set_device("cpu");

@@ -18,7 +18,7 @@
 #include "trainer/models/dlrm.h"
 #include "trainer/models/metrics.h"
 #include "trainer/models/sequence_model.h"
-#include "trainer/pipeline/sequential_pipeline.h"
+#include "trainer/pipeline/pipeline_factory.h"
 #include "trainer/rank_batches.h"
 #include "trainer/sharding/sharding_plan.h"
 #include "trainer/trainer_metrics.h"
@@ -204,7 +204,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   parts.rows_reader = trainer->rows_reader_.get();
   parts.tracker = trainer->tracker_.get();
   parts.group = s.group;
-  trainer->pipeline_ = std::make_unique<SequentialTrainPipeline>(parts);
+  absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+      MakeTrainPipeline(trainer->settings_.pipeline, parts);
+  if (!pipeline.ok()) return pipeline.status();
+  trainer->pipeline_ = *std::move(pipeline);
   return trainer;
 }
 

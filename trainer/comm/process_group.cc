@@ -202,6 +202,13 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
         ": rendezvous through the TCPStore at ", where, " failed within ",
         absl::FormatDuration(options.rendezvous_timeout), ": ", e.what()));
   }
+  return Connect(std::move(impl), where);
+}
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(
+    std::unique_ptr<Impl> impl, const std::string& where) {
+  const TorchrunEnvironment& env = impl->options.env;
+  const ProcessGroupOptions& options = impl->options;
   // Every rank checks in, so that the backend's connection (bounded by the
   // collective timeout) starts only once all ranks are up.
   std::vector<std::string> joined;
@@ -241,6 +248,18 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
                      " failed: ", e.what()));
   }
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::CreateSibling(
+    absl::string_view name) const {
+  auto impl = std::make_unique<Impl>();
+  impl->options = impl_->options;
+  impl->is_gloo = impl_->is_gloo;
+  impl->store = c10::make_intrusive<::c10d::PrefixStore>(
+      absl::StrCat(name, "/"), impl_->store);
+  return Connect(std::move(impl),
+                 absl::StrCat(impl_->options.env.master_addr, ":",
+                              impl_->options.env.master_port, " (", name, ")"));
 }
 
 int ProcessGroup::rank() const { return impl_->rank(); }

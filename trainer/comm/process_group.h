@@ -76,6 +76,16 @@ class ProcessGroup {
       c10::Device device, absl::Duration timeout,
       absl::Duration rendezvous_timeout = absl::Minutes(5));
 
+  // Another group of the same ranks over this group's store (keys under
+  // "<name>/"), with its own backend connections: collectives on it pair up
+  // among themselves, independently of this group's, so one thread may run
+  // its collectives while another runs this group's (TrainPipelineSparseDist
+  // distributes the next batch's input so). Every rank calls it with the
+  // same name, in the same order relative to this group's collectives.
+  // Errors as Create's.
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> CreateSibling(
+      absl::string_view name) const;
+
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -130,6 +140,10 @@ class ProcessGroup {
  private:
   struct Impl;
   explicit ProcessGroup(std::unique_ptr<Impl> impl);
+  // The rendezvous check-in and the backend's connections of a group whose
+  // store is set (`where` names the store in errors).
+  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Connect(
+      std::unique_ptr<Impl> impl, const std::string& where);
   std::unique_ptr<Impl> impl_;
 };
 

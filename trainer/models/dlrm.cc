@@ -1,5 +1,6 @@
 #include "trainer/models/dlrm.h"
 
+#include "absl/strings/str_cat.h"
 #include "trainer/models/architecture.h"
 
 namespace deltastream {
@@ -73,14 +74,32 @@ absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(DlrmConfig config) {
 }
 
 absl::StatusOr<at::Tensor> Dlrm::Forward(const Batch& batch) {
+  return ForwardFrom(batch, nullptr);
+}
+
+absl::StatusOr<at::Tensor> Dlrm::ForwardDistributed(
+    const Batch& batch, absl::Span<const DistributedBatch> distributed) {
+  if (sharded_ebc_ == nullptr || distributed.size() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ForwardDistributed needs a sharded model and one distributed input "
+        "per sharded module (1), got ",
+        sharded_ebc_ == nullptr ? "an unsharded model" : "another count: ",
+        sharded_ebc_ == nullptr ? 0 : distributed.size()));
+  }
+  return ForwardFrom(batch, &distributed[0]);
+}
+
+absl::StatusOr<at::Tensor> Dlrm::ForwardFrom(
+    const Batch& batch, const DistributedBatch* distributed) {
   if (absl::Status status =
           ValidateBatch(batch, config_.num_dense, config_.device);
       !status.ok()) {
     return status;
   }
-  absl::StatusOr<KeyedTensor> pooled = sharded_ebc_ != nullptr
-                                           ? sharded_ebc_->Forward(batch.sparse)
-                                           : ebc_->Forward(batch.sparse);
+  absl::StatusOr<KeyedTensor> pooled =
+      distributed != nullptr ? sharded_ebc_->ComputeAndDistribute(*distributed)
+      : sharded_ebc_ != nullptr ? sharded_ebc_->Forward(batch.sparse)
+                                : ebc_->Forward(batch.sparse);
   if (!pooled.ok()) return pooled.status();
   return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
     const int64_t b = batch.dense.size(0);

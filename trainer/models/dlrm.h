@@ -32,6 +32,9 @@ class Dlrm : public RecModel {
   ~Dlrm() override;
 
   absl::StatusOr<at::Tensor> Forward(const Batch& batch) override;
+  absl::StatusOr<at::Tensor> ForwardDistributed(
+      const Batch& batch,
+      absl::Span<const DistributedBatch> distributed) override;
   std::vector<EmbeddingModule*> embedding_modules() override;
   std::vector<ShardedEmbeddingModule*> sharded_modules() override;
   torch::nn::Module& dense() override;
@@ -41,6 +44,10 @@ class Dlrm : public RecModel {
   // The embedding module's features, in its order.
   const std::vector<std::string>& feature_names() const;
   struct Dense;
+  // Forward with the input distribution done (`distributed`, sharded) or
+  // done inside (null).
+  absl::StatusOr<at::Tensor> ForwardFrom(const Batch& batch,
+                                         const DistributedBatch* distributed);
   explicit Dlrm(DlrmConfig config);
 
   DlrmConfig config_;

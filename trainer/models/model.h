@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "proto/plan.pb.h"
 #include "trainer/data/batch.h"
 #include "trainer/modules/embedding_config.h"
@@ -24,6 +25,7 @@ namespace deltastream {
 
 class ProcessGroup;
 class ShardedEmbeddingModule;
+struct DistributedBatch;
 
 // What every model is built from (Dlrm, SequenceModel).
 struct RecModelConfig {
@@ -77,6 +79,16 @@ class RecModel {
   // InvalidArgument for sparse features on another device); Internal for a
   // LibTorch error.
   virtual absl::StatusOr<at::Tensor> Forward(const Batch& batch) = 0;
+
+  // Forward of a sharded model whose sparse input is already distributed:
+  // `distributed[i]` is sharded_modules()[i]->DistributeInput(batch.sparse)
+  // (over any group of the same ranks). The same logits, gradients and
+  // hook calls as Forward(batch), without the input distribution's
+  // collectives (TrainPipelineSparseDist runs them ahead, on another
+  // thread). FailedPrecondition for an unsharded model or a count that is
+  // not sharded_modules().size(); otherwise Forward's errors.
+  virtual absl::StatusOr<at::Tensor> ForwardDistributed(
+      const Batch& batch, absl::Span<const DistributedBatch> distributed) = 0;
 
   // The model's embedding modules (owned by the model), their paths the
   // model's attribute paths, e.g. "sparse_arch.embedding_bag_collection".

@@ -1,5 +1,6 @@
 #include "trainer/models/sequence_model.h"
 
+#include "absl/strings/str_cat.h"
 #include "trainer/models/architecture.h"
 #include "trainer/models/attention_pooling.h"
 
@@ -69,14 +70,32 @@ absl::StatusOr<std::unique_ptr<SequenceModel>> SequenceModel::Create(
 }
 
 absl::StatusOr<at::Tensor> SequenceModel::Forward(const Batch& batch) {
+  return ForwardFrom(batch, nullptr);
+}
+
+absl::StatusOr<at::Tensor> SequenceModel::ForwardDistributed(
+    const Batch& batch, absl::Span<const DistributedBatch> distributed) {
+  if (sharded_ec_ == nullptr || distributed.size() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ForwardDistributed needs a sharded model and one distributed input "
+        "per sharded module (1), got ",
+        sharded_ec_ == nullptr ? "an unsharded model" : "another count: ",
+        sharded_ec_ == nullptr ? 0 : distributed.size()));
+  }
+  return ForwardFrom(batch, &distributed[0]);
+}
+
+absl::StatusOr<at::Tensor> SequenceModel::ForwardFrom(
+    const Batch& batch, const DistributedBatch* distributed) {
   if (absl::Status status =
           ValidateBatch(batch, config_.num_dense, config_.device);
       !status.ok()) {
     return status;
   }
   absl::StatusOr<FeatureDict> sequences =
-      sharded_ec_ != nullptr ? sharded_ec_->Forward(batch.sparse)
-                             : ec_->Forward(batch.sparse);
+      distributed != nullptr   ? sharded_ec_->ComputeAndDistribute(*distributed)
+      : sharded_ec_ != nullptr ? sharded_ec_->Forward(batch.sparse)
+                               : ec_->Forward(batch.sparse);
   if (!sequences.ok()) return sequences.status();
   return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
     // [B, D]: the dense vector, also every feature's attention query.

@@ -10,10 +10,22 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "base/torch_status.h"
 
 namespace deltastream {
+
+// A table's row gradients of the open accumulation window, as backward
+// produced them (one entry per occurrence). Backward may run on autograd's
+// threads, hence the lock.
+struct EmbeddingModule::GradientBuffer {
+  absl::Mutex mu;
+  std::vector<at::Tensor> ids ABSL_GUARDED_BY(mu);
+  std::vector<at::Tensor> grads ABSL_GUARDED_BY(mu);
+};
+
 namespace {
 
 at::Tensor InitialRows(const EmbeddingTableConfig& table, uint64_t seed) {
@@ -117,6 +129,7 @@ EmbeddingModule::EmbeddingModule(EmbeddingModuleOptions options, bool pooled)
     weights_.back().set_requires_grad(false);
     optimizers_.push_back(std::make_shared<SparseTableOptimizer>(
         options_.optimizer, weights_.back()));
+    gradient_buffers_.push_back(std::make_shared<GradientBuffer>());
   }
   // Pin the device index (e.g. "cuda" -> "cuda:0") for input checks.
   options_.device = weights_.front().device();
@@ -261,7 +274,15 @@ absl::StatusOr<EmbeddingModule::Lookup> EmbeddingModule::LookUp(
         c10::NoGradGuard no_grad;
         rows = weights_[t].index_select(0, ids);
       }
-      if (train) {
+      if (train && accumulating_) {
+        rows.requires_grad_(true);
+        rows.register_hook(
+            [buffer = gradient_buffers_[t], ids](const at::Tensor& grad) {
+              absl::MutexLock lock(&buffer->mu);
+              buffer->ids.push_back(ids);
+              buffer->grads.push_back(grad.detach());
+            });
+      } else if (train) {
         rows.requires_grad_(true);
         rows.register_hook([optimizer = optimizers_[t], weight = weights_[t],
                             ids](const at::Tensor& grad) {
@@ -280,12 +301,78 @@ absl::StatusOr<EmbeddingModule::Lookup> EmbeddingModule::LookUp(
         "table?): ", status.message()));
   }
   if (!train) return lookup;
+  if (accumulating_) {
+    if (!post_lookup_hooks_.empty()) {
+      kept_lookups_.push_back(
+          {features, std::move(hook_view.ids), std::move(hook_view.rows)});
+    }
+    return lookup;
+  }
   for (const PostLookupHook& hook : post_lookup_hooks_) {
     if (absl::Status hook_status = hook(*this, hook_view); !hook_status.ok()) {
       return hook_status;
     }
   }
   return lookup;
+}
+
+bool EmbeddingModule::has_accumulated() const {
+  if (!kept_lookups_.empty()) return true;
+  for (const std::shared_ptr<GradientBuffer>& buffer : gradient_buffers_) {
+    absl::MutexLock lock(&buffer->mu);
+    if (!buffer->ids.empty()) return true;
+  }
+  return false;
+}
+
+bool EmbeddingModule::AccumulatedGradientsFinite() const {
+  for (const std::shared_ptr<GradientBuffer>& buffer : gradient_buffers_) {
+    absl::MutexLock lock(&buffer->mu);
+    for (const at::Tensor& grad : buffer->grads) {
+      if (!at::isfinite(grad).all().item<bool>()) return false;
+    }
+  }
+  return true;
+}
+
+void EmbeddingModule::DiscardAccumulated() {
+  kept_lookups_.clear();
+  for (const std::shared_ptr<GradientBuffer>& buffer : gradient_buffers_) {
+    absl::MutexLock lock(&buffer->mu);
+    buffer->ids.clear();
+    buffer->grads.clear();
+  }
+}
+
+absl::Status EmbeddingModule::ApplyAccumulated(double gradient_scale) {
+  std::vector<KeptLookup> kept = std::move(kept_lookups_);
+  kept_lookups_.clear();
+  std::vector<std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>>>
+      buffered;
+  for (const std::shared_ptr<GradientBuffer>& buffer : gradient_buffers_) {
+    absl::MutexLock lock(&buffer->mu);
+    buffered.emplace_back(std::move(buffer->ids), std::move(buffer->grads));
+    buffer->ids.clear();
+    buffer->grads.clear();
+  }
+  for (const KeptLookup& lookup : kept) {
+    const ModuleLookup view{lookup.features, lookup.ids, lookup.rows};
+    for (const PostLookupHook& hook : post_lookup_hooks_) {
+      if (absl::Status status = hook(*this, view); !status.ok()) return status;
+    }
+  }
+  return CatchTorchErrors([&]() -> absl::Status {
+    c10::NoGradGuard no_grad;
+    for (size_t t = 0; t < buffered.size(); ++t) {
+      auto& [ids, grads] = buffered[t];
+      if (ids.empty()) continue;
+      at::Tensor grad = grads.size() == 1 ? grads[0] : at::cat(grads, 0);
+      if (gradient_scale != 1.0) grad = grad * gradient_scale;
+      ApplySparseGradient(*optimizers_[t], weights_[t],
+                          ids.size() == 1 ? ids[0] : at::cat(ids, 0), grad);
+    }
+    return absl::OkStatus();
+  });
 }
 
 void EmbeddingModule::CallPostOutputHooks() const {

@@ -116,6 +116,41 @@ class EmbeddingModule {
   void AddPostLookupHook(PostLookupHook hook);
   void AddPostOutputHook(PostOutputHook hook);
 
+  // Exact gradient accumulation (a window of K micro-batches trained as one
+  // batch of K x B). While accumulating, a training forward neither calls the
+  // post-lookup hooks nor attaches the fused update: backward adds each
+  // table's row gradients (IDs and per-occurrence gradients) to a buffer,
+  // and the lookups (features, IDs, rows) are kept for the hooks. Rows and
+  // optimizer states do not change until ApplyAccumulated, which first calls
+  // the post-lookup hooks for every kept lookup, in lookup order (so the
+  // tracker records the window's IDs in the batch whose step changes their
+  // rows, and EMBEDDING rows as they were before that step: unchanged during
+  // the window), then applies each table's optimizer ONCE to the summed
+  // gradients of every row touched in any micro-batch of the window: SGD,
+  // Adagrad, row-wise Adagrad and Adam then match one batch of K x B (Adam's
+  // step counts windows). The caller scales the loss by 1/K.
+  //
+  // Turning accumulation off with gradients buffered is the caller's error:
+  // apply them first. Training-thread only, like forward.
+  void SetAccumulating(bool accumulating) { accumulating_ = accumulating; }
+  bool accumulating() const { return accumulating_; }
+  // Whether a forward or backward of the open window left something to
+  // apply.
+  bool has_accumulated() const;
+  // Calls the kept lookups' hooks, then applies the buffered gradients times
+  // `gradient_scale` (K / m for a last window of m < K micro-batches whose
+  // loss was scaled by 1/K) and empties the buffers. A hook's error is
+  // returned before any row changes (the buffers are then dropped). Call
+  // after the window's last backward, where the training loop holds the
+  // rows reader's update guard.
+  absl::Status ApplyAccumulated(double gradient_scale = 1.0);
+  // Whether every buffered row gradient is finite (mixed precision's
+  // overflow check; synchronises with the device).
+  bool AccumulatedGradientsFinite() const;
+  // Drops the buffered gradients and kept lookups: a skipped step changes
+  // no row and records nothing.
+  void DiscardAccumulated();
+
   // Every tensor of the module for checkpoints, by name:
   // "<table>.weight", "<table>.momentum1", "<table>.momentum2", "<table>.step"
   // (the optimizer's, where it has them). Live tensors, no copy.
@@ -163,6 +198,18 @@ class EmbeddingModule {
   std::vector<std::shared_ptr<SparseTableOptimizer>> optimizers_;
   std::vector<PostLookupHook> post_lookup_hooks_;
   std::vector<PostOutputHook> post_output_hooks_;
+
+  // Accumulation (see SetAccumulating).
+  struct GradientBuffer;
+  struct KeptLookup {
+    KeyedJaggedTensor features;
+    std::vector<at::Tensor> ids;
+    std::vector<at::Tensor> rows;
+  };
+  bool accumulating_ = false;
+  // One per table; shared with the backward hooks of past forwards.
+  std::vector<std::shared_ptr<GradientBuffer>> gradient_buffers_;
+  std::vector<KeptLookup> kept_lookups_;
 };
 
 // The rows table `index` of a module built with `seed` starts from (on the

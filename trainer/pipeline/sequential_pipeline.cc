@@ -1,57 +1,48 @@
 #include "trainer/pipeline/sequential_pipeline.h"
 
-#include <torch/torch.h>
-
 #include <utility>
 
-#include "base/torch_status.h"
-#include "tracker_service/tracker.h"
-#include "trainer/comm/gradient_averaging.h"
-#include "trainer/models/metrics.h"
 #include "trainer/models/model.h"
-#include "trainer/tracking/module_tracking.h"
 
 namespace deltastream {
 
-SequentialTrainPipeline::SequentialTrainPipeline(TrainPipelineParts parts)
-    : parts_(parts) {}
+SequentialTrainPipeline::SequentialTrainPipeline(TrainPipelineParts parts,
+                                                 int accumulation_steps,
+                                                 PipelineHandover handover)
+    : step_(parts, accumulation_steps, handover.scaler),
+      accumulation_steps_(accumulation_steps),
+      feed_(std::move(handover.batches)) {
+  step_.set_window_position(handover.window_position);
+}
 
 absl::StatusOr<std::optional<TrainedStep>> SequentialTrainPipeline::Progress(
     BatchSource& source) {
-  absl::StatusOr<std::optional<Batch>> next = source.Next();
+  absl::StatusOr<std::optional<Batch>> next = feed_.Next(source);
   if (!next.ok()) return next.status();
   if (!next->has_value()) return std::nullopt;
-  RecModel& model = *parts_.model;
-  torch::optim::Optimizer& dense_optimizer = *parts_.dense_optimizer;
-  TrainedStep step;
-  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
-    const Batch batch = (*next)->To(model.device());
-    absl::StatusOr<at::Tensor> logits = model.Forward(batch);
-    if (!logits.ok()) return logits.status();
-    at::Tensor loss = BinaryCrossEntropyWithLogits(*logits, batch.labels);
-    {
-      // Rows, dense parameters and the batch index change together: a read
-      // (which pins the rows) sees the model after a whole step or before it.
-      std::optional<ModuleRowsReader::UpdateGuard> guard;
-      if (parts_.rows_reader != nullptr) guard.emplace(*parts_.rows_reader);
-      dense_optimizer.zero_grad();
-      loss.backward();
-      if (parts_.group != nullptr) {
-        if (absl::Status averaged =
-                AverageGradients(*parts_.group, model.dense().parameters());
-            !averaged.ok()) {
-          return averaged;
-        }
-      }
-      dense_optimizer.step();
-      if (parts_.tracker != nullptr) parts_.tracker->Step();
-    }
-    step.loss = loss.detach();
-    step.examples = batch.size();
-    return absl::OkStatus();
-  });
-  if (!status.ok()) return status;
-  return step;
+  RecModel& model = *step_.parts().model;
+  const Batch batch = (*next)->To(model.device());
+  bool ends_window = false;
+  if (accumulation_steps_ > 1) {
+    // Whether the data ends this window: the batch after this one.
+    absl::StatusOr<std::optional<Batch>> after = feed_.Next(source);
+    if (!after.ok()) return after.status();
+    ends_window = !after->has_value();
+    if (!ends_window) feed_.PushFront(**std::move(after));
+  }
+  absl::StatusOr<TrainedStep> step = step_.Train(
+      batch, [&] { return model.Forward(batch); }, ends_window);
+  if (!step.ok()) return step.status();
+  ++stats_.batches;
+  return *std::move(step);
+}
+
+absl::StatusOr<PipelineHandover> SequentialTrainPipeline::Release() {
+  PipelineHandover handover;
+  handover.batches = feed_.Take();
+  handover.window_position = step_.window_position();
+  handover.scaler = step_.scaler();
+  return handover;
 }
 
 }  // namespace deltastream

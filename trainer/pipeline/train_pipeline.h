@@ -4,14 +4,18 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "trainer/data/batch.h"
 #include "trainer/optim/dense_optimizer.h"
 
 namespace deltastream {
 
+class GradientScaler;
 class ModuleRowsReader;
 class ProcessGroup;
 class RecModel;
@@ -40,6 +44,37 @@ struct TrainedStep {
   // at progress lines only).
   at::Tensor loss;
   int64_t examples = 0;  // the batch's examples
+};
+
+// What one pipeline hands the next when the trainer switches pipelines on
+// the same model mid-run (TorchRec's _sync_pipeline): the batches it pulled
+// and did not train, in order (on the host or the device), and how far the
+// open accumulation window got. The next pipeline trains those batches
+// first and continues the window, so a switch changes no result.
+struct PipelineHandover {
+  std::deque<Batch> batches;
+  int window_position = 0;
+  // Mixed precision's loss scale (null: off). MakeTrainPipeline creates one
+  // for mixed_precision when none is handed over; a pipeline given one
+  // scales losses and skips non-finite steps (see TrainStep).
+  std::shared_ptr<GradientScaler> scaler;
+};
+
+// Where the training thread's time went, since the pipeline was made.
+struct PipelineStats {
+  int64_t batches = 0;
+  // Micro-batches trained in the open accumulation window: 0 at a window
+  // boundary, where every row and optimizer state is applied (checkpoints
+  // of a model with accumulation belong there: the buffered gradients of an
+  // open window are in no checkpoint).
+  int window_position = 0;
+  // Time the training thread spent in, or waiting for, the input
+  // distribution (the KJT all-to-all of sharded modules): all of it for
+  // TrainPipelineBase (which runs it inline), only the part not hidden
+  // behind the previous batch's training for TrainPipelineSparseDist.
+  // SequentialTrainPipeline runs it inside the model's forward and does not
+  // measure it (zero).
+  absl::Duration exposed_input_dist;
 };
 
 // A training step loop, TorchRec's TrainPipeline: each Progress call trains
@@ -71,6 +106,20 @@ class TrainPipeline {
   // caller stops training).
   virtual absl::StatusOr<std::optional<TrainedStep>> Progress(
       BatchSource& source) = 0;
+
+  // Stops the pipeline for a switch: waits for work in flight (every rank
+  // must release at the same step, as collectives may be in flight) and
+  // hands back what MakeTrainPipeline's next pipeline continues from. The
+  // pipeline must not be used afterwards. Errors: a failed collective in
+  // flight.
+  virtual absl::StatusOr<PipelineHandover> Release() = 0;
+
+  virtual PipelineStats stats() const = 0;
+
+  // Mixed precision's loss scale, for checkpoints (its StateTensors): null
+  // when mixed precision is off. Owned by the pipeline (shared with the
+  // pipelines it is handed over to).
+  virtual GradientScaler* gradient_scaler() const = 0;
 };
 
 }  // namespace deltastream

@@ -206,6 +206,11 @@ absl::Status ShardedEmbeddingModule::LoadLocalStateTensors(
 
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     const KeyedJaggedTensor& raw_input) {
+  return DistributeInput(raw_input, *group_);
+}
+
+absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
+    const KeyedJaggedTensor& raw_input, ProcessGroup& group) const {
   DistributedBatch batch;
   if (raw_input.keys() == feature_names_) {
     batch.input = raw_input;
@@ -220,7 +225,7 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     }
     batch.input = std::move((*parts)[0]);
   }
-  return Distribute(std::move(batch));
+  return Distribute(std::move(batch), group);
 }
 
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
@@ -242,7 +247,7 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
   if (!input.ok()) return input.status();
   DistributedBatch batch;
   batch.input = *std::move(input);
-  return Distribute(std::move(batch));
+  return Distribute(std::move(batch), *group_);
 }
 
 absl::Status ShardedEmbeddingModule::CheckIds(
@@ -276,9 +281,9 @@ absl::Status ShardedEmbeddingModule::CheckIds(
 }
 
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
-    DistributedBatch batch) {
-  const int world = group_->world_size();
-  const int me = group_->rank();
+    DistributedBatch batch, ProcessGroup& group) const {
+  const int world = group.world_size();
+  const int me = group.rank();
   const KeyedJaggedTensor& input = batch.input;
   if (input.device() != options_.module.device) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -362,7 +367,7 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
   }
   std::vector<int64_t> two(world, 2);
   absl::StatusOr<at::Tensor> received_header = Exchange(
-      *group_, Int64(header).to(input.device()), two, two, "input_dist.splits");
+      group, Int64(header).to(input.device()), two, two, "input_dist.splits");
   if (!received_header.ok()) return received_header.status();
   at::Tensor header_host = received_header->cpu();
   std::vector<int64_t> received_values(world);
@@ -381,17 +386,17 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
   received_lengths[me] = 0;  // kept in own_*
   received_values[me] = 0;
   absl::StatusOr<at::Tensor> lengths =
-      Exchange(*group_, CatOrEmpty(lengths_parts, long_options), length_splits,
+      Exchange(group, CatOrEmpty(lengths_parts, long_options), length_splits,
                received_lengths, "input_dist.lengths");
   if (!lengths.ok()) return lengths.status();
   absl::StatusOr<at::Tensor> values =
-      Exchange(*group_, CatOrEmpty(values_parts, long_options), value_splits,
+      Exchange(group, CatOrEmpty(values_parts, long_options), value_splits,
                received_values, "input_dist.values");
   if (!values.ok()) return values.status();
   at::Tensor weights;
   if (weighted) {
     absl::StatusOr<at::Tensor> received_weights =
-        Exchange(*group_, CatOrEmpty(weights_parts, input.weights()->options()),
+        Exchange(group, CatOrEmpty(weights_parts, input.weights()->options()),
                  value_splits, received_values, "input_dist.weights");
     if (!received_weights.ok()) return received_weights.status();
     weights = *std::move(received_weights);

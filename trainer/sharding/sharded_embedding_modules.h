@@ -145,6 +145,13 @@ class ShardedEmbeddingModule {
   // concatenation, no permute after it); features the module does not use
   // are ignored. NotFound for a missing feature.
   absl::StatusOr<DistributedBatch> DistributeInput(const FeatureDict& input);
+  // The same over `group`, a group of the same ranks other than group()
+  // (ProcessGroup::CreateSibling): what lets a pipeline distribute the next
+  // batch on another thread while this one trains (TrainPipelineSparseDist).
+  // Reads only the module's layout: may run on another thread concurrently
+  // with forward and backward on the training thread.
+  absl::StatusOr<DistributedBatch> DistributeInput(
+      const KeyedJaggedTensor& input, ProcessGroup& group) const;
 
  protected:
   ShardedEmbeddingModule(ShardedModuleOptions options, ProcessGroup* group);
@@ -154,7 +161,8 @@ class ShardedEmbeddingModule {
       EmbeddingModuleOptions options) = 0;
   // The input distribution of `batch.input` (the module's features, in its
   // order): checks, bucketizes and exchanges.
-  absl::StatusOr<DistributedBatch> Distribute(DistributedBatch batch);
+  absl::StatusOr<DistributedBatch> Distribute(DistributedBatch batch,
+                                              ProcessGroup& group) const;
   // InvalidArgument naming the first feature with an ID outside its table.
   absl::Status CheckIds(const KeyedJaggedTensor& input) const;
 

@@ -1,0 +1,353 @@
+// Train pipelines side by side (issue 18): per pipeline, input type and
+// tracking mode, on 1..N CPU ranks (Gloo over loopback, one process per
+// rank, sharded DLRM), the wall time per iteration (P50, P90), peak memory,
+// QPS and the communication time left exposed on the training thread.
+//
+//   bazel run -c opt //tests/bench:pipeline_bench -- --ranks=1,2
+//       --pipeline=base,sparse_dist --input=kjt,dict
+//       --tracking=off,id_only [--accumulation=1] [--json]
+//
+// Every listed ranks value is one launch; within it every combination of
+// --pipeline x --input x --tracking has its own model (same seed) and
+// pipeline, and the combinations alternate round by round (--rounds rounds of
+// --batches iterations, the first --warmup of each round not timed), so they
+// are measured side by side. An iteration is one Progress call (one
+// micro-batch). exposed_comm_ms is the input distribution's time per
+// iteration that the training thread spent in it or waiting for it
+// (PipelineStats::exposed_input_dist). peak_memory_mb is the rank process's
+// peak RSS when the combination finished (all combinations share the
+// process: it only grows). "dict" input: each batch is held as a
+// feature dict and converted to a KeyedJaggedTensor when pulled (on the
+// training thread). Tracking "embedding" needs --model=sequence (pooled
+// tables have no EMBEDDING mode). Figures are rank 0's.
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "tests/bench/timing.h"
+#include "tests/trainer/comm/rank_launcher.h"
+#include "tracker_service/tracker.h"
+#include "trainer/comm/process_group.h"
+#include "trainer/data/synthetic.h"
+#include "trainer/models/dlrm.h"
+#include "trainer/models/sequence_model.h"
+#include "trainer/optim/dense_optimizer.h"
+#include "trainer/pipeline/pipeline_factory.h"
+#include "trainer/sparse/feature_dict.h"
+#include "trainer/tracking/module_tracking.h"
+
+ABSL_FLAG(std::string, ranks, "1,2", "world sizes (comma list)");
+ABSL_FLAG(std::string, pipeline, "base,sparse_dist",
+          "pipelines (comma list): sequential, base, sparse_dist");
+ABSL_FLAG(std::string, input, "kjt,dict", "input types (comma list)");
+ABSL_FLAG(std::string, tracking, "off,id_only",
+          "tracking modes (comma list): off, id_only, embedding");
+ABSL_FLAG(std::string, model, "dlrm", "dlrm or sequence");
+ABSL_FLAG(int64_t, tables, 4, "embedding tables");
+ABSL_FLAG(int64_t, rows, 20000, "rows per table");
+ABSL_FLAG(int64_t, dim, 32, "embedding dim");
+ABSL_FLAG(int64_t, features_per_table, 1, "features per table");
+ABSL_FLAG(int64_t, pooling, 16, "IDs per example and feature");
+ABSL_FLAG(int64_t, batch, 512, "examples per rank per iteration");
+ABSL_FLAG(int64_t, batches, 20, "iterations per round");
+ABSL_FLAG(int64_t, warmup, 3, "untimed iterations at the start of a round");
+ABSL_FLAG(int64_t, rounds, 3, "rounds (each runs every combination)");
+ABSL_FLAG(int, accumulation, 1, "accumulation steps K");
+ABSL_FLAG(bool, json, false, "also print one JSON object per line");
+
+namespace deltastream {
+namespace {
+
+void Check(const absl::Status& status) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "pipeline_bench: %s\n", status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+std::vector<std::string> List(const std::string& flag) {
+  return absl::StrSplit(flag, ',', absl::SkipEmpty());
+}
+
+// Peak resident set of this process (VmHWM), MiB.
+double PeakRssMb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      int64_t kb = 0;
+      std::vector<std::string> parts =
+          absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kb)) {
+        return kb / 1024.0;
+      }
+    }
+  }
+  return 0;
+}
+
+// Pregenerated batches, cycled; "dict" holds them as feature dicts and
+// converts each on Next().
+class CyclingSource : public BatchSource {
+ public:
+  CyclingSource(std::vector<Batch> batches, bool dict)
+      : batches_(std::move(batches)), dict_(dict) {
+    for (const Batch& batch : batches_) {
+      dicts_.push_back(FeatureDict::FromKeyedJaggedTensor(batch.sparse));
+    }
+  }
+  absl::StatusOr<std::optional<Batch>> Next() override {
+    const size_t i = next_++ % batches_.size();
+    Batch batch = batches_[i];
+    if (dict_) {
+      absl::StatusOr<KeyedJaggedTensor> kjt = dicts_[i].ToKeyedJaggedTensor();
+      if (!kjt.ok()) return kjt.status();
+      batch.sparse = *std::move(kjt);
+    }
+    return batch;
+  }
+
+ private:
+  std::vector<Batch> batches_;
+  std::vector<FeatureDict> dicts_;
+  bool dict_;
+  size_t next_ = 0;
+};
+
+struct Combination {
+  std::string pipeline, input, tracking;
+  std::unique_ptr<RecModel> model;
+  std::unique_ptr<torch::optim::Optimizer> dense;
+  std::unique_ptr<ModuleRowsReader> reader;
+  std::unique_ptr<Tracker> tracker;
+  std::unique_ptr<TrainPipeline> train;
+  std::unique_ptr<CyclingSource> source;
+  std::vector<double> seconds;
+  double peak_mb = 0;
+};
+
+int RunRank() {
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(120));
+  Check(group.status());
+  ProcessGroup& pg = **group;
+  const int64_t tables = absl::GetFlag(FLAGS_tables);
+  const int64_t per_table = absl::GetFlag(FLAGS_features_per_table);
+  const int64_t dim = absl::GetFlag(FLAGS_dim);
+  const bool sequence = absl::GetFlag(FLAGS_model) == "sequence";
+  RecModelConfig config;
+  config.num_dense = 13;
+  config.dense_arch = {64, dim};
+  config.over_arch = {64, 1};
+  config.sparse_optimizer.type = SparseOptimizerType::kRowwiseAdagrad;
+  config.seed = 1;
+  config.group = &pg;
+  SyntheticOptions data;
+  data.batch_size = absl::GetFlag(FLAGS_batch);
+  data.seed = 100 + pg.rank();
+  for (int64_t t = 0; t < tables; ++t) {
+    EmbeddingTableConfig table;
+    table.name = absl::StrCat("t", t);
+    table.num_embeddings = absl::GetFlag(FLAGS_rows);
+    table.embedding_dim = dim;
+    for (int64_t f = 0; f < per_table; ++f) {
+      const std::string name = absl::StrCat("f", t, "_", f);
+      table.feature_names.push_back(name);
+      data.features.push_back({name, table.num_embeddings,
+                               absl::GetFlag(FLAGS_pooling),
+                               absl::GetFlag(FLAGS_pooling)});
+    }
+    config.tables.push_back(table);
+  }
+  absl::StatusOr<std::unique_ptr<SyntheticSource>> synthetic =
+      SyntheticSource::Create(data);
+  Check(synthetic.status());
+  std::vector<Batch> batches;
+  for (int i = 0; i < 8; ++i) batches.push_back(*(*synthetic)->Next().value());
+
+  TrainPipelineOptions options;
+  options.accumulation_steps = absl::GetFlag(FLAGS_accumulation);
+  std::vector<Combination> combinations;
+  for (const std::string& pipeline : List(absl::GetFlag(FLAGS_pipeline))) {
+    for (const std::string& input : List(absl::GetFlag(FLAGS_input))) {
+      for (const std::string& tracking : List(absl::GetFlag(FLAGS_tracking))) {
+        Combination c;
+        c.pipeline = pipeline;
+        c.input = input;
+        c.tracking = tracking;
+        if (sequence) {
+          absl::StatusOr<std::unique_ptr<SequenceModel>> m =
+              SequenceModel::Create(config);
+          Check(m.status());
+          c.model = *std::move(m);
+        } else {
+          absl::StatusOr<std::unique_ptr<Dlrm>> m = Dlrm::Create(config);
+          Check(m.status());
+          c.model = *std::move(m);
+        }
+        c.dense =
+            *MakeDenseOptimizer("sgd", 0.01, c.model->dense().parameters());
+        TrainPipelineParts parts;
+        parts.model = c.model.get();
+        parts.dense_optimizer = c.dense.get();
+        parts.group = &pg;
+        if (tracking != "off") {
+          std::vector<EmbeddingModule*> modules = c.model->embedding_modules();
+          c.reader = std::make_unique<ModuleRowsReader>(modules);
+          TrackerOptions tracker_options;
+          absl::StatusOr<TrackingMode> mode = ParseTrackingMode(tracking);
+          Check(mode.status());
+          tracker_options.mode = *mode;
+          tracker_options.auto_compact = true;
+          tracker_options.modules = DescribeModules(modules);
+          absl::StatusOr<std::unique_ptr<Tracker>> tracker =
+              Tracker::Create(tracker_options, c.reader.get());
+          Check(tracker.status());
+          c.tracker = *std::move(tracker);
+          Check(AttachTracker(*c.tracker, modules));
+          parts.rows_reader = c.reader.get();
+          parts.tracker = c.tracker.get();
+        }
+        options.pipeline = pipeline;
+        absl::StatusOr<std::unique_ptr<TrainPipeline>> made =
+            MakeTrainPipeline(options, parts);
+        Check(made.status());
+        c.train = *std::move(made);
+        c.source = std::make_unique<CyclingSource>(batches, input == "dict");
+        combinations.push_back(std::move(c));
+      }
+    }
+  }
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup);
+  const int64_t timed = absl::GetFlag(FLAGS_batches);
+  std::map<Combination*, absl::Duration> exposed;
+  std::map<Combination*, int64_t> exposed_count;
+  for (int64_t round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    for (Combination& c : combinations) {
+      for (int64_t i = 0; i < warmup; ++i) {
+        Check(c.train->Progress(*c.source).status());
+      }
+      const absl::Duration before = c.train->stats().exposed_input_dist;
+      for (int64_t i = 0; i < timed; ++i) {
+        const bench::Clock::time_point start = bench::Clock::now();
+        absl::StatusOr<std::optional<TrainedStep>> step =
+            c.train->Progress(*c.source);
+        Check(step.status());
+        (*step)->loss.item<float>();  // the step is done
+        c.seconds.push_back(bench::Seconds(start));
+      }
+      exposed[&c] += c.train->stats().exposed_input_dist - before;
+      exposed_count[&c] += timed;
+      c.peak_mb = PeakRssMb();
+    }
+  }
+  for (Combination& c : combinations) {
+    std::vector<double> sorted = c.seconds;
+    std::sort(sorted.begin(), sorted.end());
+    const double p50 = sorted[sorted.size() / 2];
+    const double p90 = sorted[sorted.size() * 9 / 10];
+    std::printf(
+        "RESULT {\"pipeline\": \"%s\", \"input\": \"%s\", \"tracking\": "
+        "\"%s\", \"ranks\": %d, \"accumulation\": %d, \"p50_ms\": %.3f, "
+        "\"p90_ms\": %.3f, \"peak_memory_mb\": %.1f, \"qps\": %.0f, "
+        "\"exposed_comm_ms\": %.3f}\n",
+        c.pipeline.c_str(), c.input.c_str(), c.tracking.c_str(),
+        pg.world_size(), absl::GetFlag(FLAGS_accumulation), p50 * 1e3,
+        p90 * 1e3, c.peak_mb,
+        absl::GetFlag(FLAGS_batch) * pg.world_size() / p50,
+        absl::ToDoubleMilliseconds(exposed[&c]) / exposed_count[&c]);
+  }
+  return 0;
+}
+
+// The value of "key": in one RESULT line (numbers and strings alike).
+std::string Field(const std::string& json, const std::string& key) {
+  const std::string quoted = absl::StrCat("\"", key, "\": ");
+  size_t at = json.find(quoted);
+  if (at == std::string::npos) return "";
+  at += quoted.size();
+  size_t end = json.find_first_of(",}", at);
+  std::string value = json.substr(at, end - at);
+  if (!value.empty() && value.front() == '"') {
+    value = value.substr(1, value.size() - 2);
+  }
+  return value;
+}
+
+int Main(int argc, char** argv) {
+  if (testing::ScenarioFromEnv()) {
+    // Ranks get the launcher's flags through the environment.
+    std::vector<std::string> args =
+        absl::StrSplit(std::getenv("PIPELINE_BENCH_ARGS"), '\x1f');
+    std::vector<char*> rank_argv;
+    for (std::string& arg : args) rank_argv.push_back(arg.data());
+    absl::ParseCommandLine(static_cast<int>(rank_argv.size()),
+                           rank_argv.data());
+    return RunRank();
+  }
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args(argv, argv + argc);
+  const std::string joined = absl::StrJoin(args, "\x1f");
+  std::printf("%-12s %-5s %-9s %5s %3s %10s %10s %11s %10s %12s\n", "pipeline",
+              "input", "tracking", "ranks", "K", "P50 ms", "P90 ms", "peak MiB",
+              "QPS", "exposed ms");
+  std::vector<std::string> json_lines;
+  for (const std::string& ranks : List(absl::GetFlag(FLAGS_ranks))) {
+    int world = 0;
+    if (!absl::SimpleAtoi(ranks, &world) || world < 1) {
+      std::fprintf(stderr, "bad --ranks entry '%s'\n", ranks.c_str());
+      return 1;
+    }
+    std::vector<testing::RankResult> results = testing::RunRanks(
+        "bench", world, absl::Minutes(20), {{"PIPELINE_BENCH_ARGS", joined}});
+    for (size_t r = 0; r < results.size(); ++r) {
+      if (results[r].exit_code != 0) {
+        std::fprintf(stderr, "rank %zu of %d failed:\n%s\n", r, world,
+                     results[r].output.c_str());
+        return 1;
+      }
+    }
+    for (absl::string_view line : absl::StrSplit(results[0].output, '\n')) {
+      if (!absl::StartsWith(line, "RESULT ")) continue;
+      const std::string json(line.substr(7));
+      json_lines.push_back(json);
+      double p50 = 0, p90 = 0, mb = 0, qps = 0, comm = 0;
+      (void)absl::SimpleAtod(Field(json, "p50_ms"), &p50);
+      (void)absl::SimpleAtod(Field(json, "p90_ms"), &p90);
+      (void)absl::SimpleAtod(Field(json, "peak_memory_mb"), &mb);
+      (void)absl::SimpleAtod(Field(json, "qps"), &qps);
+      (void)absl::SimpleAtod(Field(json, "exposed_comm_ms"), &comm);
+      std::printf(
+          "%-12s %-5s %-9s %5s %3s %10.2f %10.2f %11.1f %10.0f %12.3f\n",
+          Field(json, "pipeline").c_str(), Field(json, "input").c_str(),
+          Field(json, "tracking").c_str(), Field(json, "ranks").c_str(),
+          Field(json, "accumulation").c_str(), p50, p90, mb, qps, comm);
+    }
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    for (const std::string& json : json_lines)
+      std::printf("%s\n", json.c_str());
+  }
+  (void)positional;
+  return 0;
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) { return deltastream::Main(argc, argv); }

@@ -1,0 +1,607 @@
+// The pipelines against the plain loop: exact gradient accumulation (K
+// micro-batches of B equal one batch of K x B for every sparse optimizer and
+// the dense part, the last partial window flushed), the tracker under
+// accumulation (a window's IDs recorded at the step that changes them), the
+// overlapping pipelines and switches between pipelines giving the plain
+// loop's parameters and deltas, on one process and on two ranks (sharded,
+// real Gloo over loopback), and mixed precision refused on the CPU.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "tests/testing/tensor_values.h"
+#include "tests/trainer/comm/rank_launcher.h"
+#include "tracker_service/tracker.h"
+#include "trainer/comm/process_group.h"
+#include "trainer/models/dlrm.h"
+#include "trainer/models/sequence_model.h"
+#include "trainer/optim/dense_optimizer.h"
+#include "trainer/pipeline/gradient_scaler.h"
+#include "trainer/pipeline/pipeline_factory.h"
+#include "trainer/pipeline/sequential_pipeline.h"
+#include "trainer/tracking/module_tracking.h"
+
+namespace deltastream {
+namespace {
+
+using testing::RankResult;
+using testing::RunRanks;
+
+constexpr int64_t kNumDense = 13;
+constexpr int64_t kDim = 8;
+
+// Examples in example-major form, so that any range of them is a batch.
+struct Examples {
+  at::Tensor dense;   // [n, kNumDense]
+  at::Tensor labels;  // [n]
+  // ids[f][e]: the IDs of feature f in example e.
+  std::vector<std::vector<std::vector<int64_t>>> ids;
+};
+
+Examples MakeExamples(int64_t n, uint64_t seed) {
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  Examples examples;
+  examples.dense = at::randn({n, kNumDense}, generator);
+  examples.labels = at::randint(0, 2, {n}, generator).to(at::kFloat);
+  const std::vector<int64_t> rows = {100, 50};
+  const at::Tensor draws = at::randint(0, 1 << 20, {2, n, 4}, generator);
+  examples.ids.resize(rows.size());
+  for (size_t f = 0; f < rows.size(); ++f) {
+    for (int64_t e = 0; e < n; ++e) {
+      // cat_0: one ID; cat_1: one to three.
+      const int64_t count = f == 0 ? 1 : 1 + draws[f][e][3].item<int64_t>() % 3;
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < count; ++i) {
+        // Few hot rows, so that micro-batches share rows.
+        ids.push_back(draws[f][e][i].item<int64_t>() % (rows[f] / 4));
+      }
+      examples.ids[f].push_back(std::move(ids));
+    }
+  }
+  return examples;
+}
+
+Batch MakeBatch(const Examples& examples, int64_t begin, int64_t end) {
+  std::vector<int64_t> values, lengths;
+  for (const auto& feature : examples.ids) {
+    for (int64_t e = begin; e < end; ++e) {
+      values.insert(values.end(), feature[e].begin(), feature[e].end());
+      lengths.push_back(static_cast<int64_t>(feature[e].size()));
+    }
+  }
+  Batch batch;
+  batch.dense = examples.dense.narrow(0, begin, end - begin).clone();
+  batch.labels = examples.labels.narrow(0, begin, end - begin).clone();
+  batch.sparse = *KeyedJaggedTensor::FromLengths({"cat_0", "cat_1"},
+                                                 Ids(values), Ids(lengths));
+  return batch;
+}
+
+// Batches of the given sizes, back to back over the examples.
+class ExampleSource : public BatchSource {
+ public:
+  ExampleSource(const Examples& examples, std::vector<int64_t> sizes)
+      : examples_(examples), sizes_(std::move(sizes)) {}
+  absl::StatusOr<std::optional<Batch>> Next() override {
+    if (next_ == sizes_.size()) return std::nullopt;
+    const int64_t begin = begin_;
+    begin_ += sizes_[next_++];
+    return MakeBatch(examples_, begin, begin_);
+  }
+
+ private:
+  const Examples& examples_;
+  std::vector<int64_t> sizes_;
+  size_t next_ = 0;
+  int64_t begin_ = 0;
+};
+
+std::vector<int64_t> Repeat(int64_t size, int count) {
+  return std::vector<int64_t>(count, size);
+}
+
+// A Dlrm with its dense optimizer (Adam: stateful, so a dense step taken
+// per micro-batch instead of per window would show).
+struct Trainable {
+  explicit Trainable(SparseOptimizerType sparse, ProcessGroup* group = nullptr,
+                     bool sequence = false) {
+    DlrmConfig config;
+    config.num_dense = kNumDense;
+    config.dense_arch = {16, kDim};
+    config.over_arch = {16, 1};
+    config.tables = {{"t0", 100, kDim, {"cat_0"}}, {"t1", 50, kDim, {"cat_1"}}};
+    config.sparse_optimizer.type = sparse;
+    config.sparse_optimizer.learning_rate = 0.05;
+    config.sparse_optimizer.weight_decay = 0.01;
+    config.seed = 3;
+    config.group = group;
+    if (sequence) {
+      absl::StatusOr<std::unique_ptr<SequenceModel>> made =
+          SequenceModel::Create(config);
+      if (!made.ok()) std::abort();
+      model = *std::move(made);
+    } else {
+      absl::StatusOr<std::unique_ptr<Dlrm>> made = Dlrm::Create(config);
+      if (!made.ok()) std::abort();
+      model = *std::move(made);
+    }
+    dense = *MakeDenseOptimizer("adam", 0.01, model->dense().parameters());
+  }
+
+  TrainPipelineParts Parts(ProcessGroup* group = nullptr) const {
+    TrainPipelineParts parts;
+    parts.model = model.get();
+    parts.dense_optimizer = dense.get();
+    parts.group = group;
+    return parts;
+  }
+
+  std::unique_ptr<RecModel> model;
+  std::unique_ptr<torch::optim::Optimizer> dense;
+};
+
+TrainPipelineOptions Options(const std::string& pipeline, int k) {
+  TrainPipelineOptions options;
+  options.pipeline = pipeline;
+  options.accumulation_steps = k;
+  return options;
+}
+
+// Trains every batch of `source`; returns how many.
+absl::StatusOr<int> TrainAll(TrainPipeline& pipeline, BatchSource& source) {
+  int batches = 0;
+  while (true) {
+    absl::StatusOr<std::optional<TrainedStep>> step = pipeline.Progress(source);
+    if (!step.ok()) return step.status();
+    if (!step->has_value()) return batches;
+    ++batches;
+  }
+}
+
+// The largest difference between the two models' dense parameters, tables
+// and sparse optimizer states; infinity when their layouts differ.
+double MaxDifference(RecModel& a, RecModel& b) {
+  double worst = 0;
+  auto compare = [&](const at::Tensor& x, const at::Tensor& y) {
+    if (x.sizes() != y.sizes()) {
+      worst = INFINITY;
+      return;
+    }
+    if (x.numel() == 0) return;
+    const double d =
+        (x.to(at::kDouble) - y.to(at::kDouble)).abs().max().item<double>();
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  };
+  std::vector<at::Tensor> pa = a.dense().parameters();
+  std::vector<at::Tensor> pb = b.dense().parameters();
+  if (pa.size() != pb.size()) return INFINITY;
+  for (size_t i = 0; i < pa.size(); ++i) compare(pa[i], pb[i]);
+  std::vector<EmbeddingModule*> ma = a.embedding_modules();
+  std::vector<EmbeddingModule*> mb = b.embedding_modules();
+  if (ma.size() != mb.size()) return INFINITY;
+  for (size_t m = 0; m < ma.size(); ++m) {
+    auto sa = ma[m]->StateTensors();
+    auto sb = mb[m]->StateTensors();
+    if (sa.size() != sb.size()) return INFINITY;
+    for (size_t i = 0; i < sa.size(); ++i) compare(sa[i].second, sb[i].second);
+  }
+  return worst;
+}
+
+// Trains a fresh model with `options` over batches of `sizes`.
+std::unique_ptr<Trainable> Train(SparseOptimizerType sparse,
+                                 const TrainPipelineOptions& options,
+                                 const Examples& examples,
+                                 std::vector<int64_t> sizes) {
+  auto trainable = std::make_unique<Trainable>(sparse);
+  absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+      MakeTrainPipeline(options, trainable->Parts());
+  EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+  ExampleSource source(examples, std::move(sizes));
+  absl::StatusOr<int> trained = TrainAll(**pipeline, source);
+  EXPECT_TRUE(trained.ok()) << trained.status();
+  return trainable;
+}
+
+constexpr double kTolerance = 2e-5;
+
+class AccumulationTest : public ::testing::TestWithParam<SparseOptimizerType> {
+};
+
+TEST_P(AccumulationTest, FourBatchesOf64EqualOneOf256) {
+  const Examples examples = MakeExamples(512, 5);
+  std::unique_ptr<Trainable> big =
+      Train(GetParam(), Options("sequential", 1), examples, Repeat(256, 2));
+  for (const char* pipeline : {"sequential", "base", "sparse_dist"}) {
+    std::unique_ptr<Trainable> small =
+        Train(GetParam(), Options(pipeline, 4), examples, Repeat(64, 8));
+    EXPECT_LT(MaxDifference(*big->model, *small->model), kTolerance)
+        << pipeline;
+  }
+  // Without accumulation the micro-batches do not make the big batch: the
+  // comparison can tell.
+  std::unique_ptr<Trainable> stepped =
+      Train(GetParam(), Options("sequential", 1), examples, Repeat(64, 8));
+  EXPECT_GT(MaxDifference(*big->model, *stepped->model), 1e-3);
+}
+
+TEST_P(AccumulationTest, TheLastPartialWindowIsFlushedAsItsOwnBatch) {
+  const Examples examples = MakeExamples(384, 6);
+  // 6 micro-batches with K = 4: a window of 256, then one of 128.
+  std::unique_ptr<Trainable> big =
+      Train(GetParam(), Options("sequential", 1), examples, {256, 128});
+  for (const char* pipeline : {"sequential", "base", "sparse_dist"}) {
+    std::unique_ptr<Trainable> small =
+        Train(GetParam(), Options(pipeline, 4), examples, Repeat(64, 6));
+    EXPECT_LT(MaxDifference(*big->model, *small->model), kTolerance)
+        << pipeline;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EverySparseOptimizer, AccumulationTest,
+    ::testing::Values(SparseOptimizerType::kSgd, SparseOptimizerType::kAdagrad,
+                      SparseOptimizerType::kRowwiseAdagrad,
+                      SparseOptimizerType::kAdam),
+    [](const ::testing::TestParamInfo<SparseOptimizerType>& info) {
+      return std::string(SparseOptimizerName(info.param));
+    });
+
+TEST(PipelineSwitchTest, SwitchingMidWindowChangesNothing) {
+  const Examples examples = MakeExamples(640, 7);
+  std::unique_ptr<Trainable> reference =
+      Train(SparseOptimizerType::kAdam, Options("sequential", 4), examples,
+            Repeat(64, 10));
+  Trainable switched(SparseOptimizerType::kAdam);
+  ExampleSource source(examples, Repeat(64, 10));
+  PipelineHandover handover;
+  // 3 micro-batches each, so every switch but the first is mid-window.
+  for (const char* name : {"sequential", "base", "sparse_dist", "base"}) {
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline = MakeTrainPipeline(
+        Options(name, 4), switched.Parts(), std::move(handover));
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    for (int i = 0; i < 3; ++i) {
+      absl::StatusOr<std::optional<TrainedStep>> step =
+          (*pipeline)->Progress(source);
+      ASSERT_TRUE(step.ok()) << step.status();
+      if (!step->has_value()) break;
+    }
+    absl::StatusOr<PipelineHandover> released = (*pipeline)->Release();
+    ASSERT_TRUE(released.ok()) << released.status();
+    handover = *std::move(released);
+  }
+  EXPECT_LT(MaxDifference(*reference->model, *switched.model), kTolerance);
+}
+
+TEST(PipelineOptionsTest, RefusesBadOptionsAndMixedPrecisionOnTheCpu) {
+  Trainable trainable(SparseOptimizerType::kSgd);
+  TrainPipelineOptions options = Options("sparse_dist", 2);
+  options.mixed_precision = true;
+  absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+      MakeTrainPipeline(options, trainable.Parts());
+  EXPECT_EQ(pipeline.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(pipeline.status().message().find("CUDA"), std::string::npos)
+      << pipeline.status();
+  EXPECT_EQ(
+      MakeTrainPipeline(Options("fast", 1), trainable.Parts()).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      MakeTrainPipeline(Options("base", 0), trainable.Parts()).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  PipelineHandover mid_window;
+  mid_window.window_position = 2;
+  EXPECT_EQ(MakeTrainPipeline(Options("base", 2), trainable.Parts(),
+                              std::move(mid_window))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A model with a real tracker attached (ID_ONLY, two consumers).
+struct Tracked {
+  explicit Tracked(SparseOptimizerType sparse,
+                   TrackingMode mode = TrackingMode::kIdOnly)
+      : trainable(sparse, nullptr, mode == TrackingMode::kEmbedding) {
+    modules = trainable.model->embedding_modules();
+    reader = std::make_unique<ModuleRowsReader>(modules);
+    TrackerOptions options;
+    options.mode = mode;
+    options.consumers = {"between", "end"};
+    options.auto_compact = true;
+    options.modules = DescribeModules(modules);
+    absl::StatusOr<std::unique_ptr<Tracker>> made =
+        Tracker::Create(options, reader.get());
+    if (!made.ok() || !AttachTracker(**made, modules).ok()) std::abort();
+    tracker = *std::move(made);
+  }
+  TrainPipelineParts Parts() {
+    TrainPipelineParts parts = trainable.Parts();
+    parts.rows_reader = reader.get();
+    parts.tracker = tracker.get();
+    return parts;
+  }
+  // A read of closed batches (what a concurrent consumer sees).
+  Delta Read(const std::string& consumer) {
+    DeltaRequest request;
+    request.consumer = consumer;
+    request.through_current_batch = false;
+    absl::StatusOr<Delta> delta = tracker->GetDelta(request);
+    EXPECT_TRUE(delta.ok()) << delta.status();
+    return delta.ok() ? *std::move(delta) : Delta();
+  }
+
+  Trainable trainable;
+  std::vector<EmbeddingModule*> modules;
+  std::unique_ptr<ModuleRowsReader> reader;
+  std::unique_ptr<Tracker> tracker;
+};
+
+std::vector<at::Tensor> Tables(EmbeddingModule& module) {
+  std::vector<at::Tensor> tables;
+  for (size_t t = 0; t < module.tables().size(); ++t) {
+    tables.push_back(module.weight(t).clone());
+  }
+  return tables;
+}
+
+TEST(TrackingUnderAccumulationTest, WindowIdsAreRecordedAtTheStepThatChanges) {
+  const Examples examples = MakeExamples(256, 8);
+  for (const char* name : {"sequential", "base", "sparse_dist"}) {
+    Tracked tracked(SparseOptimizerType::kAdagrad);
+    EmbeddingModule& module = *tracked.modules.at(0);
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+        MakeTrainPipeline(Options(name, 2), tracked.Parts());
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    ExampleSource source(examples, Repeat(64, 4));
+    std::vector<at::Tensor> window_start = Tables(module);
+    for (int64_t step = 1; step <= 4; ++step) {
+      absl::StatusOr<std::optional<TrainedStep>> trained =
+          (*pipeline)->Progress(source);
+      ASSERT_TRUE(trained.ok()) << trained.status();
+      ASSERT_TRUE(trained->has_value());
+      EXPECT_EQ(tracked.tracker->current_batch(), step) << name;
+      const Delta between = tracked.Read("between");
+      std::vector<at::Tensor> now = Tables(module);
+      for (size_t t = 0; t < now.size(); ++t) {
+        const at::Tensor changed =
+            (window_start[t] != now[t]).any(1).nonzero().reshape({-1});
+        auto it = between.tables.find(module.TableFqn(t));
+        const std::vector<int64_t> read = it == between.tables.end()
+                                              ? std::vector<int64_t>()
+                                              : Longs(it->second.ids);
+        // Mid-window: nothing changed and nothing is read; at the window's
+        // end: exactly the rows its step changed.
+        EXPECT_EQ(read, Longs(changed)) << name << " step " << step;
+        if (step % 2 == 1) {
+          EXPECT_TRUE(read.empty()) << name << " step " << step;
+        } else {
+          EXPECT_FALSE(read.empty()) << name << " step " << step;
+        }
+      }
+      window_start = std::move(now);
+    }
+  }
+}
+
+TEST(TrackingUnderAccumulationTest, EmbeddingStatesAreTheRowsBeforeTheWindow) {
+  const Examples examples = MakeExamples(256, 12);
+  for (const char* name : {"sequential", "sparse_dist"}) {
+    Tracked tracked(SparseOptimizerType::kSgd, TrackingMode::kEmbedding);
+    EmbeddingModule& module = *tracked.modules.at(0);
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+        MakeTrainPipeline(Options(name, 2), tracked.Parts());
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    ExampleSource source(examples, Repeat(64, 4));
+    for (int window = 0; window < 2; ++window) {
+      const std::vector<at::Tensor> before = Tables(module);
+      ASSERT_TRUE((*pipeline)->Progress(source).ok());
+      ASSERT_TRUE((*pipeline)->Progress(source).ok());
+      const Delta delta = tracked.Read("between");
+      ASSERT_FALSE(delta.tables.empty()) << name;
+      for (size_t t = 0; t < before.size(); ++t) {
+        auto it = delta.tables.find(module.TableFqn(t));
+        ASSERT_NE(it, delta.tables.end()) << name;
+        const at::Tensor& ids = it->second.ids;
+        // States: the rows as the window looked them up (before its
+        // update); values: the rows after it.
+        EXPECT_TRUE(it->second.states.equal(before[t].index_select(0, ids)))
+            << name << " window " << window;
+        EXPECT_TRUE(
+            it->second.values.equal(module.weight(t).index_select(0, ids)))
+            << name << " window " << window;
+        EXPECT_FALSE(it->second.values.equal(it->second.states)) << name;
+      }
+    }
+  }
+}
+
+TEST(PipelineTrackingTest, EveryPipelineGivesThePlainLoopsParametersAndDeltas) {
+  const Examples examples = MakeExamples(384, 9);
+  struct Reads {
+    std::vector<std::vector<int64_t>> ids;
+    std::vector<at::Tensor> values;
+  };
+  auto run = [&](const std::string& name, int k, Tracked& tracked) {
+    Reads reads;
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+        MakeTrainPipeline(Options(name, k), tracked.Parts());
+    EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+    ExampleSource source(examples, Repeat(64, 6));
+    for (int step = 1; step <= 6; ++step) {
+      EXPECT_TRUE((*pipeline)->Progress(source).ok());
+      if (step % 2 == 0) {
+        Delta delta = tracked.Read("end");
+        for (auto& [fqn, table] : delta.tables) {
+          reads.ids.push_back(Longs(table.ids));
+          reads.values.push_back(table.values);
+        }
+      }
+    }
+    return reads;
+  };
+  for (int k : {1, 2}) {
+    Tracked plain(SparseOptimizerType::kRowwiseAdagrad);
+    const Reads expected = run("sequential", k, plain);
+    for (const char* name : {"base", "sparse_dist"}) {
+      Tracked tracked(SparseOptimizerType::kRowwiseAdagrad);
+      const Reads reads = run(name, k, tracked);
+      EXPECT_EQ(reads.ids, expected.ids) << name << " K=" << k;
+      ASSERT_EQ(reads.values.size(), expected.values.size());
+      for (size_t i = 0; i < reads.values.size(); ++i) {
+        EXPECT_TRUE(reads.values[i].equal(expected.values[i]))
+            << name << " K=" << k;
+      }
+      EXPECT_EQ(MaxDifference(*plain.trainable.model, *tracked.trainable.model),
+                0)
+          << name << " K=" << k;
+    }
+  }
+}
+
+// Mixed precision's scaling and skipping are device-independent: exercised
+// on the CPU by handing a pipeline a scaler (the factory refuses mixed
+// precision on the CPU, where autocast does not apply).
+TEST(GradientScalingTest, ScaledStepsEqualUnscaledOnes) {
+  const Examples examples = MakeExamples(256, 10);
+  std::unique_ptr<Trainable> plain =
+      Train(SparseOptimizerType::kAdam, Options("sequential", 2), examples,
+            Repeat(64, 4));
+  Trainable scaled(SparseOptimizerType::kAdam);
+  PipelineHandover handover;
+  handover.scaler = std::make_shared<GradientScaler>();
+  SequentialTrainPipeline pipeline(scaled.Parts(), 2, std::move(handover));
+  ExampleSource source(examples, Repeat(64, 4));
+  ASSERT_TRUE(TrainAll(pipeline, source).ok());
+  EXPECT_LT(MaxDifference(*plain->model, *scaled.model), kTolerance);
+  EXPECT_EQ(pipeline.gradient_scaler()->skipped_steps(), 0);
+}
+
+TEST(GradientScalingTest, ANonFiniteStepIsSkippedForDenseAndSparseAlike) {
+  Examples examples = MakeExamples(128, 11);
+  // The second batch's dense features overflow: its gradients are NaN.
+  examples.dense.narrow(0, 64, 64).fill_(NAN);
+  std::unique_ptr<Trainable> first_only =
+      Train(SparseOptimizerType::kRowwiseAdagrad, Options("sequential", 1),
+            examples, {64});
+  Tracked tracked(SparseOptimizerType::kRowwiseAdagrad);
+  PipelineHandover handover;
+  handover.scaler = std::make_shared<GradientScaler>();
+  SequentialTrainPipeline pipeline(tracked.Parts(), 1, std::move(handover));
+  ExampleSource source(examples, {64, 64});
+  ASSERT_TRUE(pipeline.Progress(source).ok());
+  tracked.Read("between");
+  ASSERT_TRUE(pipeline.Progress(source).ok());
+  // Nothing changed, nothing recorded, the scale backed off.
+  EXPECT_LT(MaxDifference(*first_only->model, *tracked.trainable.model), 1e-7);
+  for (const auto& [fqn, table] : tracked.Read("between").tables) {
+    EXPECT_EQ(table.ids.numel(), 0) << fqn;
+  }
+  EXPECT_EQ(pipeline.gradient_scaler()->skipped_steps(), 1);
+  EXPECT_EQ(pipeline.gradient_scaler()->scale(), 65536.0 / 2);
+  // Its state round-trips for checkpoints.
+  GradientScaler restored;
+  ASSERT_TRUE(
+      restored.LoadStateTensors(pipeline.gradient_scaler()->StateTensors())
+          .ok());
+  EXPECT_EQ(restored.scale(), 65536.0 / 2);
+}
+
+// Two ranks, a sharded model: every pipeline, with and without
+// accumulation, ends with the plain loop's parameters on every rank.
+#define RANK_OK(expr)                                              \
+  do {                                                             \
+    absl::Status _s = (expr);                                      \
+    if (!_s.ok()) {                                                \
+      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
+      return 3;                                                    \
+    }                                                              \
+  } while (0)
+
+int RunScenario() {
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
+  RANK_OK(group.status());
+  ProcessGroup& pg = **group;
+  // Each rank its own examples; 4 steps of 32 per rank.
+  const Examples examples = MakeExamples(128, 20 + pg.rank());
+  bool sequence = false;
+  auto train = [&](const std::string& name, int k, int64_t micro, int count,
+                   std::unique_ptr<Trainable>& out) -> absl::Status {
+    out =
+        std::make_unique<Trainable>(SparseOptimizerType::kAdam, &pg, sequence);
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+        MakeTrainPipeline(Options(name, k), out->Parts(&pg));
+    if (!pipeline.ok()) return pipeline.status();
+    ExampleSource source(examples, Repeat(micro, count));
+    absl::StatusOr<int> trained = TrainAll(**pipeline, source);
+    if (!trained.ok()) return trained.status();
+    if (*trained != count) return absl::InternalError("batches lost");
+    const PipelineStats stats = (*pipeline)->stats();
+    std::printf("rank %d %s %s K=%d: %lld batches, input dist exposed %s\n",
+                pg.rank(), sequence ? "sequence" : "dlrm", name.c_str(), k,
+                static_cast<long long>(stats.batches),
+                absl::FormatDuration(stats.exposed_input_dist).c_str());
+    return absl::OkStatus();
+  };
+  for (bool sequence_model : {false, true}) {
+    sequence = sequence_model;
+    std::unique_ptr<Trainable> reference;
+    RANK_OK(train("sequential", 1, 32, 4, reference));
+    struct Run {
+      std::string name;
+      int k;
+      int64_t micro;
+      int count;
+    };
+    for (const Run& run :
+         {Run{"base", 1, 32, 4}, Run{"sparse_dist", 1, 32, 4},
+          Run{"sequential", 2, 16, 8}, Run{"sparse_dist", 2, 16, 8},
+          Run{"base", 4, 8, 16}}) {
+      std::unique_ptr<Trainable> trained;
+      RANK_OK(train(run.name, run.k, run.micro, run.count, trained));
+      const double difference =
+          MaxDifference(*reference->model, *trained->model);
+      if (!(difference < kTolerance)) {
+        std::fprintf(stderr, "FAILED: rank %d %s K=%d differs by %g\n",
+                     pg.rank(), run.name.c_str(), run.k, difference);
+        return 4;
+      }
+    }
+  }
+  return 0;
+}
+
+TEST(PipelinesOnTwoRanksTest, EveryPipelineEqualsThePlainLoop) {
+  std::vector<RankResult> results = RunRanks("ranks", 2, absl::Seconds(120));
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_FALSE(results[r].timed_out) << "rank " << r << results[r].output;
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
+                                       << results[r].output;
+  }
+  std::printf("%s", results[0].output.c_str());
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  if (deltastream::testing::ScenarioFromEnv().has_value()) {
+    return deltastream::RunScenario();
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

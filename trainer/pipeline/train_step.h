@@ -1,0 +1,116 @@
+#ifndef DELTASTREAM_TRAINER_PIPELINE_TRAIN_STEP_H_
+#define DELTASTREAM_TRAINER_PIPELINE_TRAIN_STEP_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "trainer/data/batch.h"
+#include "trainer/pipeline/gradient_scaler.h"
+#include "trainer/pipeline/train_pipeline.h"
+
+namespace deltastream {
+
+class ProcessGroup;
+class RecModel;
+struct DistributedBatch;
+
+// Where a pipeline's batches come from: the batches a previous pipeline
+// handed over (PipelineHandover), then the source's.
+class BatchFeed {
+ public:
+  explicit BatchFeed(std::deque<Batch> carried)
+      : carried_(std::move(carried)) {}
+  absl::StatusOr<std::optional<Batch>> Next(BatchSource& source);
+  // Puts `batch` back in front (it is pulled again next).
+  void PushFront(Batch batch) { carried_.push_front(std::move(batch)); }
+  // The carried batches, emptied.
+  std::deque<Batch> Take() { return std::move(carried_); }
+
+ private:
+  std::deque<Batch> carried_;
+};
+
+// The input distribution of `sparse` for each of model's sharded modules,
+// in sharded_modules() order, over `group` (null: each module's own group).
+absl::StatusOr<std::vector<DistributedBatch>> DistributeInputs(
+    RecModel& model, const KeyedJaggedTensor& sparse, ProcessGroup* group);
+
+// The part of a step every pipeline shares, with exact gradient
+// accumulation over `accumulation_steps` (K) micro-batches:
+//   - the first micro-batch of a window zeroes the dense gradients;
+//   - forward, then the loss (mean over the micro-batch) times 1/K, then
+//     backward: dense gradients add up, and the embedding modules (set
+//     accumulating when K > 1, see EmbeddingModule::SetAccumulating) keep
+//     their row gradients and lookups instead of updating rows;
+//   - at the window's end (the K-th micro-batch, or the last one of the
+//     data: the caller says so) the window is applied: gradients rescaled by
+//     K / m for a window of m < K micro-batches, the modules' hooks called
+//     and row gradients applied once (ApplyAccumulated), dense gradients
+//     averaged over the group once (AverageGradients), the dense optimizer
+//     stepped once;
+//   - Tracker::Step() after every micro-batch.
+// Backward through Tracker::Step() runs under the rows reader's update
+// guard. K micro-batches of B then train exactly as one batch of K x B
+// (dense and sparse parameters and optimizer states, to rounding), and
+// the tracker records a window's IDs at its last micro-batch, the batch
+// whose step changes their rows: a consumer reading between micro-batches
+// sees no row changed before it has.
+//
+// Mixed precision (a `scaler`): the forward runs under bf16 autocast on
+// CUDA (on the CPU, where the factory refuses mixed precision, only the
+// scaling applies: what the tests exercise), the loss is multiplied by the
+// scale, the modules always accumulate (so that sparse updates wait for the
+// check), and at the window's end a non-finite dense or sparse gradient
+// skips the whole step: no row, no optimizer state, no dense parameter
+// changes and the tracker records nothing for the window; otherwise
+// gradients are unscaled as they are applied.
+//
+// Not thread-safe: the training thread drives it.
+class TrainStep {
+ public:
+  // `parts` as TrainPipelineParts documents; accumulation_steps >= 1 (the
+  // factory validates). The model's embedding modules are set accumulating
+  // here when K > 1, not accumulating otherwise.
+  TrainStep(TrainPipelineParts parts, int accumulation_steps,
+            std::shared_ptr<GradientScaler> scaler = nullptr);
+
+  // Trains `batch` (on the model's device): `forward` returns its logits.
+  // `ends_window` forces the window's end (the data ends after it).
+  absl::StatusOr<TrainedStep> Train(
+      const Batch& batch,
+      const std::function<absl::StatusOr<at::Tensor>()>& forward,
+      bool ends_window);
+
+  // Micro-batches trained in the open window (0 at a window boundary).
+  int window_position() const { return position_; }
+  // Continues a window another pipeline opened (switching pipelines).
+  void set_window_position(int position) { position_ = position; }
+  // Applies an open window now, as a last partial one (the data ended
+  // without the caller knowing it in time). OK and nothing done at a
+  // boundary.
+  absl::Status Flush();
+
+  const TrainPipelineParts& parts() const { return parts_; }
+  const std::shared_ptr<GradientScaler>& scaler() const { return scaler_; }
+
+ private:
+  // Steps the window's optimizers; `position_` micro-batches were trained.
+  absl::Status ApplyWindow();
+
+  TrainPipelineParts parts_;
+  int accumulation_steps_;
+  std::shared_ptr<GradientScaler> scaler_;
+  // Whether the modules buffer row gradients (K > 1 or a scaler).
+  bool accumulating_;
+  int position_ = 0;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRAINER_PIPELINE_TRAIN_STEP_H_
