@@ -21,8 +21,8 @@
 #include "trainer/pipeline/pipeline_factory.h"
 #include "trainer/rank_batches.h"
 #include "trainer/sharding/sharding_plan.h"
-#include "trainer/trainer_metrics.h"
 #include "trainer/tracking/shard_topology.h"
+#include "trainer/trainer_metrics.h"
 
 namespace deltastream {
 namespace {
@@ -187,14 +187,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   }
   if (trainer->host_ != nullptr) {
     // Topology: every rank's endpoint (through the c10d store) and shards.
-    absl::StatusOr<std::vector<std::string>> endpoints = ExchangeEndpoints(
-        s.group, ReachableAddress(trainer->host_->address()));
+    absl::StatusOr<std::vector<std::string>> endpoints =
+        ExchangeEndpoints(s.group, ReachableAddress(trainer->host_->address()));
     if (!endpoints.ok()) return endpoints.status();
-    ServiceTopology topology = DescribeTopology(
-        s.group != nullptr ? s.group->rank() : 0, WorldSize(s),
-        trainer->model_->sharded_modules(),
-        trainer->model_->embedding_modules(),
-        trainer->tracker_->options().fqns_to_skip);
+    ServiceTopology topology =
+        DescribeTopology(s.group != nullptr ? s.group->rank() : 0, WorldSize(s),
+                         trainer->model_->sharded_modules(),
+                         trainer->model_->embedding_modules(),
+                         trainer->tracker_->options().fqns_to_skip);
     topology.endpoints = *std::move(endpoints);
     trainer->host_->SetTopology(std::move(topology));
   }
@@ -293,6 +293,7 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
   TrainerProgress progress;
   const absl::Time start = absl::Now();
   absl::Time last_line = start, last_save = start;
+  bool save_due = false;
   int64_t examples_at_last_line = 0;
   auto report = [&]() -> absl::Status {
     const absl::Time now = absl::Now();
@@ -366,18 +367,36 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
     }
     const bool save_by_steps =
         s.checkpoint_every_steps > 0 && step_ % s.checkpoint_every_steps == 0;
-    const bool save_by_time =
+    bool save_by_time =
         s.checkpoint_every_seconds > 0 &&
         absl::Now() - last_save >= absl::Seconds(s.checkpoint_every_seconds);
-    if (save_by_steps || save_by_time) {
+    if (s.checkpoint_every_seconds > 0 && s.group != nullptr) {
+      // Saving is a collective: the ranks' clocks must not decide apart.
+      absl::StatusOr<int64_t> none_due =
+          s.group->AllReduceMin(save_by_time ? 0 : 1, "checkpoint.due");
+      if (!none_due.ok()) return none_due.status();
+      save_by_time = *none_due == 0;
+    }
+    save_due = save_due || save_by_steps || save_by_time;
+    // Checkpoints hold applied steps only: with gradient accumulation, the
+    // save waits for the end of the open window.
+    if (save_due && pipeline_->stats().window_position == 0) {
       if (absl::Status status = SaveState(); !status.ok()) return status;
       last_save = absl::Now();
+      save_due = false;
     }
   }
   if (rank_source_ != nullptr) rank_source_->set_stop(nullptr);
   if (stop.load()) log_(absl::StrCat("stop requested at step ", step_));
   if (loss_count_ > 0 || progress.steps_this_run == 0) {
     if (absl::Status status = report(); !status.ok()) return status;
+  }
+  if (const int open = pipeline_->stats().window_position; open > 0) {
+    log_(absl::StrFormat(
+        "warning: the run ends inside an accumulation window (%d of its "
+        "micro-batches trained, not applied): the final checkpoint counts "
+        "their steps but its model does not hold them",
+        open));
   }
   if (absl::Status status = SaveState(); !status.ok()) return status;
   if (host_ != nullptr && settings_.drain_seconds > 0) {
