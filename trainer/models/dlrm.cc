@@ -28,35 +28,14 @@ absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(DlrmConfig config) {
       !status.ok()) {
     return status;
   }
-  EmbeddingModuleOptions options;
-  options.path = "sparse_arch.embedding_bag_collection";
-  options.tables = config.tables;
-  options.optimizer = config.sparse_optimizer;
-  options.device = config.device;
-  options.seed = config.seed;
-  std::unique_ptr<EmbeddingBagCollection> unsharded;
-  std::unique_ptr<ShardedEmbeddingBagCollection> sharded;
-  if (config.group == nullptr) {
-    absl::StatusOr<std::unique_ptr<EmbeddingBagCollection>> made =
-        EmbeddingBagCollection::Create(std::move(options));
-    if (!made.ok()) return made.status();
-    unsharded = *std::move(made);
-  } else {
-    ShardedModuleOptions sharded_options;
-    sharded_options.module = std::move(options);
-    sharded_options.plan = config.plan;
-    absl::StatusOr<std::unique_ptr<ShardedEmbeddingBagCollection>> made =
-        ShardedEmbeddingBagCollection::Create(std::move(sharded_options),
-                                              config.group);
-    if (!made.ok()) return made.status();
-    sharded = *std::move(made);
-  }
+  absl::StatusOr<Embeddings> arch =
+      Embeddings::Create("sparse_arch.embedding_bag_collection", config);
+  if (!arch.ok()) return arch.status();
   std::unique_ptr<Dlrm> model(new Dlrm(std::move(config)));
-  model->ebc_ = std::move(unsharded);
-  model->sharded_ebc_ = std::move(sharded);
+  model->ebc_ = *std::move(arch);
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     const int64_t features =
-        static_cast<int64_t>(model->feature_names().size());
+        static_cast<int64_t>(model->ebc_.feature_names().size());
     model->num_features_ = features;
     model->dense_ = std::make_shared<Dense>(model->config_, features);
     // From a local generator (the global one is not reseeded), on the CPU,
@@ -79,27 +58,17 @@ absl::StatusOr<at::Tensor> Dlrm::Forward(const Batch& batch) {
 
 absl::StatusOr<at::Tensor> Dlrm::ForwardDistributed(
     const Batch& batch, absl::Span<const DistributedBatch> distributed) {
-  if (sharded_ebc_ == nullptr || distributed.size() != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ForwardDistributed needs a sharded model and one distributed input "
-        "per sharded module (1), got ",
-        sharded_ebc_ == nullptr ? "an unsharded model" : "another count: ",
-        sharded_ebc_ == nullptr ? 0 : distributed.size()));
-  }
-  return ForwardFrom(batch, &distributed[0]);
+  return ForwardFrom(batch, &distributed);
 }
 
 absl::StatusOr<at::Tensor> Dlrm::ForwardFrom(
-    const Batch& batch, const DistributedBatch* distributed) {
+    const Batch& batch, const absl::Span<const DistributedBatch>* distributed) {
   if (absl::Status status =
           ValidateBatch(batch, config_.num_dense, config_.device);
       !status.ok()) {
     return status;
   }
-  absl::StatusOr<KeyedTensor> pooled =
-      distributed != nullptr ? sharded_ebc_->ComputeAndDistribute(*distributed)
-      : sharded_ebc_ != nullptr ? sharded_ebc_->Forward(batch.sparse)
-                                : ebc_->Forward(batch.sparse);
+  absl::StatusOr<KeyedTensor> pooled = ebc_.Forward(batch.sparse, distributed);
   if (!pooled.ok()) return pooled.status();
   return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
     const int64_t b = batch.dense.size(0);
@@ -121,19 +90,11 @@ absl::StatusOr<at::Tensor> Dlrm::ForwardFrom(
 }
 
 std::vector<EmbeddingModule*> Dlrm::embedding_modules() {
-  if (ebc_ != nullptr) return {ebc_.get()};
-  if (sharded_ebc_->local_module() == nullptr) return {};
-  return {sharded_ebc_->local_module()};
+  return ebc_.modules();
 }
 
 std::vector<ShardedEmbeddingModule*> Dlrm::sharded_modules() {
-  if (sharded_ebc_ == nullptr) return {};
-  return {sharded_ebc_.get()};
-}
-
-const std::vector<std::string>& Dlrm::feature_names() const {
-  return ebc_ != nullptr ? ebc_->feature_names()
-                         : sharded_ebc_->feature_names();
+  return ebc_.sharded_modules();
 }
 
 torch::nn::Module& Dlrm::dense() { return *dense_; }

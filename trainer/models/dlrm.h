@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/models/embedding_arch.h"
 #include "trainer/models/model.h"
 #include "trainer/modules/embedding_config.h"
 #include "trainer/modules/embedding_modules.h"
@@ -41,19 +42,18 @@ class Dlrm : public RecModel {
   c10::Device device() const override { return config_.device; }
 
  private:
-  // The embedding module's features, in its order.
-  const std::vector<std::string>& feature_names() const;
   struct Dense;
   // Forward with the input distribution done (`distributed`, sharded) or
   // done inside (null).
-  absl::StatusOr<at::Tensor> ForwardFrom(const Batch& batch,
-                                         const DistributedBatch* distributed);
+  absl::StatusOr<at::Tensor> ForwardFrom(
+      const Batch& batch,
+      const absl::Span<const DistributedBatch>* distributed);
   explicit Dlrm(DlrmConfig config);
 
   DlrmConfig config_;
-  // Exactly one of these: unsharded, or sharded over config_.group.
-  std::unique_ptr<EmbeddingBagCollection> ebc_;
-  std::unique_ptr<ShardedEmbeddingBagCollection> sharded_ebc_;
+  using Embeddings =
+      EmbeddingArch<EmbeddingBagCollection, ShardedEmbeddingBagCollection>;
+  Embeddings ebc_;
   std::shared_ptr<Dense> dense_;
   int64_t num_features_ = 0;      // F, the EBC's features
   at::Tensor interaction_index_;  // flat (i, j), i < j, of [F+1, F+1]

@@ -29,35 +29,15 @@ absl::StatusOr<std::unique_ptr<SequenceModel>> SequenceModel::Create(
       !status.ok()) {
     return status;
   }
-  EmbeddingModuleOptions options;
-  options.path = "sequence_arch.embedding_collection";
-  options.tables = config.tables;
-  options.optimizer = config.sparse_optimizer;
-  options.device = config.device;
-  options.seed = config.seed;
-  std::unique_ptr<EmbeddingCollection> unsharded;
-  std::unique_ptr<ShardedEmbeddingCollection> sharded;
-  if (config.group == nullptr) {
-    absl::StatusOr<std::unique_ptr<EmbeddingCollection>> made =
-        EmbeddingCollection::Create(std::move(options));
-    if (!made.ok()) return made.status();
-    unsharded = *std::move(made);
-  } else {
-    ShardedModuleOptions sharded_options;
-    sharded_options.module = std::move(options);
-    sharded_options.plan = config.plan;
-    absl::StatusOr<std::unique_ptr<ShardedEmbeddingCollection>> made =
-        ShardedEmbeddingCollection::Create(std::move(sharded_options),
-                                           config.group);
-    if (!made.ok()) return made.status();
-    sharded = *std::move(made);
-  }
+  absl::StatusOr<Embeddings> arch =
+      Embeddings::Create("sequence_arch.embedding_collection", config);
+  if (!arch.ok()) return arch.status();
   std::unique_ptr<SequenceModel> model(new SequenceModel(std::move(config)));
-  model->ec_ = std::move(unsharded);
-  model->sharded_ec_ = std::move(sharded);
+  model->ec_ = *std::move(arch);
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     model->dense_ = std::make_shared<Dense>(
-        model->config_, static_cast<int64_t>(model->feature_names().size()));
+        model->config_,
+        static_cast<int64_t>(model->ec_.feature_names().size()));
     // From a local generator (the global one is not reseeded), on the CPU,
     // so every device starts from the same parameters.
     InitializeLinearLayers(*model->dense_,
@@ -75,27 +55,18 @@ absl::StatusOr<at::Tensor> SequenceModel::Forward(const Batch& batch) {
 
 absl::StatusOr<at::Tensor> SequenceModel::ForwardDistributed(
     const Batch& batch, absl::Span<const DistributedBatch> distributed) {
-  if (sharded_ec_ == nullptr || distributed.size() != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ForwardDistributed needs a sharded model and one distributed input "
-        "per sharded module (1), got ",
-        sharded_ec_ == nullptr ? "an unsharded model" : "another count: ",
-        sharded_ec_ == nullptr ? 0 : distributed.size()));
-  }
-  return ForwardFrom(batch, &distributed[0]);
+  return ForwardFrom(batch, &distributed);
 }
 
 absl::StatusOr<at::Tensor> SequenceModel::ForwardFrom(
-    const Batch& batch, const DistributedBatch* distributed) {
+    const Batch& batch, const absl::Span<const DistributedBatch>* distributed) {
   if (absl::Status status =
           ValidateBatch(batch, config_.num_dense, config_.device);
       !status.ok()) {
     return status;
   }
   absl::StatusOr<FeatureDict> sequences =
-      distributed != nullptr   ? sharded_ec_->ComputeAndDistribute(*distributed)
-      : sharded_ec_ != nullptr ? sharded_ec_->Forward(batch.sparse)
-                               : ec_->Forward(batch.sparse);
+      ec_.Forward(batch.sparse, distributed);
   if (!sequences.ok()) return sequences.status();
   return CatchTorchErrors([&]() -> absl::StatusOr<at::Tensor> {
     // [B, D]: the dense vector, also every feature's attention query.
@@ -114,18 +85,11 @@ absl::StatusOr<at::Tensor> SequenceModel::ForwardFrom(
 }
 
 std::vector<EmbeddingModule*> SequenceModel::embedding_modules() {
-  if (ec_ != nullptr) return {ec_.get()};
-  if (sharded_ec_->local_module() == nullptr) return {};
-  return {sharded_ec_->local_module()};
+  return ec_.modules();
 }
 
 std::vector<ShardedEmbeddingModule*> SequenceModel::sharded_modules() {
-  if (sharded_ec_ == nullptr) return {};
-  return {sharded_ec_.get()};
-}
-
-const std::vector<std::string>& SequenceModel::feature_names() const {
-  return ec_ != nullptr ? ec_->feature_names() : sharded_ec_->feature_names();
+  return ec_.sharded_modules();
 }
 
 torch::nn::Module& SequenceModel::dense() { return *dense_; }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainer/models/embedding_arch.h"
 #include "trainer/models/model.h"
 #include "trainer/modules/embedding_config.h"
 #include "trainer/modules/embedding_modules.h"
@@ -42,19 +43,18 @@ class SequenceModel : public RecModel {
   c10::Device device() const override { return config_.device; }
 
  private:
-  // The embedding module's features, in its order.
-  const std::vector<std::string>& feature_names() const;
   struct Dense;
   // Forward with the input distribution done (`distributed`, sharded) or
   // done inside (null).
-  absl::StatusOr<at::Tensor> ForwardFrom(const Batch& batch,
-                                         const DistributedBatch* distributed);
+  absl::StatusOr<at::Tensor> ForwardFrom(
+      const Batch& batch,
+      const absl::Span<const DistributedBatch>* distributed);
   explicit SequenceModel(SequenceModelConfig config);
 
   SequenceModelConfig config_;
-  // Exactly one of these: unsharded, or sharded over config_.group.
-  std::unique_ptr<EmbeddingCollection> ec_;
-  std::unique_ptr<ShardedEmbeddingCollection> sharded_ec_;
+  using Embeddings =
+      EmbeddingArch<EmbeddingCollection, ShardedEmbeddingCollection>;
+  Embeddings ec_;
   std::shared_ptr<Dense> dense_;
 };
 
