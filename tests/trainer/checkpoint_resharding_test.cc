@@ -44,6 +44,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::deltastream::testing::CheckKnownStates;
 using ::deltastream::testing::CheckpointTables;
+using ::deltastream::testing::ExpectRanksPassed;
 using ::deltastream::testing::GlobalWeight;
 using ::deltastream::testing::MakeCheckpointModel;
 using ::deltastream::testing::RankResult;
@@ -157,15 +158,6 @@ std::unique_ptr<torch::optim::Optimizer> DenseAdam(RecModel& model) {
                                               torch::optim::AdamOptions(0.01));
 }
 
-#define RANK_OK(expr)                                              \
-  do {                                                             \
-    const absl::Status& _s = (expr);                               \
-    if (!_s.ok()) {                                                \
-      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
-      return 3;                                                    \
-    }                                                              \
-  } while (0)
-
 int RunScenario(const std::string& scenario) {
   absl::Duration timeout = absl::Seconds(30);
   if (const char* t = std::getenv("TEST_COLLECTIVE_TIMEOUT_S")) {
@@ -229,14 +221,6 @@ int RunScenario(const std::string& scenario) {
   return 0;
 }
 
-void ExpectAllPassed(const std::vector<RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_FALSE(results[r].timed_out) << "rank " << r << results[r].output;
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
-                                       << results[r].output;
-  }
-}
-
 std::set<std::string> Keys(const std::string& file) {
   std::set<std::string> keys;
   absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
@@ -250,7 +234,7 @@ std::set<std::string> Keys(const std::string& file) {
 
 TEST(CheckpointReshardingTest, SavedByTwoRanksRestoresUnderAnyLayout) {
   const std::string dir = FreshDir("resharding");
-  ExpectAllPassed(
+  ExpectRanksPassed(
       RunRanks("save", 2, absl::Seconds(120), {{"CHECKPOINT_DIR", dir}}));
   const std::string checkpoint =
       absl::StrCat(dir, "/adagrad/checkpoint-000000000007");
@@ -271,10 +255,10 @@ TEST(CheckpointReshardingTest, SavedByTwoRanksRestoresUnderAnyLayout) {
   EXPECT_EQ(rank1.count(fqn + ".t3.weight"), 1u);
   EXPECT_EQ(rank1.count("dense_optimizer"), 0u);
 
-  ExpectAllPassed(RunRanks("load", 4, absl::Seconds(120),
-                           {{"CHECKPOINT_DIR", dir}, {"PLAN", "four"}}));
-  ExpectAllPassed(RunRanks("load", 2, absl::Seconds(120),
-                           {{"CHECKPOINT_DIR", dir}, {"PLAN", "other"}}));
+  ExpectRanksPassed(RunRanks("load", 4, absl::Seconds(120),
+                             {{"CHECKPOINT_DIR", dir}, {"PLAN", "four"}}));
+  ExpectRanksPassed(RunRanks("load", 2, absl::Seconds(120),
+                             {{"CHECKPOINT_DIR", dir}, {"PLAN", "other"}}));
 
   // One unsharded process.
   for (const auto& [name, optimizer] : Optimizers()) {
@@ -312,10 +296,10 @@ TEST(CheckpointReshardingTest, SavedByTwoRanksRestoresUnderAnyLayout) {
 
 TEST(CheckpointReshardingTest, TrainingContinuesUnderFourRanksAsUninterrupted) {
   const std::string dir = FreshDir("continue");
-  ExpectAllPassed(
+  ExpectRanksPassed(
       RunRanks("train", 2, absl::Seconds(120), {{"CHECKPOINT_DIR", dir}}));
-  ExpectAllPassed(RunRanks("resume", 4, absl::Seconds(120),
-                           {{"CHECKPOINT_DIR", dir}, {"PLAN", "four"}}));
+  ExpectRanksPassed(RunRanks("resume", 4, absl::Seconds(120),
+                             {{"CHECKPOINT_DIR", dir}, {"PLAN", "four"}}));
   // One process, four steps without a break.
   absl::StatusOr<std::unique_ptr<Dlrm>> reference =
       MakeCheckpointModel(SparseOptimizerType::kAdagrad, 1);

@@ -23,12 +23,13 @@
 namespace deltastream {
 namespace {
 
+using ::deltastream::testing::ExpectRanksPassed;
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
 
 // Scenario exit codes.
 constexpr int kMismatch = 2;
-constexpr int kCollectiveFailed = 3;
+constexpr int kCollectiveFailed = 3;  // RANK_OK's
 
 #define RANK_CHECK(cond)                                               \
   do {                                                                 \
@@ -37,15 +38,6 @@ constexpr int kCollectiveFailed = 3;
                    __LINE__);                                          \
       return kMismatch;                                                \
     }                                                                  \
-  } while (0)
-
-#define RANK_OK(expr)                                              \
-  do {                                                             \
-    absl::Status _s = (expr);                                      \
-    if (!_s.ok()) {                                                \
-      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
-      return kCollectiveFailed;                                    \
-    }                                                              \
   } while (0)
 
 // Every collective against values each rank can predict.
@@ -162,20 +154,12 @@ int RunScenario(const std::string& scenario) {
   return 1;
 }
 
-void ExpectAllPassed(const std::vector<RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_FALSE(results[r].timed_out) << "rank " << r;
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
-                                       << results[r].output;
-  }
-}
-
 TEST(ProcessGroupTest, CollectivesOnTwoRanks) {
-  ExpectAllPassed(RunRanks("collectives", 2, absl::Seconds(60)));
+  ExpectRanksPassed(RunRanks("collectives", 2, absl::Seconds(60)));
 }
 
 TEST(ProcessGroupTest, CollectivesOnFourRanks) {
-  ExpectAllPassed(RunRanks("collectives", 4, absl::Seconds(60)));
+  ExpectRanksPassed(RunRanks("collectives", 4, absl::Seconds(60)));
 }
 
 TEST(ProcessGroupTest, CollectivesUnderTorchrunAgentStore) {
@@ -189,10 +173,10 @@ TEST(ProcessGroupTest, CollectivesUnderTorchrunAgentStore) {
       ProcessGroup::Create(agent);
   ASSERT_TRUE(host.ok()) << host.status();
   // The launcher picks its own port: point it at ours.
-  ExpectAllPassed(RunRanks("collectives", 2, absl::Seconds(60),
-                           {{"TORCHELASTIC_USE_AGENT_STORE", "True"},
-                            {"TORCHELASTIC_RESTART_COUNT", "3"},
-                            {"MASTER_PORT", std::to_string(port)}}));
+  ExpectRanksPassed(RunRanks("collectives", 2, absl::Seconds(60),
+                             {{"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                              {"TORCHELASTIC_RESTART_COUNT", "3"},
+                              {"MASTER_PORT", std::to_string(port)}}));
 }
 
 // A dead or hung rank: every other rank exits within 2 x timeout (plus
@@ -328,10 +312,6 @@ TEST(ProcessGroupTest, RejectsBadSplits) {
 }  // namespace deltastream
 
 int main(int argc, char** argv) {
-  if (std::optional<std::string> scenario =
-          deltastream::testing::ScenarioFromEnv()) {
-    return deltastream::RunScenario(*scenario);
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return deltastream::testing::RankTestMain(argc, argv,
+                                            deltastream::RunScenario);
 }

@@ -1,6 +1,7 @@
 #include "tests/trainer/comm/rank_launcher.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -122,6 +123,24 @@ std::vector<RankResult> RunRanks(
     std::remove(logs[rank].c_str());
   }
   return results;
+}
+
+void ExpectRanksPassed(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_FALSE(results[r].timed_out) << "rank " << r << results[r].output;
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
+                                       << results[r].output;
+  }
+  if (!results.empty()) std::printf("%s", results[0].output.c_str());
+}
+
+int RankTestMain(int argc, char** argv,
+                 int (*run_scenario)(const std::string& scenario)) {
+  if (std::optional<std::string> scenario = ScenarioFromEnv()) {
+    return run_scenario(*scenario);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }
 
 }  // namespace testing

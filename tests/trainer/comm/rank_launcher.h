@@ -39,13 +39,23 @@ std::optional<std::string> ScenarioFromEnv();
 // A TCP port that was free a moment ago on 127.0.0.1.
 int FreePort();
 
+// GoogleTest expectations that every rank exited 0 within its time (each
+// failure shows the rank's output); prints rank 0's output.
+void ExpectRanksPassed(const std::vector<RankResult>& results);
+
+// A multi-process test's main(): runs `run_scenario` when this process was
+// started as a rank (its return value is the rank's exit code), else the
+// tests.
+int RankTestMain(int argc, char** argv,
+                 int (*run_scenario)(const std::string& scenario));
+
 }  // namespace testing
 }  // namespace deltastream
 
 // In a rank's scenario (which returns its exit code): return 2 with a
 // "MISMATCH" line on stderr unless `cond`, or 3 with a "FAILED" line unless
 // the absl::Status `expr` is ok.
-#define RANK_ASSERT(cond, ...)                         \
+#define RANK_EXPECT(cond, ...)                         \
   do {                                                 \
     if (!(cond)) {                                     \
       std::fprintf(stderr, "MISMATCH %s: %s\n", #cond, \
@@ -53,7 +63,7 @@ int FreePort();
       return 2;                                        \
     }                                                  \
   } while (false)
-#define RANK_ASSERT_OK(expr)                                       \
+#define RANK_OK(expr)                                              \
   do {                                                             \
     absl::Status _s = (expr);                                      \
     if (!_s.ok()) {                                                \

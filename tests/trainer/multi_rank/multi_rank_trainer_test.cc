@@ -34,6 +34,7 @@
 #include "absl/strings/str_split.h"
 #include "base/file_io.h"
 #include "tests/trainer/comm/rank_launcher.h"
+#include "tests/trainer/sharding/table_configs.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/config.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
@@ -43,6 +44,8 @@
 namespace deltastream {
 namespace {
 
+using ::deltastream::testing::ExpectRanksPassed;
+using ::deltastream::testing::PlanOfKind;
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
 
@@ -77,39 +80,6 @@ log_every_steps: 10
 )");
 }
 
-v1::ShardingPlan Plan(const std::string& name,
-                      const std::vector<EmbeddingTableConfig>& tables,
-                      int world) {
-  std::vector<int> all;
-  for (int r = 0; r < world; ++r) all.push_back(r);
-  v1::ShardingPlan plan;
-  plan.set_world_size(world);
-  for (size_t t = 0; t < tables.size(); ++t) {
-    const EmbeddingTableConfig& table = tables[t];
-    v1::TablePlan* p = plan.add_tables();
-    if (name == "table_wise") {
-      *p = TableWisePlan(table, static_cast<int>((t + 1) % world));
-    } else if (name == "row_wise") {
-      *p = RowWisePlan(table, world);
-    } else if (name == "column_wise") {
-      *p = ColumnWisePlan(table, all);
-    } else if (name == "table_row_wise") {
-      *p = TableRowWisePlan(table, all);
-    } else if (name == "data_parallel") {
-      *p = DataParallelPlan(table, world);
-    } else if (t == 0) {  // mixed
-      *p = RowWisePlan(table, world);
-    } else if (t == 1) {
-      *p = ColumnWisePlan(table, {world - 1, 0});
-    } else if (t == 2) {
-      *p = DataParallelPlan(table, world);
-    } else {
-      *p = TableWisePlan(table, world - 1);
-    }
-  }
-  return plan;
-}
-
 double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
   if (!a.sizes().equals(b.sizes())) return 1e30;
   if (a.numel() == 0) return 0;
@@ -142,32 +112,33 @@ int RunCase(ProcessGroup& group, const std::string& name) {
 
   absl::StatusOr<std::unique_ptr<Trainer>> reference =
       MakeTrainer(Config(kind, optimizer, world * kBatch), nullptr, "");
-  RANK_ASSERT_OK(reference.status());
+  RANK_OK(reference.status());
   absl::StatusOr<TrainerProgress> expected = (*reference)->Run(stop, kSteps);
-  RANK_ASSERT_OK(expected.status());
+  RANK_OK(expected.status());
 
   const std::string plan_path =
       absl::StrCat(std::getenv("TEST_TMPDIR"), "/plan-", me, ".txt");
-  RANK_ASSERT_OK(WriteShardingPlan(
-      Plan(plan_name, (*reference)->settings().tables, world), plan_path));
+  RANK_OK(WriteShardingPlan(
+      PlanOfKind(plan_name, (*reference)->settings().tables, world),
+      plan_path));
   absl::StatusOr<std::unique_ptr<Trainer>> sharded =
       MakeTrainer(Config(kind, optimizer, kBatch), &group, plan_path);
-  RANK_ASSERT_OK(sharded.status());
+  RANK_OK(sharded.status());
   absl::StatusOr<TrainerProgress> got = (*sharded)->Run(stop, kSteps);
-  RANK_ASSERT_OK(got.status());
+  RANK_OK(got.status());
 
   double worst = 0;
   auto check = [&](double diff, const std::string& what) {
     worst = std::max(worst, diff);
     return diff <= kTolerance;
   };
-  RANK_ASSERT(got->step == kSteps &&
+  RANK_EXPECT(got->step == kSteps &&
                   got->examples_this_run == expected->examples_this_run,
               name, " trained ", got->step, " steps of ",
               got->examples_this_run, " examples");
-  RANK_ASSERT(check(std::abs(got->loss - expected->loss), "loss"), name,
+  RANK_EXPECT(check(std::abs(got->loss - expected->loss), "loss"), name,
               " loss ", got->loss, " vs ", expected->loss);
-  RANK_ASSERT(check(std::abs(*got->eval_auc - *expected->eval_auc), "auc"),
+  RANK_EXPECT(check(std::abs(*got->eval_auc - *expected->eval_auc), "auc"),
               name, " auc ", *got->eval_auc, " vs ", *expected->eval_auc);
 
   std::map<std::string, at::Tensor> dense;
@@ -175,7 +146,7 @@ int RunCase(ProcessGroup& group, const std::string& name) {
     dense[item.key()] = item.value();
   }
   for (const auto& item : (*sharded)->model().dense().named_parameters()) {
-    RANK_ASSERT(check(MaxDiff(item.value(), dense[item.key()]), item.key()),
+    RANK_EXPECT(check(MaxDiff(item.value(), dense[item.key()]), item.key()),
                 name, " dense ", item.key(), " differs by ",
                 MaxDiff(item.value(), dense[item.key()]));
   }
@@ -194,7 +165,7 @@ int RunCase(ProcessGroup& group, const std::string& name) {
     for (const char* state : {"weight", "momentum1", "momentum2", "step"}) {
       const std::string key = absl::StrCat(shard.table, ".", state);
       if (tables.count(key) == 0) continue;
-      RANK_ASSERT(local.count(key) > 0, name, " no local ", key);
+      RANK_EXPECT(local.count(key) > 0, name, " no local ", key);
       at::Tensor want = tables[key];
       if (want.dim() == 2) {
         want = want.narrow(0, shard.row_offset, shard.rows);
@@ -207,12 +178,12 @@ int RunCase(ProcessGroup& group, const std::string& name) {
       // compare the moments and weights only.
       if (std::string(state) == "step") continue;
       const double diff = MaxDiff(local[key], want);
-      RANK_ASSERT(check(diff, key), name, " ", key, " differs by ", diff,
+      RANK_EXPECT(check(diff, key), name, " ", key, " differs by ", diff,
                   " after ", kSteps, " steps");
       ++compared;
     }
   }
-  RANK_ASSERT(module.local_shards().empty() || compared > 0, name,
+  RANK_EXPECT(module.local_shards().empty() || compared > 0, name,
               " compared no state");
   std::printf("rank %d %s: loss %.6f auc %.6f, max difference %g\n", me,
               name.c_str(), got->loss, *got->eval_auc, worst);
@@ -237,42 +208,33 @@ int RunReshard(ProcessGroup& group, const std::string& plan_name,
                    group.rank(), ".txt");
   absl::StatusOr<v1::TrainerConfig> config =
       ParseTrainerConfig(ReshardConfig(world));
-  RANK_ASSERT_OK(config.status());
+  RANK_OK(config.status());
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
-  RANK_ASSERT_OK(settings.status());
-  RANK_ASSERT_OK(
-      WriteShardingPlan(Plan(plan_name, settings->tables, world), plan_path));
+  RANK_OK(settings.status());
+  RANK_OK(WriteShardingPlan(PlanOfKind(plan_name, settings->tables, world),
+                            plan_path));
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       MakeTrainer(ReshardConfig(world), &group, plan_path, dir);
-  RANK_ASSERT_OK(trainer.status());
+  RANK_OK(trainer.status());
   const std::atomic<bool> stop{false};
-  RANK_ASSERT_OK((*trainer)->Run(stop, steps).status());
+  RANK_OK((*trainer)->Run(stop, steps).status());
   return 0;
 }
 
 int RunScenario(const std::string& scenario) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
-  RANK_ASSERT_OK(group.status());
+  RANK_OK(group.status());
   if (absl::StartsWith(scenario, "reshard:")) {
     const std::vector<std::string> parts = absl::StrSplit(scenario, ':');
     int64_t steps = 0;
-    RANK_ASSERT(absl::SimpleAtoi(parts[2], &steps), scenario);
+    RANK_EXPECT(absl::SimpleAtoi(parts[2], &steps), scenario);
     return RunReshard(**group, parts[1], steps);
   }
   for (absl::string_view name : absl::StrSplit(scenario, ',')) {
     if (int rc = RunCase(**group, std::string(name)); rc != 0) return rc;
   }
   return 0;
-}
-
-void ExpectAllPassed(const std::vector<RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_FALSE(results[r].timed_out) << "rank " << r << results[r].output;
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
-                                       << results[r].output;
-  }
-  std::printf("%s", results[0].output.c_str());
 }
 
 constexpr char kPooledCases[] =
@@ -283,13 +245,13 @@ constexpr char kSequenceCases[] =
     "sequence/row_wise/adagrad,sequence/mixed/adam";
 
 TEST(MultiRankTrainerTest, TwoRanksTrainAsOneProcess) {
-  ExpectAllPassed(RunRanks(absl::StrCat(kPooledCases, ",", kSequenceCases), 2,
-                           absl::Seconds(240)));
+  ExpectRanksPassed(RunRanks(absl::StrCat(kPooledCases, ",", kSequenceCases), 2,
+                             absl::Seconds(240)));
 }
 
 TEST(MultiRankTrainerTest, FourRanksTrainAsOneProcess) {
-  ExpectAllPassed(RunRanks(absl::StrCat(kPooledCases, ",", kSequenceCases), 4,
-                           absl::Seconds(240)));
+  ExpectRanksPassed(RunRanks(absl::StrCat(kPooledCases, ",", kSequenceCases), 4,
+                             absl::Seconds(240)));
 }
 
 // A model checkpointed under 2 ranks (a mixed plan), continued under 4 (all
@@ -298,10 +260,10 @@ TEST(MultiRankTrainerTest, FourRanksTrainAsOneProcess) {
 // the tolerance at the end.
 TEST(MultiRankTrainerTest, CheckpointsReshardAcrossWorldSizes) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/reshard");
-  ExpectAllPassed(RunRanks("reshard:mixed:8", 2, absl::Seconds(120),
-                           {{"RESHARD_DIR", dir}}));
-  ExpectAllPassed(RunRanks("reshard:row_wise:6", 4, absl::Seconds(120),
-                           {{"RESHARD_DIR", dir}}));
+  ExpectRanksPassed(RunRanks("reshard:mixed:8", 2, absl::Seconds(120),
+                             {{"RESHARD_DIR", dir}}));
+  ExpectRanksPassed(RunRanks("reshard:row_wise:6", 4, absl::Seconds(120),
+                             {{"RESHARD_DIR", dir}}));
   const std::atomic<bool> stop{false};
   absl::StatusOr<std::unique_ptr<Trainer>> resumed =
       MakeTrainer(ReshardConfig(1), nullptr, "", dir);
@@ -342,10 +304,6 @@ TEST(MultiRankTrainerTest, CheckpointsReshardAcrossWorldSizes) {
 }  // namespace deltastream
 
 int main(int argc, char** argv) {
-  if (std::optional<std::string> scenario =
-          deltastream::testing::ScenarioFromEnv()) {
-    return deltastream::RunScenario(*scenario);
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return deltastream::testing::RankTestMain(argc, argv,
+                                            deltastream::RunScenario);
 }

@@ -41,6 +41,7 @@
 namespace deltastream {
 namespace {
 
+using ::deltastream::testing::ExpectRanksPassed;
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
 
@@ -183,13 +184,13 @@ int RunCase(ProcessGroup& group, const std::string& name) {
 
   absl::StatusOr<std::unique_ptr<Trainer>> reference =
       MakeTrainer(Config(kind, mode, 2 * kBatch, false), nullptr, "");
-  RANK_ASSERT_OK(StatusOf(reference));
+  RANK_OK(StatusOf(reference));
   EmbeddingModule& whole = *(*reference)->model().embedding_modules().at(0);
   std::map<std::string, at::Tensor> initial, final_rows;
   for (const auto& [state, tensor] : whole.StateTensors()) {
     initial[state] = tensor.clone();
   }
-  RANK_ASSERT_OK(StatusOf((*reference)->Run(stop, kSteps)));
+  RANK_OK(StatusOf((*reference)->Run(stop, kSteps)));
   for (const auto& [state, tensor] : whole.StateTensors()) {
     final_rows[state] = tensor;
   }
@@ -197,17 +198,17 @@ int RunCase(ProcessGroup& group, const std::string& name) {
   everything.consumer = "default";
   absl::StatusOr<Delta> expected =
       (*reference)->tracker()->GetDelta(everything);
-  RANK_ASSERT_OK(StatusOf(expected));
+  RANK_OK(StatusOf(expected));
 
   const bool pooled = kind == "dlrm";
   const std::string plan_path =
       absl::StrCat(std::getenv("TEST_TMPDIR"), "/plan-", me, ".txt");
-  RANK_ASSERT_OK(WriteShardingPlan(
-      MixedPlan((*reference)->settings().tables, pooled), plan_path));
+  RANK_OK(WriteShardingPlan(MixedPlan((*reference)->settings().tables, pooled),
+                            plan_path));
   absl::StatusOr<std::unique_ptr<Trainer>> sharded =
       MakeTrainer(Config(kind, mode, kBatch, true), &group, plan_path);
-  RANK_ASSERT_OK(StatusOf(sharded));
-  RANK_ASSERT_OK(StatusOf((*sharded)->Run(stop, kSteps)));
+  RANK_OK(StatusOf(sharded));
+  RANK_OK(StatusOf((*sharded)->Run(stop, kSteps)));
   ShardedEmbeddingModule& module = *(*sharded)->model().sharded_modules().at(0);
 
   std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
@@ -216,10 +217,10 @@ int RunCase(ProcessGroup& group, const std::string& name) {
       v1::DeltaTracker::NewStub(channel);
   absl::StatusOr<std::map<std::string, ServedTable>> served =
       ReadDelta(*stub, /*all_rows=*/false);
-  RANK_ASSERT_OK(StatusOf(served));
+  RANK_OK(StatusOf(served));
   absl::StatusOr<std::map<std::string, ServedTable>> whole_shards =
       ReadDelta(*stub, /*all_rows=*/true);
-  RANK_ASSERT_OK(StatusOf(whole_shards));
+  RANK_OK(StatusOf(whole_shards));
 
   int checked = 0;
   for (const EmbeddingShard& shard : module.local_shards()) {
@@ -233,49 +234,49 @@ int RunCase(ProcessGroup& group, const std::string& name) {
       return table.index_select(0, ids).narrow(1, shard.col_offset, shard.cols);
     };
     // Changed rows.
-    RANK_ASSERT(served->count(fqn) > 0, name, " rank ", me, " served no ", fqn);
+    RANK_EXPECT(served->count(fqn) > 0, name, " rank ", me, " served no ", fqn);
     const ServedTable& got = served->at(fqn);
     const at::Tensor want_all = expected->tables.at(fqn).ids;
     const at::Tensor in_shard =
         want_all.masked_select((want_all >= shard.row_offset) &
                                (want_all < shard.row_offset + shard.rows));
     if (shard.sharding_type == v1::DATA_PARALLEL) {
-      RANK_ASSERT(at::isin(got.ids, in_shard).all().item<bool>(), name, " ",
+      RANK_EXPECT(at::isin(got.ids, in_shard).all().item<bool>(), name, " ",
                   fqn, " serves IDs the one-process trainer did not change");
     } else {
-      RANK_ASSERT(got.ids.equal(in_shard), name, " rank ", me, " ", fqn,
+      RANK_EXPECT(got.ids.equal(in_shard), name, " rank ", me, " ", fqn,
                   " served IDs ", got.ids.numel(), " vs ", in_shard.numel(),
                   " expected in rows [", shard.row_offset, ", ",
                   shard.row_offset + shard.rows, ")");
     }
-    RANK_ASSERT(got.ids.numel() > 0, name, " ", fqn, " changed no row");
-    RANK_ASSERT(got.col_offset == (column_wise ? shard.col_offset : 0) &&
+    RANK_EXPECT(got.ids.numel() > 0, name, " ", fqn, " changed no row");
+    RANK_EXPECT(got.col_offset == (column_wise ? shard.col_offset : 0) &&
                     got.table_cols == (column_wise ? table_cols : 0),
                 name, " ", fqn, " chunks say columns from ", got.col_offset,
                 " of ", got.table_cols);
     const std::string weight = absl::StrCat(shard.table, ".weight");
     const double diff =
         MaxDiff(got.values, rows_of(final_rows[weight], got.ids));
-    RANK_ASSERT(diff <= kTolerance, name, " ", fqn, " values differ by ", diff);
+    RANK_EXPECT(diff <= kTolerance, name, " ", fqn, " values differ by ", diff);
     if (embedding) {
-      RANK_ASSERT(got.states.defined() &&
+      RANK_EXPECT(got.states.defined() &&
                       got.states.equal(rows_of(initial[weight], got.ids)),
                   name, " ", fqn, " states are not the initial rows");
     }
     // The shard's whole row range.
     const ServedTable& all = whole_shards->at(fqn);
-    RANK_ASSERT(
+    RANK_EXPECT(
         all.ids.equal(at::arange(shard.row_offset,
                                  shard.row_offset + shard.rows, at::kLong)),
         name, " ", fqn, " all_rows read is not rows [", shard.row_offset, ", ",
         shard.row_offset + shard.rows, ")");
     const double all_diff =
         MaxDiff(all.values, rows_of(final_rows[weight], all.ids));
-    RANK_ASSERT(all_diff <= kTolerance, name, " ", fqn,
+    RANK_EXPECT(all_diff <= kTolerance, name, " ", fqn,
                 " all_rows values differ by ", all_diff);
     ++checked;
   }
-  RANK_ASSERT(
+  RANK_EXPECT(
       checked == static_cast<int>(module.local_shards().size()) && checked >= 3,
       name, " rank ", me, " checked ", checked, " shards");
 
@@ -287,9 +288,9 @@ int RunCase(ProcessGroup& group, const std::string& name) {
                          std::chrono::seconds(10));
     grpc::Status status =
         stub->Topology(&context, v1::TopologyRequest(), &topology);
-    RANK_ASSERT(status.ok(), "Topology: ", status.error_message());
+    RANK_EXPECT(status.ok(), "Topology: ", status.error_message());
   }
-  RANK_ASSERT(
+  RANK_EXPECT(
       topology.world_size() == 2 && topology.rank() == me &&
           topology.endpoints_size() == 2 &&
           topology.endpoints(me).address() == (*sharded)->service_address() &&
@@ -299,10 +300,10 @@ int RunCase(ProcessGroup& group, const std::string& name) {
   int data_parallel = 0;
   for (const v1::TableShard& shard : topology.shards()) {
     data_parallel += shard.sharding_type() == "DATA_PARALLEL";
-    RANK_ASSERT(shard.table_rows() > 0 && shard.table_cols() == 8, name,
+    RANK_EXPECT(shard.table_rows() > 0 && shard.table_cols() == 8, name,
                 " topology shard ", shard.ShortDebugString());
   }
-  RANK_ASSERT(data_parallel == 2, name, " topology lists ", data_parallel,
+  RANK_EXPECT(data_parallel == 2, name, " topology lists ", data_parallel,
               " data-parallel shards");
   const int other = 1 - me;
   {
@@ -315,16 +316,16 @@ int RunCase(ProcessGroup& group, const std::string& name) {
                          std::chrono::seconds(10));
     grpc::Status status =
         peer->Topology(&context, v1::TopologyRequest(), &theirs);
-    RANK_ASSERT(status.ok(), "peer Topology: ", status.error_message());
-    RANK_ASSERT(theirs.rank() == other, name, " peer says rank ",
+    RANK_EXPECT(status.ok(), "peer Topology: ", status.error_message());
+    RANK_EXPECT(theirs.rank() == other, name, " peer says rank ",
                 theirs.rank());
     theirs.set_rank(me);
-    RANK_ASSERT(theirs.SerializeAsString() == topology.SerializeAsString(),
+    RANK_EXPECT(theirs.SerializeAsString() == topology.SerializeAsString(),
                 name, " topologies differ:\n", theirs.ShortDebugString(), "\n",
                 topology.ShortDebugString());
   }
   // The peer's service stays up until both have asked.
-  RANK_ASSERT_OK(group.Barrier("test.topology"));
+  RANK_OK(group.Barrier("test.topology"));
   std::printf("rank %d %s: %d shards served with global IDs\n", me,
               name.c_str(), checked);
   return 0;
@@ -333,7 +334,7 @@ int RunCase(ProcessGroup& group, const std::string& name) {
 int RunScenario(const std::string& scenario) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
-  RANK_ASSERT_OK(StatusOf(group));
+  RANK_OK(StatusOf(group));
   for (absl::string_view name : absl::StrSplit(scenario, ',')) {
     if (int rc = RunCase(**group, std::string(name)); rc != 0) return rc;
   }
@@ -343,22 +344,13 @@ int RunScenario(const std::string& scenario) {
 TEST(RankDeltasTest, TwoRanksServeGlobalRowIds) {
   const std::vector<RankResult> results =
       RunRanks("sequence/embedding,dlrm/id_only", 2, absl::Seconds(240));
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_FALSE(results[r].timed_out) << "rank " << r << results[r].output;
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
-                                       << results[r].output;
-  }
-  std::printf("%s", results[0].output.c_str());
+  ExpectRanksPassed(results);
 }
 
 }  // namespace
 }  // namespace deltastream
 
 int main(int argc, char** argv) {
-  if (std::optional<std::string> scenario =
-          deltastream::testing::ScenarioFromEnv()) {
-    return deltastream::RunScenario(*scenario);
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return deltastream::testing::RankTestMain(argc, argv,
+                                            deltastream::RunScenario);
 }

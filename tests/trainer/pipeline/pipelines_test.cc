@@ -522,16 +522,8 @@ TEST(GradientScalingTest, ANonFiniteStepIsSkippedForDenseAndSparseAlike) {
 
 // Two ranks, a sharded model: every pipeline, with and without
 // accumulation, ends with the plain loop's parameters on every rank.
-#define RANK_OK(expr)                                              \
-  do {                                                             \
-    absl::Status _s = (expr);                                      \
-    if (!_s.ok()) {                                                \
-      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
-      return 3;                                                    \
-    }                                                              \
-  } while (0)
 
-int RunScenario() {
+int RunScenario(const std::string& /*scenario*/) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
   RANK_OK(group.status());
@@ -587,21 +579,13 @@ int RunScenario() {
 
 TEST(PipelinesOnTwoRanksTest, EveryPipelineEqualsThePlainLoop) {
   std::vector<RankResult> results = RunRanks("ranks", 2, absl::Seconds(120));
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_FALSE(results[r].timed_out) << "rank " << r << results[r].output;
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
-                                       << results[r].output;
-  }
-  std::printf("%s", results[0].output.c_str());
+  ExpectRanksPassed(results);
 }
 
 }  // namespace
 }  // namespace deltastream
 
 int main(int argc, char** argv) {
-  if (deltastream::testing::ScenarioFromEnv().has_value()) {
-    return deltastream::RunScenario();
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return deltastream::testing::RankTestMain(argc, argv,
+                                            deltastream::RunScenario);
 }

@@ -32,6 +32,8 @@
 namespace deltastream {
 namespace {
 
+using ::deltastream::testing::ExpectRanksPassed;
+using ::deltastream::testing::PlanOfKind;
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
 using ::deltastream::testing::Table;
@@ -56,49 +58,6 @@ struct Case {
   bool exact;  // bit for bit
   bool weighted = false;
 };
-
-v1::ShardingPlan PlanFor(const std::string& name,
-                         const std::vector<EmbeddingTableConfig>& tables,
-                         int world) {
-  std::vector<int> all;
-  for (int r = 0; r < world; ++r) all.push_back(r);
-  v1::ShardingPlan plan;
-  plan.set_world_size(world);
-  for (size_t t = 0; t < tables.size(); ++t) {
-    const EmbeddingTableConfig& table = tables[t];
-    v1::TablePlan* p = plan.add_tables();
-    if (name == "table_wise") {
-      *p = TableWisePlan(table, static_cast<int>((t + 1) % world));
-    } else if (name == "all_on_last_rank") {
-      *p = TableWisePlan(table, world - 1);  // the other ranks hold nothing
-    } else if (name == "row_wise") {
-      *p = RowWisePlan(table, world);
-    } else if (name == "column_wise") {
-      *p = ColumnWisePlan(table, all);
-    } else if (name == "table_row_wise") {
-      *p = TableRowWisePlan(table, all);
-    } else if (name == "data_parallel") {
-      *p = DataParallelPlan(table, world);
-    } else {  // mixed
-      switch (t) {
-        case 0:
-          *p = RowWisePlan(table, world);
-          break;
-        case 1:
-          *p = world > 1 ? ColumnWisePlan(table, {world - 1, 0})
-                         : ColumnWisePlan(table, {0});
-          break;
-        case 2:
-          *p = DataParallelPlan(table, world);
-          break;
-        default:
-          *p = TableWisePlan(table, world - 1);
-          break;
-      }
-    }
-  }
-  return plan;
-}
 
 // The global batch of a step: per feature and example, 0-3 IDs.
 struct GlobalBatch {
@@ -176,24 +135,6 @@ double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
-#define RANK_EXPECT(cond, ...)                         \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::fprintf(stderr, "MISMATCH %s: %s\n", #cond, \
-                   absl::StrCat(__VA_ARGS__).c_str()); \
-      return 2;                                        \
-    }                                                  \
-  } while (0)
-
-#define RANK_OK(expr)                                              \
-  do {                                                             \
-    const absl::Status& _s = (expr);                               \
-    if (!_s.ok()) {                                                \
-      std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
-      return 3;                                                    \
-    }                                                              \
-  } while (0)
-
 int RunCase(ProcessGroup& group, bool pooled, const Case& c) {
   const int world = group.world_size();
   const int me = group.rank();
@@ -206,7 +147,7 @@ int RunCase(ProcessGroup& group, bool pooled, const Case& c) {
   options.is_weighted = c.weighted;
   ShardedModuleOptions sharded_options;
   sharded_options.module = options;
-  sharded_options.plan = PlanFor(c.name, options.tables, world);
+  sharded_options.plan = PlanOfKind(c.name, options.tables, world);
 
   std::unique_ptr<EmbeddingModule> reference;
   std::unique_ptr<ShardedEmbeddingModule> sharded;
@@ -359,38 +300,29 @@ int RunScenario(const std::string& scenario) {
   return 0;
 }
 
-void ExpectAllPassed(const std::vector<RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_FALSE(results[r].timed_out) << "rank " << r << results[r].output;
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << " output:\n"
-                                       << results[r].output;
-  }
-  std::printf("%s", results[0].output.c_str());
-}
-
 // World size 1 takes the path without collectives: equal bit for bit.
 TEST(ShardedEmbeddingBagCollectionTest, EqualsUnshardedOnOneRank) {
-  ExpectAllPassed(RunRanks("pooled", 1, absl::Seconds(60)));
+  ExpectRanksPassed(RunRanks("pooled", 1, absl::Seconds(60)));
 }
 
 TEST(ShardedEmbeddingCollectionTest, EqualsUnshardedOnOneRank) {
-  ExpectAllPassed(RunRanks("sequence", 1, absl::Seconds(60)));
+  ExpectRanksPassed(RunRanks("sequence", 1, absl::Seconds(60)));
 }
 
 TEST(ShardedEmbeddingBagCollectionTest, EqualsUnshardedOnTwoRanks) {
-  ExpectAllPassed(RunRanks("pooled", 2, absl::Seconds(120)));
+  ExpectRanksPassed(RunRanks("pooled", 2, absl::Seconds(120)));
 }
 
 TEST(ShardedEmbeddingBagCollectionTest, EqualsUnshardedOnFourRanks) {
-  ExpectAllPassed(RunRanks("pooled", 4, absl::Seconds(120)));
+  ExpectRanksPassed(RunRanks("pooled", 4, absl::Seconds(120)));
 }
 
 TEST(ShardedEmbeddingCollectionTest, EqualsUnshardedOnTwoRanks) {
-  ExpectAllPassed(RunRanks("sequence", 2, absl::Seconds(120)));
+  ExpectRanksPassed(RunRanks("sequence", 2, absl::Seconds(120)));
 }
 
 TEST(ShardedEmbeddingCollectionTest, EqualsUnshardedOnFourRanks) {
-  ExpectAllPassed(RunRanks("sequence", 4, absl::Seconds(120)));
+  ExpectRanksPassed(RunRanks("sequence", 4, absl::Seconds(120)));
 }
 
 TEST(ShardedEmbeddingBagCollectionTest, DeadRankFailsTheForwardNamingIt) {
@@ -408,10 +340,6 @@ TEST(ShardedEmbeddingBagCollectionTest, DeadRankFailsTheForwardNamingIt) {
 }  // namespace deltastream
 
 int main(int argc, char** argv) {
-  if (std::optional<std::string> scenario =
-          deltastream::testing::ScenarioFromEnv()) {
-    return deltastream::RunScenario(*scenario);
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return deltastream::testing::RankTestMain(argc, argv,
+                                            deltastream::RunScenario);
 }
