@@ -24,10 +24,8 @@ Batch ToDevice(const Batch& batch, c10::Device device) {
 TrainPipelineBase::TrainPipelineBase(TrainPipelineParts parts,
                                      int accumulation_steps,
                                      PipelineHandover handover)
-    : step_(parts, accumulation_steps, handover.scaler),
-      feed_(std::move(handover.batches)) {
-  step_.set_window_position(handover.window_position);
-}
+    : StepTrainPipeline(parts, accumulation_steps, handover),
+      feed_(std::move(handover.batches)) {}
 
 absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
     BatchSource& source) {
@@ -74,12 +72,10 @@ absl::StatusOr<PipelineHandover> TrainPipelineBase::Release() {
 TrainPipelineSparseDist::TrainPipelineSparseDist(
     TrainPipelineParts parts, int accumulation_steps,
     std::unique_ptr<ProcessGroup> input_dist_group, PipelineHandover handover)
-    : step_(parts, accumulation_steps, handover.scaler),
+    : StepTrainPipeline(parts, accumulation_steps, handover),
       input_dist_group_(std::move(input_dist_group)),
       sharded_(!parts.model->sharded_modules().empty()),
-      feed_(std::move(handover.batches)) {
-  step_.set_window_position(handover.window_position);
-}
+      feed_(std::move(handover.batches)) {}
 
 TrainPipelineSparseDist::~TrainPipelineSparseDist() {
   for (std::unique_ptr<Distributing>* in_flight : {&current_, &next_}) {

@@ -25,7 +25,7 @@ class ProcessGroup;
 // accumulation window.
 //
 // Not thread-safe (see TrainPipeline).
-class TrainPipelineBase : public TrainPipeline {
+class TrainPipelineBase : public StepTrainPipeline {
  public:
   TrainPipelineBase(TrainPipelineParts parts, int accumulation_steps,
                     PipelineHandover handover = {});
@@ -33,20 +33,10 @@ class TrainPipelineBase : public TrainPipeline {
   absl::StatusOr<std::optional<TrainedStep>> Progress(
       BatchSource& source) override;
   absl::StatusOr<PipelineHandover> Release() override;
-  PipelineStats stats() const override {
-    PipelineStats stats = stats_;
-    stats.window_position = step_.window_position();
-    return stats;
-  }
-  GradientScaler* gradient_scaler() const override {
-    return step_.scaler().get();
-  }
 
  private:
-  TrainStep step_;
   BatchFeed feed_;
   std::optional<Batch> next_;  // batch i+1, on the device
-  PipelineStats stats_;
 };
 
 // TorchRec's TrainPipelineSparseDist: three batches in flight. While batch i
@@ -65,7 +55,7 @@ class TrainPipelineBase : public TrainPipeline {
 // copy streams with events and record_stream are not implemented.)
 //
 // Not thread-safe (see TrainPipeline).
-class TrainPipelineSparseDist : public TrainPipeline {
+class TrainPipelineSparseDist : public StepTrainPipeline {
  public:
   // `input_dist_group` (owned, may be null for an unsharded model) is a
   // sibling of parts.group.
@@ -77,14 +67,6 @@ class TrainPipelineSparseDist : public TrainPipeline {
   absl::StatusOr<std::optional<TrainedStep>> Progress(
       BatchSource& source) override;
   absl::StatusOr<PipelineHandover> Release() override;
-  PipelineStats stats() const override {
-    PipelineStats stats = stats_;
-    stats.window_position = step_.window_position();
-    return stats;
-  }
-  GradientScaler* gradient_scaler() const override {
-    return step_.scaler().get();
-  }
 
  private:
   // A batch whose input distribution runs (or ran) on `thread`.
@@ -99,14 +81,12 @@ class TrainPipelineSparseDist : public TrainPipeline {
   // Waits for it (timed as exposed).
   absl::Status Finish(Distributing& distributing);
 
-  TrainStep step_;
   std::unique_ptr<ProcessGroup> input_dist_group_;
   bool sharded_;
   BatchFeed feed_;
   std::unique_ptr<Distributing> current_;  // batch i
   std::unique_ptr<Distributing> next_;     // batch i+1, distributing
   std::optional<Batch> copied_;            // batch i+2, on the device
-  PipelineStats stats_;
 };
 
 }  // namespace deltastream

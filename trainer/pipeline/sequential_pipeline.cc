@@ -9,11 +9,9 @@ namespace deltastream {
 SequentialTrainPipeline::SequentialTrainPipeline(TrainPipelineParts parts,
                                                  int accumulation_steps,
                                                  PipelineHandover handover)
-    : step_(parts, accumulation_steps, handover.scaler),
+    : StepTrainPipeline(parts, accumulation_steps, handover),
       accumulation_steps_(accumulation_steps),
-      feed_(std::move(handover.batches)) {
-  step_.set_window_position(handover.window_position);
-}
+      feed_(std::move(handover.batches)) {}
 
 absl::StatusOr<std::optional<TrainedStep>> SequentialTrainPipeline::Progress(
     BatchSource& source) {

@@ -19,7 +19,7 @@ namespace deltastream {
 // window. The reference the overlapping pipelines are compared with.
 //
 // Not thread-safe (see TrainPipeline).
-class SequentialTrainPipeline : public TrainPipeline {
+class SequentialTrainPipeline : public StepTrainPipeline {
  public:
   // `parts.model` and `parts.dense_optimizer` must be non-null; rows_reader
   // and tracker are both set (tracking on) or both null.
@@ -30,20 +30,10 @@ class SequentialTrainPipeline : public TrainPipeline {
   absl::StatusOr<std::optional<TrainedStep>> Progress(
       BatchSource& source) override;
   absl::StatusOr<PipelineHandover> Release() override;
-  PipelineStats stats() const override {
-    PipelineStats stats = stats_;
-    stats.window_position = step_.window_position();
-    return stats;
-  }
-  GradientScaler* gradient_scaler() const override {
-    return step_.scaler().get();
-  }
 
  private:
-  TrainStep step_;
   int accumulation_steps_;
   BatchFeed feed_;
-  PipelineStats stats_;
 };
 
 }  // namespace deltastream

@@ -111,6 +111,32 @@ class TrainStep {
   int position_ = 0;
 };
 
+// The part every pipeline built on TrainStep shares: the step, the stats it
+// reports (window_position from the step), the loss scale, and the start
+// from a handover (its scaler and window position; the subclass takes its
+// batches).
+class StepTrainPipeline : public TrainPipeline {
+ public:
+  PipelineStats stats() const override {
+    PipelineStats stats = stats_;
+    stats.window_position = step_.window_position();
+    return stats;
+  }
+  GradientScaler* gradient_scaler() const override {
+    return step_.scaler().get();
+  }
+
+ protected:
+  StepTrainPipeline(TrainPipelineParts parts, int accumulation_steps,
+                    const PipelineHandover& handover)
+      : step_(parts, accumulation_steps, handover.scaler) {
+    step_.set_window_position(handover.window_position);
+  }
+
+  TrainStep step_;
+  PipelineStats stats_;
+};
+
 }  // namespace deltastream
 
 #endif  // DELTASTREAM_TRAINER_PIPELINE_TRAIN_STEP_H_
