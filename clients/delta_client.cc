@@ -459,6 +459,10 @@ absl::StatusOr<v1::StatusResponse> DeltaClient::Status() {
   return Call(&v1::DeltaTracker::Stub::Status, v1::StatusRequest());
 }
 
+absl::StatusOr<v1::TopologyResponse> DeltaClient::Topology() {
+  return Call(&v1::DeltaTracker::Stub::Topology, v1::TopologyRequest());
+}
+
 absl::StatusOr<v1::SnapshotInfo> DeltaClient::Snapshot() {
   auto response =
       Call(&v1::DeltaTracker::Stub::Snapshot, v1::SnapshotRequest());

@@ -124,6 +124,10 @@ class DeltaClient {
   // Clears one consumer, or everything when `consumer` is empty.
   absl::StatusOr<v1::StatusResponse> Clear(const std::string& consumer);
   absl::StatusOr<v1::StatusResponse> Status();
+  // The serving trainer's ranks: world size, every rank's endpoint, every
+  // shard of every tracked table (a one-process trainer or tracker_server:
+  // world size 1).
+  absl::StatusOr<v1::TopologyResponse> Topology();
   // Writes a snapshot on the server now.
   absl::StatusOr<v1::SnapshotInfo> Snapshot();
 
