@@ -308,6 +308,11 @@ absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
         return absl::DataLossError(
             absl::StrCat("table '", fqn, "': ", s.message()));
       }
+    } else if ((field == 11 || field == 12) && varint && !fqn.empty()) {
+      if (!in.ReadVarint64(&value)) return Malformed("number");
+      ReceivedTable& table = delta.tables[fqn];
+      (field == 11 ? table.col_offset : table.table_cols) =
+          static_cast<int64_t>(value);
     } else if (field == 10 && delimited) {
       // A dense parameter: small next to the rows, parsed as a message.
       uint32_t length = 0;

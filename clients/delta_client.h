@@ -25,6 +25,11 @@ struct ReceivedTable {
   at::Tensor states;  // [n, ...]
   at::Tensor values;  // [n, dim]
   at::Tensor scores;  // float [n]
+  // The columns `values` holds: [col_offset, col_offset + width) of a table
+  // `table_cols` wide (DeltaChunk.col_offset / table_cols): a column-wise
+  // shard of a sharded trainer. table_cols 0: the full width.
+  int64_t col_offset = 0;
+  int64_t table_cols = 0;
 };
 
 struct ReceivedDelta {

@@ -68,6 +68,7 @@ LAYERS = {
         "//clients:delta_client",
         "//clients:delta_continuity",
         "//clients:deltactl",
+        "//clients:fan_in_client",
         "//clients:freshness_window",
         "//clients:npz_file",
         "//clients:predictor",
