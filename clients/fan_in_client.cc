@@ -114,7 +114,8 @@ absl::StatusOr<ReceivedTable> ConcatRows(const std::string& fqn,
   if (filled.size() == 1) return std::move(*filled[0]);
   std::vector<at::Tensor> ids;
   for (const ReceivedTable* piece : filled) ids.push_back(piece->ids);
-  auto [sorted, order] = at::sort(at::cat(ids), /*stable=*/true, /*dim=*/0);
+  auto [sorted, order] =
+      at::sort(at::cat(ids), /*stable=*/c10::optional<bool>(true), /*dim=*/0);
   const at::Tensor repeated = sorted.narrow(0, 1, sorted.size(0) - 1) ==
                               sorted.narrow(0, 0, sorted.size(0) - 1);
   if (repeated.any().item<bool>()) {
@@ -171,12 +172,8 @@ v1::DeltaHeader MergeHeaders(const std::vector<ReceivedDelta>& parts) {
   return header;
 }
 
-}  // namespace
-
-absl::StatusOr<ReceivedDelta> MergeRankDeltas(
-    const v1::TopologyResponse& topology, std::vector<ReceivedDelta> parts) {
-  if (parts.empty()) return absl::InvalidArgumentError("no rank's delta");
-  if (parts.size() == 1) return std::move(parts[0]);
+absl::StatusOr<ReceivedDelta> MergeParts(const v1::TopologyResponse& topology,
+                                         std::vector<ReceivedDelta> parts) {
   absl::flat_hash_set<std::string> data_parallel;
   for (const v1::TableShard& shard : topology.shards()) {
     if (shard.sharding_type() == "DATA_PARALLEL") {
@@ -207,6 +204,22 @@ absl::StatusOr<ReceivedDelta> MergeRankDeltas(
     merged.header.add_fqns(fqn);
   }
   return merged;
+}
+
+}  // namespace
+
+absl::StatusOr<ReceivedDelta> MergeRankDeltas(
+    const v1::TopologyResponse& topology, std::vector<ReceivedDelta> parts) {
+  if (parts.empty()) return absl::InvalidArgumentError("no rank's delta");
+  if (parts.size() == 1) return std::move(parts[0]);
+  // Tensors of shapes the checks did not foresee (a server's bug) make
+  // LibTorch throw; the caller gets a status.
+  try {
+    return MergeParts(topology, std::move(parts));
+  } catch (const c10::Error& error) {
+    return absl::DataLossError(absl::StrCat("the ranks' deltas do not fit: ",
+                                            error.what_without_backtrace()));
+  }
 }
 
 FanInClient::FanInClient(v1::TopologyResponse topology,

@@ -1,0 +1,387 @@
+// FanInClient (clients/fan_in_client.h) against a real sharded trainer: two
+// ranks (processes, Gloo and gRPC on loopback) train a plan mixing
+// row-wise, column-wise, data-parallel, table-wise and (pooled)
+// table-row-wise tables. Rank 0 reads every rank's own part (DeltaClient,
+// consumer "parts") and the merged delta (FanInClient given rank 1's
+// address, consumer "merged"), and checks that the merged delta's IDs are
+// the union of the parts' IDs, ascending and unique, its rows full width,
+// and its values and states each part's, exactly (data-parallel copies:
+// 1e-6), at the part's columns; the header's end_batch is the parts'
+// minimum; a Commit reaches every rank (the next read starts where the
+// committed one ended). Then, in one process: a one-process trainer is read
+// through FanInClient as through a DeltaClient, and MergeRankDeltas refuses
+// parts that do not fit together.
+#include "clients/fan_in_client.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "clients/delta_client.h"
+#include "tests/trainer/comm/rank_launcher.h"
+#include "trainer/comm/process_group.h"
+#include "trainer/config.h"
+#include "trainer/sharding/sharding_plan.h"
+#include "trainer/trainer.h"
+
+namespace deltastream {
+namespace {
+
+using ::deltastream::testing::ExpectRanksPassed;
+using ::deltastream::testing::RankResult;
+using ::deltastream::testing::RunRanks;
+
+constexpr int64_t kBatch = 8;  // per rank
+constexpr int64_t kSteps = 4;
+constexpr int64_t kTableCols = 8;
+
+std::string Config(const std::string& kind, const std::string& mode) {
+  return absl::StrCat(
+      R"(
+model {
+  kind: ")",
+      kind, R"("
+  num_dense: 4
+  dense_arch: [16, 8]
+  over_arch: [16, 1]
+  tables { name: "t0" num_embeddings: 40 embedding_dim: 8 feature_names: ["f0", "f1"] }
+  tables { name: "t1" num_embeddings: 33 embedding_dim: 8 }
+  tables { name: "t2" num_embeddings: 17 embedding_dim: 8 }
+  tables { name: "t3" num_embeddings: 21 embedding_dim: 8 }
+  tables { name: "t4" num_embeddings: 23 embedding_dim: 8 }
+  sparse_optimizer { type: "adagrad" learning_rate: 0.1 }
+  dense_optimizer { type: "adam" learning_rate: 0.01 }
+}
+data { batch_size: )",
+      kBatch,
+      R"( synthetic { min_length: 0 max_length: 3 } eval_batches: 1 }
+tracker { mode: ")",
+      mode, R"(" listen: "127.0.0.1:0"
+  consumers: ["parts", "merged"] acknowledged_reads: true }
+seed: 11
+log_every_steps: 100
+)");
+}
+
+// t0 row-wise, t1 column-wise, t2 data-parallel, t3 table-wise on rank 1,
+// t4 table-row-wise (pooled) or row-wise (sequence).
+v1::ShardingPlan MixedPlan(const std::vector<EmbeddingTableConfig>& tables,
+                           bool pooled) {
+  v1::ShardingPlan plan;
+  plan.set_world_size(2);
+  *plan.add_tables() = RowWisePlan(tables[0], 2);
+  *plan.add_tables() = ColumnWisePlan(tables[1], {1, 0});
+  *plan.add_tables() = DataParallelPlan(tables[2], 2);
+  *plan.add_tables() = TableWisePlan(tables[3], 1);
+  *plan.add_tables() =
+      pooled ? TableRowWisePlan(tables[4], {0, 1}) : RowWisePlan(tables[4], 2);
+  return plan;
+}
+
+// A trainer of `text`; sharded by MixedPlan over `group` unless it is null.
+absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const std::string& text,
+                                                     ProcessGroup* group,
+                                                     bool pooled) {
+  absl::StatusOr<v1::TrainerConfig> config = ParseTrainerConfig(text);
+  if (!config.ok()) return config.status();
+  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
+  if (!settings.ok()) return settings.status();
+  if (group != nullptr) {
+    settings->group = group;
+    settings->plan_path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/plan-",
+                                       group->rank(), ".txt");
+    if (absl::Status s = WriteShardingPlan(MixedPlan(settings->tables, pooled),
+                                           settings->plan_path);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return Trainer::Create(*std::move(settings), [](const std::string&) {});
+}
+
+template <typename T>
+absl::Status StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
+double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined() || !a.sizes().equals(b.sizes())) {
+    return 1e30;
+  }
+  if (a.numel() == 0) return 0;
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+v1::GetDeltaRequest Read(const std::string& consumer) {
+  v1::GetDeltaRequest request;
+  request.set_consumer(consumer);
+  request.set_max_chunk_bytes(256);  // several chunks per table
+  return request;
+}
+
+// Rank 0 checks the merged delta against the ranks' parts.
+int CheckFanIn(Trainer& trainer, const std::string& name) {
+  std::unique_ptr<DeltaClient> own =
+      DeltaClient::Create(trainer.service_address());
+  absl::StatusOr<v1::TopologyResponse> topology = own->Topology();
+  RANK_OK(StatusOf(topology));
+  RANK_EXPECT(topology->world_size() == 2, name, " world size ",
+              topology->world_size());
+  std::map<std::string, std::string> sharding;
+  for (const v1::TableShard& shard : topology->shards()) {
+    sharding[shard.fqn()] = shard.sharding_type();
+  }
+
+  std::vector<ReceivedDelta> parts;
+  for (const v1::RankEndpoint& endpoint : topology->endpoints()) {
+    absl::StatusOr<ReceivedDelta> part =
+        DeltaClient::Create(endpoint.address())->GetDelta(Read("parts"));
+    RANK_OK(StatusOf(part));
+    parts.push_back(*std::move(part));
+  }
+  // Discovered from the other rank's address.
+  absl::StatusOr<std::unique_ptr<FanInClient>> fan_in =
+      FanInClient::Create(topology->endpoints(1).address());
+  RANK_OK(StatusOf(fan_in));
+  RANK_EXPECT((*fan_in)->world_size() == 2, name, " fan-in world size ",
+              (*fan_in)->world_size());
+  absl::StatusOr<ReceivedDelta> merged = (*fan_in)->GetDelta(Read("merged"));
+  RANK_OK(StatusOf(merged));
+
+  const int64_t end_batch =
+      std::min(parts[0].header.end_batch(), parts[1].header.end_batch());
+  RANK_EXPECT(merged->header.end_batch() == end_batch && end_batch >= kSteps &&
+                  !merged->header.resync_required() &&
+                  merged->header.lost_rows() == 0,
+              name, " merged header ", merged->header.ShortDebugString());
+
+  std::map<std::string, int> checked_types;
+  for (const auto& [fqn, type] : sharding) {
+    std::vector<at::Tensor> part_ids;
+    for (const ReceivedDelta& part : parts) {
+      if (part.tables.count(fqn) > 0) {
+        part_ids.push_back(part.tables.at(fqn).ids);
+      }
+    }
+    RANK_EXPECT(!part_ids.empty() && merged->tables.count(fqn) > 0, name, " ",
+                fqn, " served by ", part_ids.size(), " ranks, merged ",
+                merged->tables.count(fqn));
+    const ReceivedTable& table = merged->tables.at(fqn);
+    const at::Tensor union_ids =
+        std::get<0>(at::_unique(at::cat(part_ids), /*sorted=*/true));
+    RANK_EXPECT(table.ids.numel() > 0 && table.ids.equal(union_ids), name, " ",
+                fqn, " merged ", table.ids.numel(),
+                " IDs, the ranks' union is ", union_ids.numel());
+    RANK_EXPECT(table.values.defined() && table.values.dim() == 2 &&
+                    table.values.size(1) == kTableCols &&
+                    table.values.size(0) == table.ids.size(0) &&
+                    table.col_offset == 0 && table.table_cols == 0,
+                name, " ", fqn, " rows are not full width");
+    const double tolerance = type == "DATA_PARALLEL" ? 1e-6 : 0;
+    int pieces = 0;
+    for (const ReceivedDelta& part : parts) {
+      if (part.tables.count(fqn) == 0) continue;
+      const ReceivedTable& piece = part.tables.at(fqn);
+      RANK_EXPECT((type == "COLUMN_WISE") == (piece.table_cols == kTableCols),
+                  name, " ", fqn, " (", type, ") chunks say table_cols ",
+                  piece.table_cols);
+      const at::Tensor rows = at::searchsorted(table.ids, piece.ids);
+      auto at_piece = [&](const at::Tensor& full) {
+        return full.index_select(0, rows).narrow(1, piece.col_offset,
+                                                 piece.values.size(1));
+      };
+      const double diff = MaxDiff(at_piece(table.values), piece.values);
+      RANK_EXPECT(diff <= tolerance, name, " ", fqn, " values differ by ", diff,
+                  " from a rank's part");
+      if (piece.states.defined()) {
+        const double states = MaxDiff(at_piece(table.states), piece.states);
+        RANK_EXPECT(states <= tolerance, name, " ", fqn, " states differ by ",
+                    states);
+      }
+      ++pieces;
+    }
+    RANK_EXPECT(pieces == (type == "TABLE_WISE" ? 1 : 2), name, " ", fqn, " (",
+                type, ") came from ", pieces, " ranks");
+    ++checked_types[type];
+  }
+  RANK_EXPECT(checked_types["ROW_WISE"] >= 1 &&
+                  checked_types["COLUMN_WISE"] == 1 &&
+                  checked_types["DATA_PARALLEL"] == 1 &&
+                  checked_types["TABLE_WISE"] == 1,
+              name, " checked too few sharding types");
+
+  // A commit reaches every rank: the next read starts where this one ended.
+  RANK_OK((*fan_in)->Commit("merged", merged->header.end_batch()));
+  absl::StatusOr<ReceivedDelta> next = (*fan_in)->GetDelta(Read("merged"));
+  RANK_OK(StatusOf(next));
+  RANK_EXPECT(next->header.start_batch() == merged->header.end_batch(), name,
+              " after the commit the next read starts at ",
+              next->header.start_batch());
+  std::printf("%s: merged %zu tables from 2 ranks\n", name.c_str(),
+              merged->tables.size());
+  return 0;
+}
+
+// "<model kind>/<mode>".
+int RunCase(ProcessGroup& group, const std::string& name) {
+  const std::vector<std::string> parts = absl::StrSplit(name, '/');
+  const std::atomic<bool> stop{false};
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      MakeTrainer(Config(parts[0], parts[1]), &group, parts[0] == "dlrm");
+  RANK_OK(StatusOf(trainer));
+  RANK_OK(StatusOf((*trainer)->Run(stop, kSteps)));
+  if (group.rank() == 0) {
+    if (int rc = CheckFanIn(**trainer, name); rc != 0) return rc;
+  }
+  // Every rank serves until rank 0 has read.
+  RANK_OK(group.Barrier("test.fan_in"));
+  return 0;
+}
+
+int RunScenario(const std::string& scenario) {
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
+  RANK_OK(StatusOf(group));
+  for (absl::string_view name : absl::StrSplit(scenario, ',')) {
+    if (int rc = RunCase(**group, std::string(name)); rc != 0) return rc;
+  }
+  return 0;
+}
+
+TEST(FanInClientTest, MergesTwoRanksIntoFullRows) {
+  const std::vector<RankResult> results =
+      RunRanks("sequence/embedding,dlrm/id_only", 2, absl::Seconds(240));
+  ExpectRanksPassed(results);
+}
+
+TEST(FanInClientTest, OneProcessTrainerReadsAsWithDeltaClient) {
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      MakeTrainer(Config("sequence", "embedding"), nullptr, false);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const std::atomic<bool> stop{false};
+  ASSERT_TRUE((*trainer)->Run(stop, kSteps).ok());
+  const std::string address = (*trainer)->service_address();
+  absl::StatusOr<std::unique_ptr<FanInClient>> fan_in =
+      FanInClient::Create(address);
+  ASSERT_TRUE(fan_in.ok()) << fan_in.status();
+  EXPECT_EQ((*fan_in)->world_size(), 1);
+  absl::StatusOr<ReceivedDelta> plain =
+      DeltaClient::Create(address)->GetDelta(Read("parts"));
+  absl::StatusOr<ReceivedDelta> through = (*fan_in)->GetDelta(Read("merged"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(through.ok()) << through.status();
+  EXPECT_EQ(through->header.end_batch(), plain->header.end_batch());
+  EXPECT_EQ(through->header.run_id(), plain->header.run_id());
+  ASSERT_EQ(through->tables.size(), plain->tables.size());
+  for (const auto& [fqn, table] : plain->tables) {
+    const ReceivedTable& got = through->tables.at(fqn);
+    EXPECT_TRUE(got.ids.equal(table.ids)) << fqn;
+    EXPECT_TRUE(got.values.equal(table.values)) << fqn;
+    EXPECT_TRUE(got.states.equal(table.states)) << fqn;
+  }
+  EXPECT_TRUE((*fan_in)->Commit("merged", through->header.end_batch()).ok());
+  // A batch no read ended at: the server's error, passed through.
+  EXPECT_EQ((*fan_in)->Commit("merged", 12345).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+ReceivedTable Block(std::vector<int64_t> ids, int64_t col_offset,
+                    int64_t cols) {
+  ReceivedTable table;
+  table.ids = at::tensor(ids, at::kLong);
+  table.values = at::arange(static_cast<int64_t>(ids.size()) * cols, at::kFloat)
+                     .reshape({static_cast<int64_t>(ids.size()), cols}) +
+                 100 * col_offset;
+  table.col_offset = col_offset;
+  table.table_cols = 4;
+  return table;
+}
+
+v1::TopologyResponse TwoRanks(const std::string& fqn, const std::string& type) {
+  v1::TopologyResponse topology;
+  topology.set_world_size(2);
+  for (int r = 0; r < 2; ++r) {
+    v1::TableShard* shard = topology.add_shards();
+    shard->set_fqn(fqn);
+    shard->set_sharding_type(type);
+    shard->set_rank(r);
+  }
+  return topology;
+}
+
+std::vector<ReceivedDelta> Parts(ReceivedTable a, ReceivedTable b) {
+  std::vector<ReceivedDelta> parts(2);
+  parts[0].header.set_end_batch(5);
+  parts[1].header.set_end_batch(4);
+  parts[1].header.set_lost_rows(3);
+  parts[0].tables["t"] = std::move(a);
+  parts[1].tables["t"] = std::move(b);
+  return parts;
+}
+
+TEST(MergeRankDeltasTest, JoinsColumnBlocksByIdInColumnOrder) {
+  absl::StatusOr<ReceivedDelta> merged =
+      MergeRankDeltas(TwoRanks("t", "COLUMN_WISE"),
+                      Parts(Block({1, 5}, 2, 2), Block({1, 5}, 0, 2)));
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->header.end_batch(), 4);
+  EXPECT_EQ(merged->header.lost_rows(), 3);
+  const ReceivedTable& t = merged->tables.at("t");
+  EXPECT_TRUE(t.values.equal(
+      at::tensor({0.f, 1.f, 200.f, 201.f, 2.f, 3.f, 202.f, 203.f})
+          .reshape({2, 4})));
+  EXPECT_EQ(t.table_cols, 0);
+}
+
+TEST(MergeRankDeltasTest, RefusesColumnBlocksOfOtherIdsOrMissingColumns) {
+  EXPECT_EQ(MergeRankDeltas(TwoRanks("t", "COLUMN_WISE"),
+                            Parts(Block({1, 5}, 0, 2), Block({1, 6}, 2, 2)))
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(MergeRankDeltas(TwoRanks("t", "COLUMN_WISE"),
+                            Parts(Block({1, 5}, 0, 2), Block({1, 5}, 0, 2)))
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(MergeRankDeltasTest, SortsRowsAndKeepsOneDataParallelRowPerId) {
+  auto full = [](std::vector<int64_t> ids, int64_t offset) {
+    ReceivedTable table = Block(std::move(ids), offset, 4);
+    table.col_offset = table.table_cols = 0;
+    return table;
+  };
+  absl::StatusOr<ReceivedDelta> rows = MergeRankDeltas(
+      TwoRanks("t", "ROW_WISE"), Parts(full({3, 7}, 0), full({1, 9}, 1)));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_TRUE(rows->tables.at("t").ids.equal(at::tensor({1L, 3L, 7L, 9L})));
+  EXPECT_TRUE(rows->tables.at("t").values[0].equal(
+      at::tensor({100.f, 101.f, 102.f, 103.f})));
+  // The same ID from two ranks: data-parallel keeps one, else an error.
+  absl::StatusOr<ReceivedDelta> copies = MergeRankDeltas(
+      TwoRanks("t", "DATA_PARALLEL"), Parts(full({3, 7}, 0), full({3, 9}, 0)));
+  ASSERT_TRUE(copies.ok()) << copies.status();
+  EXPECT_TRUE(copies->tables.at("t").ids.equal(at::tensor({3L, 7L, 9L})));
+  EXPECT_EQ(MergeRankDeltas(TwoRanks("t", "ROW_WISE"),
+                            Parts(full({3, 7}, 0), full({3, 9}, 0)))
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  return deltastream::testing::RankTestMain(argc, argv,
+                                            deltastream::RunScenario);
+}
