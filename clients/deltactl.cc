@@ -557,6 +557,41 @@ int RunSnapshot(const Invocation& run) {
   return 0;
 }
 
+// The serving trainer's ranks and where each table's shards live: the
+// answer of any rank (a one-process trainer: world size 1).
+int RunTopology(const Invocation& run) {
+  auto topology = run.client->Topology();
+  if (!topology.ok()) return Fail(kExitFailure, topology.status());
+  if (Structured(run.format)) {
+    PrintStructured(MessageToJson(*topology), run.format);
+    return 0;
+  }
+  std::printf("world size %d (answered by rank %d)\n", topology->world_size(),
+              topology->rank());
+  std::vector<std::vector<std::string>> ranks = {{"RANK", "ENDPOINT"}};
+  for (const v1::RankEndpoint& endpoint : topology->endpoints()) {
+    ranks.push_back({absl::StrCat(endpoint.rank()), endpoint.address()});
+  }
+  PrintTable(ranks);
+  std::vector<std::vector<std::string>> shards = {
+      {"TABLE", "SHARDING", "RANK", "ROWS", "COLUMNS", "TABLE SIZE"}};
+  for (const v1::TableShard& shard : topology->shards()) {
+    shards.push_back(
+        {shard.fqn(), shard.sharding_type(), absl::StrCat(shard.rank()),
+         absl::StrCat("[", shard.row_offset(), ", ",
+                      shard.row_offset() + shard.rows(), ")"),
+         absl::StrCat("[", shard.col_offset(), ", ",
+                      shard.col_offset() + shard.cols(), ")"),
+         absl::StrCat(shard.table_rows(), " x ", shard.table_cols())});
+  }
+  std::printf("\n");
+  PrintTable(shards);
+  if (run.format == OutputFormat::kWide && !topology->plan().empty()) {
+    std::printf("\nplan:\n%s", topology->plan().c_str());
+  }
+  return 0;
+}
+
 int RunWatch(const Invocation& run) {
   const bool clear_screen = !Structured(run.format) && isatty(STDOUT_FILENO);
   for (;;) {
@@ -713,6 +748,13 @@ const std::vector<Command>& Commands() {
        true,
        0,
        RunWatch},
+      {"topology",
+       "",
+       "the trainer's ranks, their endpoints and each table's shards",
+       {},
+       true,
+       0,
+       RunTopology},
       {"compact", "", "compact the held lookups", {}, true, 0, RunCompact},
       {"clear",
        "[--consumer=C]",

@@ -4,10 +4,14 @@
 #     held-out AUC) of one process of batch 64, step for step;
 #  2. a SIGKILLed rank stops the other within the collective timeout, and
 #     the launcher exits 1 naming the rank;
-#  3. SIGTERM to the launcher stops both ranks at the same step, cleanly.
+#  3. SIGTERM to the launcher stops both ranks at the same step, cleanly;
+#  4. `deltactl topology` against either rank lists both ranks and every
+#     table's shard.
 set -u
 TRAINER="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}/trainer/trainer"
 [ -x "$TRAINER" ] || TRAINER=trainer/trainer
+DELTACTL="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}/clients/deltactl"
+[ -x "$DELTACTL" ] || DELTACTL=clients/deltactl
 DIR="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -93,6 +97,37 @@ if start_endless term; then
     fail "SIGTERM: no stop line: $(cat "$DIR/term.err")"
   grep -q '^trained' "$DIR/term.out" || fail "SIGTERM: no summary"
 fi
+
+# 4. The topology, from either rank.
+config 32 -1 | sed 's/mode: "off"/mode: "id_only"/' > "$DIR/served.txt"
+"$TRAINER" --config="$DIR/served.txt" --nproc_per_node=2 \
+  --listen=127.0.0.1:0 > "$DIR/served.out" 2> "$DIR/served.err" &
+launcher=$!
+for _ in $(seq 600); do
+  [ "$(grep -c 'listening on' "$DIR/served.out")" = 2 ] && break
+  sleep 0.1
+done
+[ "$(grep -c 'listening on' "$DIR/served.out")" = 2 ] ||
+  fail "expected two ranks listening: $(cat "$DIR/served.out" "$DIR/served.err")"
+checked=0
+for address in $(grep -o 'listening on .*' "$DIR/served.out" | cut -d' ' -f3); do
+  checked=$((checked + 1))
+  "$DELTACTL" topology --target="$address" -o json > "$DIR/topology.json" ||
+    fail "topology from $address: $(cat "$DIR/topology.json")"
+  python3 - "$DIR/topology.json" <<'CHECK' || fail "topology from $address: $(cat "$DIR/topology.json")"
+import json, sys
+t = json.load(open(sys.argv[1]))
+assert t["world_size"] == 2, t
+assert sorted(e["rank"] for e in t["endpoints"]) == [0, 1], t
+# Three tables, table-wise round robin: t0 and t2 on rank 0, t1 on rank 1.
+ranks = {s["fqn"].rsplit(".", 1)[1]: s["rank"] for s in t["shards"]}
+assert ranks == {"t0": 0, "t1": 1, "t2": 0}, ranks
+CHECK
+done
+[ "$checked" = 2 ] || fail "asked $checked ranks for their topology"
+kill -TERM "$launcher"
+wait_launcher 30
+[ "$rc" = 0 ] || fail "served run exited $rc: $(cat "$DIR/served.err")"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failed"
