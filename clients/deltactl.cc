@@ -42,6 +42,7 @@
 #include "base/process.h"
 #include "clients/checkpoint_chain.h"
 #include "clients/delta_client.h"
+#include "clients/fan_in_client.h"
 #include "clients/npz_file.h"
 #include "clients/push_json.h"
 #include "clients/structured_output.h"
@@ -102,7 +103,37 @@ struct Invocation {
   std::vector<std::string> args;  // positional arguments after the command
   OutputFormat format = OutputFormat::kText;
   DeltaClient* client = nullptr;  // null for a command that connects nowhere
+  // Where `client` connects, and how: reads and commits fan in over the
+  // ranks of a sharded trainer from there (ReadDelta, CommitDelta).
+  std::string target;
+  ClientOptions options;
 };
+
+// A read from the whole model: of a sharded trainer, every rank's part
+// merged (clients/fan_in_client.h: IDs ascending, full rows); of one
+// process (world size 1, or a server without the Topology call), its own.
+absl::StatusOr<ReceivedDelta> ReadDelta(const Invocation& run,
+                                        const v1::GetDeltaRequest& request) {
+  absl::StatusOr<std::unique_ptr<FanInClient>> ranks =
+      FanInClient::Create(run.target, run.options);
+  if (!ranks.ok() || (*ranks)->world_size() == 1) {
+    return run.client->GetDelta(request);
+  }
+  return (*ranks)->GetDelta(request);
+}
+
+// A commit on every rank of a sharded trainer (each rank must hold a
+// pending read ending at `end_batch`: ranks that are a step apart refuse
+// it; see docs/deltactl.md), or on the one process.
+absl::Status CommitDelta(const Invocation& run, const std::string& consumer,
+                         int64_t end_batch) {
+  absl::StatusOr<std::unique_ptr<FanInClient>> ranks =
+      FanInClient::Create(run.target, run.options);
+  if (!ranks.ok() || (*ranks)->world_size() == 1) {
+    return run.client->Commit(consumer, end_batch);
+  }
+  return (*ranks)->Commit(consumer, end_batch);
+}
 
 // One command. Adding a command is one entry in Commands().
 struct Command {
@@ -396,7 +427,7 @@ int WriteNpz(const ReceivedDelta& delta, const std::string& file,
 int RunGet(const Invocation& run) {
   std::optional<v1::GetDeltaRequest> request = ReadRequest("get");
   if (!request.has_value()) return kExitUsage;
-  auto delta = run.client->GetDelta(*request);
+  auto delta = ReadDelta(run, *request);
   if (!delta.ok()) return Fail(kExitFailure, delta.status());
   if (const std::string file = absl::GetFlag(FLAGS_out); !file.empty()) {
     return WriteNpz(*delta, file, run.format);
@@ -496,7 +527,7 @@ int RunCommit(const Invocation& run) {
   if (consumer.empty() || end_batch < 0) {
     return Usage("commit needs --consumer=C --end_batch=B");
   }
-  if (absl::Status s = run.client->Commit(consumer, end_batch); !s.ok()) {
+  if (absl::Status s = CommitDelta(run, consumer, end_batch); !s.ok()) {
     return Fail(kExitFailure, s);
   }
   if (Structured(run.format)) {
@@ -974,6 +1005,8 @@ int Run(int argc, char** argv) {
   std::unique_ptr<DeltaClient> client =
       DeltaClient::Create(*target, client_options);
   run.client = client.get();
+  run.target = *target;
+  run.options = client_options;
   return command->run(run);
 }
 

@@ -6,7 +6,8 @@
 #     the launcher exits 1 naming the rank;
 #  3. SIGTERM to the launcher stops both ranks at the same step, cleanly;
 #  4. `deltactl topology` against either rank lists both ranks and every
-#     table's shard.
+#     table's shard, and `deltactl get` through one rank reads every rank's
+#     tables, merged.
 set -u
 TRAINER="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}/trainer/trainer"
 [ -x "$TRAINER" ] || TRAINER=trainer/trainer
@@ -125,6 +126,18 @@ assert ranks == {"t0": 0, "t1": 1, "t2": 0}, ranks
 CHECK
 done
 [ "$checked" = 2 ] || fail "asked $checked ranks for their topology"
+# A read through one rank's address holds every rank's tables, merged.
+"$DELTACTL" get --consumer=default --target="$address" -o json \
+  > "$DIR/merged.json" || fail "get: $(cat "$DIR/merged.json")"
+python3 - "$DIR/merged.json" <<'CHECK' || fail "merged get: $(head -c 2000 "$DIR/merged.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+tables = {fqn.rsplit(".", 1)[1]: t for fqn, t in d["tables"].items()}
+assert sorted(tables) == ["t0", "t1", "t2"], sorted(tables)
+for name, t in tables.items():
+    ids = t["ids"]
+    assert ids and ids == sorted(set(ids)), name
+CHECK
 kill -TERM "$launcher"
 wait_launcher 30
 [ "$rc" = 0 ] || fail "served run exited $rc: $(cat "$DIR/served.err")"
