@@ -258,6 +258,17 @@ class ManifestsTest(unittest.TestCase):
                 self.assertTrue(has_grpc_probe, name)
         self.assertEqual(used_claims, claims)  # no claim left unused
 
+    def test_predictor_lookups_take_the_trackers_tokens(self):
+        # The predictor's lookup API is guarded by the token file the
+        # tracker (the trainer's config) uses, from the same Secret.
+        config = self.by_kind["ConfigMap"]["deltastream-trainer"]["data"][
+            "trainer.textproto"]
+        tokens = re.search(r'auth_token_file:\s*"([^"]+)"', config).group(1)
+        pod = self.by_kind["Deployment"]["deltastream-predictor"]["spec"][
+            "template"]["spec"]
+        self.assertIn(f"--auth_token_file={tokens}",
+                      pod["containers"][0]["args"])
+
     def test_commands_are_binaries_of_the_image_and_take_their_flags(self):
         binaries = dockerfile_binaries()
         for name, template in pod_specs(self.objects):
