@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
@@ -49,12 +50,19 @@ void ExpectRanksPassed(const std::vector<RankResult>& results);
 int RankTestMain(int argc, char** argv,
                  int (*run_scenario)(const std::string& scenario));
 
+// The status of a Status or of a StatusOr (what RANK_OK checks).
+inline absl::Status StatusOf(const absl::Status& status) { return status; }
+template <typename T>
+absl::Status StatusOf(const absl::StatusOr<T>& result) {
+  return result.status();
+}
+
 }  // namespace testing
 }  // namespace deltastream
 
 // In a rank's scenario (which returns its exit code): return 2 with a
 // "MISMATCH" line on stderr unless `cond`, or 3 with a "FAILED" line unless
-// the absl::Status `expr` is ok.
+// `expr` (an absl::Status or StatusOr) is ok.
 #define RANK_EXPECT(cond, ...)                         \
   do {                                                 \
     if (!(cond)) {                                     \
@@ -65,7 +73,7 @@ int RankTestMain(int argc, char** argv,
   } while (false)
 #define RANK_OK(expr)                                              \
   do {                                                             \
-    absl::Status _s = (expr);                                      \
+    absl::Status _s = ::deltastream::testing::StatusOf(expr);      \
     if (!_s.ok()) {                                                \
       std::fprintf(stderr, "FAILED: %s\n", _s.ToString().c_str()); \
       return 3;                                                    \

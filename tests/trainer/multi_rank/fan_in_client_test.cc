@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/delta_client.h"
 #include "tests/trainer/comm/rank_launcher.h"
+#include "tests/trainer/multi_rank/small_trainer.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/config.h"
 #include "trainer/sharding/sharding_plan.h"
@@ -36,88 +37,35 @@ namespace deltastream {
 namespace {
 
 using ::deltastream::testing::ExpectRanksPassed;
+using ::deltastream::testing::MakeTrainer;
+using ::deltastream::testing::MaxDiff;
+using ::deltastream::testing::MixedPlanOfTwoRanks;
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
+using ::deltastream::testing::SmallModel;
+using ::deltastream::testing::SmallModelConfig;
 
 constexpr int64_t kBatch = 8;  // per rank
 constexpr int64_t kSteps = 4;
 constexpr int64_t kTableCols = 8;
 
 std::string Config(const std::string& kind, const std::string& mode) {
-  return absl::StrCat(
-      R"(
-model {
-  kind: ")",
-      kind, R"("
-  num_dense: 4
-  dense_arch: [16, 8]
-  over_arch: [16, 1]
-  tables { name: "t0" num_embeddings: 40 embedding_dim: 8 feature_names: ["f0", "f1"] }
-  tables { name: "t1" num_embeddings: 33 embedding_dim: 8 }
-  tables { name: "t2" num_embeddings: 17 embedding_dim: 8 }
-  tables { name: "t3" num_embeddings: 21 embedding_dim: 8 }
-  tables { name: "t4" num_embeddings: 23 embedding_dim: 8 }
-  sparse_optimizer { type: "adagrad" learning_rate: 0.1 }
-  dense_optimizer { type: "adam" learning_rate: 0.01 }
-}
-data { batch_size: )",
-      kBatch,
-      R"( synthetic { min_length: 0 max_length: 3 } eval_batches: 1 }
-tracker { mode: ")",
-      mode, R"(" listen: "127.0.0.1:0"
-  consumers: ["parts", "merged"] acknowledged_reads: true }
-seed: 11
-log_every_steps: 100
-)");
+  SmallModel model;
+  model.kind = kind;
+  model.batch = kBatch;
+  model.fifth_table = true;
+  model.tracker = absl::StrCat("mode: \"", mode, R"(" listen: "127.0.0.1:0"
+  consumers: ["parts", "merged"] acknowledged_reads: true)");
+  return SmallModelConfig(model);
 }
 
-// t0 row-wise, t1 column-wise, t2 data-parallel, t3 table-wise on rank 1,
-// t4 table-row-wise (pooled) or row-wise (sequence).
-v1::ShardingPlan MixedPlan(const std::vector<EmbeddingTableConfig>& tables,
-                           bool pooled) {
-  v1::ShardingPlan plan;
-  plan.set_world_size(2);
-  *plan.add_tables() = RowWisePlan(tables[0], 2);
-  *plan.add_tables() = ColumnWisePlan(tables[1], {1, 0});
-  *plan.add_tables() = DataParallelPlan(tables[2], 2);
-  *plan.add_tables() = TableWisePlan(tables[3], 1);
-  *plan.add_tables() =
-      pooled ? TableRowWisePlan(tables[4], {0, 1}) : RowWisePlan(tables[4], 2);
-  return plan;
-}
-
-// A trainer of `text`; sharded by MixedPlan over `group` unless it is null.
-absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const std::string& text,
-                                                     ProcessGroup* group,
-                                                     bool pooled) {
-  absl::StatusOr<v1::TrainerConfig> config = ParseTrainerConfig(text);
-  if (!config.ok()) return config.status();
-  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
-  if (!settings.ok()) return settings.status();
-  if (group != nullptr) {
-    settings->group = group;
-    settings->plan_path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/plan-",
-                                       group->rank(), ".txt");
-    if (absl::Status s = WriteShardingPlan(MixedPlan(settings->tables, pooled),
-                                           settings->plan_path);
-        !s.ok()) {
-      return s;
-    }
-  }
-  return Trainer::Create(*std::move(settings), [](const std::string&) {});
-}
-
-template <typename T>
-absl::Status StatusOf(const absl::StatusOr<T>& result) {
-  return result.status();
-}
-
-double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.defined() || !b.defined() || !a.sizes().equals(b.sizes())) {
-    return 1e30;
-  }
-  if (a.numel() == 0) return 0;
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+// A rank of the mixed plan, or (`group` null) one process.
+absl::StatusOr<std::unique_ptr<Trainer>> MakeMixedTrainer(
+    const std::string& text, ProcessGroup* group, bool pooled) {
+  return MakeTrainer(text, group,
+                     [pooled](const std::vector<EmbeddingTableConfig>& tables) {
+                       return MixedPlanOfTwoRanks(tables, pooled);
+                     });
 }
 
 v1::GetDeltaRequest Read(const std::string& consumer) {
@@ -132,7 +80,7 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
   std::unique_ptr<DeltaClient> own =
       DeltaClient::Create(trainer.service_address());
   absl::StatusOr<v1::TopologyResponse> topology = own->Topology();
-  RANK_OK(StatusOf(topology));
+  RANK_OK(topology);
   RANK_EXPECT(topology->world_size() == 2, name, " world size ",
               topology->world_size());
   std::map<std::string, std::string> sharding;
@@ -144,17 +92,17 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
   for (const v1::RankEndpoint& endpoint : topology->endpoints()) {
     absl::StatusOr<ReceivedDelta> part =
         DeltaClient::Create(endpoint.address())->GetDelta(Read("parts"));
-    RANK_OK(StatusOf(part));
+    RANK_OK(part);
     parts.push_back(*std::move(part));
   }
   // Discovered from the other rank's address.
   absl::StatusOr<std::unique_ptr<FanInClient>> fan_in =
       FanInClient::Create(topology->endpoints(1).address());
-  RANK_OK(StatusOf(fan_in));
+  RANK_OK(fan_in);
   RANK_EXPECT((*fan_in)->world_size() == 2, name, " fan-in world size ",
               (*fan_in)->world_size());
   absl::StatusOr<ReceivedDelta> merged = (*fan_in)->GetDelta(Read("merged"));
-  RANK_OK(StatusOf(merged));
+  RANK_OK(merged);
 
   const int64_t end_batch =
       std::min(parts[0].header.end_batch(), parts[1].header.end_batch());
@@ -221,7 +169,7 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
   // A commit reaches every rank: the next read starts where this one ended.
   RANK_OK((*fan_in)->Commit("merged", merged->header.end_batch()));
   absl::StatusOr<ReceivedDelta> next = (*fan_in)->GetDelta(Read("merged"));
-  RANK_OK(StatusOf(next));
+  RANK_OK(next);
   RANK_EXPECT(next->header.start_batch() == merged->header.end_batch(), name,
               " after the commit the next read starts at ",
               next->header.start_batch());
@@ -235,9 +183,9 @@ int RunCase(ProcessGroup& group, const std::string& name) {
   const std::vector<std::string> parts = absl::StrSplit(name, '/');
   const std::atomic<bool> stop{false};
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      MakeTrainer(Config(parts[0], parts[1]), &group, parts[0] == "dlrm");
-  RANK_OK(StatusOf(trainer));
-  RANK_OK(StatusOf((*trainer)->Run(stop, kSteps)));
+      MakeMixedTrainer(Config(parts[0], parts[1]), &group, parts[0] == "dlrm");
+  RANK_OK(trainer);
+  RANK_OK((*trainer)->Run(stop, kSteps));
   if (group.rank() == 0) {
     if (int rc = CheckFanIn(**trainer, name); rc != 0) return rc;
   }
@@ -249,7 +197,7 @@ int RunCase(ProcessGroup& group, const std::string& name) {
 int RunScenario(const std::string& scenario) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
-  RANK_OK(StatusOf(group));
+  RANK_OK(group);
   for (absl::string_view name : absl::StrSplit(scenario, ',')) {
     if (int rc = RunCase(**group, std::string(name)); rc != 0) return rc;
   }
@@ -264,7 +212,7 @@ TEST(FanInClientTest, MergesTwoRanksIntoFullRows) {
 
 TEST(FanInClientTest, OneProcessTrainerReadsAsWithDeltaClient) {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      MakeTrainer(Config("sequence", "embedding"), nullptr, false);
+      MakeTrainer(Config("sequence", "embedding"));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   const std::atomic<bool> stop{false};
   ASSERT_TRUE((*trainer)->Run(stop, kSteps).ok());

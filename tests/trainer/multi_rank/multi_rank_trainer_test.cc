@@ -34,6 +34,7 @@
 #include "absl/strings/str_split.h"
 #include "base/file_io.h"
 #include "tests/trainer/comm/rank_launcher.h"
+#include "tests/trainer/multi_rank/small_trainer.h"
 #include "tests/trainer/sharding/table_configs.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/config.h"
@@ -45,61 +46,33 @@ namespace deltastream {
 namespace {
 
 using ::deltastream::testing::ExpectRanksPassed;
+using ::deltastream::testing::MakeTrainer;
+using ::deltastream::testing::MaxDiff;
 using ::deltastream::testing::PlanOfKind;
-using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
+using ::deltastream::testing::SmallModel;
+using ::deltastream::testing::SmallModelConfig;
 
 constexpr int64_t kBatch = 8;  // per rank
 constexpr int64_t kSteps = 20;
 constexpr double kTolerance = 1e-4;
 
-// A small model: four tables of dim 8 (column-wise splits 8 over 4 ranks).
 std::string Config(const std::string& kind, const std::string& optimizer,
                    int64_t batch) {
-  return absl::StrCat(
-      R"(
-model {
-  kind: ")",
-      kind, R"("
-  num_dense: 4
-  dense_arch: [16, 8]
-  over_arch: [16, 1]
-  tables { name: "t0" num_embeddings: 40 embedding_dim: 8 feature_names: ["f0", "f1"] }
-  tables { name: "t1" num_embeddings: 33 embedding_dim: 8 }
-  tables { name: "t2" num_embeddings: 17 embedding_dim: 8 }
-  tables { name: "t3" num_embeddings: 21 embedding_dim: 8 }
-  sparse_optimizer { type: ")",
-      optimizer, R"(" learning_rate: 0.1 }
-  dense_optimizer { type: "adam" learning_rate: 0.01 }
-}
-data { batch_size: )",
-      batch, R"( synthetic { min_length: 0 max_length: 3 } eval_batches: 2 }
-tracker { mode: "id_only" }
-seed: 11
-log_every_steps: 10
-)");
+  SmallModel model;
+  model.kind = kind;
+  model.sparse_optimizer = optimizer;
+  model.batch = batch;
+  model.eval_batches = 2;
+  model.log_every_steps = 10;
+  return SmallModelConfig(model);
 }
 
-double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.sizes().equals(b.sizes())) return 1e30;
-  if (a.numel() == 0) return 0;
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(
-    const std::string& text, ProcessGroup* group, const std::string& plan,
-    const std::string& checkpoint_dir = "") {
-  absl::StatusOr<v1::TrainerConfig> config = ParseTrainerConfig(text);
-  if (!config.ok()) return config.status();
-  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
-  if (!settings.ok()) return settings.status();
-  settings->group = group;
-  settings->plan_path = plan;
-  settings->checkpoint_dir = checkpoint_dir;
-  if (!checkpoint_dir.empty()) {
-    settings->service.db = checkpoint_dir + "/db";
-  }
-  return Trainer::Create(*std::move(settings), [](const std::string&) {});
+// The plan of PlanOfKind(`name`) over `world` ranks.
+testing::PlanOfTables PlanNamed(const std::string& name, int world) {
+  return [name, world](const std::vector<EmbeddingTableConfig>& tables) {
+    return PlanOfKind(name, tables, world);
+  };
 }
 
 // One case: "<model kind>/<plan>/<sparse optimizer>".
@@ -111,18 +84,13 @@ int RunCase(ProcessGroup& group, const std::string& name) {
   const std::atomic<bool> stop{false};
 
   absl::StatusOr<std::unique_ptr<Trainer>> reference =
-      MakeTrainer(Config(kind, optimizer, world * kBatch), nullptr, "");
+      MakeTrainer(Config(kind, optimizer, world * kBatch));
   RANK_OK(reference.status());
   absl::StatusOr<TrainerProgress> expected = (*reference)->Run(stop, kSteps);
   RANK_OK(expected.status());
 
-  const std::string plan_path =
-      absl::StrCat(std::getenv("TEST_TMPDIR"), "/plan-", me, ".txt");
-  RANK_OK(WriteShardingPlan(
-      PlanOfKind(plan_name, (*reference)->settings().tables, world),
-      plan_path));
-  absl::StatusOr<std::unique_ptr<Trainer>> sharded =
-      MakeTrainer(Config(kind, optimizer, kBatch), &group, plan_path);
+  absl::StatusOr<std::unique_ptr<Trainer>> sharded = MakeTrainer(
+      Config(kind, optimizer, kBatch), &group, PlanNamed(plan_name, world));
   RANK_OK(sharded.status());
   absl::StatusOr<TrainerProgress> got = (*sharded)->Run(stop, kSteps);
   RANK_OK(got.status());
@@ -203,18 +171,8 @@ int RunReshard(ProcessGroup& group, const std::string& plan_name,
                int64_t steps) {
   const std::string dir = std::getenv("RESHARD_DIR");
   const int world = group.world_size();
-  const std::string plan_path =
-      absl::StrCat(std::getenv("TEST_TMPDIR"), "/reshard-plan-", world, "-",
-                   group.rank(), ".txt");
-  absl::StatusOr<v1::TrainerConfig> config =
-      ParseTrainerConfig(ReshardConfig(world));
-  RANK_OK(config.status());
-  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
-  RANK_OK(settings.status());
-  RANK_OK(WriteShardingPlan(PlanOfKind(plan_name, settings->tables, world),
-                            plan_path));
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      MakeTrainer(ReshardConfig(world), &group, plan_path, dir);
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = MakeTrainer(
+      ReshardConfig(world), &group, PlanNamed(plan_name, world), dir);
   RANK_OK(trainer.status());
   const std::atomic<bool> stop{false};
   RANK_OK((*trainer)->Run(stop, steps).status());
@@ -266,13 +224,13 @@ TEST(MultiRankTrainerTest, CheckpointsReshardAcrossWorldSizes) {
                              {{"RESHARD_DIR", dir}}));
   const std::atomic<bool> stop{false};
   absl::StatusOr<std::unique_ptr<Trainer>> resumed =
-      MakeTrainer(ReshardConfig(1), nullptr, "", dir);
+      MakeTrainer(ReshardConfig(1), nullptr, nullptr, dir);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   ASSERT_EQ((*resumed)->step(), 14);
   ASSERT_TRUE((*resumed)->Run(stop, 6).ok());
 
   absl::StatusOr<std::unique_ptr<Trainer>> uninterrupted =
-      MakeTrainer(ReshardConfig(1), nullptr, "");
+      MakeTrainer(ReshardConfig(1));
   ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
   ASSERT_TRUE((*uninterrupted)->Run(stop, 20).ok());
 

@@ -32,6 +32,7 @@
 #include "proto/tensor_codec.h"
 #include "proto/tracker.grpc.pb.h"
 #include "tests/trainer/comm/rank_launcher.h"
+#include "tests/trainer/multi_rank/small_trainer.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/config.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
@@ -42,8 +43,13 @@ namespace deltastream {
 namespace {
 
 using ::deltastream::testing::ExpectRanksPassed;
+using ::deltastream::testing::MakeTrainer;
+using ::deltastream::testing::MaxDiff;
+using ::deltastream::testing::MixedPlanOfTwoRanks;
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
+using ::deltastream::testing::SmallModel;
+using ::deltastream::testing::SmallModelConfig;
 
 constexpr int64_t kBatch = 8;  // per rank
 constexpr int64_t kSteps = 6;
@@ -51,58 +57,13 @@ constexpr double kTolerance = 1e-4;
 
 std::string Config(const std::string& kind, const std::string& mode,
                    int64_t batch, bool serve) {
-  return absl::StrCat(
-      R"(
-model {
-  kind: ")",
-      kind, R"("
-  num_dense: 4
-  dense_arch: [16, 8]
-  over_arch: [16, 1]
-  tables { name: "t0" num_embeddings: 40 embedding_dim: 8 feature_names: ["f0", "f1"] }
-  tables { name: "t1" num_embeddings: 33 embedding_dim: 8 }
-  tables { name: "t2" num_embeddings: 17 embedding_dim: 8 }
-  tables { name: "t3" num_embeddings: 21 embedding_dim: 8 }
-  tables { name: "t4" num_embeddings: 23 embedding_dim: 8 }
-  sparse_optimizer { type: "adagrad" learning_rate: 0.1 }
-  dense_optimizer { type: "adam" learning_rate: 0.01 }
-}
-data { batch_size: )",
-      batch,
-      R"( synthetic { min_length: 0 max_length: 3 } eval_batches: 1 }
-tracker { mode: ")",
-      mode, "\"", serve ? " listen: \"127.0.0.1:0\"" : "",
-      R"( }
-seed: 11
-log_every_steps: 100
-)");
-}
-
-// t0 row-wise, t1 column-wise, t2 data-parallel, t3 table-wise on rank 1,
-// t4 table-row-wise (pooled) or row-wise (sequence).
-v1::ShardingPlan MixedPlan(const std::vector<EmbeddingTableConfig>& tables,
-                           bool pooled) {
-  v1::ShardingPlan plan;
-  plan.set_world_size(2);
-  *plan.add_tables() = RowWisePlan(tables[0], 2);
-  *plan.add_tables() = ColumnWisePlan(tables[1], {1, 0});
-  *plan.add_tables() = DataParallelPlan(tables[2], 2);
-  *plan.add_tables() = TableWisePlan(tables[3], 1);
-  *plan.add_tables() =
-      pooled ? TableRowWisePlan(tables[4], {0, 1}) : RowWisePlan(tables[4], 2);
-  return plan;
-}
-
-absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const std::string& text,
-                                                     ProcessGroup* group,
-                                                     const std::string& plan) {
-  absl::StatusOr<v1::TrainerConfig> config = ParseTrainerConfig(text);
-  if (!config.ok()) return config.status();
-  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
-  if (!settings.ok()) return settings.status();
-  settings->group = group;
-  settings->plan_path = plan;
-  return Trainer::Create(*std::move(settings), [](const std::string&) {});
+  SmallModel model;
+  model.kind = kind;
+  model.batch = batch;
+  model.fifth_table = true;
+  model.tracker = absl::StrCat("mode: \"", mode, "\"",
+                               serve ? " listen: \"127.0.0.1:0\"" : "");
+  return SmallModelConfig(model);
 }
 
 // One table of a delta read over gRPC, its chunks joined.
@@ -162,18 +123,6 @@ absl::StatusOr<std::map<std::string, ServedTable>> ReadDelta(
   return tables;
 }
 
-// A status by value, for RANK_ASSERT_OK (which copies what it is given).
-template <typename T>
-absl::Status StatusOf(const absl::StatusOr<T>& result) {
-  return result.status();
-}
-
-double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.sizes().equals(b.sizes())) return 1e30;
-  if (a.numel() == 0) return 0;
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
 // "<model kind>/<mode>".
 int RunCase(ProcessGroup& group, const std::string& name) {
   const std::vector<std::string> parts = absl::StrSplit(name, '/');
@@ -183,14 +132,14 @@ int RunCase(ProcessGroup& group, const std::string& name) {
   const bool embedding = mode == "embedding";
 
   absl::StatusOr<std::unique_ptr<Trainer>> reference =
-      MakeTrainer(Config(kind, mode, 2 * kBatch, false), nullptr, "");
-  RANK_OK(StatusOf(reference));
+      MakeTrainer(Config(kind, mode, 2 * kBatch, false));
+  RANK_OK(reference);
   EmbeddingModule& whole = *(*reference)->model().embedding_modules().at(0);
   std::map<std::string, at::Tensor> initial, final_rows;
   for (const auto& [state, tensor] : whole.StateTensors()) {
     initial[state] = tensor.clone();
   }
-  RANK_OK(StatusOf((*reference)->Run(stop, kSteps)));
+  RANK_OK((*reference)->Run(stop, kSteps));
   for (const auto& [state, tensor] : whole.StateTensors()) {
     final_rows[state] = tensor;
   }
@@ -198,17 +147,16 @@ int RunCase(ProcessGroup& group, const std::string& name) {
   everything.consumer = "default";
   absl::StatusOr<Delta> expected =
       (*reference)->tracker()->GetDelta(everything);
-  RANK_OK(StatusOf(expected));
+  RANK_OK(expected);
 
   const bool pooled = kind == "dlrm";
-  const std::string plan_path =
-      absl::StrCat(std::getenv("TEST_TMPDIR"), "/plan-", me, ".txt");
-  RANK_OK(WriteShardingPlan(MixedPlan((*reference)->settings().tables, pooled),
-                            plan_path));
   absl::StatusOr<std::unique_ptr<Trainer>> sharded =
-      MakeTrainer(Config(kind, mode, kBatch, true), &group, plan_path);
-  RANK_OK(StatusOf(sharded));
-  RANK_OK(StatusOf((*sharded)->Run(stop, kSteps)));
+      MakeTrainer(Config(kind, mode, kBatch, true), &group,
+                  [pooled](const std::vector<EmbeddingTableConfig>& tables) {
+                    return MixedPlanOfTwoRanks(tables, pooled);
+                  });
+  RANK_OK(sharded);
+  RANK_OK((*sharded)->Run(stop, kSteps));
   ShardedEmbeddingModule& module = *(*sharded)->model().sharded_modules().at(0);
 
   std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
@@ -217,10 +165,10 @@ int RunCase(ProcessGroup& group, const std::string& name) {
       v1::DeltaTracker::NewStub(channel);
   absl::StatusOr<std::map<std::string, ServedTable>> served =
       ReadDelta(*stub, /*all_rows=*/false);
-  RANK_OK(StatusOf(served));
+  RANK_OK(served);
   absl::StatusOr<std::map<std::string, ServedTable>> whole_shards =
       ReadDelta(*stub, /*all_rows=*/true);
-  RANK_OK(StatusOf(whole_shards));
+  RANK_OK(whole_shards);
 
   int checked = 0;
   for (const EmbeddingShard& shard : module.local_shards()) {
@@ -334,7 +282,7 @@ int RunCase(ProcessGroup& group, const std::string& name) {
 int RunScenario(const std::string& scenario) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
-  RANK_OK(StatusOf(group));
+  RANK_OK(group);
   for (absl::string_view name : absl::StrSplit(scenario, ',')) {
     if (int rc = RunCase(**group, std::string(name)); rc != 0) return rc;
   }
