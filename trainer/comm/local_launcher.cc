@@ -17,11 +17,8 @@
 #include "absl/time/clock.h"
 
 namespace deltastream {
-namespace {
 
-// A TCP port of `address` that was free a moment ago (what torchrun
-// --standalone does for its store).
-int FreePort(const std::string& address) {
+int FreeTcpPort(const std::string& address) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
   sockaddr_in addr{};
@@ -39,6 +36,8 @@ int FreePort(const std::string& address) {
   close(fd);
   return port;
 }
+
+namespace {
 
 std::string Describe(int status) {
   if (WIFEXITED(status))
@@ -91,8 +90,9 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
   };
   bool stop_requested = false;
   for (int attempt = 0;; ++attempt) {
-    const int port = options.master_port != 0 ? options.master_port
-                                              : FreePort(options.master_addr);
+    const int port = options.master_port != 0
+                         ? options.master_port
+                         : FreeTcpPort(options.master_addr);
     std::map<pid_t, int> running;  // pid -> rank
     for (int rank = 0; rank < options.nproc_per_node; ++rank) {
       const pid_t pid = StartRank(options, rank, port, attempt);

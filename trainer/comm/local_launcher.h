@@ -28,6 +28,11 @@ struct LocalLaunchOptions {
   std::function<void(const std::string&)> log;
 };
 
+// A TCP port of the IPv4 `address` (not one: 127.0.0.1) that was free a
+// moment ago, as `torchrun --standalone` picks its store's; 0 when none
+// could be bound.
+int FreeTcpPort(const std::string& address = "127.0.0.1");
+
 // Starts nproc_per_node processes of `argv`, each with torchrun's
 // environment (RANK = LOCAL_RANK = r, WORLD_SIZE = LOCAL_WORLD_SIZE = N,
 // MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT; the rest of the

@@ -2,9 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +17,7 @@ extern char** environ;
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/testing/test_dirs.h"
+#include "trainer/comm/local_launcher.h"
 
 namespace deltastream {
 namespace testing {
@@ -29,21 +28,7 @@ std::optional<std::string> ScenarioFromEnv() {
   return std::string(scenario);
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (fd >= 0) close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+int FreePort() { return FreeTcpPort("127.0.0.1"); }
 
 std::vector<RankResult> RunRanks(
     const std::string& scenario, int world_size, absl::Duration timeout,
