@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
+#include "base/host_port.h"
 
 namespace deltastream {
 
@@ -22,54 +22,41 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 absl::Status ValidateListenAddress(absl::string_view address) {
+  absl::StatusOr<HostPort> split = SplitHostPort(address);
+  if (!split.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address ", split.status().message()));
+  }
   const auto invalid = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(
         "listen address '", address, "' is not HOST:PORT (", why, ")"));
   };
-  const size_t colon = address.rfind(':');
-  if (colon == absl::string_view::npos) return invalid("no port");
-  const absl::string_view host = address.substr(0, colon);
-  const absl::string_view port = address.substr(colon + 1);
-  if (host.empty()) return invalid("no host");
-  if (host.front() == '[' ? host.back() != ']'
-                          : host.find(':') != absl::string_view::npos) {
-    return invalid("an IPv6 host goes in brackets");
-  }
-  for (char c : host) {
+  if (split->host.empty()) return invalid("no host");
+  for (char c : split->host) {
     if (absl::ascii_isspace(static_cast<unsigned char>(c)) ||
         absl::ascii_iscntrl(static_cast<unsigned char>(c))) {
       return invalid("space in host");
     }
-  }
-  int value = -1;
-  if (port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != absl::string_view::npos ||
-      !absl::SimpleAtoi(port, &value) || value > 65535) {
-    return invalid("the port must be a number from 0 to 65535");
   }
   return absl::OkStatus();
 }
 
 namespace {
 
-// Binds (and closes) a TCP socket on each address `address` resolves to, as
-// gRPC will (SO_REUSEADDR, no SO_REUSEPORT), so that an address in use or not
-// local is refused with one line before gRPC logs its own multi-line error.
-// OK for port 0 and for hosts that do not resolve (gRPC decides those).
-absl::Status ProbeBind(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  std::string host = address.substr(0, colon);
-  const std::string port = address.substr(colon + 1);
-  if (port == "0") return absl::OkStatus();
-  if (host.size() >= 2 && host.front() == '[') {
-    host = host.substr(1, host.size() - 2);
-  }
+// Binds (and closes) a TCP socket on each address `listen` (named `address`
+// in messages) resolves to, as gRPC will (SO_REUSEADDR, no SO_REUSEPORT), so
+// that an address in use or not local is refused with one line before gRPC
+// logs its own multi-line error. OK for port 0 and for hosts that do not
+// resolve (gRPC decides those).
+absl::Status ProbeBind(const std::string& address, const HostPort& listen) {
+  if (listen.port == 0) return absl::OkStatus();
+  const std::string port = absl::StrCat(listen.port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* resolved = nullptr;
-  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &resolved) != 0) {
+  if (getaddrinfo(listen.host.c_str(), port.c_str(), &hints, &resolved) != 0) {
     return absl::OkStatus();
   }
   bool in_use = false;
@@ -107,7 +94,8 @@ absl::StatusOr<StartedServer> StartServer(
     grpc::ServerBuilder& builder, const std::string& address,
     std::shared_ptr<grpc::ServerCredentials> credentials) {
   if (absl::Status s = ValidateListenAddress(address); !s.ok()) return s;
-  if (absl::Status s = ProbeBind(address); !s.ok()) return s;
+  const HostPort listen = *SplitHostPort(address);
+  if (absl::Status s = ProbeBind(address, listen); !s.ok()) return s;
   StartedServer started;
   builder.AddListeningPort(address, std::move(credentials), &started.port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -117,8 +105,7 @@ absl::StatusOr<StartedServer> StartServer(
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", address, " (address in use or not local)"));
   }
-  started.address =
-      absl::StrCat(address.substr(0, address.rfind(':')), ":", started.port);
+  started.address = JoinHostPort(listen.host, started.port);
   return started;
 }
 

@@ -20,9 +20,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // How every binary that serves gRPC (trainer, tracker_server, predictor)
 // checks and binds its --listen address. One rule in one place.
 
-// OK when `address` is HOST:PORT with a non-empty host (a name, an IPv4
-// address, or an IPv6 address in brackets) and a decimal PORT in 0..65535
-// (0: any free port). InvalidArgument, one line naming the value, otherwise.
+// OK when `address` is HOST:PORT as SplitHostPort (base/host_port.h) reads
+// it, with a non-empty host free of spaces (a name, an IPv4 address, or an
+// IPv6 address in brackets) and a decimal PORT in 0..65535 (0: any free
+// port). InvalidArgument, one line naming the value, otherwise.
 absl::Status ValidateListenAddress(absl::string_view address);
 
 // A started server and the address it listens on (with the bound port when

@@ -9,9 +9,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/grpc_server.h"
+#include "base/host_port.h"
 
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://HOST:PORT/metrics (empty: "
@@ -21,10 +21,9 @@ namespace deltastream {
 namespace {
 
 // civetweb takes IP addresses only: "localhost" means the IPv4 loopback.
-std::string CivetwebAddress(const std::string& address) {
-  if (absl::StartsWith(address, "localhost:")) {
-    return absl::StrCat("127.0.0.1", address.substr(address.rfind(':')));
-  }
+std::string CivetwebAddress(const std::string& address,
+                            const HostPort& listen) {
+  if (listen.host == "localhost") return JoinHostPort("127.0.0.1", listen.port);
   return address;
 }
 
@@ -36,6 +35,7 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   if (absl::Status valid = ValidateListenAddress(address); !valid.ok()) {
     return valid;
   }
+  const HostPort listen = *SplitHostPort(address);
   std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint);
   endpoint->registry_ = std::move(registry);
   try {
@@ -43,7 +43,8 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     // not hold up a health check of the same port.
     endpoint->exposer_ =
         std::make_unique<prometheus::Exposer>(std::vector<std::string>{
-            "listening_ports", CivetwebAddress(address), "num_threads", "2"});
+            "listening_ports", CivetwebAddress(address, listen), "num_threads",
+            "2"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", address,
@@ -55,8 +56,7 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
         absl::StrCat("cannot serve metrics on ", address, ": no port bound"));
   }
   endpoint->port_ = ports.front();
-  endpoint->address_ =
-      absl::StrCat(address.substr(0, address.rfind(':')), ":", endpoint->port_);
+  endpoint->address_ = JoinHostPort(listen.host, endpoint->port_);
   endpoint->exposer_->RegisterCollectable(endpoint->registry_);
   return endpoint;
 }

@@ -34,11 +34,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/command_line.h"
 #include "base/host_memory.h"
+#include "base/host_port.h"
 #include "base/metrics.h"
 #include "base/process.h"
 #include "base/rpc_metrics.h"
@@ -85,13 +85,9 @@ namespace {
 
 // "HOST:PORT" with PORT + offset (port 0 stays 0: any free port).
 std::string OffsetPort(const std::string& address, int offset) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (offset == 0 || colon == std::string::npos ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port == 0) {
-    return address;
-  }
-  return absl::StrCat(address.substr(0, colon + 1), port + offset);
+  absl::StatusOr<HostPort> listen = SplitHostPort(address);
+  if (offset == 0 || !listen.ok() || listen->port == 0) return address;
+  return JoinHostPort(listen->host, listen->port + offset);
 }
 
 // --nproc_per_node: this process launches the ranks and trains nothing.

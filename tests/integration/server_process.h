@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/strip.h"
+#include "base/host_port.h"
 #include "tests/testing/test_dirs.h"
 
 namespace deltastream {
@@ -75,11 +77,10 @@ class ServerProcess {
     char line[256];
     if (stream != nullptr &&
         std::fgets(line, sizeof(line), stream) != nullptr) {
-      std::string text(line);
-      const size_t colon = text.rfind(':');
-      if (absl::StartsWith(text, "listening on ") &&
-          colon != std::string::npos) {
-        port_ = std::atoi(text.c_str() + colon + 1);
+      absl::string_view text = absl::StripTrailingAsciiWhitespace(line);
+      if (absl::ConsumePrefix(&text, "listening on ")) {
+        absl::StatusOr<HostPort> target = SplitHostPort(text);
+        if (target.ok()) port_ = target->port;
       }
     }
     stream_ = stream;

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_port.h"
 #include "google/protobuf/text_format.h"
 #include "tracker_service/tracked_modules.h"
 
@@ -71,17 +72,17 @@ ServiceTopology DescribeTopology(
 }
 
 std::string ReachableAddress(absl::string_view address) {
-  const size_t colon = address.rfind(':');
-  if (colon == absl::string_view::npos) return std::string(address);
-  const absl::string_view host = address.substr(0, colon);
-  if (host != "0.0.0.0" && host != "[::]" && host != "::" && !host.empty()) {
+  absl::StatusOr<HostPort> listen = SplitHostPort(address);
+  if (!listen.ok()) return std::string(address);
+  if (listen->host != "0.0.0.0" && listen->host != "::" &&
+      !listen->host.empty()) {
     return std::string(address);
   }
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
     return std::string(address);
   }
-  return absl::StrCat(name, address.substr(colon));
+  return JoinHostPort(name, listen->port);
 }
 
 absl::StatusOr<std::vector<std::string>> ExchangeEndpoints(

@@ -1,0 +1,45 @@
+#include "base/host_port.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace deltastream {
+
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view address) {
+  const auto invalid = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", address, "' is not HOST:PORT (", why, ")"));
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == absl::string_view::npos) return invalid("no port");
+  absl::string_view host = address.substr(0, colon);
+  const absl::string_view port = address.substr(colon + 1);
+  if (absl::StartsWith(host, "[")) {
+    if (host.size() < 2 || host.back() != ']') {
+      return invalid("unmatched bracket");
+    }
+    host = host.substr(1, host.size() - 2);
+  } else if (absl::StrContains(host, ':')) {
+    return invalid("an IPv6 host goes in brackets");
+  }
+  if (absl::StrContains(host, '[') || absl::StrContains(host, ']')) {
+    return invalid("unmatched bracket");
+  }
+  HostPort split;
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(port, &split.port) || split.port > 65535) {
+    return invalid("the port must be a number from 0 to 65535");
+  }
+  split.host = std::string(host);
+  return split;
+}
+
+std::string JoinHostPort(absl::string_view host, int port) {
+  if (absl::StrContains(host, ':')) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace deltastream

@@ -1,0 +1,39 @@
+#ifndef DELTASTREAM_BASE_HOST_PORT_H_
+#define DELTASTREAM_BASE_HOST_PORT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace deltastream {
+
+// A network address "HOST:PORT" taken apart: the one place that knows where
+// the host ends and the port begins (listen addresses, targets, the metrics
+// endpoint, the addresses ranks publish). Plain functions of their
+// arguments: safe to call from any thread.
+
+struct HostPort {
+  // A name ("localhost", "trainer-0.svc"), an IPv4 address, or an IPv6
+  // address without its brackets ("::1"). May be empty (":50051").
+  std::string host;
+  // 0..65535; 0 asks a server for any free port.
+  int port = 0;
+};
+
+// Splits `address` at the colon before the port. An IPv6 host goes in
+// brackets ("[::1]:80", "[::]:0"); the brackets are not part of `host`.
+// The host is taken as it is otherwise (no resolution, no character rule:
+// that is the caller's, e.g. ValidateListenAddress).
+// InvalidArgument, one line naming `address` and what is wrong, when there is
+// no colon, an unbracketed host holds a colon, a bracket is unmatched, or the
+// port is not a decimal number from 0 to 65535.
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view address);
+
+// "HOST:PORT", with `host` in brackets when it holds a colon (IPv6), so that
+// SplitHostPort(JoinHostPort(h, p)) gives back h and p.
+std::string JoinHostPort(absl::string_view host, int port);
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_BASE_HOST_PORT_H_

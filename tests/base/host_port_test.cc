@@ -1,0 +1,82 @@
+// base/host_port.h: where the host of "HOST:PORT" ends, IPv6 in brackets, and
+// the refusals that name the address.
+#include "base/host_port.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace deltastream {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The host and port of `address`, which must split.
+HostPort Split(const std::string& address) {
+  absl::StatusOr<HostPort> split = SplitHostPort(address);
+  EXPECT_TRUE(split.ok()) << address << ": " << split.status();
+  return split.ok() ? *split : HostPort{"<refused>", -1};
+}
+
+// The message of the refusal of `address`, which must be InvalidArgument.
+std::string Refusal(const std::string& address) {
+  absl::StatusOr<HostPort> split = SplitHostPort(address);
+  EXPECT_EQ(split.status().code(), absl::StatusCode::kInvalidArgument)
+      << address;
+  return std::string(split.status().message());
+}
+
+TEST(SplitHostPortTest, NamesAndIpv4) {
+  EXPECT_EQ(Split("localhost:50051").host, "localhost");
+  EXPECT_EQ(Split("localhost:50051").port, 50051);
+  EXPECT_EQ(Split("10.0.0.7:0").host, "10.0.0.7");
+  EXPECT_EQ(Split("10.0.0.7:0").port, 0);
+  EXPECT_EQ(Split("trainer-0.trainer.svc:65535").host, "trainer-0.trainer.svc");
+  EXPECT_EQ(Split("trainer-0.trainer.svc:65535").port, 65535);
+}
+
+TEST(SplitHostPortTest, Ipv6HostsLoseTheirBrackets) {
+  EXPECT_EQ(Split("[::1]:80").host, "::1");
+  EXPECT_EQ(Split("[::1]:80").port, 80);
+  EXPECT_EQ(Split("[::]:0").host, "::");
+  EXPECT_EQ(Split("[fe80::1%eth0]:9").host, "fe80::1%eth0");
+}
+
+TEST(SplitHostPortTest, AnEmptyHostIsTheCallersToRefuse) {
+  EXPECT_EQ(Split(":5000").host, "");
+  EXPECT_EQ(Split(":5000").port, 5000);
+  EXPECT_EQ(Split("[]:5000").host, "");
+}
+
+TEST(SplitHostPortTest, RefusesWithOneLineNamingTheAddress) {
+  EXPECT_THAT(Refusal("localhost"), HasSubstr("'localhost' is not HOST:PORT"));
+  EXPECT_THAT(Refusal("localhost"), HasSubstr("no port"));
+  EXPECT_THAT(Refusal("::1:80"), HasSubstr("an IPv6 host goes in brackets"));
+  EXPECT_THAT(Refusal("[::1:80"), HasSubstr("unmatched bracket"));
+  EXPECT_THAT(Refusal("::1]:80"), HasSubstr("brackets"));
+  EXPECT_THAT(Refusal("a]:80"), HasSubstr("unmatched bracket"));
+  EXPECT_THAT(Refusal("[::1]x:80"), HasSubstr("unmatched bracket"));
+  for (const char* port :
+       {"", "65536", "99999", "123456", "-1", "+1", "8O", " 80", "0x50"}) {
+    EXPECT_THAT(Refusal(std::string("localhost:") + port),
+                HasSubstr("the port must be a number from 0 to 65535"))
+        << port;
+  }
+}
+
+TEST(JoinHostPortTest, BracketsIpv6AndRoundTrips) {
+  EXPECT_EQ(JoinHostPort("localhost", 50051), "localhost:50051");
+  EXPECT_EQ(JoinHostPort("::1", 80), "[::1]:80");
+  EXPECT_EQ(JoinHostPort("", 0), ":0");
+  for (const char* address :
+       {"localhost:50051", "10.0.0.7:0", "[::1]:80", "[::]:0", ":5000"}) {
+    const HostPort split = Split(address);
+    EXPECT_EQ(JoinHostPort(split.host, split.port), address);
+  }
+}
+
+}  // namespace
+}  // namespace deltastream
