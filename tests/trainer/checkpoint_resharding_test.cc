@@ -159,12 +159,8 @@ std::unique_ptr<torch::optim::Optimizer> DenseAdam(RecModel& model) {
 }
 
 int RunScenario(const std::string& scenario) {
-  absl::Duration timeout = absl::Seconds(30);
-  if (const char* t = std::getenv("TEST_COLLECTIVE_TIMEOUT_S")) {
-    timeout = absl::Seconds(std::atoi(t));
-  }
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), timeout);
+      testing::RankGroupFromEnv();
   RANK_OK(group.status());
   const int world = (*group)->world_size();
   const std::string dir = std::getenv("CHECKPOINT_DIR");

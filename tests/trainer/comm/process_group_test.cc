@@ -137,12 +137,8 @@ int FailingRankScenario(ProcessGroup& group, bool hang) {
 }
 
 int RunScenario(const std::string& scenario) {
-  absl::Duration timeout = absl::Seconds(20);
-  if (const char* t = std::getenv("TEST_COLLECTIVE_TIMEOUT_S")) {
-    timeout = absl::Seconds(std::atoi(t));
-  }
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), timeout);
+      testing::RankGroupFromEnv(absl::Seconds(20));
   if (!group.ok()) {
     std::fprintf(stderr, "FAILED: %s\n", group.status().ToString().c_str());
     return kCollectiveFailed;

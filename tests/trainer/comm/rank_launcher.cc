@@ -14,10 +14,13 @@ extern char** environ;
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "tests/testing/test_dirs.h"
 #include "trainer/comm/local_launcher.h"
+#include "trainer/comm/process_group.h"
 
 namespace deltastream {
 namespace testing {
@@ -119,13 +122,57 @@ void ExpectRanksPassed(const std::vector<RankResult>& results) {
   if (!results.empty()) std::printf("%s", results[0].output.c_str());
 }
 
-int RankTestMain(int argc, char** argv,
-                 int (*run_scenario)(const std::string& scenario)) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> RankGroupFromEnv(
+    absl::Duration timeout) {
+  if (const char* seconds = std::getenv("TEST_COLLECTIVE_TIMEOUT_S")) {
+    int value = 0;
+    if (!absl::SimpleAtoi(seconds, &value) || value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TEST_COLLECTIVE_TIMEOUT_S=", seconds, " is not a positive number"));
+    }
+    timeout = absl::Seconds(value);
+  }
+  return ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), timeout);
+}
+
+int RunCasesOnGroup(absl::string_view scenario,
+                    const std::function<int(ProcessGroup& group,
+                                            const std::string& name)>& run_case,
+                    absl::Duration timeout) {
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      RankGroupFromEnv(timeout);
+  RANK_OK(group);
+  for (absl::string_view name : absl::StrSplit(scenario, ',')) {
+    if (int rc = run_case(**group, std::string(name)); rc != 0) return rc;
+  }
+  return 0;
+}
+
+namespace {
+
+// `run_scenario` when this process is a rank, else the tests.
+int RankOrTests(int argc, char** argv,
+                const std::function<int(const std::string&)>& run_scenario) {
   if (std::optional<std::string> scenario = ScenarioFromEnv()) {
     return run_scenario(*scenario);
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
+}
+
+}  // namespace
+
+int RankTestMain(int argc, char** argv,
+                 int (*run_scenario)(const std::string& scenario)) {
+  return RankOrTests(argc, argv, run_scenario);
+}
+
+int RankTestMain(int argc, char** argv,
+                 int (*run_case)(ProcessGroup& group,
+                                 const std::string& name)) {
+  return RankOrTests(argc, argv, [run_case](const std::string& scenario) {
+    return RunCasesOnGroup(scenario, run_case);
+  });
 }
 
 }  // namespace testing

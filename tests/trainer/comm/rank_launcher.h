@@ -2,7 +2,9 @@
 #define DELTASTREAM_TESTS_TRAINER_COMM_RANK_LAUNCHER_H_
 
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,9 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace deltastream {
+
+class ProcessGroup;  // trainer/comm/process_group.h
+
 namespace testing {
 
 // How one rank process ended.
@@ -44,11 +50,32 @@ int FreePort();
 // failure shows the rank's output); prints rank 0's output.
 void ExpectRanksPassed(const std::vector<RankResult>& results);
 
+// In a rank: its process group (Gloo, CPU) from the variables RunRanks set.
+// A collective fails after $TEST_COLLECTIVE_TIMEOUT_S seconds when that is
+// set (tests of a dead or hung rank shorten it through `extra_env`), else
+// after `timeout`. The error of ProcessGroup::FromEnvironment otherwise.
+absl::StatusOr<std::unique_ptr<ProcessGroup>> RankGroupFromEnv(
+    absl::Duration timeout = absl::Seconds(30));
+
+// In a rank: a scenario of cases "a,b,c" (names the test gave RunRanks) run
+// in order on one group, RankGroupFromEnv(timeout). Returns the first
+// non-zero exit code of `run_case` (the later cases do not run), 3 with a
+// "FAILED" line when the group cannot be formed, else 0.
+int RunCasesOnGroup(absl::string_view scenario,
+                    const std::function<int(ProcessGroup& group,
+                                            const std::string& name)>& run_case,
+                    absl::Duration timeout = absl::Seconds(30));
+
 // A multi-process test's main(): runs `run_scenario` when this process was
 // started as a rank (its return value is the rank's exit code), else the
 // tests.
 int RankTestMain(int argc, char** argv,
                  int (*run_scenario)(const std::string& scenario));
+
+// The same for a test whose scenarios are cases: runs them with
+// RunCasesOnGroup(scenario, run_case) when this process is a rank.
+int RankTestMain(int argc, char** argv,
+                 int (*run_case)(ProcessGroup& group, const std::string& name));
 
 // The status of a Status or of a StatusOr (what RANK_OK checks).
 inline absl::Status StatusOf(const absl::Status& status) { return status; }

@@ -279,16 +279,6 @@ int RunCase(ProcessGroup& group, const std::string& name) {
   return 0;
 }
 
-int RunScenario(const std::string& scenario) {
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
-  RANK_OK(group);
-  for (absl::string_view name : absl::StrSplit(scenario, ',')) {
-    if (int rc = RunCase(**group, std::string(name)); rc != 0) return rc;
-  }
-  return 0;
-}
-
 TEST(RankDeltasTest, TwoRanksServeGlobalRowIds) {
   const std::vector<RankResult> results =
       RunRanks("sequence/embedding,dlrm/id_only", 2, absl::Seconds(240));
@@ -299,6 +289,5 @@ TEST(RankDeltasTest, TwoRanksServeGlobalRowIds) {
 }  // namespace deltastream
 
 int main(int argc, char** argv) {
-  return deltastream::testing::RankTestMain(argc, argv,
-                                            deltastream::RunScenario);
+  return deltastream::testing::RankTestMain(argc, argv, deltastream::RunCase);
 }

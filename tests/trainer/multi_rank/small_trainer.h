@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "proto/plan.pb.h"
+#include "tests/trainer/sharding/shard_states.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/config.h"
 #include "trainer/modules/embedding_config.h"
@@ -116,16 +117,6 @@ inline absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(
   settings->checkpoint_dir = checkpoint_dir;
   if (!checkpoint_dir.empty()) settings->service.db = checkpoint_dir + "/db";
   return Trainer::Create(*std::move(settings), [](const std::string&) {});
-}
-
-// The largest absolute difference; 1e30 for tensors of other shapes (or
-// undefined ones).
-inline double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.defined() || !b.defined() || !a.sizes().equals(b.sizes())) {
-    return 1e30;
-  }
-  if (a.numel() == 0) return 0;
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
 }  // namespace testing

@@ -525,7 +525,7 @@ TEST(GradientScalingTest, ANonFiniteStepIsSkippedForDenseAndSparseAlike) {
 
 int RunScenario(const std::string& /*scenario*/) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(30));
+      testing::RankGroupFromEnv();
   RANK_OK(group.status());
   ProcessGroup& pg = **group;
   // Each rank its own examples; 4 steps of 32 per rank.

@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/trainer/comm/rank_launcher.h"
+#include "tests/trainer/sharding/shard_states.h"
 #include "tests/trainer/sharding/table_configs.h"
 #include "trainer/sharding/sharding_plan.h"
 
@@ -33,9 +34,12 @@ namespace deltastream {
 namespace {
 
 using ::deltastream::testing::ExpectRanksPassed;
+using ::deltastream::testing::MaxDiff;
 using ::deltastream::testing::PlanOfKind;
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
+using ::deltastream::testing::ShardStateDiff;
+using ::deltastream::testing::ShardStateDiffs;
 using ::deltastream::testing::Table;
 
 constexpr int64_t kBatch = 4;  // per rank
@@ -130,11 +134,6 @@ at::Tensor Loss(const std::vector<at::Tensor>& outputs, int64_t examples) {
   return loss / static_cast<double>(examples);
 }
 
-double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
-  if (a.numel() == 0 && b.numel() == 0) return 0;
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
 int RunCase(ProcessGroup& group, bool pooled, const Case& c) {
   const int world = group.world_size();
   const int me = group.rank();
@@ -226,28 +225,16 @@ int RunCase(ProcessGroup& group, bool pooled, const Case& c) {
   }
   // Every shard's weights and optimizer states against the same slice of
   // the unsharded module's.
-  std::map<std::string, at::Tensor> ref_states;
-  for (auto& [name, t] : reference->StateTensors()) ref_states[name] = t;
-  std::map<std::string, at::Tensor> local_states;
-  for (auto& [name, t] : sharded->LocalStateTensors()) local_states[name] = t;
-  for (const EmbeddingShard& shard : sharded->local_shards()) {
-    for (const char* state : {"weight", "momentum1", "momentum2", "step"}) {
-      const std::string name = absl::StrCat(shard.table, ".", state);
-      if (!ref_states.count(name)) continue;
-      RANK_EXPECT(local_states.count(name), c.name, " no local ", name);
-      at::Tensor expected = ref_states[name];
-      if (expected.dim() == 2) {
-        expected = expected.narrow(0, shard.row_offset, shard.rows);
-        if (expected.size(1) != 1) {
-          expected = expected.narrow(1, shard.col_offset, shard.cols);
-        }
-      }
-      const double diff = MaxDiff(local_states[name], expected);
-      worst = std::max(worst, diff);
-      RANK_EXPECT(diff <= tolerance, c.name, " ", name, " differs by ", diff,
-                  " after ", kSteps, " steps");
-    }
+  absl::StatusOr<std::vector<ShardStateDiff>> states =
+      ShardStateDiffs(*reference, *sharded, /*with_step=*/true);
+  RANK_OK(states);
+  for (const ShardStateDiff& state : *states) {
+    worst = std::max(worst, state.diff);
+    RANK_EXPECT(state.diff <= tolerance, c.name, " ", state.state,
+                " differs by ", state.diff, " after ", kSteps, " steps");
   }
+  RANK_EXPECT(sharded->local_shards().empty() || !states->empty(), c.name,
+              " compared no state");
   RANK_EXPECT(sharded->local_shards().empty() || lookups == kSteps, c.name,
               " post-lookup hook fired ", lookups, " times");
   std::printf("rank %d %s %s: max difference %g over %d steps\n", me,
@@ -270,12 +257,8 @@ const std::vector<Case>& Cases() {
 }
 
 int RunScenario(const std::string& scenario) {
-  absl::Duration timeout = absl::Seconds(30);
-  if (const char* t = std::getenv("TEST_COLLECTIVE_TIMEOUT_S")) {
-    timeout = absl::Seconds(std::atoi(t));
-  }
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), timeout);
+      testing::RankGroupFromEnv();
   RANK_OK(group.status());
   if (scenario == "dead") {
     // Rank 1 dies after one step; the others' next forward must fail.
