@@ -42,6 +42,7 @@
 #include "clients/replica.h"
 #include "proto/predictor.grpc.pb.h"
 #include "tests/bench/timing.h"
+#include "tests/integration/predictor_status.h"
 #include "tests/integration/server_process.h"
 
 ABSL_FLAG(int, seconds, 30, "measured window once the predictors are ready");
@@ -64,17 +65,6 @@ constexpr double kBoundP99Ms = 1000;  // DESIGN.md, at a 100 ms interval
 constexpr int64_t kIdSpace = 1000000;
 constexpr int64_t kDim = 16;
 constexpr int64_t kLookupIds = 4096;
-
-std::optional<v1::PredictorStatus> StatusOf(v1::ReplicaLookup::Stub& stub) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
-  v1::PredictorStatus status;
-  if (!stub.Status(&context, v1::PredictorStatusRequest(), &status).ok()) {
-    return std::nullopt;
-  }
-  return status;
-}
 
 struct Predictor {
   std::string name;  // its consumer name
@@ -137,7 +127,8 @@ int Freshness() {
   const auto deadline = Clock::now() + std::chrono::seconds(180);
   for (Predictor& p : predictors) {
     std::optional<v1::PredictorStatus> status;
-    while (!(status = StatusOf(*p.stub)).has_value() || !status->ready()) {
+    while (!(status = PredictorStatusOf(*p.stub)).has_value() ||
+           !status->ready()) {
       if (Clock::now() > deadline) {
         return Fail(absl::StrFormat(
             "predictor %s not ready after 180 s (last error: %s); see %s",
@@ -150,7 +141,8 @@ int Freshness() {
   auto tracker = DeltaClient::Create(trainer.target());
   auto batch0 = tracker->Status();
   const auto t0 = Clock::now();
-  for (Predictor& p : predictors) p.start = StatusOf(*p.stub).value_or(p.start);
+  for (Predictor& p : predictors)
+    p.start = PredictorStatusOf(*p.stub).value_or(p.start);
   std::this_thread::sleep_for(
       std::chrono::seconds(absl::GetFlag(FLAGS_seconds)));
   auto batch1 = tracker->Status();
@@ -169,7 +161,7 @@ int Freshness() {
       "versions  rows applied  lag_steps  refused commits\n");
   int failed = 0;
   for (Predictor& p : predictors) {
-    std::optional<v1::PredictorStatus> s = StatusOf(*p.stub);
+    std::optional<v1::PredictorStatus> s = PredictorStatusOf(*p.stub);
     if (!s.has_value()) {
       absl::PrintF("  %-12s  no status\n", p.name);
       ++failed;

@@ -23,6 +23,7 @@
 
 #include "proto/predictor.grpc.pb.h"
 #include "proto/tensor_codec.h"
+#include "tests/integration/predictor_status.h"
 #include "tests/integration/server_process.h"
 
 namespace deltastream {
@@ -35,27 +36,16 @@ std::unique_ptr<Stub> Connect(const ServerProcess& predictor) {
       predictor.target(), grpc::InsecureChannelCredentials()));
 }
 
-std::optional<v1::PredictorStatus> StatusOf(Stub& stub) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
-  v1::PredictorStatus status;
-  if (!stub.Status(&context, v1::PredictorStatusRequest(), &status).ok()) {
-    return std::nullopt;
-  }
-  return status;
-}
-
 // Polls the predictor's status until `condition` holds (up to 120 s).
 std::optional<v1::PredictorStatus> WaitFor(
     Stub& stub,
     const std::function<bool(const v1::PredictorStatus&)>& condition) {
   for (int i = 0; i < 1200; ++i) {
-    std::optional<v1::PredictorStatus> status = StatusOf(stub);
+    std::optional<v1::PredictorStatus> status = PredictorStatusOf(stub);
     if (status.has_value() && condition(*status)) return status;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  std::optional<v1::PredictorStatus> last = StatusOf(stub);
+  std::optional<v1::PredictorStatus> last = PredictorStatusOf(stub);
   ADD_FAILURE() << "timed out; last status: "
                 << (last.has_value() ? last->DebugString() : "none");
   return std::nullopt;
@@ -269,7 +259,7 @@ TEST_F(PredictorTest, RocksDbReplicaResumesAfterAKill) {
   std::unique_ptr<Stub> stub = Connect(predictor);
   // Ready at once from disk, at the version it had (or one it had durably
   // applied just before the kill), then on with the trainer.
-  std::optional<v1::PredictorStatus> reopened = StatusOf(*stub);
+  std::optional<v1::PredictorStatus> reopened = PredictorStatusOf(*stub);
   ASSERT_TRUE(reopened.has_value());
   EXPECT_GE(reopened->version(), version_before_kill);
   EXPECT_TRUE(reopened->has_dense());
@@ -313,7 +303,7 @@ TEST_F(PredictorTest, ResyncsWhenTheTrainerRestartsBehindIt) {
   // port.
   trainer->Stop(SIGKILL);
   trainer.reset();
-  std::optional<v1::PredictorStatus> at_kill = StatusOf(*stub);
+  std::optional<v1::PredictorStatus> at_kill = PredictorStatusOf(*stub);
   ASSERT_TRUE(at_kill.has_value());
   const std::string restart_log = work_ + "/restarted_trainer.err";
   trainer.emplace(TrainerFlags("127.0.0.1:" + std::to_string(port)),
@@ -402,7 +392,7 @@ TEST(PredictorFlagsTest, ASecondPredictorOnAnAddressInUseExitsTwo) {
   EXPECT_TRUE(second.out.empty()) << second.out;
   // The first still answers.
   std::unique_ptr<Stub> stub = Connect(first);
-  EXPECT_TRUE(StatusOf(*stub).has_value());
+  EXPECT_TRUE(PredictorStatusOf(*stub).has_value());
 }
 
 }  // namespace

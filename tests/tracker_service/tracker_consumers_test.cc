@@ -257,9 +257,7 @@ Delta ReadClosed(Tracker& tracker, const std::string& consumer) {
 }
 
 TEST(TrackerTest, ConsumersReadingTheSameBatchesShareOneGather) {
-  TrackerOptions options;
-  options.mode = TrackingMode::kEmbedding;
-  options.fqns_to_skip = {"ebc"};
+  TrackerOptions options = EmbeddingOptions();
   options.consumers = {"a", "b", "c"};
   auto tracker = MakeTracker(options);
   const at::Tensor first = at::randn({3, 4});

@@ -27,6 +27,15 @@ inline std::vector<TrackedModule> Model() {
   };
 }
 
+// Options of an embedding-mode tracker that leaves the pooled module ("ebc")
+// untracked: Model()'s two sequence tables, kT1 and kT2.
+inline TrackerOptions EmbeddingOptions() {
+  TrackerOptions options;
+  options.mode = TrackingMode::kEmbedding;
+  options.fqns_to_skip = {"ebc"};
+  return options;
+}
+
 inline std::unique_ptr<Tracker> MakeTracker(TrackerOptions options,
                                             LiveRowsReader* reader = nullptr) {
   if (options.modules.empty()) options.modules = Model();

@@ -17,9 +17,7 @@ namespace deltastream {
 namespace {
 
 TEST(TrackerTest, MisuseIsRefusedAndChangesNothing) {
-  TrackerOptions options;
-  options.mode = TrackingMode::kEmbedding;
-  options.fqns_to_skip = {"ebc"};
+  TrackerOptions options = EmbeddingOptions();
   auto tracker = MakeTracker(options);
   ASSERT_TRUE(
       tracker->RecordTables({{kT1, Ids({1, 2}), at::ones({2, 4})}}).ok());

@@ -17,9 +17,7 @@ namespace deltastream {
 namespace {
 
 TEST(TrackerStateTest, RestoreRefusesAnotherModeOrUntrackedTables) {
-  TrackerOptions options;
-  options.mode = TrackingMode::kEmbedding;
-  options.fqns_to_skip = {"ebc"};
+  TrackerOptions options = EmbeddingOptions();
   auto tracker = MakeTracker(options);
   ASSERT_TRUE(
       tracker->RecordTables({{kT1, Ids({1, 2}), at::ones({2, 3})}}).ok());
@@ -138,9 +136,7 @@ TEST(TrackerStateTest, WaitForBatchAfterWakesOnStepOrDeadline) {
 // before the rule) is refused at restore, and the tracker is unchanged
 // (issue 21, defect 3: the poison survived a snapshot and restart).
 TEST(TrackerStateTest, RestoreRefusesPoisonedTablesAndChangesNothing) {
-  TrackerOptions options;
-  options.mode = TrackingMode::kEmbedding;
-  options.fqns_to_skip = {"ebc"};
+  TrackerOptions options = EmbeddingOptions();
   auto tracker = MakeTracker(options);
   ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1}), at::ones({1, 2})}}).ok());
   TrackerState poisoned = tracker->SaveState();

@@ -99,9 +99,7 @@ TEST(TrackerTest, IdOnlyGroupsFeaturesPerTableAndReadsOnce) {
 }
 
 TEST(TrackerTest, EmbeddingModeKeepsFirstValueSinceLastRead) {
-  TrackerOptions options;
-  options.mode = TrackingMode::kEmbedding;
-  options.fqns_to_skip = {"ebc"};
+  TrackerOptions options = EmbeddingOptions();
   auto tracker = MakeTracker(options);
   // Batch 0: row 1 = 10. Batch 1: row 1 = 11, row 2 = 20.
   ASSERT_TRUE(
@@ -156,9 +154,7 @@ TEST(TrackerTest, TopKByCountPerTableAndItsErrors) {
   TensorRowsReader reader;
   reader.SetTable(kT1, at::arange(20, at::kFloat).reshape({10, 2}));
   reader.SetTable(kT2, at::arange(20, at::kFloat).reshape({10, 2}));
-  TrackerOptions options;
-  options.mode = TrackingMode::kEmbedding;
-  options.fqns_to_skip = {"ebc"};
+  TrackerOptions options = EmbeddingOptions();
   auto tracker = MakeTracker(options, &reader);
   ASSERT_TRUE(tracker
                   ->RecordTables({{kT1, Ids({1, 5, 7}), at::zeros({3, 2})},
@@ -197,9 +193,7 @@ TEST(TrackerTest, ScoresNeedWhatTheModeNeeds) {
   request.include_scores = true;
   EXPECT_EQ(id_only->GetDelta(request).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  TrackerOptions options;
-  options.mode = TrackingMode::kEmbedding;
-  options.fqns_to_skip = {"ebc"};
+  TrackerOptions options = EmbeddingOptions();
   auto no_reader = MakeTracker(options);
   request.top_k = TopK::Percentage(10);
   auto status = no_reader->GetDelta(request).status();

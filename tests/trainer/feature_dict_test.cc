@@ -12,12 +12,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tests/testing/tensor_values.h"
+#include "tests/trainer/sparse_expectations.h"
 #include "trainer/sparse/jagged_tensor.h"
 #include "trainer/sparse/keyed_jagged_tensor.h"
 
 namespace deltastream {
 namespace {
 
+using ::deltastream::testing::ExpectSameKjt;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -83,22 +85,6 @@ void ExpectSameDict(const FeatureDict& actual, const FeatureDict& expected) {
   for (int64_t k = 0; k < actual.size(); ++k) {
     SCOPED_TRACE(actual.keys()[k]);
     ExpectSameJagged(actual.At(k), expected.At(k));
-  }
-}
-
-void ExpectSameKjt(const KeyedJaggedTensor& actual,
-                   const KeyedJaggedTensor& expected) {
-  EXPECT_EQ(actual.keys(), expected.keys());
-  EXPECT_EQ(actual.stride(), expected.stride());
-  EXPECT_EQ(Longs(actual.values()), Longs(expected.values()));
-  EXPECT_EQ(actual.lengths().scalar_type(), expected.lengths().scalar_type());
-  EXPECT_EQ(Longs(actual.lengths()), Longs(expected.lengths()));
-  EXPECT_EQ(Longs(actual.offsets()), Longs(expected.offsets()));
-  EXPECT_EQ(actual.length_per_key(), expected.length_per_key());
-  EXPECT_EQ(actual.offset_per_key(), expected.offset_per_key());
-  ASSERT_EQ(actual.has_weights(), expected.has_weights());
-  if (actual.has_weights()) {
-    EXPECT_EQ(Floats(*actual.weights()), Floats(*expected.weights()));
   }
 }
 

@@ -11,11 +11,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tests/testing/tensor_values.h"
+#include "tests/trainer/sparse_expectations.h"
 #include "trainer/sparse/jagged_tensor.h"
 
 namespace deltastream {
 namespace {
 
+using ::deltastream::testing::ExpectSameKjt;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -43,22 +45,6 @@ KeyedJaggedTensor ThreeKeys() {
       at::tensor({1, 2, 0, 0, 3, 1}, at::kLong), at::arange(0, 7, at::kFloat));
   EXPECT_TRUE(kjt.ok()) << kjt.status();
   return *std::move(kjt);
-}
-
-// Every observable part of two KJTs is equal (values compared, not identity).
-void ExpectSameKjt(const KeyedJaggedTensor& actual,
-                   const KeyedJaggedTensor& expected) {
-  EXPECT_EQ(actual.keys(), expected.keys());
-  EXPECT_EQ(actual.stride(), expected.stride());
-  EXPECT_EQ(Longs(actual.values()), Longs(expected.values()));
-  EXPECT_EQ(Longs(actual.lengths()), Longs(expected.lengths()));
-  EXPECT_EQ(Longs(actual.offsets()), Longs(expected.offsets()));
-  EXPECT_EQ(actual.length_per_key(), expected.length_per_key());
-  EXPECT_EQ(actual.offset_per_key(), expected.offset_per_key());
-  ASSERT_EQ(actual.has_weights(), expected.has_weights());
-  if (actual.has_weights()) {
-    EXPECT_EQ(Floats(*actual.weights()), Floats(*expected.weights()));
-  }
 }
 
 // ---------------------------------------------------------------------------
@@ -280,8 +266,8 @@ TEST(KeyedJaggedTensorTest, GetReturnsEachKeysJaggedTensor) {
   EXPECT_EQ(Longs(f1->offsets()), (std::vector<int64_t>{0, 2, 2, 3}));
   ASSERT_TRUE(f1->has_weights());
   EXPECT_THAT(Floats(*f1->weights()),
-              testing::Pointwise(testing::FloatEq(),
-                                 std::vector<float>{0.1f, 0.2f, 0.3f}));
+              ::testing::Pointwise(::testing::FloatEq(),
+                                   std::vector<float>{0.1f, 0.2f, 0.3f}));
 
   absl::StatusOr<JaggedTensor> f2 = kjt.Get("f2");
   ASSERT_TRUE(f2.ok()) << f2.status();
@@ -292,8 +278,8 @@ TEST(KeyedJaggedTensorTest, GetReturnsEachKeysJaggedTensor) {
   EXPECT_EQ(Longs(f2->offsets()), (std::vector<int64_t>{0, 1, 3, 4}));
   EXPECT_EQ(f2->offsets().scalar_type(), at::kInt);
   EXPECT_THAT(Floats(*f2->weights()),
-              testing::Pointwise(testing::FloatEq(),
-                                 std::vector<float>{0.4f, 0.5f, 0.6f, 0.7f}));
+              ::testing::Pointwise(::testing::FloatEq(),
+                                   std::vector<float>{0.4f, 0.5f, 0.6f, 0.7f}));
 
   // Values, lengths and weights are views of the KJT's tensors, not copies.
   EXPECT_EQ(f2->values().data_ptr<int64_t>(),

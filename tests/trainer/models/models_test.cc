@@ -46,30 +46,20 @@ std::vector<EmbeddingTableConfig> Tables(int64_t dim = kDim) {
 absl::StatusOr<std::unique_ptr<RecModel>> MakeModel(
     bool sequence, uint64_t seed = 7,
     c10::Device device = c10::Device(c10::kCPU)) {
-  SparseOptimizerConfig sparse_optimizer;
-  sparse_optimizer.learning_rate = 0.1;
+  RecModelConfig config;  // DlrmConfig and SequenceModelConfig alike
+  config.num_dense = kNumDense;
+  config.dense_arch = {16, kDim};
+  config.over_arch = {16, 1};
+  config.tables = Tables();
+  config.sparse_optimizer.learning_rate = 0.1;
+  config.device = device;
+  config.seed = seed;
   if (sequence) {
-    SequenceModelConfig config;
-    config.num_dense = kNumDense;
-    config.dense_arch = {16, kDim};
-    config.over_arch = {16, 1};
-    config.tables = Tables();
-    config.sparse_optimizer = sparse_optimizer;
-    config.device = device;
-    config.seed = seed;
     absl::StatusOr<std::unique_ptr<SequenceModel>> model =
         SequenceModel::Create(config);
     if (!model.ok()) return model.status();
     return std::unique_ptr<RecModel>(*std::move(model));
   }
-  DlrmConfig config;
-  config.num_dense = kNumDense;
-  config.dense_arch = {16, kDim};
-  config.over_arch = {16, 1};
-  config.tables = Tables();
-  config.sparse_optimizer = sparse_optimizer;
-  config.device = device;
-  config.seed = seed;
   absl::StatusOr<std::unique_ptr<Dlrm>> model = Dlrm::Create(config);
   if (!model.ok()) return model.status();
   return std::unique_ptr<RecModel>(*std::move(model));
