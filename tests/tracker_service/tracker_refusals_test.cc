@@ -17,8 +17,7 @@ namespace deltastream {
 namespace {
 
 TEST(TrackerTest, MisuseIsRefusedAndChangesNothing) {
-  TrackerOptions options = EmbeddingOptions();
-  auto tracker = MakeTracker(options);
+  auto tracker = MakeTracker(EmbeddingOptions());
   ASSERT_TRUE(
       tracker->RecordTables({{kT1, Ids({1, 2}), at::ones({2, 4})}}).ok());
   const int64_t bytes = tracker->Status().usage.total.bytes;

@@ -136,8 +136,7 @@ TEST(TrackerStateTest, WaitForBatchAfterWakesOnStepOrDeadline) {
 // before the rule) is refused at restore, and the tracker is unchanged
 // (issue 21, defect 3: the poison survived a snapshot and restart).
 TEST(TrackerStateTest, RestoreRefusesPoisonedTablesAndChangesNothing) {
-  TrackerOptions options = EmbeddingOptions();
-  auto tracker = MakeTracker(options);
+  auto tracker = MakeTracker(EmbeddingOptions());
   ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1}), at::ones({1, 2})}}).ok());
   TrackerState poisoned = tracker->SaveState();
   StoredTable bad;

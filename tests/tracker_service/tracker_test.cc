@@ -99,8 +99,7 @@ TEST(TrackerTest, IdOnlyGroupsFeaturesPerTableAndReadsOnce) {
 }
 
 TEST(TrackerTest, EmbeddingModeKeepsFirstValueSinceLastRead) {
-  TrackerOptions options = EmbeddingOptions();
-  auto tracker = MakeTracker(options);
+  auto tracker = MakeTracker(EmbeddingOptions());
   // Batch 0: row 1 = 10. Batch 1: row 1 = 11, row 2 = 20.
   ASSERT_TRUE(
       tracker->RecordTables({{kT1, Ids({1}), at::full({1, 2}, 10.0)}}).ok());

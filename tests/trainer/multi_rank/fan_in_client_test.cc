@@ -37,9 +37,9 @@ namespace deltastream {
 namespace {
 
 using ::deltastream::testing::ExpectRanksPassed;
+using ::deltastream::testing::MakeMixedTrainer;
 using ::deltastream::testing::MakeTrainer;
 using ::deltastream::testing::MaxDiff;
-using ::deltastream::testing::MixedPlanOfTwoRanks;
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
 using ::deltastream::testing::SmallModel;
@@ -57,15 +57,6 @@ std::string Config(const std::string& kind, const std::string& mode) {
   model.tracker = absl::StrCat("mode: \"", mode, R"(" listen: "127.0.0.1:0"
   consumers: ["parts", "merged"] acknowledged_reads: true)");
   return SmallModelConfig(model);
-}
-
-// A rank of the mixed plan, or (`group` null) one process.
-absl::StatusOr<std::unique_ptr<Trainer>> MakeMixedTrainer(
-    const std::string& text, ProcessGroup* group, bool pooled) {
-  return MakeTrainer(text, group,
-                     [pooled](const std::vector<EmbeddingTableConfig>& tables) {
-                       return MixedPlanOfTwoRanks(tables, pooled);
-                     });
 }
 
 v1::GetDeltaRequest Read(const std::string& consumer) {

@@ -43,9 +43,9 @@ namespace deltastream {
 namespace {
 
 using ::deltastream::testing::ExpectRanksPassed;
+using ::deltastream::testing::MakeMixedTrainer;
 using ::deltastream::testing::MakeTrainer;
 using ::deltastream::testing::MaxDiff;
-using ::deltastream::testing::MixedPlanOfTwoRanks;
 using ::deltastream::testing::RankResult;
 using ::deltastream::testing::RunRanks;
 using ::deltastream::testing::SmallModel;
@@ -151,10 +151,7 @@ int RunCase(ProcessGroup& group, const std::string& name) {
 
   const bool pooled = kind == "dlrm";
   absl::StatusOr<std::unique_ptr<Trainer>> sharded =
-      MakeTrainer(Config(kind, mode, kBatch, true), &group,
-                  [pooled](const std::vector<EmbeddingTableConfig>& tables) {
-                    return MixedPlanOfTwoRanks(tables, pooled);
-                  });
+      MakeMixedTrainer(Config(kind, mode, kBatch, true), &group, pooled);
   RANK_OK(sharded);
   RANK_OK((*sharded)->Run(stop, kSteps));
   ShardedEmbeddingModule& module = *(*sharded)->model().sharded_modules().at(0);

@@ -119,6 +119,16 @@ inline absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(
   return Trainer::Create(*std::move(settings), [](const std::string&) {});
 }
 
+// A rank of `group` (2 ranks) sharded by MixedPlanOfTwoRanks, or (`group`
+// null) one process: MakeTrainer of `text` with that plan.
+inline absl::StatusOr<std::unique_ptr<Trainer>> MakeMixedTrainer(
+    const std::string& text, ProcessGroup* group, bool pooled) {
+  return MakeTrainer(text, group,
+                     [pooled](const std::vector<EmbeddingTableConfig>& tables) {
+                       return MixedPlanOfTwoRanks(tables, pooled);
+                     });
+}
+
 }  // namespace testing
 }  // namespace deltastream
 
