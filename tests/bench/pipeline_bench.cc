@@ -143,7 +143,7 @@ struct Combination {
 
 int RunRank() {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(120));
+      testing::RankGroupFromEnv(absl::Seconds(120));
   Check(group.status());
   ProcessGroup& pg = **group;
   const int64_t tables = absl::GetFlag(FLAGS_tables);

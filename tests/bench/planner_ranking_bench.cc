@@ -156,8 +156,7 @@ int Fail(const absl::Status& status) {
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> Group() {
   at::set_num_threads(static_cast<int>(EnvInt("BENCH_THREADS")));
-  return ProcessGroup::FromEnvironment(c10::Device(c10::kCPU),
-                                       absl::Seconds(120));
+  return testing::RankGroupFromEnv(absl::Seconds(120));
 }
 
 // ---------------------------------------------------------------------------

@@ -155,7 +155,7 @@ at::Tensor Loss(const at::Tensor& pooled, int64_t batch) {
 int RunRank() {
   const Config c = ConfigFromEnv();
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), absl::Seconds(60));
+      testing::RankGroupFromEnv(absl::Seconds(60));
   if (!group.ok()) {
     std::fprintf(stderr, "%s\n", group.status().ToString().c_str());
     return 1;
