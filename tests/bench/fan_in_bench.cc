@@ -60,6 +60,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/host_memory.h"
 #include "clients/delta_client.h"
 #include "clients/fan_in_client.h"
 #include "google/protobuf/text_format.h"
@@ -76,6 +77,10 @@ ABSL_FLAG(int64_t, steps, 10, "steps each trainer trains before the reads");
 ABSL_FLAG(int, reads, 7, "timed reads per kind, trainer and N (>= 5)");
 ABSL_FLAG(int, start_timeout_s, 300,
           "how long a trainer may take to listen and train its steps");
+ABSL_FLAG(bool, reuse_memory, true,
+          "keep freed host memory for reuse (base/host_memory.h), as the "
+          "other benchmarks and the servers do; false: glibc's defaults, "
+          "under which every read faults its pages in afresh");
 ABSL_FLAG(bool, json, false, "also print one JSON object per line");
 ABSL_FLAG(std::string, child_logs, "/tmp/fan_in_bench",
           "the trainers' stderr goes to <child_logs>.<name>.log");
@@ -124,13 +129,14 @@ class TrainerGroup {
  public:
   TrainerGroup(std::string name, const std::vector<std::string>& flags,
                const std::string& log)
-      : name_(std::move(name)), out_(log + ".out"), log_(log) {
+      : name_(std::move(name)), out_(log + ".out"), log_(log + ".log") {
     const std::string binary = RunfilePath("trainer/trainer");
+    std::ofstream(out_, std::ios::trunc);  // no earlier run's lines
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (!freopen(out_.c_str(), "w", stdout) ||
+      if (!freopen(out_.c_str(), "a", stdout) ||
           !freopen(log_.c_str(), "w", stderr)) {
         _exit(127);
       }
@@ -507,10 +513,15 @@ int Run() {
   const absl::Duration timeout =
       absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   const std::string logs = absl::GetFlag(FLAGS_child_logs);
+  // The configs and plans; removed on every return.
   const std::string work = std::filesystem::temp_directory_path() /
                            absl::StrFormat("fan_in_bench.%d", getpid());
   std::filesystem::remove_all(work);
   std::filesystem::create_directories(work);
+  struct RemovedAtExit {
+    std::string path;
+    ~RemovedAtExit() { std::filesystem::remove_all(path); }
+  } removed{work};
   ClientOptions options;
   options.max_receive_message_bytes = 256 << 20;
   options.stream_timeout = std::chrono::seconds(120);
@@ -534,9 +545,9 @@ int Run() {
   }
   absl::PrintF(
       "fan_in_bench: %d tables x %d rows x %d float32, row-wise; global "
-      "batch %d, %d steps; %d reads each; load %s\n",
+      "batch %d, %d steps; %d reads each; memory reused: %s; load %s\n",
       model.tables, model.rows, model.dim, model.batch, model.steps, reads,
-      LoadAverage());
+      absl::GetFlag(FLAGS_reuse_memory) ? "yes" : "no", LoadAverage());
   std::fflush(stdout);
   TrainerGroup single_trainer(
       "the one-process trainer",
@@ -598,7 +609,6 @@ int Run() {
   }
   PrintRows(rows, absl::GetFlag(FLAGS_json));
   absl::PrintF("load after: %s\n", LoadAverage());
-  std::filesystem::remove_all(work);
   return 0;
 }
 
@@ -607,6 +617,9 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_reuse_memory)) {
+    deltastream::KeepHostMemoryForReuse();
+  }
   struct sigaction action = {};
   action.sa_handler = deltastream::OnSignal;
   sigaction(SIGINT, &action, nullptr);
