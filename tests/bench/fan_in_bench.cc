@@ -5,25 +5,25 @@
 //
 // The real trainer binary, twice at a time: one process (the baseline) and
 // --nproc_per_node=N for each N of --ranks, the same model (--tables tables
-// of --rows x --dim float32, every table row-wise over the N ranks, so each
-// rank holds 1/N), the same global batch (--batch, split over the ranks) and
-// --steps steps, tracking on (id_only, rows kept on read). Once both have
-// trained their steps they keep serving (a consumer that never reads holds
-// the drain open) while the bench times, alternating the two and their
-// order:
+// of --rows x --dim float32, every table row-wise over the N ranks by
+// default, so that each rank holds 1/N; --sharding), the same global batch
+// (--batch, split over the ranks) and --steps steps, tracking on (id_only,
+// rows kept on read). Once both have trained their steps they keep serving
+// (a consumer that never reads holds the drain open) while the bench times,
+// alternating the two trainers and their order:
 //   - all_rows reads (every row of every table; repeatable);
 //   - changed-rows reads, each by a consumer that has read nothing yet (so
 //     each returns every row the --steps steps touched: repeatable too);
-// and, for N >= 2, MergeRankDeltas alone on the N parts of one all_rows
-// read (copies of them, read once). The first read of each kind is a
-// warm-up, checked to carry the baseline's IDs; its values' largest
-// difference from the baseline's is printed (the runs train the same batches
-// split differently: equal to float rounding).
+// and, for N >= 2, MergeRankDeltas alone on copies of the N parts of one
+// read of each kind. The first read of each kind is a warm-up, checked to
+// carry the baseline's tables and IDs; the largest difference of its values
+// from the baseline's goes to the JSON lines (the runs train the same
+// batches, split differently: float rounding).
 //
 // Reports per read kind and N: MB (1e6 bytes: IDs + values), median and
-// min-max MB/s of --reads reads each, and the ratio fan-in / single-rank of
-// the medians; with --json also one JSON object per line. The machine's load
-// average (/proc/loadavg) before and after.
+// min-max MB/s of --reads reads each, the ratio fan-in / single-rank of the
+// medians and the merge's median; with --json also one JSON object per line.
+// The machine's load average (/proc/loadavg) before and after.
 //
 // Every child is started in its own process group (the launcher and its
 // ranks) and killed with it on exit, on error and on SIGINT/SIGTERM; every
@@ -37,6 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -73,6 +74,9 @@ ABSL_FLAG(int, tables, 4, "tables of the model");
 ABSL_FLAG(int64_t, rows, 131072, "rows per table");
 ABSL_FLAG(int64_t, dim, 32, "embedding dimension (float32)");
 ABSL_FLAG(int64_t, batch, 512, "global batch size (split over the ranks)");
+ABSL_FLAG(std::string, sharding, "row_wise",
+          "how every table is sharded: row_wise, column_wise, table_wise or "
+          "mixed (table i row-wise, column-wise, table-wise in turn)");
 ABSL_FLAG(int64_t, steps, 10, "steps each trainer trains before the reads");
 ABSL_FLAG(int, reads, 7, "timed reads per kind, trainer and N (>= 5)");
 ABSL_FLAG(int, start_timeout_s, 300,
@@ -226,6 +230,28 @@ std::vector<EmbeddingTableConfig> Tables(const Model& model) {
   return tables;
 }
 
+constexpr const char* kShardings[] = {"row_wise", "column_wise", "table_wise",
+                                      "mixed"};
+
+// The plan of `model` over `ranks` ranks, every table sharded as `sharding`
+// (one of kShardings) says.
+v1::ShardingPlan PlanOf(const Model& model, int ranks,
+                        const std::string& sharding) {
+  std::vector<int> all(ranks);
+  for (int r = 0; r < ranks; ++r) all[r] = r;
+  v1::ShardingPlan plan;
+  plan.set_world_size(ranks);
+  const std::vector<EmbeddingTableConfig> tables = Tables(model);
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const std::string type = sharding != "mixed" ? sharding : kShardings[t % 3];
+    *plan.add_tables() = type == "row_wise" ? RowWisePlan(tables[t], ranks)
+                         : type == "column_wise"
+                             ? ColumnWisePlan(tables[t], all)
+                             : TableWisePlan(tables[t], t % ranks);
+  }
+  return plan;
+}
+
 // The trainer config for `ranks` ranks (the per-rank batch), serving
 // `consumers` (the first never reads: it keeps the trainer serving).
 std::string ConfigText(const Model& model, int ranks,
@@ -354,7 +380,7 @@ struct Row {
   int ranks;
   Series single;
   Series fan_in;
-  std::optional<Series> merge;  // N >= 2, all_rows
+  std::optional<Series> merge;  // N >= 2
   double max_diff = 0;
 };
 
@@ -458,12 +484,12 @@ absl::Status Measure(DeltaClient& single, FanInClient& fan_in, int ranks,
         }
       }
     }
-    if (all_rows && ranks > 1) {
+    if (ranks > 1) {
       // The merge alone, on copies of one read's parts.
       std::vector<ReceivedDelta> parts;
       for (int r = 0; r < fan_in.world_size(); ++r) {
-        absl::StatusOr<ReceivedDelta> part =
-            fan_in.rank(r).GetDelta(ReadRequest("all", true));
+        absl::StatusOr<ReceivedDelta> part = fan_in.rank(r).GetDelta(
+            ReadRequest(all_rows ? "all" : "merge", all_rows));
         if (!part.ok()) return part.status();
         parts.push_back(*std::move(part));
       }
@@ -505,6 +531,13 @@ int Run() {
     }
     world_sizes.push_back(size);
   }
+  const std::string sharding = absl::GetFlag(FLAGS_sharding);
+  if (std::find(std::begin(kShardings), std::end(kShardings), sharding) ==
+      std::end(kShardings)) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--sharding: '", sharding, "' is none of ",
+                     absl::StrJoin(kShardings, ", "))));
+  }
   if (reads < 5 || model.tables < 1 || model.rows < 1 || model.dim < 1 ||
       model.steps < 1) {
     return Fail(absl::InvalidArgumentError(
@@ -528,8 +561,9 @@ int Run() {
 
   // Consumers: "hold" never reads (the trainers keep serving), "all" reads
   // all_rows, c<i> one changed-rows read each (the baseline's
-  // s<k>c<i> for the k-th world size).
-  std::vector<std::string> fan_in_consumers = {"hold", "all"};
+  // s<k>c<i> for the k-th world size), "merge" the changed rows whose merge
+  // alone is timed.
+  std::vector<std::string> fan_in_consumers = {"hold", "all", "merge"};
   std::vector<std::string> single_consumers = {"hold", "all"};
   for (int i = 0; i <= reads; ++i) {
     fan_in_consumers.push_back(absl::StrCat("c", i));
@@ -544,10 +578,10 @@ int Run() {
     return Fail(s);
   }
   absl::PrintF(
-      "fan_in_bench: %d tables x %d rows x %d float32, row-wise; global "
+      "fan_in_bench: %d tables x %d rows x %d float32, %s; global "
       "batch %d, %d steps; %d reads each; memory reused: %s; load %s\n",
-      model.tables, model.rows, model.dim, model.batch, model.steps, reads,
-      absl::GetFlag(FLAGS_reuse_memory) ? "yes" : "no", LoadAverage());
+      model.tables, model.rows, model.dim, sharding, model.batch, model.steps,
+      reads, absl::GetFlag(FLAGS_reuse_memory) ? "yes" : "no", LoadAverage());
   std::fflush(stdout);
   TrainerGroup single_trainer(
       "the one-process trainer",
@@ -568,13 +602,9 @@ int Run() {
     const int n = world_sizes[k];
     const std::string config = absl::StrCat(work, "/ranks", n, ".textproto");
     const std::string plan = absl::StrCat(work, "/ranks", n, ".plan");
-    v1::ShardingPlan sharding;
-    sharding.set_world_size(n);
-    for (const EmbeddingTableConfig& table : Tables(model)) {
-      *sharding.add_tables() = RowWisePlan(table, n);
-    }
     std::string plan_text;
-    google::protobuf::TextFormat::PrintToString(sharding, &plan_text);
+    google::protobuf::TextFormat::PrintToString(PlanOf(model, n, sharding),
+                                                &plan_text);
     for (const auto& [path, text] :
          {std::pair(config, ConfigText(model, n, fan_in_consumers)),
           std::pair(plan, plan_text)}) {
