@@ -9,8 +9,8 @@
 // default, so that each rank holds 1/N; --sharding), the same global batch
 // (--batch, split over the ranks) and --steps steps, tracking on (id_only,
 // rows kept on read). Once both have trained their steps they keep serving
-// (a consumer that never reads holds the drain open) while the bench times,
-// alternating the two trainers and their order:
+// (a consumer that never reads holds the drain open, 600 s at most) while the
+// bench times, alternating the two trainers and their order:
 //   - all_rows reads (every row of every table; repeatable);
 //   - changed-rows reads, each by a consumer that has read nothing yet (so
 //     each returns every row the --steps steps touched: repeatable too);
@@ -164,11 +164,7 @@ class TrainerGroup {
   TrainerGroup& operator=(const TrainerGroup&) = delete;
   ~TrainerGroup() {
     if (pid_ <= 0) return;
-    for (std::atomic<pid_t>& group : running_groups) {
-      pid_t mine = pid_;
-      group.compare_exchange_strong(mine, 0);
-    }
-    killpg(pid_, SIGKILL);
+    KillGroup();
     waitpid(pid_, nullptr, 0);
   }
 
@@ -199,13 +195,25 @@ class TrainerGroup {
   // OK while the trainer runs.
   absl::Status Exited() {
     int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) != pid_) return absl::OkStatus();
+    if (pid_ <= 0 || waitpid(pid_, &status, WNOHANG) != pid_) {
+      return absl::OkStatus();
+    }
+    KillGroup();  // a rank the launcher left behind
     pid_ = -1;
     return absl::InternalError(
         absl::StrCat(name_, " exited (status ", status, "); see ", log_));
   }
 
  private:
+  // Kills every process of the group and forgets it for the signal handler.
+  void KillGroup() {
+    for (std::atomic<pid_t>& group : running_groups) {
+      pid_t mine = pid_;
+      group.compare_exchange_strong(mine, 0);
+    }
+    killpg(pid_, SIGKILL);
+  }
+
   std::string name_;
   std::string out_;
   std::string log_;
@@ -271,7 +279,7 @@ std::string ConfigText(const Model& model, int ranks,
       "]\n  over_arch: [16, 1]\n", tables, "}\n",
       "data { batch_size: ", model.batch / ranks,
       " synthetic { min_length: 1 max_length: 8 } eval_batches: 1 }\n",
-      "tracker { mode: \"id_only\" keep_on_read: true drain_seconds: 3600",
+      "tracker { mode: \"id_only\" keep_on_read: true drain_seconds: 600",
       consumer_list, " }\n", "steps: ", model.steps,
       "\nlog_every_steps: 1000\nseed: 7\n");
 }
