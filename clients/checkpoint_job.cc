@@ -66,7 +66,7 @@ bool UnreachableRetry::ShouldRetry(const absl::Status& status, absl::Time now) {
 }
 
 CheckpointJob::CheckpointJob(CheckpointJobOptions options,
-                             std::unique_ptr<DeltaClient> client, FILE* out)
+                             std::unique_ptr<TrackerClient> client, FILE* out)
     : options_(std::move(options)),
       client_(std::move(client)),
       out_(out),

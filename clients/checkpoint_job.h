@@ -105,7 +105,7 @@ class CheckpointJob {
   // `client` talks to the trainer's tracker; `out` (not owned, must outlive
   // the job) receives the report lines.
   CheckpointJob(CheckpointJobOptions options,
-                std::unique_ptr<DeltaClient> client, FILE* out);
+                std::unique_ptr<TrackerClient> client, FILE* out);
 
   // Pulls until options.count links are written or Stop() is called (OK),
   // or until a pull, write or commit fails in a way retrying cannot fix
@@ -129,7 +129,7 @@ class CheckpointJob {
   void Report(const std::string& line);
 
   const CheckpointJobOptions options_;
-  const std::unique_ptr<DeltaClient> client_;
+  const std::unique_ptr<TrackerClient> client_;
   FILE* const out_;
   std::atomic<bool> stopping_{false};
   UnreachableRetry retry_;

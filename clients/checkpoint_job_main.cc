@@ -45,6 +45,7 @@
 #include "clients/checkpoint_job.h"
 #include "clients/checkpoint_job_metrics.h"
 #include "clients/delta_client.h"
+#include "clients/fan_in_client.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "tracker HOST:PORT");
 ABSL_FLAG(std::string, consumer, "checkpoint", "the job's consumer name");
@@ -94,7 +95,7 @@ int Main() {
       !read.ok()) {
     return Fail(kExitUsage, read.message());
   }
-  CheckpointJob job(options, DeltaClient::Create(target, client_options),
+  CheckpointJob job(options, FanInClient::Connect(target, client_options),
                     stdout);
   auto registry = std::make_shared<prometheus::Registry>();
   auto metrics = std::make_shared<CheckpointJobMetrics>(&job);

@@ -32,6 +32,25 @@ absl::Status ReadCredentialFiles(const std::string& token_file,
   return absl::OkStatus();
 }
 
+void Subscription::Cancel() {
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+  context_.TryCancel();
+}
+
+bool Subscription::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+bool Subscription::Sleep(absl::Duration duration) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&cancelled_), duration);
+  return !cancelled_;
+}
+
 std::unique_ptr<DeltaClient> DeltaClient::Create(const std::string& target,
                                                  ClientOptions options) {
   grpc::ChannelArguments args;

@@ -13,7 +13,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/tracker.grpc.pb.h"
 
 namespace deltastream {
@@ -85,21 +88,68 @@ absl::Status ReadCredentialFiles(const std::string& token_file,
                                  const std::string& tls_ca_file,
                                  ClientOptions& options);
 
-// Lets another thread end a running DeltaClient::Subscribe.
+// Lets another thread end a running Subscribe (DeltaClient's stream, or
+// FanInClient's polling). Thread-safe.
 class Subscription {
  public:
-  void Cancel() { context_.TryCancel(); }
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
+  bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Sleeps `duration` unless cancelled meanwhile; false when cancelled.
+  bool Sleep(absl::Duration duration) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class DeltaClient;
   grpc::ClientContext context_;
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// What consumers (the predictor, the checkpoint job, deltactl) use of a
+// trainer's tracker: one server (DeltaClient) or every rank of a sharded
+// trainer as one model (FanInClient, clients/fan_in_client.h). Errors are
+// the server's status codes with a message naming the target (and the rank);
+// UNAVAILABLE when unreachable. Thread-safe: calls may run concurrently.
+class TrackerClient {
+ public:
+  virtual ~TrackerClient() = default;
+
+  virtual absl::StatusOr<ReceivedDelta> GetDelta(
+      const v1::GetDeltaRequest& request) = 0;
+  // Receives the subscription's deltas, each whole, until `on_delta` returns
+  // false or `subscription` is cancelled (both: OK), or the stream fails. No
+  // deadline.
+  virtual absl::Status Subscribe(
+      const v1::SubscribeRequest& request,
+      const std::function<bool(ReceivedDelta&&)>& on_delta,
+      Subscription* subscription = nullptr) = 0;
+  virtual absl::Status Commit(const std::string& consumer,
+                              int64_t end_batch) = 0;
+  virtual absl::StatusOr<std::vector<std::string>> ListConsumers() = 0;
+  virtual absl::StatusOr<std::vector<std::string>> AddConsumer(
+      const std::string& consumer) = 0;
+  virtual absl::StatusOr<std::vector<std::string>> RemoveConsumer(
+      const std::string& consumer) = 0;
+  virtual absl::StatusOr<v1::StatusResponse> Compact() = 0;
+  // Clears one consumer, or everything when `consumer` is empty.
+  virtual absl::StatusOr<v1::StatusResponse> Clear(
+      const std::string& consumer) = 0;
+  virtual absl::StatusOr<v1::StatusResponse> Status() = 0;
+  // The serving trainer's ranks: world size, every rank's endpoint, every
+  // shard of every tracked table (a one-process trainer or tracker_server:
+  // world size 1).
+  virtual absl::StatusOr<v1::TopologyResponse> Topology() = 0;
+  // Writes a snapshot on the server (every rank) now.
+  virtual absl::StatusOr<v1::SnapshotInfo> Snapshot() = 0;
+
+  // The address this client was given.
+  virtual const std::string& target() const = 0;
 };
 
 // A client of one tracker server (DeltaTracker service). The CLI, the
 // predictor and the checkpoint job all use it. Errors are the server's status
 // codes with a message naming the target; UNAVAILABLE when unreachable.
 // Thread-safe: calls may run concurrently.
-class DeltaClient {
+class DeltaClient final : public TrackerClient {
  public:
   // Does not connect yet: the first call does.
   static std::unique_ptr<DeltaClient> Create(const std::string& target,
@@ -112,31 +162,26 @@ class DeltaClient {
       const std::vector<std::vector<RecordTable>>& records);
   // Closes the current batch; returns the new one.
   absl::StatusOr<int64_t> Step();
-  absl::StatusOr<ReceivedDelta> GetDelta(const v1::GetDeltaRequest& request);
-  // Receives the subscription's deltas, each whole, until `on_delta` returns
-  // false or `subscription` is cancelled (both: OK), or the stream fails. No
-  // deadline.
+
+  absl::StatusOr<ReceivedDelta> GetDelta(
+      const v1::GetDeltaRequest& request) override;
   absl::Status Subscribe(const v1::SubscribeRequest& request,
                          const std::function<bool(ReceivedDelta&&)>& on_delta,
-                         Subscription* subscription = nullptr);
-  absl::Status Commit(const std::string& consumer, int64_t end_batch);
-  absl::StatusOr<std::vector<std::string>> ListConsumers();
+                         Subscription* subscription = nullptr) override;
+  absl::Status Commit(const std::string& consumer, int64_t end_batch) override;
+  absl::StatusOr<std::vector<std::string>> ListConsumers() override;
   absl::StatusOr<std::vector<std::string>> AddConsumer(
-      const std::string& consumer);
+      const std::string& consumer) override;
   absl::StatusOr<std::vector<std::string>> RemoveConsumer(
-      const std::string& consumer);
-  absl::StatusOr<v1::StatusResponse> Compact();
-  // Clears one consumer, or everything when `consumer` is empty.
-  absl::StatusOr<v1::StatusResponse> Clear(const std::string& consumer);
-  absl::StatusOr<v1::StatusResponse> Status();
-  // The serving trainer's ranks: world size, every rank's endpoint, every
-  // shard of every tracked table (a one-process trainer or tracker_server:
-  // world size 1).
-  absl::StatusOr<v1::TopologyResponse> Topology();
-  // Writes a snapshot on the server now.
-  absl::StatusOr<v1::SnapshotInfo> Snapshot();
+      const std::string& consumer) override;
+  absl::StatusOr<v1::StatusResponse> Compact() override;
+  absl::StatusOr<v1::StatusResponse> Clear(
+      const std::string& consumer) override;
+  absl::StatusOr<v1::StatusResponse> Status() override;
+  absl::StatusOr<v1::TopologyResponse> Topology() override;
+  absl::StatusOr<v1::SnapshotInfo> Snapshot() override;
 
-  const std::string& target() const { return target_; }
+  const std::string& target() const override { return target_; }
 
  private:
   DeltaClient(std::string target, ClientOptions options,

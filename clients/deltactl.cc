@@ -102,38 +102,13 @@ const std::vector<std::string>& OutputFlags() {
 struct Invocation {
   std::vector<std::string> args;  // positional arguments after the command
   OutputFormat format = OutputFormat::kText;
-  DeltaClient* client = nullptr;  // null for a command that connects nowhere
-  // Where `client` connects, and how: reads and commits fan in over the
-  // ranks of a sharded trainer from there (ReadDelta, CommitDelta).
-  std::string target;
-  ClientOptions options;
+  // Null for a command that connects nowhere. The model: of a sharded
+  // trainer, every rank as one (clients/fan_in_client.h: reads merged, IDs
+  // ascending and full rows, at one consistent cut; commits on every rank).
+  TrackerClient* client = nullptr;
+  // The one server at the target, for producers' calls (push, step).
+  DeltaClient* server = nullptr;
 };
-
-// A read from the whole model: of a sharded trainer, every rank's part
-// merged (clients/fan_in_client.h: IDs ascending, full rows); of one
-// process (world size 1, or a server without the Topology call), its own.
-absl::StatusOr<ReceivedDelta> ReadDelta(const Invocation& run,
-                                        const v1::GetDeltaRequest& request) {
-  absl::StatusOr<std::unique_ptr<FanInClient>> ranks =
-      FanInClient::Create(run.target, run.options);
-  if (!ranks.ok() || (*ranks)->world_size() == 1) {
-    return run.client->GetDelta(request);
-  }
-  return (*ranks)->GetDelta(request);
-}
-
-// A commit on every rank of a sharded trainer (each rank must hold a
-// pending read ending at `end_batch`: ranks that are a step apart refuse
-// it; see docs/deltactl.md), or on the one process.
-absl::Status CommitDelta(const Invocation& run, const std::string& consumer,
-                         int64_t end_batch) {
-  absl::StatusOr<std::unique_ptr<FanInClient>> ranks =
-      FanInClient::Create(run.target, run.options);
-  if (!ranks.ok() || (*ranks)->world_size() == 1) {
-    return run.client->Commit(consumer, end_batch);
-  }
-  return (*ranks)->Commit(consumer, end_batch);
-}
 
 // One command. Adding a command is one entry in Commands().
 struct Command {
@@ -349,7 +324,7 @@ int RunPush(const Invocation& run) {
   }
   auto tables = ParsePushJson(text.str(), file == "-" ? "stdin" : file);
   if (!tables.ok()) return Fail(kExitFailure, tables.status());
-  auto batch = run.client->Record({*tables});
+  auto batch = run.server->Record({*tables});
   if (!batch.ok()) return Fail(kExitFailure, batch.status());
   if (Structured(run.format)) {
     PrintStructured({{"batch", *batch}, {"tables", tables->size()}},
@@ -362,7 +337,7 @@ int RunPush(const Invocation& run) {
 }
 
 int RunStep(const Invocation& run) {
-  auto batch = run.client->Step();
+  auto batch = run.server->Step();
   if (!batch.ok()) return Fail(kExitFailure, batch.status());
   if (Structured(run.format)) {
     PrintStructured({{"batch", *batch}}, run.format);
@@ -427,7 +402,7 @@ int WriteNpz(const ReceivedDelta& delta, const std::string& file,
 int RunGet(const Invocation& run) {
   std::optional<v1::GetDeltaRequest> request = ReadRequest("get");
   if (!request.has_value()) return kExitUsage;
-  auto delta = ReadDelta(run, *request);
+  auto delta = run.client->GetDelta(*request);
   if (!delta.ok()) return Fail(kExitFailure, delta.status());
   if (const std::string file = absl::GetFlag(FLAGS_out); !file.empty()) {
     return WriteNpz(*delta, file, run.format);
@@ -527,7 +502,7 @@ int RunCommit(const Invocation& run) {
   if (consumer.empty() || end_batch < 0) {
     return Usage("commit needs --consumer=C --end_batch=B");
   }
-  if (absl::Status s = CommitDelta(run, consumer, end_batch); !s.ok()) {
+  if (absl::Status s = run.client->Commit(consumer, end_batch); !s.ok()) {
     return Fail(kExitFailure, s);
   }
   if (Structured(run.format)) {
@@ -1002,11 +977,12 @@ int Run(int argc, char** argv) {
       !read.ok()) {
     return Fail(kExitFailure, read);
   }
-  std::unique_ptr<DeltaClient> client =
+  std::unique_ptr<FanInClient> client =
+      FanInClient::Connect(*target, client_options);
+  std::unique_ptr<DeltaClient> server =
       DeltaClient::Create(*target, client_options);
   run.client = client.get();
-  run.target = *target;
-  run.options = client_options;
+  run.server = server.get();
   return command->run(run);
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -12,13 +13,11 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "base/subscription_schedule.h"
 
 namespace deltastream {
 namespace {
-
-// Reads remembered per consumer for Commit, as many as the tracker keeps
-// uncommitted.
-constexpr size_t kRememberedReads = 64;
 
 absl::Status OfRank(int rank, const absl::Status& status) {
   return absl::Status(status.code(),
@@ -275,23 +274,43 @@ absl::StatusOr<ReceivedDelta> MergeRankDeltas(
   }
 }
 
-FanInClient::FanInClient(v1::TopologyResponse topology,
-                         std::vector<std::unique_ptr<DeltaClient>> ranks)
-    : topology_(std::move(topology)), ranks_(std::move(ranks)) {}
+FanInClient::FanInClient(std::string target, ClientOptions options)
+    : target_(std::move(target)), options_(std::move(options)) {}
+
+std::unique_ptr<FanInClient> FanInClient::Connect(const std::string& target,
+                                                  ClientOptions options) {
+  return std::unique_ptr<FanInClient>(
+      new FanInClient(target, std::move(options)));
+}
 
 absl::StatusOr<std::unique_ptr<FanInClient>> FanInClient::Create(
     const std::string& target, ClientOptions options) {
-  std::unique_ptr<DeltaClient> first = DeltaClient::Create(target, options);
+  std::unique_ptr<FanInClient> client = Connect(target, std::move(options));
+  if (absl::StatusOr<std::shared_ptr<const Ranks>> ranks =
+          client->CurrentRanks();
+      !ranks.ok()) {
+    return ranks.status();
+  }
+  return client;
+}
+
+absl::StatusOr<std::shared_ptr<const FanInClient::Ranks>>
+FanInClient::CurrentRanks() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (ranks_ != nullptr) return ranks_;
+  }
+  std::unique_ptr<DeltaClient> first = DeltaClient::Create(target_, options_);
   absl::StatusOr<v1::TopologyResponse> topology = first->Topology();
   if (!topology.ok()) return topology.status();
-  std::vector<std::unique_ptr<DeltaClient>> ranks;
+  auto ranks = std::make_shared<Ranks>();
   if (topology->world_size() <= 1) {
-    ranks.push_back(std::move(first));
+    ranks->clients.push_back(std::move(first));
   } else {
     if (topology->endpoints_size() != topology->world_size() ||
         topology->rank() < 0 || topology->rank() >= topology->world_size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          target, " answered a topology of ", topology->world_size(),
+          target_, " answered a topology of ", topology->world_size(),
           " ranks with ", topology->endpoints_size(), " endpoints (rank ",
           topology->rank(), ")"));
     }
@@ -299,77 +318,373 @@ absl::StatusOr<std::unique_ptr<FanInClient>> FanInClient::Create(
       const v1::RankEndpoint& endpoint = topology->endpoints(r);
       if (endpoint.rank() != r || endpoint.address().empty()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(target, " answered no endpoint for rank ", r, ": ",
+            absl::StrCat(target_, " answered no endpoint for rank ", r, ": ",
                          endpoint.ShortDebugString()));
       }
-      ranks.push_back(r == topology->rank()
-                          ? std::move(first)
-                          : DeltaClient::Create(endpoint.address(), options));
+      ranks->clients.push_back(
+          r == topology->rank()
+              ? std::move(first)
+              : DeltaClient::Create(endpoint.address(), options_));
     }
   }
-  return std::unique_ptr<FanInClient>(
-      new FanInClient(*std::move(topology), std::move(ranks)));
+  ranks->topology = *std::move(topology);
+  absl::MutexLock lock(&mu_);
+  if (ranks_ == nullptr) ranks_ = std::move(ranks);
+  return ranks_;
+}
+
+void FanInClient::Forget(const std::shared_ptr<const Ranks>& ranks) {
+  absl::MutexLock lock(&mu_);
+  if (ranks_ == ranks) ranks_ = nullptr;
+}
+
+absl::Status FanInClient::RankError(const std::shared_ptr<const Ranks>& ranks,
+                                    int rank, const absl::Status& status) {
+  if (absl::IsUnavailable(status)) Forget(ranks);
+  if (ranks->clients.size() == 1) return status;
+  return OfRank(rank, status);
+}
+
+absl::StatusOr<int> FanInClient::WorldSize() {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  return static_cast<int>((*ranks)->clients.size());
+}
+
+namespace {
+
+// `call` on every rank's client at once (rank 0 on this thread); the
+// results in rank order.
+template <typename Result>
+std::vector<Result> OnEveryRank(
+    const std::vector<std::unique_ptr<DeltaClient>>& clients,
+    const std::function<Result(DeltaClient&)>& call) {
+  std::vector<Result> results(clients.size(), Result(absl::UnknownError("")));
+  std::vector<std::thread> threads;
+  for (size_t r = 1; r < clients.size(); ++r) {
+    threads.emplace_back([&, r] { results[r] = call(*clients[r]); });
+  }
+  results[0] = call(*clients[0]);
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+// A cut id no other read names: random, nonzero.
+int64_t NewCut() {
+  thread_local std::mt19937_64 bits(std::random_device{}());
+  int64_t cut = 0;
+  while (cut == 0) cut = static_cast<int64_t>(bits());
+  return cut;
+}
+
+// Every rank's status as one (see FanInClient's class comment).
+v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
+  v1::StatusResponse merged = std::move(statuses[0]);
+  std::map<std::string, v1::TableStatus*> tables;
+  for (v1::TableStatus& table : *merged.mutable_tables()) {
+    tables[table.fqn()] = &table;
+  }
+  std::map<std::string, v1::ConsumerStatus*> consumers;
+  for (v1::ConsumerStatus& consumer : *merged.mutable_consumers()) {
+    consumers[consumer.name()] = &consumer;
+  }
+  for (size_t r = 1; r < statuses.size(); ++r) {
+    const v1::StatusResponse& rank = statuses[r];
+    merged.set_current_batch(
+        std::min(merged.current_batch(), rank.current_batch()));
+    merged.set_bytes(merged.bytes() + rank.bytes());
+    merged.set_memory_cap_bytes(merged.memory_cap_bytes() +
+                                rank.memory_cap_bytes());
+    merged.set_cap_compactions(merged.cap_compactions() +
+                               rank.cap_compactions());
+    merged.set_cap_drops(merged.cap_drops() + rank.cap_drops());
+    merged.set_dropped_ids(merged.dropped_ids() + rank.dropped_ids());
+    merged.set_dropped_bytes(merged.dropped_bytes() + rank.dropped_bytes());
+    merged.set_run_id(absl::StrCat(merged.run_id(), ",", rank.run_id()));
+    merged.set_run_start_batch(
+        std::max(merged.run_start_batch(), rank.run_start_batch()));
+    merged.set_serves_live_rows(merged.serves_live_rows() &&
+                                rank.serves_live_rows());
+    for (const v1::TableStatus& table : rank.tables()) {
+      auto it = tables.find(table.fqn());
+      if (it == tables.end()) {
+        v1::TableStatus* added = merged.add_tables();
+        *added = table;
+        tables[table.fqn()] = added;
+        continue;
+      }
+      it->second->set_lookups(it->second->lookups() + table.lookups());
+      it->second->set_ids(it->second->ids() + table.ids());
+      it->second->set_bytes(it->second->bytes() + table.bytes());
+    }
+    for (const v1::ConsumerStatus& consumer : rank.consumers()) {
+      auto it = consumers.find(consumer.name());
+      if (it == consumers.end()) continue;  // not on rank 0: not listed
+      v1::ConsumerStatus& into = *it->second;
+      into.set_cursor(std::min(into.cursor(), consumer.cursor()));
+      into.set_lag_steps(std::max(into.lag_steps(), consumer.lag_steps()));
+      into.set_lag_seconds(
+          std::max(into.lag_seconds(), consumer.lag_seconds()));
+      into.set_resync_required(into.resync_required() ||
+                               consumer.resync_required());
+      into.set_pending_reads(
+          std::max(into.pending_reads(), consumer.pending_reads()));
+      if (consumer.has_pending_read()) {
+        into.set_pending_end(
+            into.has_pending_read()
+                ? std::min(into.pending_end(), consumer.pending_end())
+                : consumer.pending_end());
+        into.set_has_pending_read(true);
+      }
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
+absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
+    const std::shared_ptr<const Ranks>& ranks,
+    const v1::GetDeltaRequest& request) {
+  v1::GetDeltaRequest at_cut = request;
+  if (at_cut.cut() == 0) at_cut.set_cut(NewCut());
+  std::vector<absl::StatusOr<ReceivedDelta>> results =
+      OnEveryRank<absl::StatusOr<ReceivedDelta>>(
+          ranks->clients,
+          [&](DeltaClient& rank) { return rank.GetDelta(at_cut); });
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (!results[r].ok()) {
+      return RankError(ranks, static_cast<int>(r), results[r].status());
+    }
+  }
+  std::vector<ReceivedDelta> parts;
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (results[r]->header.end_batch() != results[0]->header.end_batch()) {
+      return absl::AbortedError(absl::StrCat(
+          "rank 0's part ends at batch ", results[0]->header.end_batch(),
+          ", rank ", r, "'s at ", results[r]->header.end_batch(),
+          ": not one cut (a trainer whose ranks do not hold at step "
+          "boundaries?)"));
+    }
+  }
+  for (auto& result : results) parts.push_back(*std::move(result));
+  absl::StatusOr<ReceivedDelta> merged =
+      MergeRankDeltas(ranks->topology, std::move(parts));
+  if (!merged.ok()) return merged.status();
+  absl::MutexLock lock(&mu_);
+  if (!last_run_id_.empty() && merged->header.run_id() != last_run_id_ &&
+      ranks_ == ranks) {
+    ranks_ = nullptr;  // another run: the group may have moved
+  }
+  last_run_id_ = merged->header.run_id();
+  return merged;
 }
 
 absl::StatusOr<ReceivedDelta> FanInClient::GetDelta(
     const v1::GetDeltaRequest& request) {
-  if (ranks_.size() == 1) return ranks_[0]->GetDelta(request);
-  std::vector<absl::StatusOr<ReceivedDelta>> results(ranks_.size());
-  {
-    std::vector<std::thread> readers;
-    for (size_t r = 1; r < ranks_.size(); ++r) {
-      readers.emplace_back(
-          [&, r] { results[r] = ranks_[r]->GetDelta(request); });
-    }
-    results[0] = ranks_[0]->GetDelta(request);
-    for (std::thread& reader : readers) reader.join();
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  if ((*ranks)->clients.size() == 1) {
+    absl::StatusOr<ReceivedDelta> delta =
+        (*ranks)->clients[0]->GetDelta(request);
+    if (!delta.ok()) return RankError(*ranks, 0, delta.status());
+    return delta;
   }
-  std::vector<ReceivedDelta> parts;
-  RankEnds ends;
-  for (size_t r = 0; r < results.size(); ++r) {
-    if (!results[r].ok()) {
-      return OfRank(static_cast<int>(r), results[r].status());
-    }
-    ends.ends.push_back(results[r]->header.end_batch());
-    parts.push_back(*std::move(results[r]));
+  return ReadAtCut(*ranks, request);
+}
+
+absl::Status FanInClient::Subscribe(
+    const v1::SubscribeRequest& request,
+    const std::function<bool(ReceivedDelta&&)>& on_delta,
+    Subscription* subscription) {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  if ((*ranks)->clients.size() == 1) {
+    absl::Status status =
+        (*ranks)->clients[0]->Subscribe(request, on_delta, subscription);
+    return status.ok() ? status : RankError(*ranks, 0, status);
   }
-  absl::StatusOr<ReceivedDelta> merged =
-      MergeRankDeltas(topology_, std::move(parts));
-  if (!merged.ok()) return merged.status();
-  ends.end_batch = merged->header.end_batch();
-  absl::MutexLock lock(&mu_);
-  std::deque<RankEnds>& reads = reads_[request.consumer()];
-  reads.push_back(std::move(ends));
-  if (reads.size() > kRememberedReads) reads.pop_front();
-  return merged;
+  Subscription own;
+  return PollingSubscribe(*ranks, request, on_delta,
+                          subscription != nullptr ? *subscription : own);
+}
+
+absl::Status FanInClient::PollingSubscribe(
+    const std::shared_ptr<const Ranks>& ranks,
+    const v1::SubscribeRequest& request,
+    const std::function<bool(ReceivedDelta&&)>& on_delta,
+    Subscription& subscription) {
+  // How often the tracker's batch is looked at while a push waits for steps.
+  constexpr absl::Duration kPoll = absl::Milliseconds(10);
+  absl::StatusOr<SubscriptionSchedule> schedule = SubscriptionSchedule::Create(
+      {request.every_steps(), request.every_ms(), request.dense_every_steps(),
+       request.dense_every_ms()},
+      absl::Now());
+  if (!schedule.ok()) return schedule.status();
+  const v1::GetDeltaRequest& base = request.read();
+  while (!subscription.cancelled()) {
+    absl::StatusOr<v1::StatusResponse> status = ranks->clients[0]->Status();
+    if (!status.ok()) return RankError(ranks, 0, status.status());
+    const int64_t current = status->current_batch();
+    absl::Time now = absl::Now();
+    if (!schedule->Due(current, now)) {
+      const SubscriptionSchedule::Wake wake = schedule->NextWake(now, kPoll);
+      // Waiting for a step: look again after kPoll; for the timer: sleep
+      // until it.
+      const absl::Duration sleep =
+          current > wake.after_batch ? kPoll : wake.deadline - now;
+      if (!subscription.Sleep(std::max(sleep, absl::Milliseconds(1)))) break;
+      continue;
+    }
+    const SubscriptionSchedule::Push push =
+        schedule->NextPush(base.all_rows(), base.include_dense(), current, now);
+    v1::GetDeltaRequest read = base;
+    read.set_all_rows(push.all_rows);
+    read.clear_continue_from();
+    if (push.continue_from.has_value()) {
+      read.set_continue_from(*push.continue_from);
+    }
+    read.set_include_dense(push.include_dense);
+    absl::StatusOr<ReceivedDelta> delta = ReadAtCut(ranks, read);
+    if (!delta.ok()) return delta.status();
+    schedule->Pushed(push, delta->header.end_batch(), now);
+    if (!on_delta(*std::move(delta))) break;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FanInClient::Commit(const std::string& consumer,
                                  int64_t end_batch) {
-  if (ranks_.size() == 1) return ranks_[0]->Commit(consumer, end_batch);
-  std::vector<int64_t> ends(ranks_.size(), end_batch);
-  {
-    absl::MutexLock lock(&mu_);
-    auto reads = reads_.find(consumer);
-    if (reads != reads_.end()) {
-      // The newest read that ended there.
-      for (auto read = reads->second.rbegin(); read != reads->second.rend();
-           ++read) {
-        if (read->end_batch == end_batch) {
-          ends = read->ends;
-          break;
-        }
-      }
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  std::vector<absl::Status> results = OnEveryRank<absl::Status>(
+      (*ranks)->clients,
+      [&](DeltaClient& rank) { return rank.Commit(consumer, end_batch); });
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (!results[r].ok()) {
+      return RankError(*ranks, static_cast<int>(r), results[r]);
     }
   }
-  absl::Status first_error;
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    absl::Status status = ranks_[r]->Commit(consumer, ends[r]);
-    if (!status.ok() && first_error.ok()) {
-      first_error = OfRank(static_cast<int>(r), status);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> FanInClient::ListConsumers() {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  absl::StatusOr<std::vector<std::string>> list =
+      (*ranks)->clients[0]->ListConsumers();
+  if (!list.ok()) return RankError(*ranks, 0, list.status());
+  return list;
+}
+
+namespace {
+
+// AddConsumer or RemoveConsumer on every rank: `benign` (AlreadyExists,
+// NotFound) from some ranks is what an earlier, partly failed call left;
+// from every rank it is the answer.
+absl::StatusOr<std::vector<std::string>> ChangeConsumers(
+    std::vector<absl::StatusOr<std::vector<std::string>>> results,
+    absl::StatusCode benign,
+    const std::function<absl::Status(int, const absl::Status&)>& rank_error) {
+  int benign_ranks = 0;
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (results[r].ok()) continue;
+    if (results[r].status().code() == benign) {
+      ++benign_ranks;
+      continue;
+    }
+    return rank_error(static_cast<int>(r), results[r].status());
+  }
+  if (benign_ranks == static_cast<int>(results.size())) {
+    return results[0].status();
+  }
+  for (auto& result : results) {
+    if (result.ok()) return *std::move(result);
+  }
+  return results[0].status();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> FanInClient::AddConsumer(
+    const std::string& consumer) {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  return ChangeConsumers(
+      OnEveryRank<absl::StatusOr<std::vector<std::string>>>(
+          (*ranks)->clients,
+          [&](DeltaClient& rank) { return rank.AddConsumer(consumer); }),
+      absl::StatusCode::kAlreadyExists,
+      [&](int r, const absl::Status& s) { return RankError(*ranks, r, s); });
+}
+
+absl::StatusOr<std::vector<std::string>> FanInClient::RemoveConsumer(
+    const std::string& consumer) {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  return ChangeConsumers(
+      OnEveryRank<absl::StatusOr<std::vector<std::string>>>(
+          (*ranks)->clients,
+          [&](DeltaClient& rank) { return rank.RemoveConsumer(consumer); }),
+      absl::StatusCode::kNotFound,
+      [&](int r, const absl::Status& s) { return RankError(*ranks, r, s); });
+}
+
+absl::StatusOr<v1::StatusResponse> FanInClient::MergedStatus(
+    const std::function<absl::StatusOr<v1::StatusResponse>(DeltaClient&)>&
+        call) {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  std::vector<absl::StatusOr<v1::StatusResponse>> results =
+      OnEveryRank<absl::StatusOr<v1::StatusResponse>>((*ranks)->clients, call);
+  std::vector<v1::StatusResponse> statuses;
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (!results[r].ok()) {
+      return RankError(*ranks, static_cast<int>(r), results[r].status());
+    }
+    statuses.push_back(*std::move(results[r]));
+  }
+  return MergeStatuses(std::move(statuses));
+}
+
+absl::StatusOr<v1::StatusResponse> FanInClient::Status() {
+  return MergedStatus([](DeltaClient& rank) { return rank.Status(); });
+}
+
+absl::StatusOr<v1::StatusResponse> FanInClient::Compact() {
+  return MergedStatus([](DeltaClient& rank) { return rank.Compact(); });
+}
+
+absl::StatusOr<v1::StatusResponse> FanInClient::Clear(
+    const std::string& consumer) {
+  return MergedStatus([&](DeltaClient& rank) { return rank.Clear(consumer); });
+}
+
+absl::StatusOr<v1::TopologyResponse> FanInClient::Topology() {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  if ((*ranks)->clients.size() == 1) {
+    // A one-process server's own answer.
+    absl::StatusOr<v1::TopologyResponse> topology =
+        (*ranks)->clients[0]->Topology();
+    if (!topology.ok()) return RankError(*ranks, 0, topology.status());
+    return topology;
+  }
+  return (*ranks)->topology;
+}
+
+absl::StatusOr<v1::SnapshotInfo> FanInClient::Snapshot() {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  std::vector<absl::StatusOr<v1::SnapshotInfo>> results =
+      OnEveryRank<absl::StatusOr<v1::SnapshotInfo>>(
+          (*ranks)->clients, [](DeltaClient& rank) { return rank.Snapshot(); });
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (!results[r].ok()) {
+      return RankError(*ranks, static_cast<int>(r), results[r].status());
     }
   }
-  return first_error;
+  return *std::move(results[0]);
 }
 
 }  // namespace deltastream

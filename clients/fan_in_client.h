@@ -2,13 +2,12 @@
 #define DELTASTREAM_CLIENTS_FAN_IN_CLIENT_H_
 
 #include <cstdint>
-#include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -32,69 +31,116 @@ namespace deltastream {
 //     block); `scores` are the first block's;
 //   - data-parallel tables (whole on every rank, equal after every step):
 //     the union of the ranks' IDs, one row per ID (the lowest rank's).
-// The header: end_batch is the minimum over the ranks and start_batch too;
-// resync_required is true if any rank says so; lost_rows is the sum; the
-// change times span all ranks; run_id joins the ranks' run ids (so a restart
-// of any rank is a new run) and run_start_batch is the latest rank's. Dense
-// parameters (include_dense) are rank 0's (data-parallel: equal on every
-// rank).
 //
-// NOT one consistent cut: each rank's part ends at that rank's own batch
-// (the ranks step together, so they differ by at most the batch in flight);
-// end_batch is the earliest, so rows of a later batch may be in the delta
-// already, which a consumer re-reading from end_batch rewrites with the same
-// or newer values. A cut where every rank ends at the same batch is future
-// work. Top-k reads pick each rank's own top k: a column-wise table's blocks
-// may then disagree on IDs (an error).
+// Every read is one consistent cut: it names a fresh cut id
+// (GetDeltaRequest.cut) on every rank, and the ranks serve their parts at the
+// same step boundary, holding there until all parts are read
+// (trainer/cut_agreement.h): every part ends at the same end_batch, the
+// values are the tables after that step, and the dense parameters
+// (include_dense, rank 0's: data-parallel, equal on every rank) are that
+// step's. A commit of end_batch then reaches every rank as it is. The
+// merged header: resync_required if any rank says so, lost_rows summed, the
+// change times spanning all ranks, run_id joining the ranks' (a restart of
+// any rank is a new run), run_start_batch the latest rank's.
 //
-// With a world size of 1 (a one-process trainer, tracker_server) it behaves
-// as a DeltaClient of `target`: reads and commits pass through unchanged.
+// Subscribe with several ranks polls: reads at the subscription's schedule
+// (base/subscription_schedule.h, as the server's Subscribe), the tracker's
+// batch from rank 0's status (every 10 ms while a push waits for steps).
+// Status merges every rank's (current_batch the lowest; sizes summed; per
+// consumer the lowest cursor, the largest lag, a resync any rank asks for);
+// consumers are added, removed and cleared on every rank; Snapshot and
+// Compact run on every rank (rank 0's answer).
+//
+// The ranks are discovered at the first call and again after a rank was
+// unreachable or a read came from another run (a restarted group may have
+// moved), so a client outlives trainer restarts. With a world size of 1 (a
+// one-process trainer, tracker_server) every call passes through to a
+// DeltaClient of `target` unchanged.
 //
 // Thread-safe: calls may run concurrently.
-class FanInClient {
+class FanInClient final : public TrackerClient {
  public:
-  // Asks `target` (any rank) for the topology and makes a DeltaClient of
-  // every rank's endpoint (of `target` itself for the rank answering). The
-  // Topology call's error (UNAVAILABLE when unreachable); InvalidArgument
-  // when the topology is malformed (no ranks, an endpoint missing).
+  // Contacts nothing yet: the first call discovers the ranks.
+  static std::unique_ptr<FanInClient> Connect(const std::string& target,
+                                              ClientOptions options = {});
+  // Connect, then discovers the ranks at once: the Topology call's error
+  // (UNAVAILABLE when unreachable); InvalidArgument when the topology is
+  // malformed (no ranks, an endpoint missing).
   static absl::StatusOr<std::unique_ptr<FanInClient>> Create(
       const std::string& target, ClientOptions options = {});
 
-  // Sends `request` to every rank at once and merges the answers (see the
-  // class comment). The first rank's error, naming the rank, when a read
-  // fails; DataLoss, naming the table, when the parts do not fit together.
-  // In acknowledged mode every rank's read is pending until Commit.
-  absl::StatusOr<ReceivedDelta> GetDelta(const v1::GetDeltaRequest& request);
+  // Sends `request` to every rank at once, at one cut, and merges the
+  // answers (see the class comment). The first rank's error, naming the
+  // rank, when a read fails; DataLoss, naming the table, when the parts do
+  // not fit together; Aborted when the parts end at different batches (a
+  // trainer without consistent cuts).
+  absl::StatusOr<ReceivedDelta> GetDelta(
+      const v1::GetDeltaRequest& request) override;
+  absl::Status Subscribe(const v1::SubscribeRequest& request,
+                         const std::function<bool(ReceivedDelta&&)>& on_delta,
+                         Subscription* subscription = nullptr) override;
+  // Commits `end_batch` on every rank. OK when every rank accepts;
+  // otherwise the first error, naming the rank (the other ranks' commits
+  // stand).
+  absl::Status Commit(const std::string& consumer, int64_t end_batch) override;
+  // Rank 0's list.
+  absl::StatusOr<std::vector<std::string>> ListConsumers() override;
+  // On every rank; AlreadyExists (NotFound) only when every rank says so.
+  absl::StatusOr<std::vector<std::string>> AddConsumer(
+      const std::string& consumer) override;
+  absl::StatusOr<std::vector<std::string>> RemoveConsumer(
+      const std::string& consumer) override;
+  absl::StatusOr<v1::StatusResponse> Compact() override;
+  absl::StatusOr<v1::StatusResponse> Clear(
+      const std::string& consumer) override;
+  absl::StatusOr<v1::StatusResponse> Status() override;
+  absl::StatusOr<v1::TopologyResponse> Topology() override;
+  absl::StatusOr<v1::SnapshotInfo> Snapshot() override;
+  const std::string& target() const override { return target_; }
 
-  // Commits `end_batch` (a merged delta's) on every rank: each rank gets the
-  // end of its own part of that read (remembered for the newest 64 reads of
-  // each consumer), or `end_batch` itself for a read this client did not
-  // make. OK when every rank accepts; otherwise the first error, naming the
-  // rank (the other ranks' commits stand).
-  absl::Status Commit(const std::string& consumer, int64_t end_batch);
-
-  int world_size() const { return static_cast<int>(ranks_.size()); }
-  // The topology `target` answered at Create.
-  const v1::TopologyResponse& topology() const { return topology_; }
-  // Rank r's client (0 <= r < world_size()); owned by this client.
-  DeltaClient& rank(int r) const { return *ranks_[r]; }
+  // The ranks' number, discovering them when needed.
+  absl::StatusOr<int> WorldSize();
 
  private:
-  FanInClient(v1::TopologyResponse topology,
-              std::vector<std::unique_ptr<DeltaClient>> ranks);
-
-  // The ends of each rank's part of one merged read.
-  struct RankEnds {
-    int64_t end_batch = 0;
-    std::vector<int64_t> ends;
+  // The ranks as discovered: the topology and a client of every rank (of
+  // `target` itself for the rank that answered).
+  struct Ranks {
+    v1::TopologyResponse topology;
+    std::vector<std::unique_ptr<DeltaClient>> clients;
   };
 
-  const v1::TopologyResponse topology_;
-  const std::vector<std::unique_ptr<DeltaClient>> ranks_;
+  FanInClient(std::string target, ClientOptions options);
+
+  // The current ranks, discovering them first when none are known.
+  absl::StatusOr<std::shared_ptr<const Ranks>> CurrentRanks()
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets `ranks` (when still current), so the next call rediscovers.
+  void Forget(const std::shared_ptr<const Ranks>& ranks)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // `status` of rank `rank`, named so; forgets the ranks when it says a
+  // rank is unreachable.
+  absl::Status RankError(const std::shared_ptr<const Ranks>& ranks, int rank,
+                         const absl::Status& status);
+  // One read at one cut on every rank (several ranks).
+  absl::StatusOr<ReceivedDelta> ReadAtCut(
+      const std::shared_ptr<const Ranks>& ranks,
+      const v1::GetDeltaRequest& request);
+  // `call` on every rank, the answers merged (Status, Compact, Clear).
+  absl::StatusOr<v1::StatusResponse> MergedStatus(
+      const std::function<absl::StatusOr<v1::StatusResponse>(DeltaClient&)>&
+          call);
+  absl::Status PollingSubscribe(
+      const std::shared_ptr<const Ranks>& ranks,
+      const v1::SubscribeRequest& request,
+      const std::function<bool(ReceivedDelta&&)>& on_delta,
+      Subscription& subscription);
+
+  const std::string target_;
+  const ClientOptions options_;
   absl::Mutex mu_;
-  // By consumer, oldest first; at most 64 each.
-  absl::flat_hash_map<std::string, std::deque<RankEnds>> reads_
-      ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Ranks> ranks_ ABSL_GUARDED_BY(mu_);
+  // The run id of the last merged read (a change: rediscover).
+  std::string last_run_id_ ABSL_GUARDED_BY(mu_);
 };
 
 // Merges one read's parts, one per rank in rank order, as FanInClient does

@@ -77,7 +77,7 @@ bool IsFatal(const absl::Status& status) {
 }  // namespace
 
 Predictor::Predictor(PredictorOptions options,
-                     std::unique_ptr<DeltaClient> client,
+                     std::unique_ptr<TrackerClient> client,
                      std::unique_ptr<Replica> replica, FILE* apply_log)
     : options_(std::move(options)),
       client_(std::move(client)),

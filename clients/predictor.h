@@ -77,7 +77,7 @@ class Predictor {
   // the predictor) gets a line per applied version: "<from_batch>
   // <to_batch> <rows> <dense 0|1> <all_rows 0|1> <run_id>", only the
   // batches the replica did not hold yet.
-  Predictor(PredictorOptions options, std::unique_ptr<DeltaClient> client,
+  Predictor(PredictorOptions options, std::unique_ptr<TrackerClient> client,
             std::unique_ptr<Replica> replica, FILE* apply_log);
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
@@ -122,7 +122,7 @@ class Predictor {
   bool Sleep(absl::Duration duration) ABSL_LOCKS_EXCLUDED(stop_mu_);
 
   const PredictorOptions options_;
-  const std::unique_ptr<DeltaClient> client_;
+  const std::unique_ptr<TrackerClient> client_;
   const std::unique_ptr<Replica> replica_;
   FILE* const apply_log_;  // may be null
 

@@ -60,6 +60,7 @@
 #include "base/process.h"
 #include "base/rpc_metrics.h"
 #include "clients/delta_client.h"
+#include "clients/fan_in_client.h"
 #include "clients/predictor.h"
 #include "clients/predictor_metrics.h"
 #include "clients/replica.h"
@@ -170,7 +171,7 @@ int Main() {
                         (*replica)->RunId()));
   }
   Predictor predictor(options,
-                      DeltaClient::Create(options.target, client_options),
+                      FanInClient::Connect(options.target, client_options),
                       *std::move(replica), apply_log);
 
   metrics->AttachTo(&predictor);

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/subscription_schedule.h"
 #include "base/torch_status.h"
 #include "proto/tensor_codec.h"
 #include "tracker_service/names.h"
-#include "tracker_service/subscription_schedule.h"
 
 namespace deltastream {
 
@@ -216,6 +216,9 @@ absl::StatusOr<DeltaRequest> ToDeltaRequest(
   delta_request.include_scores = request.include_scores();
   delta_request.all_rows = request.all_rows();
   delta_request.include_dense = request.include_dense();
+  if (request.has_continue_from()) {
+    delta_request.continue_from = request.continue_from();
+  }
   for (const std::string& fqn : request.fqns()) {
     if (absl::Status s = ValidateName("table FQN", fqn); !s.ok()) return s;
     delta_request.fqns.push_back(fqn);
@@ -436,10 +439,24 @@ grpc::Status DeltaTrackerService::ServeDelta(grpc::ServerContext* context,
     }
     absl::StatusOr<DeltaRequest> read = ToDeltaRequest(request);
     if (!read.ok()) return ToGrpcStatus(read.status());
-    absl::StatusOr<Delta> delta = tracker_->GetDelta(*read);
+    absl::StatusOr<Delta> delta = ReadAtCut(context, request.cut(), *read);
     if (!delta.ok()) return ToGrpcStatus(delta.status());
     return WriteDelta(context, *delta, request, sink);
   });
+}
+
+absl::StatusOr<Delta> DeltaTrackerService::ReadAtCut(
+    grpc::ServerContext* context, int64_t cut, const DeltaRequest& read) {
+  if (cut == 0 || options_.step_cuts == nullptr)
+    return tracker_->GetDelta(read);
+  const absl::Time deadline = std::min(absl::FromChrono(context->deadline()),
+                                       absl::Now() + kCutWaitWithoutDeadline);
+  if (absl::Status s = options_.step_cuts->Await(cut, deadline); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<Delta> delta = tracker_->GetDelta(read);
+  options_.step_cuts->Finish(cut);
+  return delta;
 }
 
 grpc::Status DeltaTrackerService::GetDelta(
@@ -494,14 +511,19 @@ grpc::Status DeltaTrackerService::Subscribe(
         tracker_->WaitForBatchAfter(wake.after_batch, wake.deadline);
         continue;
       }
-      const DeltaRequest push = schedule->NextRead(*read, current, now);
+      const SubscriptionSchedule::Push next =
+          schedule->NextPush(read->all_rows, read->include_dense, current, now);
+      DeltaRequest push = *read;
+      push.all_rows = next.all_rows;
+      push.continue_from = next.continue_from;
+      push.include_dense = next.include_dense;
       absl::StatusOr<Delta> delta = tracker_->GetDelta(push);
       if (!delta.ok()) return ToGrpcStatus(delta.status());
       if (grpc::Status s = WriteDelta(context, *delta, read_request, sink);
           !s.ok()) {
         return s;
       }
-      schedule->Pushed(push, delta->end_batch, now);
+      schedule->Pushed(next, delta->end_batch, now);
     }
   });
 }

@@ -14,6 +14,7 @@
 #include "base/grpc_server.h"
 #include "proto/tracker.grpc.pb.h"
 #include "tracker_service/service_topology.h"
+#include "tracker_service/step_cuts.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
 
@@ -27,6 +28,10 @@ struct ServiceOptions {
   TrackerSnapshots* snapshots = nullptr;
   // Null: every call is allowed (loopback or trusted networks only).
   const TokenAuthorizer* auth = nullptr;
+  // A rank of a sharded trainer: reads naming a cut (GetDeltaRequest.cut)
+  // wait for the step boundary where every rank serves it. Null: a cut is
+  // read at once (one process). Not owned; outlives the service.
+  StepCuts* step_cuts = nullptr;
 };
 
 // The gRPC face of a Tracker: validates requests, translates them and the
@@ -51,6 +56,9 @@ struct ServiceOptions {
 class DeltaTrackerService final : public v1::DeltaTracker::Service {
  public:
   static constexpr int64_t kDefaultChunkBytes = 1 << 20;
+  // How long a read naming a cut waits for the other ranks when its call
+  // has no deadline.
+  static constexpr absl::Duration kCutWaitWithoutDeadline = absl::Seconds(30);
 
   // `tracker` and what `options` points to must outlive the service.
   explicit DeltaTrackerService(Tracker* tracker, ServiceOptions options = {});
@@ -129,6 +137,10 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
       grpc::ServerContext* context,
       grpc::ServerSplitStreamer<v1::GetDeltaRequest, grpc::ByteBuffer>* stream);
   // Reads the delta `request` asks for and writes it to `sink`.
+  // The tracker's read of `read`, at `cut`'s step boundary when the
+  // service has StepCuts and `cut` is nonzero (ServiceOptions::step_cuts).
+  absl::StatusOr<Delta> ReadAtCut(grpc::ServerContext* context, int64_t cut,
+                                  const DeltaRequest& read);
   grpc::Status ServeDelta(grpc::ServerContext* context,
                           const v1::GetDeltaRequest& request, ChunkSink& sink);
   // Streams `delta` as `request` asks (chunk size, fields left out); the

@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
   ServiceOptions service_options;
   service_options.snapshots = host->snapshots_.get();
   service_options.auth = host->auth_.get();
+  service_options.step_cuts = options.step_cuts;
   host->service_ =
       std::make_unique<DeltaTrackerService>(tracker, service_options);
   grpc::EnableDefaultHealthCheckService(true);

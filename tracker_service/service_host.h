@@ -19,6 +19,7 @@ class Server;
 namespace deltastream {
 
 class RpcMetrics;
+class StepCuts;
 
 class DeltaTrackerService;
 class TokenAuthorizer;
@@ -44,6 +45,8 @@ struct ServiceHostOptions {
   // When set (not owned; must outlive the host), every RPC is counted and
   // timed by method and code (base/rpc_metrics.h).
   RpcMetrics* rpc_metrics = nullptr;
+  // A rank of a sharded trainer: see ServiceOptions::step_cuts. Not owned.
+  StepCuts* step_cuts = nullptr;
 };
 
 // The checks Start makes before it touches anything: `listen` by

@@ -7,12 +7,14 @@
 #include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/torch_status.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/consumer_drain.h"
+#include "trainer/cut_agreement.h"
 #include "trainer/data/criteo_tsv.h"
 #include "trainer/data/synthetic.h"
 #include "trainer/models/dlrm.h"
@@ -182,6 +184,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       return status;
     }
   }
+  if (s.group != nullptr && s.tracking && s.serve) {
+    // Fan-in reads are served at a step boundary every rank agrees on.
+    trainer->step_cuts_ = std::make_unique<StepCuts>(/*stepping=*/true);
+    trainer->settings_.service.step_cuts = trainer->step_cuts_.get();
+  }
   if (absl::Status status = trainer->RestoreOrStart(); !status.ok()) {
     return status;
   }
@@ -288,6 +295,13 @@ absl::StatusOr<double> Trainer::Evaluate() {
   return Auc(all_scores, all_labels);
 }
 
+absl::Status Trainer::ServeCuts() {
+  if (step_cuts_ == nullptr) return absl::OkStatus();
+  absl::StatusOr<int> served =
+      ServeAgreedCuts(*step_cuts_, *settings_.group, kCutHoldLimit);
+  return served.status();
+}
+
 absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
                                              int64_t steps) {
   TrainerProgress progress;
@@ -334,6 +348,11 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
   // Several ranks stop at the step they agree on (RankBatchSource), never
   // on a signal one rank saw first.
   if (rank_source_ != nullptr) rank_source_->set_stop(&stop);
+  // The ranks stop together (or the run failed): cuts are read at once.
+  absl::Cleanup cuts_at_once = [this] {
+    if (step_cuts_ != nullptr) step_cuts_->SetStepping(false);
+  };
+  if (absl::Status status = ServeCuts(); !status.ok()) return status;
   auto stopping = [&] { return rank_source_ == nullptr && stop.load(); };
   while (!stopping() && (steps < 0 || progress.steps_this_run < steps)) {
     const absl::Time step_start = absl::Now();
@@ -362,6 +381,7 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
                              absl::ToDoubleSeconds(absl::Now() - step_start),
                              examples, reported_loss_);
     }
+    if (absl::Status status = ServeCuts(); !status.ok()) return status;
     if (s.log_every_steps > 0 && step_ % s.log_every_steps == 0) {
       if (absl::Status status = report(); !status.ok()) return status;
     }
@@ -387,6 +407,8 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
     }
   }
   if (rank_source_ != nullptr) rank_source_->set_stop(nullptr);
+  // Every rank left the loop after the same step: reads need no cut now.
+  std::move(cuts_at_once).Invoke();
   if (stop.load()) log_(absl::StrCat("stop requested at step ", step_));
   if (loss_count_ > 0 || progress.steps_this_run == 0) {
     if (absl::Status status = report(); !status.ok()) return status;

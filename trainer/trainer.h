@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "tracker_service/service_host.h"
+#include "tracker_service/step_cuts.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
 #include "trainer/config.h"
@@ -93,6 +94,11 @@ class Trainer {
   // Tables (and dense parameters) from settings_.restore_chain.
   absl::Status RestoreFromChain();
   absl::Status SaveState();
+  // At a step boundary of a sharded trainer that serves its tracker: the
+  // consistent cuts every rank holds are read now (ServeAgreedCuts).
+  absl::Status ServeCuts();
+  // How long a step boundary holds for the reads of its cuts, at most.
+  static constexpr absl::Duration kCutHoldLimit = absl::Seconds(10);
   // The losses summed since the last progress line, averaged over ranks.
   absl::StatusOr<double> GlobalLossSum();
 
@@ -109,6 +115,8 @@ class Trainer {
   // Exactly one of these holds the tracker's snapshots (with a dir).
   std::unique_ptr<ServiceHost> host_;
   std::unique_ptr<TrackerSnapshots> own_snapshots_;
+  // Consistent cuts of a sharded trainer's service (null otherwise).
+  std::unique_ptr<StepCuts> step_cuts_;
   TrackerSnapshots* snapshots_ = nullptr;
   // The step loop over the parts above.
   std::unique_ptr<TrainPipeline> pipeline_;

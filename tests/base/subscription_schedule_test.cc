@@ -1,7 +1,7 @@
 // The subscription schedule on its own: when pushes are due, what each reads,
 // when to wake, and the periods it refuses (issue 21, defect 4: periods near
 // 2^63 overflowed and pushed empty deltas in a hot loop).
-#include "tracker_service/subscription_schedule.h"
+#include "base/subscription_schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,8 @@ namespace {
 
 const absl::Time kStart = absl::FromUnixSeconds(1000);
 
+using Push = SubscriptionSchedule::Push;
+
 SubscriptionSchedule Make(SubscriptionPeriods periods) {
   absl::StatusOr<SubscriptionSchedule> schedule =
       SubscriptionSchedule::Create(periods, kStart);
@@ -23,21 +25,19 @@ SubscriptionSchedule Make(SubscriptionPeriods periods) {
 TEST(SubscriptionScheduleTest, FirstPushAtOnceThenEveryNSteps) {
   SubscriptionSchedule schedule = Make({/*every_steps=*/3});
   EXPECT_TRUE(schedule.Due(0, kStart));
-  DeltaRequest base;
-  base.all_rows = true;
-  DeltaRequest first = schedule.NextRead(base, 0, kStart);
+  Push first = schedule.NextPush(/*all_rows=*/true, false, 0, kStart);
   EXPECT_TRUE(first.all_rows);
   EXPECT_FALSE(first.continue_from.has_value());
   schedule.Pushed(first, /*end_batch=*/0, kStart);
 
   EXPECT_FALSE(schedule.Due(2, kStart + absl::Hours(1)));  // no timer
   EXPECT_TRUE(schedule.Due(3, kStart));
-  DeltaRequest second = schedule.NextRead(base, 3, kStart);
+  Push second = schedule.NextPush(true, false, 3, kStart);
   EXPECT_FALSE(second.all_rows);  // only the first push
   ASSERT_TRUE(second.continue_from.has_value());
   EXPECT_EQ(*second.continue_from, 0);
   schedule.Pushed(second, 3, kStart);
-  EXPECT_EQ(*schedule.NextRead(base, 6, kStart).continue_from, 3);
+  EXPECT_EQ(*schedule.NextPush(true, false, 6, kStart).continue_from, 3);
   // Waiting: for batch 5 (the one that makes it 3 past 3), at most `check`.
   const SubscriptionSchedule::Wake wake =
       schedule.NextWake(kStart, absl::Milliseconds(100));
@@ -47,7 +47,7 @@ TEST(SubscriptionScheduleTest, FirstPushAtOnceThenEveryNSteps) {
 
 TEST(SubscriptionScheduleTest, TimerPushesOnlyWhenABatchClosed) {
   SubscriptionSchedule schedule = Make({/*every_steps=*/100, /*every_ms=*/50});
-  schedule.Pushed(schedule.NextRead({}, 0, kStart), 0, kStart);
+  schedule.Pushed(schedule.NextPush(false, false, 0, kStart), 0, kStart);
   const absl::Time later = kStart + absl::Milliseconds(60);
   EXPECT_FALSE(schedule.Due(0, later));  // nothing closed since
   EXPECT_TRUE(schedule.Due(1, later));
@@ -62,28 +62,26 @@ TEST(SubscriptionScheduleTest, TimerPushesOnlyWhenABatchClosed) {
 }
 
 TEST(SubscriptionScheduleTest, DenseByItsOwnPeriods) {
-  DeltaRequest base;
-  base.include_dense = true;
   SubscriptionSchedule every_push = Make({});
   for (int64_t b = 0; b < 3; ++b) {
-    DeltaRequest read = every_push.NextRead(base, b, kStart);
+    Push read = every_push.NextPush(false, /*include_dense=*/true, b, kStart);
     EXPECT_TRUE(read.include_dense);
     every_push.Pushed(read, b, kStart);
   }
   SubscriptionSchedule by_steps = Make({1, 0, /*dense_every_steps=*/4});
-  DeltaRequest read = by_steps.NextRead(base, 0, kStart);
+  Push read = by_steps.NextPush(false, true, 0, kStart);
   EXPECT_TRUE(read.include_dense);  // the first push carries them
   by_steps.Pushed(read, 0, kStart);
-  EXPECT_FALSE(by_steps.NextRead(base, 3, kStart).include_dense);
-  EXPECT_TRUE(by_steps.NextRead(base, 4, kStart).include_dense);
+  EXPECT_FALSE(by_steps.NextPush(false, true, 3, kStart).include_dense);
+  EXPECT_TRUE(by_steps.NextPush(false, true, 4, kStart).include_dense);
   SubscriptionSchedule by_time = Make({1, 0, 0, /*dense_every_ms=*/1000});
-  by_time.Pushed(by_time.NextRead(base, 0, kStart), 0, kStart);
-  EXPECT_FALSE(
-      by_time.NextRead(base, 1, kStart + absl::Seconds(0.5)).include_dense);
-  EXPECT_TRUE(
-      by_time.NextRead(base, 1, kStart + absl::Seconds(1)).include_dense);
+  by_time.Pushed(by_time.NextPush(false, true, 0, kStart), 0, kStart);
+  EXPECT_FALSE(by_time.NextPush(false, true, 1, kStart + absl::Seconds(0.5))
+                   .include_dense);
+  EXPECT_TRUE(by_time.NextPush(false, true, 1, kStart + absl::Seconds(1))
+                  .include_dense);
   // Not asked for: never.
-  EXPECT_FALSE(Make({}).NextRead({}, 0, kStart).include_dense);
+  EXPECT_FALSE(Make({}).NextPush(false, false, 0, kStart).include_dense);
 }
 
 TEST(SubscriptionScheduleTest, PeriodsOutOfRangeAreRefusedByName) {
@@ -111,7 +109,7 @@ TEST(SubscriptionScheduleTest, LargestPeriodsNeverOverflow) {
                                         SubscriptionSchedule::kMaxEveryMs,
                                         SubscriptionSchedule::kMaxEverySteps,
                                         SubscriptionSchedule::kMaxEveryMs});
-  schedule.Pushed(schedule.NextRead({}, 0, kStart), 0, kStart);
+  schedule.Pushed(schedule.NextPush(false, false, 0, kStart), 0, kStart);
   // Far in the future, with a huge batch: nothing wraps into "due".
   EXPECT_FALSE(schedule.Due(0, absl::InfiniteFuture()));
   EXPECT_FALSE(schedule.Due(SubscriptionSchedule::kMaxEverySteps - 1, kStart));

@@ -1,4 +1,4 @@
-#include "tracker_service/subscription_schedule.h"
+#include "base/subscription_schedule.h"
 
 #include <algorithm>
 #include <tuple>
@@ -64,20 +64,19 @@ bool SubscriptionSchedule::DenseDue(int64_t current_batch,
           now - last_dense_ >= dense_every_);
 }
 
-DeltaRequest SubscriptionSchedule::NextRead(const DeltaRequest& base,
-                                            int64_t current_batch,
-                                            absl::Time now) const {
-  DeltaRequest read = base;
-  read.all_rows = base.all_rows && first_;
-  read.continue_from.reset();
-  if (!first_) read.continue_from = pushed_through_;
-  read.include_dense = base.include_dense && DenseDue(current_batch, now);
-  return read;
+SubscriptionSchedule::Push SubscriptionSchedule::NextPush(
+    bool all_rows, bool include_dense, int64_t current_batch,
+    absl::Time now) const {
+  Push push;
+  push.all_rows = all_rows && first_;
+  if (!first_) push.continue_from = pushed_through_;
+  push.include_dense = include_dense && DenseDue(current_batch, now);
+  return push;
 }
 
-void SubscriptionSchedule::Pushed(const DeltaRequest& read, int64_t end_batch,
+void SubscriptionSchedule::Pushed(const Push& push, int64_t end_batch,
                                   absl::Time now) {
-  if (read.include_dense) {
+  if (push.include_dense) {
     dense_through_ = end_batch;
     last_dense_ = now;
   }

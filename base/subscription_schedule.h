@@ -1,11 +1,11 @@
-#ifndef DELTASTREAM_TRACKER_SERVICE_SUBSCRIPTION_SCHEDULE_H_
-#define DELTASTREAM_TRACKER_SERVICE_SUBSCRIPTION_SCHEDULE_H_
+#ifndef DELTASTREAM_BASE_SUBSCRIPTION_SCHEDULE_H_
+#define DELTASTREAM_BASE_SUBSCRIPTION_SCHEDULE_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "tracker_service/tracker.h"
 
 namespace deltastream {
 
@@ -23,9 +23,10 @@ struct SubscriptionPeriods {
   int64_t dense_every_ms = 0;
 };
 
-// When a subscription pushes and what each push reads: the schedule the gRPC
-// Subscribe handler follows, kept next to the tracker so that the handler
-// only translates. The first push reads from the consumer's cursor (with all
+// When a subscription pushes and what each push reads: the one schedule of
+// the gRPC Subscribe handler (tracker_service/) and of a fan-in client's
+// subscription to a sharded trainer (clients/fan_in_client.h), so that both
+// only translate. The first push reads from the consumer's cursor (with all
 // rows when the read asks for them); each later push reads the batches
 // closed since the previous push, from that push's end (continue_from: in
 // acknowledged mode the previous push may still be uncommitted).
@@ -46,15 +47,20 @@ class SubscriptionSchedule {
   // Whether a push is due with the tracker at `current_batch` at `now`.
   bool Due(int64_t current_batch, absl::Time now) const;
 
-  // The read of the push that is due: `base` (the subscription's request)
-  // with all_rows only on the first push, continue_from on every later one,
-  // and include_dense (when `base` asks) by the dense periods.
-  DeltaRequest NextRead(const DeltaRequest& base, int64_t current_batch,
-                        absl::Time now) const;
+  // What the push that is due reads, beyond the subscription's request.
+  struct Push {
+    bool all_rows = false;  // the request's all_rows, on the first push only
+    // Every later push: the previous push's end.
+    std::optional<int64_t> continue_from;
+    bool include_dense = false;  // the request's, by the dense periods
+  };
+  // The push that is due, for a subscription whose request asks for
+  // `all_rows` and `include_dense`.
+  Push NextPush(bool all_rows, bool include_dense, int64_t current_batch,
+                absl::Time now) const;
 
-  // A push made with `read` (from NextRead) was delivered, ending at
-  // `end_batch`.
-  void Pushed(const DeltaRequest& read, int64_t end_batch, absl::Time now);
+  // `push` (from NextPush) was delivered, ending at `end_batch`.
+  void Pushed(const Push& push, int64_t end_batch, absl::Time now);
 
   // When no push is due: wait for a batch after `after_batch`, or until
   // `deadline` (at most `check` from `now`, so that the caller looks at
@@ -82,4 +88,4 @@ class SubscriptionSchedule {
 
 }  // namespace deltastream
 
-#endif  // DELTASTREAM_TRACKER_SERVICE_SUBSCRIPTION_SCHEDULE_H_
+#endif  // DELTASTREAM_BASE_SUBSCRIPTION_SCHEDULE_H_

@@ -1,0 +1,102 @@
+#include "tracker_service/step_cuts.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace deltastream {
+
+absl::Status StepCuts::Await(int64_t cut, absl::Time deadline) {
+  if (cut == 0) return absl::InvalidArgumentError("cut 0 names no cut");
+  absl::MutexLock lock(&mu_);
+  if (!stepping_) {
+    cuts_[cut] = State::kOpen;  // Finish erases it
+    return absl::OkStatus();
+  }
+  if (!cuts_.emplace(cut, State::kWaiting).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("cut ", cut, " is being read here already"));
+  }
+  order_.push_back(cut);
+  auto opened = [this, cut]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !stepping_ || cuts_.at(cut) != State::kWaiting;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&opened), deadline);
+  order_.erase(std::find(order_.begin(), order_.end(), cut));
+  if (!opened()) {
+    cuts_.erase(cut);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the other ranks did not all receive cut ", cut,
+        " in time: a read of a sharded trainer goes to every rank"));
+  }
+  cuts_[cut] = State::kOpen;
+  return absl::OkStatus();
+}
+
+void StepCuts::Finish(int64_t cut) {
+  absl::MutexLock lock(&mu_);
+  auto it = cuts_.find(cut);
+  if (it == cuts_.end()) return;
+  // Serve() counts and erases what it opened and waits for; a cut read
+  // while the trainer did not step, or after Serve gave up waiting, is
+  // nobody's to wait for.
+  if (it->second == State::kOpen && stepping_) {
+    it->second = State::kFinished;
+  } else {
+    cuts_.erase(it);
+  }
+}
+
+std::vector<int64_t> StepCuts::Waiting() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> waiting;
+  for (int64_t cut : order_) {
+    if (waiting.size() == kMaxPerBoundary) break;
+    if (cuts_.at(cut) == State::kWaiting) waiting.push_back(cut);
+  }
+  return waiting;
+}
+
+int StepCuts::Serve(absl::Span<const int64_t> cuts, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> opened;
+  for (int64_t cut : cuts) {
+    auto it = cuts_.find(cut);
+    if (it == cuts_.end() || it->second != State::kWaiting) continue;
+    it->second = State::kOpen;
+    opened.push_back(cut);
+  }
+  if (opened.empty()) return 0;
+  auto all_finished = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (int64_t cut : opened) {
+      auto it = cuts_.find(cut);
+      if (it != cuts_.end() && it->second != State::kFinished) return false;
+    }
+    return true;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&all_finished), deadline);
+  int finished = 0;
+  for (int64_t cut : opened) {
+    auto it = cuts_.find(cut);
+    if (it == cuts_.end()) continue;
+    if (it->second == State::kFinished) {
+      ++finished;
+      cuts_.erase(it);
+    } else {
+      it->second = State::kAbandoned;  // Finish erases it
+    }
+  }
+  return finished;
+}
+
+void StepCuts::SetStepping(bool stepping) {
+  absl::MutexLock lock(&mu_);
+  stepping_ = stepping;
+  if (stepping) return;
+  // Serve waits for none of them now: reads still open finish on their own.
+  for (auto it = cuts_.begin(); it != cuts_.end();) {
+    it = it->second == State::kFinished ? cuts_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace deltastream
