@@ -292,26 +292,23 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-// Waits until every rank of `group` (`ranks`, in rank order) has trained
-// `steps` steps.
-absl::Status WaitTrained(const std::vector<DeltaClient*>& ranks, int64_t steps,
+// Waits until `client` (every rank of `group`: a merged status says the
+// lowest rank's batch) has trained `steps` steps.
+absl::Status WaitTrained(TrackerClient& client, int64_t steps,
                          TrainerGroup& group, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    while (true) {
-      absl::StatusOr<v1::StatusResponse> status = ranks[r]->Status();
-      if (!status.ok()) return status.status();
-      if (status->current_batch() >= steps) break;
-      if (absl::Status exited = group.Exited(); !exited.ok()) return exited;
-      if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "rank ", r, " at batch ", status->current_batch(), " of ", steps,
-            " after ", absl::FormatDuration(timeout)));
-      }
-      absl::SleepFor(absl::Milliseconds(100));
+  while (true) {
+    absl::StatusOr<v1::StatusResponse> status = client.Status();
+    if (!status.ok()) return status.status();
+    if (status->current_batch() >= steps) return absl::OkStatus();
+    if (absl::Status exited = group.Exited(); !exited.ok()) return exited;
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          client.target(), " at batch ", status->current_batch(), " of ", steps,
+          " after ", absl::FormatDuration(timeout)));
     }
+    absl::SleepFor(absl::Milliseconds(100));
   }
-  return absl::OkStatus();
 }
 
 int64_t Bytes(const ReceivedDelta& delta) {
@@ -454,7 +451,7 @@ v1::GetDeltaRequest ReadRequest(const std::string& consumer, bool all_rows) {
 // <changed_prefix><i> of the baseline and c<i> of the fan-in trainer.
 absl::Status Measure(DeltaClient& single, FanInClient& fan_in, int ranks,
                      int reads, const std::string& changed_prefix,
-                     std::vector<Row>& rows) {
+                     const ClientOptions& options, std::vector<Row>& rows) {
   for (const bool all_rows : {true, false}) {
     Row row{all_rows ? "all_rows" : "changed", ranks};
     for (int i = -1; i < reads; ++i) {
@@ -493,11 +490,15 @@ absl::Status Measure(DeltaClient& single, FanInClient& fan_in, int ranks,
       }
     }
     if (ranks > 1) {
-      // The merge alone, on copies of one read's parts.
+      // The merge alone, on copies of one read's parts, each read from its
+      // rank on its own.
+      absl::StatusOr<v1::TopologyResponse> topology = fan_in.Topology();
+      if (!topology.ok()) return topology.status();
       std::vector<ReceivedDelta> parts;
-      for (int r = 0; r < fan_in.world_size(); ++r) {
-        absl::StatusOr<ReceivedDelta> part = fan_in.rank(r).GetDelta(
-            ReadRequest(all_rows ? "all" : "merge", all_rows));
+      for (const v1::RankEndpoint& endpoint : topology->endpoints()) {
+        absl::StatusOr<ReceivedDelta> part =
+            DeltaClient::Create(endpoint.address(), options)
+                ->GetDelta(ReadRequest(all_rows ? "all" : "merge", all_rows));
         if (!part.ok()) return part.status();
         parts.push_back(*std::move(part));
       }
@@ -506,9 +507,7 @@ absl::Status Measure(DeltaClient& single, FanInClient& fan_in, int ranks,
         std::vector<ReceivedDelta> copies;
         for (const ReceivedDelta& part : parts) copies.push_back(Clone(part));
         absl::StatusOr<ReceivedDelta> merged = TimedRead(
-            [&] {
-              return MergeRankDeltas(fan_in.topology(), std::move(copies));
-            },
+            [&] { return MergeRankDeltas(*topology, std::move(copies)); },
             merge);
         if (!merged.ok()) return merged.status();
       }
@@ -600,7 +599,7 @@ int Run() {
   std::unique_ptr<DeltaClient> single =
       DeltaClient::Create(*single_address, options);
   if (absl::Status s =
-          WaitTrained({single.get()}, model.steps, single_trainer, timeout);
+          WaitTrained(*single, model.steps, single_trainer, timeout);
       !s.ok()) {
     return Fail(s);
   }
@@ -628,19 +627,18 @@ int Run() {
     absl::StatusOr<std::unique_ptr<FanInClient>> fan_in =
         FanInClient::Create(*address, options);
     if (!fan_in.ok()) return Fail(fan_in.status());
-    if ((*fan_in)->world_size() != n) {
-      return Fail(absl::InternalError(absl::StrCat(
-          "the trainer of ", n, " ranks reports ", (*fan_in)->world_size())));
+    absl::StatusOr<int> world_size = (*fan_in)->WorldSize();
+    if (!world_size.ok()) return Fail(world_size.status());
+    if (*world_size != n) {
+      return Fail(absl::InternalError(
+          absl::StrCat("the trainer of ", n, " ranks reports ", *world_size)));
     }
-    std::vector<DeltaClient*> rank_clients;
-    for (int r = 0; r < n; ++r) rank_clients.push_back(&(*fan_in)->rank(r));
-    if (absl::Status s =
-            WaitTrained(rank_clients, model.steps, trainer, timeout);
+    if (absl::Status s = WaitTrained(**fan_in, model.steps, trainer, timeout);
         !s.ok()) {
       return Fail(s);
     }
-    if (absl::Status s =
-            Measure(*single, **fan_in, n, reads, absl::StrCat("s", k), rows);
+    if (absl::Status s = Measure(*single, **fan_in, n, reads,
+                                 absl::StrCat("s", k), options, rows);
         !s.ok()) {
       return Fail(s);
     }
