@@ -99,8 +99,9 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
   absl::StatusOr<std::unique_ptr<FanInClient>> fan_in =
       FanInClient::Create(topology->endpoints(1).address());
   RANK_OK(fan_in);
-  RANK_EXPECT((*fan_in)->world_size() == 2, name, " fan-in world size ",
-              (*fan_in)->world_size());
+  const absl::StatusOr<int> world_size = (*fan_in)->WorldSize();
+  RANK_OK(world_size);
+  RANK_EXPECT(*world_size == 2, name, " fan-in world size ", *world_size);
   absl::StatusOr<ReceivedDelta> merged = (*fan_in)->GetDelta(Read("merged"));
   RANK_OK(merged);
 
@@ -220,7 +221,7 @@ TEST(FanInClientTest, OneProcessTrainerReadsAsWithDeltaClient) {
   absl::StatusOr<std::unique_ptr<FanInClient>> fan_in =
       FanInClient::Create(address);
   ASSERT_TRUE(fan_in.ok()) << fan_in.status();
-  EXPECT_EQ((*fan_in)->world_size(), 1);
+  EXPECT_EQ((*fan_in)->WorldSize().value_or(-1), 1);
   absl::StatusOr<ReceivedDelta> plain =
       DeltaClient::Create(address)->GetDelta(Read("parts"));
   absl::StatusOr<ReceivedDelta> through = (*fan_in)->GetDelta(Read("merged"));
