@@ -41,6 +41,7 @@
 #include "base/command_line.h"
 #include "base/log.h"
 #include "base/metrics.h"
+#include "base/host_memory.h"
 #include "base/process.h"
 #include "clients/checkpoint_job.h"
 #include "clients/checkpoint_job_metrics.h"
@@ -72,6 +73,8 @@ void OnSignal(int) {
 }
 
 int Main() {
+  // Received deltas reuse freed memory instead of faulting in fresh pages.
+  KeepHostMemoryForReuse();
   if (absl::Status logging = InitLogging("checkpoint_job"); !logging.ok()) {
     return Fail(kExitUsage, logging.message());
   }

@@ -93,8 +93,53 @@ absl::StatusOr<ReceivedTable> JoinColumns(const std::string& fqn,
   return joined;
 }
 
+// Whether `ids` (1-D int64) ascend strictly, as each rank's part does when
+// its server keeps the protocol (checked: merging in order relies on it).
+bool StrictlyAscending(const at::Tensor& ids) {
+  if (ids.scalar_type() != at::kLong || ids.dim() != 1) return false;
+  const at::Tensor dense = ids.contiguous();
+  const int64_t* id = dense.data_ptr<int64_t>();
+  for (int64_t i = 1; i < dense.numel(); ++i) {
+    if (id[i] <= id[i - 1]) return false;
+  }
+  return true;
+}
+
+// `pieces` (each with rows) ordered by their first ID when each one's IDs
+// ascend strictly and their ranges do not overlap, so that their rows,
+// concatenated in that order, ascend: row-wise and table-row-wise shards
+// (each rank serves one block of rows). Empty otherwise.
+std::vector<ReceivedTable*> DisjointInIdOrder(
+    std::vector<ReceivedTable*> pieces) {
+  for (const ReceivedTable* piece : pieces) {
+    if (!StrictlyAscending(piece->ids)) return {};
+  }
+  auto first = [](const ReceivedTable* piece) {
+    return piece->ids[0].item<int64_t>();
+  };
+  std::sort(pieces.begin(), pieces.end(),
+            [&](const ReceivedTable* a, const ReceivedTable* b) {
+              return first(a) < first(b);
+            });
+  for (size_t i = 1; i < pieces.size(); ++i) {
+    if (pieces[i - 1]->ids[-1].item<int64_t>() >= first(pieces[i])) return {};
+  }
+  return pieces;
+}
+
+// The pieces' `member` tensors, concatenated along the rows.
+at::Tensor CatRows(const std::vector<ReceivedTable*>& pieces,
+                   at::Tensor ReceivedTable::*member) {
+  std::vector<at::Tensor> list;
+  list.reserve(pieces.size());
+  for (const ReceivedTable* piece : pieces) list.push_back(piece->*member);
+  return at::cat(list);
+}
+
 // Full-width rows of several ranks, sorted by ID; duplicates are dropped
-// for a data-parallel table and an error otherwise.
+// for a data-parallel table and an error otherwise. Rows of disjoint ID
+// ranges (row-wise shards) are concatenated in order, not sorted: one copy
+// of each row.
 absl::StatusOr<ReceivedTable> ConcatRows(const std::string& fqn,
                                          std::vector<ReceivedTable*> pieces,
                                          bool data_parallel) {
@@ -111,10 +156,20 @@ absl::StatusOr<ReceivedTable> ConcatRows(const std::string& fqn,
     }
   }
   if (filled.size() == 1) return std::move(*filled[0]);
-  std::vector<at::Tensor> ids;
-  for (const ReceivedTable* piece : filled) ids.push_back(piece->ids);
-  auto [sorted, order] =
-      at::sort(at::cat(ids), /*stable=*/c10::optional<bool>(true), /*dim=*/0);
+  ReceivedTable merged;
+  if (std::vector<ReceivedTable*> in_order = DisjointInIdOrder(filled);
+      !in_order.empty()) {
+    merged.ids = CatRows(in_order, &ReceivedTable::ids);
+    for (at::Tensor ReceivedTable::*member : kRowTensors) {
+      if ((filled[0]->*member).defined()) {
+        merged.*member = CatRows(in_order, member);
+      }
+    }
+    return merged;
+  }
+  auto [sorted, order] = at::sort(CatRows(filled, &ReceivedTable::ids),
+                                  /*stable=*/c10::optional<bool>(true),
+                                  /*dim=*/0);
   const at::Tensor repeated = sorted.narrow(0, 1, sorted.size(0) - 1) ==
                               sorted.narrow(0, 0, sorted.size(0) - 1);
   if (repeated.any().item<bool>()) {
@@ -130,13 +185,11 @@ absl::StatusOr<ReceivedTable> ConcatRows(const std::string& fqn,
     sorted = sorted.masked_select(keep);
     order = order.masked_select(keep);
   }
-  ReceivedTable merged;
   merged.ids = sorted;
   for (at::Tensor ReceivedTable::*member : kRowTensors) {
-    if (!(filled[0]->*member).defined()) continue;
-    std::vector<at::Tensor> list;
-    for (const ReceivedTable* piece : filled) list.push_back(piece->*member);
-    merged.*member = at::cat(list).index_select(0, order);
+    if ((filled[0]->*member).defined()) {
+      merged.*member = CatRows(filled, member).index_select(0, order);
+    }
   }
   return merged;
 }

@@ -2,9 +2,12 @@
 # The README's main job: installs what is missing, builds, runs the store
 # benchmark on DESIGN.md's workload, then the whole loop on loopback:
 #   - the trainer on its embedded defaults (DLRM, 8 tables of 100000 x 16,
-#     synthetic Zipf data, CPU) with the tracker service in-process;
+#     synthetic Zipf data, CPU) as $TRAINER_RANKS ranks (default 2: the
+#     tables sharded table-wise by the planner, Gloo on loopback), each
+#     rank serving its shards' deltas in-process on PORT + rank;
 #   - a predictor (clients:predictor) keeping a live replica of the tables and
-#     dense parameters, pushed every 100 ms;
+#     dense parameters, every 100 ms, given rank 0's address: it reads every
+#     rank at one consistent cut and merges (clients/fan_in_client.h);
 #   - a checkpoint job (clients:checkpoint_job) writing a full checkpoint and
 #     then one increment per second;
 #   - midway, the trainer is stopped (SIGTERM: final snapshot and checkpoint)
@@ -19,6 +22,7 @@ cd "$(dirname "$0")/.."
 
 STEPS_FIRST_RUN=${STEPS_FIRST_RUN:-300}
 STEPS_TOTAL=${STEPS_TOTAL:-600}
+TRAINER_RANKS=${TRAINER_RANKS:-2}
 
 bash deploy/install-deps.sh
 echo "== building (bazel, opt) =="
@@ -63,17 +67,40 @@ checkpoints { every_steps: 100 }
 log_every_steps: 100
 EOF
 
-listen=127.0.0.1:0
+# Rank r serves on PORT + r: a run of free ports, the same after a restart.
+listen=127.0.0.1:$(python3 - "$TRAINER_RANKS" <<'PY'
+import socket, sys
+ranks = int(sys.argv[1])
+for _ in range(100):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    held = []
+    try:
+        for p in range(port, port + ranks):
+            s = socket.socket()
+            s.bind(("127.0.0.1", p))
+            held.append(s)
+    except OSError:
+        continue
+    finally:
+        for s in held:
+            s.close()
+    print(port)
+    break
+PY
+)
 start_trainer() {
   : >"$work/trainer.out"
   $bin/trainer/trainer --config="$work/trainer.textproto" --steps=-1 \
+    --nproc_per_node="$TRAINER_RANKS" \
     --listen="$listen" --checkpoint_dir="$work/run" \
     >"$work/trainer.out" 2>>"$work/trainer.log" &
   trainer=$!
-  for _ in $(seq 300); do grep -q listening "$work/trainer.out" && break; sleep 0.1; done
-  target=$(sed -nE 's/listening on (.*)/\1/p' "$work/trainer.out")
-  [ -n "$target" ] || { cat "$work/trainer.log"; exit 1; }
-  listen=$target  # a restart serves on the same address
+  serving() { [ "$(grep -c listening "$work/trainer.out")" -ge "$TRAINER_RANKS" ]; }
+  for _ in $(seq 600); do serving && break; sleep 0.1; done
+  serving || { cat "$work/trainer.log"; exit 1; }
+  target=$listen  # rank 0: every client discovers the other ranks from it
 }
 ctl() { $bin/clients/deltactl --target="$target" "$@"; }
 batch() { ctl status --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["current_batch"])' 2>/dev/null || echo -1; }
@@ -86,7 +113,8 @@ stop_trainer() {
 
 echo "== trainer + predictor + checkpoint job on loopback =="
 start_trainer
-echo "trainer serving on $target"
+echo "trainer: $TRAINER_RANKS ranks, rank 0 serving on $target"
+ctl topology | sed 's/^/  /'
 $bin/clients/predictor --target="$target" --consumer=predictor --every_ms=100 \
   --apply_log="$work/predictor.applied" >"$work/predictor.out" 2>"$work/predictor.log" &
 predictor=$!

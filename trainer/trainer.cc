@@ -348,7 +348,9 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
   // Several ranks stop at the step they agree on (RankBatchSource), never
   // on a signal one rank saw first.
   if (rank_source_ != nullptr) rank_source_->set_stop(&stop);
-  // The ranks stop together (or the run failed): cuts are read at once.
+  // Cuts wait for the step boundaries of this run; once the ranks stop
+  // together (or the run failed) they are read at once.
+  if (step_cuts_ != nullptr) step_cuts_->SetStepping(true);
   absl::Cleanup cuts_at_once = [this] {
     if (step_cuts_ != nullptr) step_cuts_->SetStepping(false);
   };

@@ -19,6 +19,7 @@
 // The processes' stderr goes to --child_logs.<name>.log.
 //
 //   bazel run -c opt //tests/bench:freshness_bench -- [--seconds=30 --json]
+//       [--ranks=2]  (a sharded trainer)
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -36,9 +37,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/delta_client.h"
+#include "clients/fan_in_client.h"
 #include "clients/replica.h"
 #include "proto/predictor.grpc.pb.h"
 #include "tests/bench/timing.h"
@@ -46,6 +49,9 @@
 #include "tests/integration/server_process.h"
 
 ABSL_FLAG(int, seconds, 30, "measured window once the predictors are ready");
+ABSL_FLAG(int, ranks, 1,
+          "trainer ranks (--nproc_per_node): the predictors follow a sharded "
+          "trainer through one rank's address, at consistent cuts");
 ABSL_FLAG(int64_t, rows, 100000, "rows per applied delta (all tables)");
 ABSL_FLAG(int, tables, 8, "tables per delta");
 ABSL_FLAG(int, repeat, 5, "applies per backend; medians are reported");
@@ -105,7 +111,8 @@ int Freshness() {
   for (const Predictor& p : predictors) names.push_back(p.name);
   ServerProcess trainer(
       {"--config=" + work + "/trainer.textproto", "--steps=-1",
-       "--mode=rowwise_adagrad", "--consumers=" + absl::StrJoin(names, ",")},
+       "--mode=rowwise_adagrad", "--consumers=" + absl::StrJoin(names, ","),
+       absl::StrCat("--nproc_per_node=", absl::GetFlag(FLAGS_ranks))},
       "trainer/trainer", log_of("trainer"));
   for (Predictor& p : predictors) {
     std::vector<std::string> flags = {
@@ -138,7 +145,7 @@ int Freshness() {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
-  auto tracker = DeltaClient::Create(trainer.target());
+  auto tracker = FanInClient::Connect(trainer.target());
   auto batch0 = tracker->Status();
   const auto t0 = Clock::now();
   for (Predictor& p : predictors)
@@ -153,9 +160,9 @@ int Freshness() {
 
   absl::PrintF(
       "freshness: trainer (embedded defaults, acknowledged reads, "
-      "rowwise_adagrad, --steps=-1) and 3 predictors at once, %.1f s window, "
-      "trainer %.1f steps/s\n",
-      window_s, steps_per_s);
+      "rowwise_adagrad, --steps=-1, %d rank(s)) and 3 predictors at once, "
+      "%.1f s window, trainer %.1f steps/s\n",
+      absl::GetFlag(FLAGS_ranks), window_s, steps_per_s);
   absl::PrintF(
       "  predictor     interval  p50 ms  p99 ms  max ms  p99 bound  samples  "
       "versions  rows applied  lag_steps  refused commits\n");
@@ -191,12 +198,13 @@ int Freshness() {
           "\"replica\":\"%s\",\"p50_ms\":%.2f,"
           "\"p99_ms\":%.2f,\"max_ms\":%.2f,\"bound_p99_ms\":%s,"
           "\"samples\":%d,\"versions\":%d,\"rows\":%d,\"lag_steps\":%d,"
-          "\"refused_commits\":%d,"
+          "\"refused_commits\":%d,\"ranks\":%d,"
           "\"trainer_steps_per_s\":%.2f,\"window_s\":%.2f}\n",
           p.name, p.every_ms, p.rocksdb ? "rocksdb" : "memory",
           s->freshness_p50_ms(), s->freshness_p99_ms(), s->freshness_max_ms(),
           bounded ? "1000" : "null", s->freshness_samples(), versions, rows,
-          s->lag_steps(), refused, steps_per_s, window_s);
+          s->lag_steps(), refused, absl::GetFlag(FLAGS_ranks), steps_per_s,
+          window_s);
     }
   }
   predictors.clear();  // the RocksDB replica closes before its files go

@@ -31,7 +31,7 @@ LAYERS = {
         "//tracker_service:names",
         "//tracker_service:service_host",
         "//tracker_service:service_topology",
-        "//tracker_service:subscription_schedule",
+        "//tracker_service:step_cuts",
         "//tracker_service:tracker",
         "//tracker_service:tracker_demo",
         "//tracker_service:tracker_metrics",

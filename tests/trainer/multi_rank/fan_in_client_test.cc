@@ -7,7 +7,9 @@
 // the union of the parts' IDs, ascending and unique, its rows full width,
 // and its values and states each part's, exactly (data-parallel copies:
 // 1e-6), at the part's columns; the header's end_batch is the parts'
-// minimum; a Commit reaches every rank (the next read starts where the
+// minimum; reads while the ranks train are consistent cuts (each rank's part
+// ends at the same batch, later each time, with the dense parameters); a
+// Commit reaches every rank (the next read starts where the
 // committed one ended). Then, in one process: a one-process trainer is read
 // through FanInClient as through a DeltaClient, and MergeRankDeltas refuses
 // parts that do not fit together.
@@ -21,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -55,7 +58,7 @@ std::string Config(const std::string& kind, const std::string& mode) {
   model.batch = kBatch;
   model.fifth_table = true;
   model.tracker = absl::StrCat("mode: \"", mode, R"(" listen: "127.0.0.1:0"
-  consumers: ["parts", "merged"] acknowledged_reads: true)");
+  consumers: ["parts", "merged", "cuts"] acknowledged_reads: true)");
   return SmallModelConfig(model);
 }
 
@@ -90,8 +93,9 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
   absl::StatusOr<std::unique_ptr<FanInClient>> fan_in =
       FanInClient::Create(topology->endpoints(1).address());
   RANK_OK(fan_in);
-  RANK_EXPECT((*fan_in)->world_size() == 2, name, " fan-in world size ",
-              (*fan_in)->world_size());
+  const absl::StatusOr<int> world_size = (*fan_in)->WorldSize();
+  RANK_OK(world_size);
+  RANK_EXPECT(*world_size == 2, name, " fan-in world size ", *world_size);
   absl::StatusOr<ReceivedDelta> merged = (*fan_in)->GetDelta(Read("merged"));
   RANK_OK(merged);
 
@@ -169,6 +173,34 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
   return 0;
 }
 
+// Rank 0, while the ranks train: kCutReads reads through FanInClient, each
+// one consistent cut (every rank's part ends at the same batch, or the read
+// fails), with the dense parameters of that step; each ends at a later
+// step boundary than the one before. Then sets `done`, which stops the
+// ranks' training at the step they agree on.
+constexpr int kCutReads = 5;
+void ReadCutsWhileTraining(const std::string& address, std::atomic<bool>& done,
+                           std::string& error) {
+  std::unique_ptr<FanInClient> fan_in = FanInClient::Connect(address);
+  int64_t previous_end = -1;
+  for (int read = 0; read < kCutReads && error.empty(); ++read) {
+    v1::GetDeltaRequest request = Read("cuts");
+    request.set_include_dense(true);
+    absl::StatusOr<ReceivedDelta> delta = fan_in->GetDelta(request);
+    if (!delta.ok()) {
+      error = absl::StrCat("cut read ", read, ": ", delta.status().ToString());
+    } else if (delta->header.end_batch() <= previous_end ||
+               delta->dense.empty()) {
+      error = absl::StrCat("cut read ", read, " ends at ",
+                           delta->header.end_batch(), " after ", previous_end,
+                           " with ", delta->dense.size(), " dense tensors");
+    } else {
+      previous_end = delta->header.end_batch();
+    }
+  }
+  done = true;
+}
+
 // "<model kind>/<mode>".
 int RunCase(ProcessGroup& group, const std::string& name) {
   const std::vector<std::string> parts = absl::StrSplit(name, '/');
@@ -177,6 +209,19 @@ int RunCase(ProcessGroup& group, const std::string& name) {
       MakeMixedTrainer(Config(parts[0], parts[1]), &group, parts[0] == "dlrm");
   RANK_OK(trainer);
   RANK_OK((*trainer)->Run(stop, kSteps));
+  // Consistent cuts while training (rank 0 reads; its `done` stops both).
+  std::atomic<bool> cuts_done{false};
+  std::string cut_error;
+  std::thread reader;
+  if (group.rank() == 0) {
+    reader = std::thread(ReadCutsWhileTraining, (*trainer)->service_address(),
+                         std::ref(cuts_done), std::ref(cut_error));
+  }
+  absl::StatusOr<TrainerProgress> trained =
+      (*trainer)->Run(cuts_done, /*steps=*/-1);
+  if (reader.joinable()) reader.join();
+  RANK_OK(trained);
+  RANK_EXPECT(cut_error.empty(), name, " ", cut_error);
   if (group.rank() == 0) {
     if (int rc = CheckFanIn(**trainer, name); rc != 0) return rc;
   }
@@ -201,7 +246,7 @@ TEST(FanInClientTest, OneProcessTrainerReadsAsWithDeltaClient) {
   absl::StatusOr<std::unique_ptr<FanInClient>> fan_in =
       FanInClient::Create(address);
   ASSERT_TRUE(fan_in.ok()) << fan_in.status();
-  EXPECT_EQ((*fan_in)->world_size(), 1);
+  EXPECT_EQ((*fan_in)->WorldSize().value_or(-1), 1);
   absl::StatusOr<ReceivedDelta> plain =
       DeltaClient::Create(address)->GetDelta(Read("parts"));
   absl::StatusOr<ReceivedDelta> through = (*fan_in)->GetDelta(Read("merged"));
@@ -302,6 +347,35 @@ TEST(MergeRankDeltasTest, SortsRowsAndKeepsOneDataParallelRowPerId) {
   EXPECT_TRUE(copies->tables.at("t").ids.equal(at::tensor({3L, 7L, 9L})));
   EXPECT_EQ(MergeRankDeltas(TwoRanks("t", "ROW_WISE"),
                             Parts(full({3, 7}, 0), full({3, 9}, 0)))
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(MergeRankDeltasTest, ConcatenatesDisjointRowBlocksInIdOrder) {
+  auto full = [](std::vector<int64_t> ids, int64_t offset) {
+    ReceivedTable table = Block(std::move(ids), offset, 4);
+    table.col_offset = table.table_cols = 0;
+    return table;
+  };
+  // Rank 1 holds the lower block: its rows come first.
+  absl::StatusOr<ReceivedDelta> blocks = MergeRankDeltas(
+      TwoRanks("t", "ROW_WISE"), Parts(full({6, 8}, 0), full({1, 2, 5}, 1)));
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  const ReceivedTable& t = blocks->tables.at("t");
+  EXPECT_TRUE(t.ids.equal(at::tensor({1L, 2L, 5L, 6L, 8L})));
+  EXPECT_TRUE(t.values.equal(
+      at::cat({full({1, 2, 5}, 1).values, full({6, 8}, 0).values})));
+  // A part whose IDs do not ascend is still merged sorted.
+  absl::StatusOr<ReceivedDelta> unsorted = MergeRankDeltas(
+      TwoRanks("t", "ROW_WISE"), Parts(full({9, 7}, 0), full({1, 2}, 1)));
+  ASSERT_TRUE(unsorted.ok()) << unsorted.status();
+  const ReceivedTable& u = unsorted->tables.at("t");
+  EXPECT_TRUE(u.ids.equal(at::tensor({1L, 2L, 7L, 9L})));
+  EXPECT_TRUE(u.values[2].equal(full({9, 7}, 0).values[1]));
+  // Touching ranges (the same ID on both ranks) are refused, as before.
+  EXPECT_EQ(MergeRankDeltas(TwoRanks("t", "ROW_WISE"),
+                            Parts(full({1, 3}, 0), full({3, 9}, 0)))
                 .status()
                 .code(),
             absl::StatusCode::kDataLoss);
