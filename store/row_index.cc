@@ -400,7 +400,9 @@ void RowIndex::Fold(const at::Tensor& ids, const at::Tensor& states) {
   const int64_t* id_data = ids.data_ptr<int64_t>();
   if (row_bytes_ == 0) return FoldIds(id_data, count);
   const auto* rows = static_cast<const uint8_t*>(states.data_ptr());
-  auto row_at = [rows, this](int64_t i) { return rows + i * row_bytes_; };
+  auto row_at = [rows, row_bytes = row_bytes_](int64_t i) {
+    return rows + i * row_bytes;
+  };
   PrepareFor(id_data, count);
   if (mode_ == UpdateMode::kLast) {
     AddNewIds(id_data, count, NoRow);
@@ -539,8 +541,8 @@ void RowIndex::Clear() {
   std::vector<uint64_t>().swap(id_bits_);
   std::vector<uint64_t>().swap(held_bits_);
   slot_of_id_.clear();
-  std::vector<int64_t>().swap(ids_);
-  std::vector<const uint8_t*>().swap(row_of_);
+  SlotVector<int64_t>().swap(ids_);
+  SlotVector<const uint8_t*>().swap(row_of_);
   std::vector<int32_t>().swap(holder_of_);
   std::vector<Holder>().swap(holders_);
   std::vector<int32_t>().swap(emptied_);

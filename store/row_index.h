@@ -104,6 +104,31 @@ class RowIndex {
   UniqueRows ToUniqueRows(at::ScalarType state_dtype) const;
 
  private:
+  // Allocates like std::allocator but leaves elements that a vector grows by
+  // uninitialised (they are written before they are read): a fold writes
+  // every ID past the slots held and keeps the new ones, and zeroing that
+  // space first would cost as much as the fold.
+  template <typename T>
+  struct UninitializedAllocator : std::allocator<T> {
+    template <typename U>
+    struct rebind {
+      using other = UninitializedAllocator<U>;
+    };
+    UninitializedAllocator() = default;
+    template <typename U>
+    UninitializedAllocator(const UninitializedAllocator<U>&) {}
+    template <typename U>
+    void construct(U* p) {
+      ::new (static_cast<void*>(p)) U;
+    }
+    template <typename U, typename... Args>
+    void construct(U* p, Args&&... args) {
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+  };
+  template <typename T>
+  using SlotVector = std::vector<T, UninitializedAllocator<T>>;
+
   // A folded states tensor that kFirst rows point into.
   struct Holder {
     at::Tensor states;  // undefined once released
@@ -120,8 +145,8 @@ class RowIndex {
     const uint8_t* states = nullptr;
     const uint8_t* const* rows = nullptr;
     at::Tensor ids_tensor, states_tensor;  // a folded lookup's, held
-    std::vector<int64_t> own_ids;          // a merged index's settled slots
-    std::vector<const uint8_t*> own_rows;
+    SlotVector<int64_t> own_ids;           // a merged index's settled slots
+    SlotVector<const uint8_t*> own_rows;
   };
   static constexpr int32_t kOwnRow = -1;  // holder_of_: row in own blocks
 
@@ -195,9 +220,9 @@ class RowIndex {
   bool direct_;                      // direct mode (kFirst, kLast)
   std::vector<uint64_t> held_bits_;  // direct mode: bit i set = ID i held
   absl::flat_hash_map<int64_t, int64_t> slot_of_id_;  // hashed mode
-  std::vector<int64_t> ids_;                          // slot -> ID
-  std::vector<const uint8_t*> row_of_;  // slot -> state row (kLast: settled)
-  std::vector<int32_t> holder_of_;      // owning kFirst: slot -> holder
+  SlotVector<int64_t> ids_;                           // slot -> ID
+  SlotVector<const uint8_t*> row_of_;  // slot -> state row (kLast: settled)
+  std::vector<int32_t> holder_of_;     // owning kFirst: slot -> holder
   std::vector<Holder> holders_;
   std::vector<int32_t> emptied_;  // holders that may keep no row
   std::vector<Run> runs_;         // kLast
