@@ -155,20 +155,25 @@ template <typename RowAt>
 int64_t RowIndex::AddNewIds(const int64_t* ids, int64_t count, RowAt row_at) {
   const int64_t before = rows_;
   const bool with_rows = row_bytes_ > 0;
-  if (direct_) {
+  int64_t i = 0;
+  while (direct_ && i < count) {
     // Most IDs are known: a bit test each, and no branch: every ID is
     // written past the slots held, and only a new one advances the end.
-    ids_.resize(before + count);
-    if (with_rows) row_of_.resize(before + count);
-    int64_t* out_ids = ids_.data() + before;
-    const uint8_t** out_rows = with_rows ? row_of_.data() + before : nullptr;
+    const int64_t held = rows_;
+    ids_.resize(held + count - i);
+    if (with_rows) row_of_.resize(held + count - i);
+    int64_t* out_ids = ids_.data() + held;
+    const uint8_t** out_rows = with_rows ? row_of_.data() + held : nullptr;
     uint64_t* bits = held_bits_.data();
+    const uint64_t covered = held_bits_.size() * 64;
     int64_t added = 0;
-    for (int64_t i = 0; i < count; ++i) {
+    for (; i < count; ++i) {
       if (i + kTightPrefetchIds < count) {
-        __builtin_prefetch(&bits[ids[i + kTightPrefetchIds] >> 6]);
+        const auto ahead = static_cast<uint64_t>(ids[i + kTightPrefetchIds]);
+        if (ahead < covered) __builtin_prefetch(&bits[ahead >> 6]);
       }
       const int64_t id = ids[i];
+      if (static_cast<uint64_t>(id) >= covered) break;
       uint64_t& word = bits[id >> 6];
       const uint64_t bit = uint64_t{1} << (id & 63);
       const int64_t is_new = (word & bit) == 0;
@@ -180,9 +185,11 @@ int64_t RowIndex::AddNewIds(const int64_t* ids, int64_t count, RowAt row_at) {
     rows_ += added;
     ids_.resize(rows_);
     if (with_rows) row_of_.resize(rows_);
-    return added;
+    // An ID the bitmap does not cover: it grows, or the index turns hashed,
+    // for the rest.
+    if (i < count) PrepareFor(ids + i, count - i);
   }
-  for (int64_t i = 0; i < count; ++i) {
+  for (; i < count; ++i) {
     if (i + kSlotPrefetchIds < count) {
       slot_of_id_.prefetch(ids[i + kSlotPrefetchIds]);
     }
@@ -403,7 +410,6 @@ void RowIndex::Fold(const at::Tensor& ids, const at::Tensor& states) {
   auto row_at = [rows, row_bytes = row_bytes_](int64_t i) {
     return rows + i * row_bytes;
   };
-  PrepareFor(id_data, count);
   if (mode_ == UpdateMode::kLast) {
     AddNewIds(id_data, count, NoRow);
     Run run;
@@ -449,7 +455,6 @@ void RowIndex::Fold(const RowIndex& later) {
   }
   if (row_bytes_ == 0) return FoldIds(later.ids_.data(), later.size());
   // A borrowing index: point at `later`'s rows where they lie.
-  PrepareFor(later.ids_.data(), later.size());
   if (mode_ == UpdateMode::kFirst) {
     AddNewIds(later.ids_.data(), later.size(),
               [&later](int64_t slot) { return later.row_of_[slot]; });
@@ -488,7 +493,6 @@ void RowIndex::Fold(RowIndex&& later) {
   own_rows_capacity_ += later.own_rows_capacity_;
   free_rows_.insert(free_rows_.end(), later.free_rows_.begin(),
                     later.free_rows_.end());
-  PrepareFor(later.ids_.data(), later.size());
 
   if (mode_ == UpdateMode::kLast) {
     // `later`'s settled rows, then its runs, come after ours.
@@ -511,6 +515,7 @@ void RowIndex::Fold(RowIndex&& later) {
   }
 
   // kFirst: take over `later`'s holders, renumbered after ours.
+  PrepareFor(later.ids_.data(), later.size());
   const auto offset = static_cast<int32_t>(holders_.size());
   for (Holder& h : later.holders_) holders_.push_back(std::move(h));
   held_count_ += later.held_count_;

@@ -153,14 +153,15 @@ class RowIndex {
   bool holds() const { return !borrowed_ && row_bytes_ > 0; }
 
   // Makes the direct index cover ids[0, count), or leaves direct mode when
-  // that would break its density bound.
+  // that would break its density bound (AddNewIds does so itself).
   void PrepareFor(const int64_t* ids, int64_t count);
   // Slot of `id`, a new one (its row not yet set) when unknown; `added` says
   // which. A direct index covers `id` (PrepareFor) and returns -1 for a
   // known ID (its slot is not needed).
   int64_t SlotOf(int64_t id, bool& added);
   // Gives each new ID among ids[0, count) a slot, in order, with the row
-  // row_at(i) of its first occurrence (a kFirst row; kLast ignores it).
+  // row_at(i) of its first occurrence (a kFirst row; kLast ignores it),
+  // growing the direct index or leaving direct mode where an ID needs it.
   // Returns the slots added.
   template <typename RowAt>
   int64_t AddNewIds(const int64_t* ids, int64_t count, RowAt row_at);
