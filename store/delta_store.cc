@@ -62,7 +62,7 @@ bool IsStateDtype(at::ScalarType dtype) {
   return dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16;
 }
 
-// Folds a recorded host lookup into `index`. The states folded stay
+// Folds a recorded host lookup into `index`. The IDs and states folded stay
 // referenced by `keep` when given (a borrowing index points into them).
 void FoldRecorded(RowIndex& index, const at::Tensor& ids,
                   const at::Tensor& states,
@@ -70,8 +70,9 @@ void FoldRecorded(RowIndex& index, const at::Tensor& ids,
   at::Tensor contiguous_ids = ids.contiguous();
   at::Tensor contiguous_states =
       states.defined() ? states.contiguous() : at::Tensor();
-  if (keep != nullptr && contiguous_states.defined()) {
-    keep->push_back(contiguous_states);
+  if (keep != nullptr) {
+    keep->push_back(contiguous_ids);
+    if (contiguous_states.defined()) keep->push_back(contiguous_states);
   }
   index.Fold(contiguous_ids, contiguous_states);
 }

@@ -87,16 +87,20 @@ struct StoreUsage {
 //
 // Cost: Append keeps references to the given tensors: no copy, no device
 // synchronisation (tensors are detached from autograd). Host-resident lookups
-// are compacted into a hashed row index that later compactions extend in place,
-// so time grows with the IDs recorded, not with steps x rows held. The index
-// points at each kept state where it was recorded and holds that states tensor
-// while at least 1/8 of its rows are kept (RowIndex::kHeldFraction); the kept
-// rows of a sparser one are copied and the tensor released. So compaction
-// copies no state on DESIGN.md's workload, and a read copies each row it
-// returns once, into its result: the floor of hashing the IDs and copying the
-// unique rows once. Memory: a compacted window holds at most about 8.5 times
-// its kept rows' bytes of states (on DESIGN.md's workload, the 4.5 times its
-// recorded states take); ReleaseRecorded() brings it down to the kept rows.
+// are compacted into a row index that later compactions extend in place, so
+// time grows with the IDs recorded, not with steps x rows held: a bit test per
+// ID while IDs are small row numbers (store/row_index.h). The index points at
+// each kept state where it was recorded and holds those tensors: kFirst each
+// states tensor while at least 1/8 of its rows are kept
+// (RowIndex::kHeldFraction; the kept rows of a sparser one are copied and the
+// tensor released), kLast every folded lookup until they hold 8 times the
+// kept rows' bytes (then each ID's latest row is copied once and they are
+// released). So compaction copies no state on DESIGN.md's workload, and a
+// read copies each row it returns once, into its result: the floor of
+// hashing the IDs and copying the unique rows once. Memory: a compacted window
+// holds at most about 8.5 times its kept rows' bytes of states (on DESIGN.md's
+// workload, the 4.5 times its recorded states take); ReleaseRecorded() brings
+// it down to the kept rows.
 // Device-resident (CUDA) lookups are compacted with tensor operations on their
 // device.
 //

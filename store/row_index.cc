@@ -22,22 +22,16 @@ constexpr int64_t kFirstBlockRows = 16;
 constexpr int64_t kDenseBitsPerRow = 128;
 constexpr int64_t kDenseFreeBits = int64_t{1} << 20;
 
-// The slot array may span up to this many IDs per row held (16 bytes per row,
-// as much as a hash slot takes), and always the first 2^20 IDs (4 MiB, the
-// size of a table of 1M rows' index: 1/64 of its float32 rows of dim 64).
-constexpr int64_t kDirectSlotsPerRow = 4;
-constexpr int64_t kDirectFreeSlots = int64_t{1} << 20;
-
 // Rows are copied this many rows ahead of where they are prefetched: the rows
 // a read gathers lie spread over memory, so each copy would otherwise wait
 // for its cache misses in turn.
 constexpr int64_t kCopyPrefetchRows = 8;
 
-// Slots are looked up this many IDs ahead of where they are prefetched: the
-// slots of a large table miss the cache.
+// Hash slots are looked up this many IDs ahead of where they are prefetched:
+// the slots of a large table miss the cache.
 constexpr int64_t kSlotPrefetchIds = 16;
 // The same, for loops that do little else per ID: they need to look further
-// ahead to cover a miss to memory.
+// ahead to cover a miss.
 constexpr int64_t kTightPrefetchIds = 64;
 
 void PrefetchRow(const uint8_t* row, int64_t row_bytes) {
@@ -73,6 +67,35 @@ void SortById(std::vector<std::pair<int64_t, int64_t>>& items) {
   }
 }
 
+// Copies row i of `n` rows of `row_bytes` from src_of(i) to out + i *
+// row_bytes. The rows lie spread over memory, so each copy would otherwise
+// wait for its misses in turn: the sources are prefetched kCopyPrefetchRows
+// rows ahead, and before that, kSlotPrefetchIds rows ahead, ahead_of(i)
+// prefetches what src_of(i) will read to find its row.
+template <typename SrcOf, typename AheadOf>
+void GatherRows(uint8_t* out, int64_t n, int64_t row_bytes, SrcOf src_of,
+                AheadOf ahead_of) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (i + kSlotPrefetchIds < n) ahead_of(i + kSlotPrefetchIds);
+    if (i + kCopyPrefetchRows < n) {
+      PrefetchRow(src_of(i + kCopyPrefetchRows), row_bytes);
+    }
+    std::memcpy(out + i * row_bytes, src_of(i), row_bytes);
+  }
+}
+
+void NothingAhead(int64_t) {}
+
+// The place of `id` among the IDs of a bitmap whose words have IDs `rank`
+// below them: the IDs held below it.
+inline int64_t RankOf(const std::vector<int32_t>& rank, const uint64_t* bits,
+                      int64_t id) {
+  const uint64_t lower = (uint64_t{1} << (id & 63)) - 1;
+  return rank[id >> 6] + __builtin_popcountll(bits[id >> 6] & lower);
+}
+
+const uint8_t* NoRow(int64_t) { return nullptr; }
+
 }  // namespace
 
 RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes, Rows rows)
@@ -84,9 +107,9 @@ RowIndex::RowIndex(UpdateMode mode, int64_t row_bytes, Rows rows)
       block_rows_(std::max<int64_t>(
           1, kStateBlockBytes / std::max<int64_t>(row_bytes_, 1))) {}
 
-bool RowIndex::DenseCanHold(int64_t id) const {
+bool RowIndex::DenseCanHold(int64_t id, int64_t rows) const {
   return id >= 0 &&
-         id < std::max(kDenseFreeBits, kDenseBitsPerRow * (rows_ + 1));
+         id < std::max(kDenseFreeBits, kDenseBitsPerRow * (rows + 1));
 }
 
 void RowIndex::PrepareFor(const int64_t* ids, int64_t count) {
@@ -100,24 +123,16 @@ void RowIndex::PrepareFor(const int64_t* ids, int64_t count) {
   // lookup's size.
   const int64_t rows_after = rows_ + count;
   if (low < 0 || rows_after >= std::numeric_limits<int32_t>::max() ||
-      high >= std::max(kDirectFreeSlots, kDirectSlotsPerRow * rows_after)) {
+      !DenseCanHold(high, rows_after)) {
     MakeHashed();
     return;
   }
   const int64_t covered = static_cast<int64_t>(held_bits_.size()) * 64;
   if (high < covered) return;
   // One resize to the next power of two that covers the IDs.
-  int64_t slots = std::max<int64_t>(covered, 64);
-  while (slots <= high) slots *= 2;
-  held_bits_.resize(slots / 64, 0);
-  if (mode_ == UpdateMode::kLast) {
-    // Not value-initialised: the bitmap says which entries are set.
-    std::unique_ptr<int32_t[]> grown(new int32_t[slots]);
-    if (covered > 0) {
-      std::memcpy(grown.get(), direct_slot_.get(), covered * sizeof(int32_t));
-    }
-    direct_slot_ = std::move(grown);
-  }
+  int64_t bits = std::max<int64_t>(covered, 1024);
+  while (bits <= high) bits *= 2;
+  held_bits_.resize(bits / 64, 0);
 }
 
 inline int64_t RowIndex::SlotOf(int64_t id, bool& added) {
@@ -125,13 +140,8 @@ inline int64_t RowIndex::SlotOf(int64_t id, bool& added) {
     uint64_t& word = held_bits_[id >> 6];
     const uint64_t bit = uint64_t{1} << (id & 63);
     added = (word & bit) == 0;
-    if (!added) {  // kFirst needs no slot of a known ID
-      return mode_ == UpdateMode::kLast ? direct_slot_[id] : -1;
-    }
+    if (!added) return -1;
     word |= bit;
-    if (mode_ == UpdateMode::kLast) {
-      direct_slot_[id] = static_cast<int32_t>(rows_);
-    }
   } else {
     auto [it, inserted] = slot_of_id_.try_emplace(id, rows_);
     added = inserted;
@@ -139,6 +149,55 @@ inline int64_t RowIndex::SlotOf(int64_t id, bool& added) {
   }
   ids_.push_back(id);
   return rows_++;
+}
+
+template <typename RowAt>
+int64_t RowIndex::AddNewIds(const int64_t* ids, int64_t count, RowAt row_at) {
+  const int64_t before = rows_;
+  const bool with_rows = row_bytes_ > 0;
+  int64_t i = 0;
+  while (direct_ && i < count) {
+    // Most IDs are known: a bit test each, and no branch: every ID is
+    // written past the slots held, and only a new one advances the end.
+    const int64_t held = rows_;
+    ids_.resize(held + count - i);
+    if (with_rows) row_of_.resize(held + count - i);
+    int64_t* out_ids = ids_.data() + held;
+    const uint8_t** out_rows = with_rows ? row_of_.data() + held : nullptr;
+    uint64_t* bits = held_bits_.data();
+    const uint64_t covered = held_bits_.size() * 64;
+    int64_t added = 0;
+    for (; i < count; ++i) {
+      if (i + kTightPrefetchIds < count) {
+        const auto ahead = static_cast<uint64_t>(ids[i + kTightPrefetchIds]);
+        if (ahead < covered) __builtin_prefetch(&bits[ahead >> 6]);
+      }
+      const int64_t id = ids[i];
+      if (static_cast<uint64_t>(id) >= covered) break;
+      uint64_t& word = bits[id >> 6];
+      const uint64_t bit = uint64_t{1} << (id & 63);
+      const int64_t is_new = (word & bit) == 0;
+      word |= bit;
+      out_ids[added] = id;
+      if (with_rows) out_rows[added] = row_at(i);
+      added += is_new;
+    }
+    rows_ += added;
+    ids_.resize(rows_);
+    if (with_rows) row_of_.resize(rows_);
+    // An ID the bitmap does not cover: it grows, or the index turns hashed,
+    // for the rest.
+    if (i < count) PrepareFor(ids + i, count - i);
+  }
+  for (; i < count; ++i) {
+    if (i + kSlotPrefetchIds < count) {
+      slot_of_id_.prefetch(ids[i + kSlotPrefetchIds]);
+    }
+    bool added;
+    SlotOf(ids[i], added);
+    if (added && with_rows) row_of_.push_back(row_at(i));
+  }
+  return rows_ - before;
 }
 
 void RowIndex::MarkIfSparse(int32_t holder) {
@@ -149,16 +208,6 @@ void RowIndex::MarkIfSparse(int32_t holder) {
     h.sparse = true;
     sparse_bytes_ += h.rows * row_bytes_;
   }
-}
-
-void RowIndex::DropRow(int64_t slot) {
-  const int32_t old = holder_of_[slot];
-  if (old == kOwnRow) {
-    free_rows_.push_back(const_cast<uint8_t*>(row_of_[slot]));
-    return;
-  }
-  --holders_[old].kept;
-  MarkIfSparse(old);
 }
 
 uint8_t* RowIndex::NewOwnRow() {
@@ -195,6 +244,15 @@ void RowIndex::Release(Holder& h) {
 }
 
 void RowIndex::Settle() {
+  if (mode_ == UpdateMode::kLast) {
+    // Each settling copies the kept rows once after at least
+    // kHeldFraction - 1 times their bytes were recorded.
+    if (held_bytes_ + own_rows_capacity_ * row_bytes_ >
+        kHeldFraction * rows_ * row_bytes_) {
+      SettleRuns();
+    }
+    return;
+  }
   for (int32_t holder : emptied_) {
     if (holders_[holder].kept == 0) Release(holders_[holder]);
   }
@@ -231,108 +289,50 @@ void RowIndex::Sweep(bool all) {
   emptied_.clear();
 }
 
-void RowIndex::ReleaseHeld() {
-  if (holds() && held_count_ > 0) Sweep(/*all=*/true);
+void RowIndex::SettleRuns() {
+  if (runs_.empty()) return;
+  std::vector<const uint8_t*> rows_at;
+  KeptRows(rows_at);
+  std::unique_ptr<uint8_t[]> block(
+      new uint8_t[std::max<int64_t>(rows_, 1) * row_bytes_]);
+  GatherRows(
+      block.get(), rows_, row_bytes_,
+      [&rows_at](int64_t i) { return rows_at[i]; }, NothingAhead);
+  if (direct_) {  // rows_at is in ID order: so are the slots now
+    int64_t slot = 0;
+    ForEachHeld(held_bits_, [&](int64_t id) { ids_[slot++] = id; });
+  }
+  for (int64_t slot = 0; slot < rows_; ++slot) {
+    row_of_[slot] = block.get() + slot * row_bytes_;
+  }
+  settled_rows_ = rows_;
+  std::vector<Run>().swap(runs_);
+  held_count_ = held_bytes_ = 0;
+  std::vector<std::unique_ptr<uint8_t[]>>().swap(blocks_);
+  blocks_.push_back(std::move(block));
+  own_rows_capacity_ = last_block_rows_ = last_block_used_ = rows_;
+  std::vector<uint8_t*>().swap(free_rows_);
 }
 
-void RowIndex::FoldRows(const int64_t* ids, const uint8_t* states,
-                        int64_t count, int32_t holder) {
-  PrepareFor(ids, count);
-  const bool holds = this->holds();
-  if (direct_ && mode_ == UpdateMode::kFirst && row_bytes_ > 0) {
-    const int64_t rows_before = rows_;
-    // Most IDs are known and keep their state: a bit test each, and no slot
-    // (ToUniqueRows ranks IDs in the bitmap).
-    for (int64_t i = 0; i < count; ++i) {
-      if (i + kTightPrefetchIds < count) {
-        __builtin_prefetch(&held_bits_[ids[i + kTightPrefetchIds] >> 6]);
-      }
-      const int64_t id = ids[i];
-      uint64_t& word = held_bits_[id >> 6];
-      const uint64_t bit = uint64_t{1} << (id & 63);
-      if ((word & bit) != 0) continue;
-      word |= bit;
-      ids_.push_back(id);
-      ++rows_;
-      row_of_.push_back(states + i * row_bytes_);
-      if (holds) holder_of_.push_back(holder);
-    }
-    if (holds) holders_[holder].kept += rows_ - rows_before;
-    return;
+void RowIndex::ReleaseHeld() {
+  if (!holds()) return;
+  if (mode_ == UpdateMode::kLast) {
+    SettleRuns();
+  } else if (held_count_ > 0) {
+    Sweep(/*all=*/true);
   }
-  if (direct_ && mode_ == UpdateMode::kLast && row_bytes_ > 0) {
-    // Known IDs are repointed: first every ID's slot, in a tight loop of
-    // prefetched loads from the slot array (which misses the cache), then
-    // the repointing, prefetching each slot's row and holder.
-    fold_slots_.resize(count);
-    for (int64_t i = 0; i < count; ++i) {
-      if (i + kTightPrefetchIds < count) {
-        __builtin_prefetch(&direct_slot_[ids[i + kTightPrefetchIds]]);
-      }
-      const int64_t id = ids[i];
-      fold_slots_[i] =
-          (held_bits_[id >> 6] >> (id & 63)) & 1 ? direct_slot_[id] : -1;
-    }
-    for (int64_t i = 0; i < count; ++i) {
-      if (i + kSlotPrefetchIds < count &&
-          fold_slots_[i + kSlotPrefetchIds] >= 0) {
-        const int64_t ahead = fold_slots_[i + kSlotPrefetchIds];
-        __builtin_prefetch(&row_of_[ahead]);
-        if (holds) __builtin_prefetch(&holder_of_[ahead]);
-      }
-      const uint8_t* row = states + i * row_bytes_;
-      int64_t slot = fold_slots_[i];
-      if (slot < 0) {  // new to the index, unless earlier in this lookup
-        bool added;
-        slot = SlotOf(ids[i], added);
-        if (added) {
-          row_of_.push_back(row);
-          if (holds) {
-            holder_of_.push_back(holder);
-            ++holders_[holder].kept;
-          }
-          continue;
-        }
-      }
-      if (holds && holder_of_[slot] != holder) {
-        DropRow(slot);
-        holder_of_[slot] = holder;
-        ++holders_[holder].kept;
-        touched_.push_back(slot);
-      }
-      row_of_[slot] = row;
-    }
-    return;
+}
+
+void RowIndex::AddRun(Run run) {
+  if (holds()) {
+    held_bytes_ += static_cast<int64_t>(
+        (run.ids_tensor.defined() ? run.ids_tensor.nbytes() : 0) +
+        (run.states_tensor.defined() ? run.states_tensor.nbytes() : 0) +
+        run.own_ids.capacity() * sizeof(int64_t) +
+        run.own_rows.capacity() * sizeof(const uint8_t*));
+    held_count_ += run.states_tensor.defined();
   }
-  for (int64_t i = 0; i < count; ++i) {
-    if (i + kSlotPrefetchIds < count) {
-      const int64_t ahead = ids[i + kSlotPrefetchIds];
-      if (direct_) {
-        __builtin_prefetch(&held_bits_[ahead >> 6]);
-      } else {
-        slot_of_id_.prefetch(ahead);
-      }
-    }
-    bool added;
-    const int64_t slot = SlotOf(ids[i], added);
-    if (row_bytes_ == 0) continue;
-    const uint8_t* row = states + i * row_bytes_;
-    if (added) {
-      row_of_.push_back(row);
-      if (holds) {
-        holder_of_.push_back(holder);
-        ++holders_[holder].kept;
-      }
-    } else if (mode_ == UpdateMode::kLast) {
-      if (holds && holder_of_[slot] != holder) {
-        DropRow(slot);
-        holder_of_[slot] = holder;
-        ++holders_[holder].kept;
-        touched_.push_back(slot);
-      }
-      row_of_[slot] = row;
-    }
-  }
+  runs_.push_back(std::move(run));
 }
 
 int64_t RowIndex::FoldDense(const int64_t* ids, int64_t from, int64_t count) {
@@ -340,7 +340,7 @@ int64_t RowIndex::FoldDense(const int64_t* ids, int64_t from, int64_t count) {
   for (int64_t i = from; i < count; ++i) {
     const int64_t id = ids[i];
     if (static_cast<uint64_t>(id) >= static_cast<uint64_t>(covered)) {
-      if (!DenseCanHold(id)) return i;
+      if (!DenseCanHold(id, rows_)) return i;
       // Grow to the next power of two that covers the ID.
       int64_t bits = std::max<int64_t>(covered, 1024);
       while (bits <= id) bits *= 2;
@@ -373,21 +373,22 @@ void RowIndex::MakeHashed() {
     slot_of_id_.emplace(ids_[slot], slot);
   }
   direct_ = false;
-  direct_slot_.reset();
   std::vector<uint64_t>().swap(held_bits_);
 }
 
 template <typename F>
-void RowIndex::ForEachId(F&& f) const {
-  if (!dense_) {
-    for (int64_t id : ids_) f(id);
-    return;
-  }
-  for (size_t w = 0; w < id_bits_.size(); ++w) {
-    for (uint64_t word = id_bits_[w]; word != 0; word &= word - 1) {
+void RowIndex::ForEachHeld(const std::vector<uint64_t>& bits, F&& f) {
+  for (size_t w = 0; w < bits.size(); ++w) {
+    for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
       f(static_cast<int64_t>(w * 64 + __builtin_ctzll(word)));
     }
   }
+}
+
+template <typename F>
+void RowIndex::ForEachId(F&& f) const {
+  if (dense_) return ForEachHeld(id_bits_, f);
+  for (int64_t id : ids_) f(id);
 }
 
 void RowIndex::FoldIds(const int64_t* ids, int64_t count) {
@@ -397,7 +398,7 @@ void RowIndex::FoldIds(const int64_t* ids, int64_t count) {
     if (start == count) return;
     MakeSparse();
   }
-  FoldRows(ids + start, nullptr, count - start, kOwnRow);
+  AddNewIds(ids + start, count - start, NoRow);
 }
 
 void RowIndex::Fold(const at::Tensor& ids, const at::Tensor& states) {
@@ -406,27 +407,42 @@ void RowIndex::Fold(const at::Tensor& ids, const at::Tensor& states) {
   const int64_t* id_data = ids.data_ptr<int64_t>();
   if (row_bytes_ == 0) return FoldIds(id_data, count);
   const auto* rows = static_cast<const uint8_t*>(states.data_ptr());
-  if (!holds()) return FoldRows(id_data, rows, count, kOwnRow);
-
+  auto row_at = [rows, row_bytes = row_bytes_](int64_t i) {
+    return rows + i * row_bytes;
+  };
+  if (mode_ == UpdateMode::kLast) {
+    AddNewIds(id_data, count, NoRow);
+    Run run;
+    run.ids = id_data;
+    run.count = count;
+    run.states = rows;
+    if (holds()) {
+      run.ids_tensor = ids;
+      run.states_tensor = states;
+    }
+    AddRun(std::move(run));
+    if (holds()) Settle();
+    return;
+  }
+  if (!holds()) {
+    AddNewIds(id_data, count, row_at);
+    return;
+  }
   const auto holder = static_cast<int32_t>(holders_.size());
   holders_.push_back({states, count, 0, false});
   ++held_count_;
   held_bytes_ += count * row_bytes_;
   const int64_t before = rows_;
-  FoldRows(id_data, rows, count, holder);
   Holder& h = holders_[holder];
+  h.kept = AddNewIds(id_data, count, row_at);
+  holder_of_.resize(rows_, holder);
   if (h.kept * kHeldFraction < h.rows) {
-    // Too few kept rows to hold the tensor for: copy them now. They are the
-    // new slots and, in kLast, the ones repointed here.
+    // Too few kept rows to hold the tensor for: copy them now.
     for (int64_t slot = before; slot < rows_; ++slot) MoveToOwn(slot);
-    for (int64_t slot : touched_) {
-      if (holder_of_[slot] == holder) MoveToOwn(slot);
-    }
     h.kept = 0;
     Release(h);
     holders_.pop_back();
   }
-  touched_.clear();
   Settle();
 }
 
@@ -439,27 +455,32 @@ void RowIndex::Fold(const RowIndex& later) {
   }
   if (row_bytes_ == 0) return FoldIds(later.ids_.data(), later.size());
   // A borrowing index: point at `later`'s rows where they lie.
-  PrepareFor(later.ids_.data(), later.size());
-  for (int64_t s = 0; s < later.size(); ++s) {
-    bool added;
-    const int64_t slot = SlotOf(later.ids_[s], added);
-    if (added) {
-      row_of_.push_back(later.row_of_[s]);
-    } else if (mode_ == UpdateMode::kLast) {
-      row_of_[slot] = later.row_of_[s];
-    }
+  if (mode_ == UpdateMode::kFirst) {
+    AddNewIds(later.ids_.data(), later.size(),
+              [&later](int64_t slot) { return later.row_of_[slot]; });
+    return;
+  }
+  AddNewIds(later.ids_.data(), later.size(), NoRow);
+  if (later.settled_rows_ > 0) {
+    Run settled;
+    settled.ids = later.ids_.data();
+    settled.count = later.settled_rows_;
+    settled.rows = later.row_of_.data();
+    AddRun(std::move(settled));
+  }
+  for (const Run& run : later.runs_) {
+    Run borrowed;
+    borrowed.ids = run.ids;
+    borrowed.count = run.count;
+    borrowed.states = run.states;
+    borrowed.rows = run.rows;
+    AddRun(std::move(borrowed));
   }
 }
 
 void RowIndex::Fold(RowIndex&& later) {
   if (!holds()) return Fold(static_cast<const RowIndex&>(later));
-  // Take over what `later` holds: its holders (renumbered after ours) and
-  // its own blocks (ahead of the one being filled).
-  const auto offset = static_cast<int32_t>(holders_.size());
-  for (Holder& h : later.holders_) holders_.push_back(std::move(h));
-  held_count_ += later.held_count_;
-  held_bytes_ += later.held_bytes_;
-  sparse_bytes_ += later.sparse_bytes_;
+  // Take over `later`'s own blocks (ahead of the one being filled).
   if (blocks_.empty()) {  // `later`'s last block is the one to fill
     blocks_ = std::move(later.blocks_);
     last_block_rows_ = later.last_block_rows_;
@@ -473,27 +494,47 @@ void RowIndex::Fold(RowIndex&& later) {
   free_rows_.insert(free_rows_.end(), later.free_rows_.begin(),
                     later.free_rows_.end());
 
+  if (mode_ == UpdateMode::kLast) {
+    // `later`'s settled rows, then its runs, come after ours.
+    AddNewIds(later.ids_.data(), later.size(), NoRow);
+    if (later.settled_rows_ > 0) {
+      Run settled;
+      settled.own_ids = std::move(later.ids_);
+      settled.own_ids.resize(later.settled_rows_);
+      settled.own_rows = std::move(later.row_of_);
+      settled.own_rows.resize(later.settled_rows_);
+      settled.ids = settled.own_ids.data();
+      settled.count = later.settled_rows_;
+      settled.rows = settled.own_rows.data();
+      AddRun(std::move(settled));
+    }
+    for (Run& run : later.runs_) AddRun(std::move(run));
+    later.Clear();
+    Settle();
+    return;
+  }
+
+  // kFirst: take over `later`'s holders, renumbered after ours.
   PrepareFor(later.ids_.data(), later.size());
+  const auto offset = static_cast<int32_t>(holders_.size());
+  for (Holder& h : later.holders_) holders_.push_back(std::move(h));
+  held_count_ += later.held_count_;
+  held_bytes_ += later.held_bytes_;
+  sparse_bytes_ += later.sparse_bytes_;
   for (int64_t s = 0; s < later.size(); ++s) {
     const uint8_t* row = later.row_of_[s];
     const int32_t holder =
         later.holder_of_[s] == kOwnRow ? kOwnRow : later.holder_of_[s] + offset;
     bool added;
-    const int64_t slot = SlotOf(later.ids_[s], added);
+    SlotOf(later.ids_[s], added);
     if (added) {  // its holder counts it already
       row_of_.push_back(row);
       holder_of_.push_back(holder);
-    } else if (mode_ == UpdateMode::kFirst) {  // ours stays, `later`'s goes
-      if (holder == kOwnRow) {
-        free_rows_.push_back(const_cast<uint8_t*>(row));
-      } else {
-        --holders_[holder].kept;
-        MarkIfSparse(holder);
-      }
-    } else {  // kLast: `later`'s replaces ours
-      DropRow(slot);
-      row_of_[slot] = row;
-      holder_of_[slot] = holder;
+    } else if (holder == kOwnRow) {  // ours stays, `later`'s goes
+      free_rows_.push_back(const_cast<uint8_t*>(row));
+    } else {
+      --holders_[holder].kept;
+      MarkIfSparse(holder);
     }
   }
   later.Clear();
@@ -501,15 +542,16 @@ void RowIndex::Fold(RowIndex&& later) {
 }
 
 void RowIndex::Clear() {
-  rows_ = 0;
+  rows_ = settled_rows_ = 0;
   std::vector<uint64_t>().swap(id_bits_);
-  direct_slot_.reset();
   std::vector<uint64_t>().swap(held_bits_);
   slot_of_id_.clear();
-  std::vector<int64_t>().swap(ids_);
-  std::vector<const uint8_t*>().swap(row_of_);
+  SlotVector<int64_t>().swap(ids_);
+  SlotVector<const uint8_t*>().swap(row_of_);
   std::vector<int32_t>().swap(holder_of_);
   std::vector<Holder>().swap(holders_);
+  std::vector<int32_t>().swap(emptied_);
+  std::vector<Run>().swap(runs_);
   held_count_ = held_bytes_ = sparse_bytes_ = 0;
   std::vector<std::unique_ptr<uint8_t[]>>().swap(blocks_);
   own_rows_capacity_ = last_block_used_ = last_block_rows_ = 0;
@@ -523,19 +565,52 @@ int64_t RowIndex::bytes() const {
   const int64_t index_bytes =
       static_cast<int64_t>(slot_of_id_.capacity()) *
           static_cast<int64_t>(sizeof(std::pair<int64_t, int64_t>) + 1) +
-      static_cast<int64_t>(
-          (direct_slot_ ? held_bits_.size() * 64 * sizeof(int32_t) : 0) +
-          held_bits_.capacity() * sizeof(uint64_t));
-  const int64_t slot_bytes =
-      static_cast<int64_t>(ids_.capacity() * sizeof(int64_t) +
-                           row_of_.capacity() * sizeof(const uint8_t*) +
-                           holder_of_.capacity() * sizeof(int32_t) +
-                           holders_.capacity() * sizeof(Holder) +
-                           free_rows_.capacity() * sizeof(uint8_t*) +
-                           touched_.capacity() * sizeof(int64_t) +
-                           fold_slots_.capacity() * sizeof(int32_t));
+      static_cast<int64_t>(held_bits_.capacity() * sizeof(uint64_t));
+  const int64_t slot_bytes = static_cast<int64_t>(
+      ids_.capacity() * sizeof(int64_t) +
+      row_of_.capacity() * sizeof(const uint8_t*) +
+      holder_of_.capacity() * sizeof(int32_t) +
+      holders_.capacity() * sizeof(Holder) + runs_.capacity() * sizeof(Run) +
+      free_rows_.capacity() * sizeof(uint8_t*));
   return index_bytes + slot_bytes + own_rows_capacity_ * row_bytes_ +
          held_bytes_;
+}
+
+std::vector<int32_t> RowIndex::WordRanks() const {
+  std::vector<int32_t> rank(held_bits_.size());
+  int32_t below = 0;
+  for (size_t w = 0; w < held_bits_.size(); ++w) {
+    rank[w] = below;
+    below += __builtin_popcountll(held_bits_[w]);
+  }
+  return rank;
+}
+
+void RowIndex::KeptRows(std::vector<const uint8_t*>& rows_at) const {
+  rows_at.resize(rows_);
+  // Writes every row at its ID's position, in fold order: the last write
+  // of an ID is its latest row.
+  auto place = [&](auto position) {
+    for (int64_t slot = 0; slot < settled_rows_; ++slot) {
+      rows_at[position(ids_[slot])] = row_of_[slot];
+    }
+    for (const Run& run : runs_) {
+      for (int64_t i = 0; i < run.count; ++i) {
+        if (i + kSlotPrefetchIds < run.count && !direct_) {
+          slot_of_id_.prefetch(run.ids[i + kSlotPrefetchIds]);
+        }
+        rows_at[position(run.ids[i])] =
+            run.rows != nullptr ? run.rows[i] : run.states + i * row_bytes_;
+      }
+    }
+  };
+  if (direct_) {
+    const std::vector<int32_t> rank = WordRanks();
+    const uint64_t* bits = held_bits_.data();
+    place([&rank, bits](int64_t id) { return RankOf(rank, bits, id); });
+  } else {
+    place([this](int64_t id) { return slot_of_id_.find(id)->second; });
+  }
 }
 
 UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
@@ -543,51 +618,52 @@ UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
   UniqueRows rows;
   rows.ids = at::empty({n}, at::kLong);
   int64_t* out_ids = rows.ids.data_ptr<int64_t>();
-  if (dense_) {  // the bitmap is already in ID order
-    ForEachId([&out_ids](int64_t id) { *out_ids++ = id; });
-    return rows;
-  }
-  std::vector<std::pair<int64_t, int64_t>> order;  // (ID, slot)
-  if (direct_) {
-    // An ID's place is its rank in the bitmap: the IDs held below it.
-    const std::vector<uint64_t>* bits = &held_bits_;
-    std::vector<int32_t> rank(bits->size());
-    int32_t below = 0;
-    for (size_t w = 0; w < bits->size(); ++w) {
-      rank[w] = below;
-      below += __builtin_popcountll((*bits)[w]);
-    }
-    order.resize(n);
-    for (int64_t slot = 0; slot < n; ++slot) {
-      const int64_t id = ids_[slot];
-      const uint64_t lower = (uint64_t{1} << (id & 63)) - 1;
-      order[rank[id >> 6] + __builtin_popcountll((*bits)[id >> 6] & lower)] = {
-          id, slot};
-    }
+  std::vector<int64_t> slot_at;  // the slot of each row of the result
+  if (dense_ || direct_) {       // the bitmap is in ID order
+    ForEachHeld(dense_ ? id_bits_ : held_bits_,
+                [&out_ids](int64_t id) { *out_ids++ = id; });
   } else {
+    std::vector<std::pair<int64_t, int64_t>> order;  // (ID, slot)
     order.reserve(n);
     for (int64_t slot = 0; slot < n; ++slot) {
       order.emplace_back(ids_[slot], slot);
     }
     SortById(order);
+    slot_at.resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      out_ids[i] = order[i].first;
+      slot_at[i] = order[i].second;
+    }
   }
-  for (int64_t i = 0; i < n; ++i) out_ids[i] = order[i].first;
   if (row_bytes_ == 0) return rows;
 
   const int64_t element_size = c10::elementSize(state_dtype);
   rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
   auto* out = static_cast<uint8_t*>(rows.states.data_ptr());
-  // Two stages of prefetching: the row pointers (slots come in ID order, so
-  // at random), then the rows they point at.
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kSlotPrefetchIds < n) {
-      __builtin_prefetch(&row_of_[order[i + kSlotPrefetchIds].second]);
+  if (!runs_.empty()) {  // kLast: the latest rows, by position or slot
+    std::vector<const uint8_t*> rows_at;
+    KeptRows(rows_at);
+    if (direct_) {
+      GatherRows(
+          out, n, row_bytes_, [&rows_at](int64_t i) { return rows_at[i]; },
+          NothingAhead);
+    } else {
+      GatherRows(
+          out, n, row_bytes_, [&](int64_t i) { return rows_at[slot_at[i]]; },
+          [&](int64_t i) { __builtin_prefetch(&rows_at[slot_at[i]]); });
     }
-    if (i + kCopyPrefetchRows < n) {
-      PrefetchRow(row_of_[order[i + kCopyPrefetchRows].second], row_bytes_);
-    }
-    std::memcpy(out + i * row_bytes_, row_of_[order[i].second], row_bytes_);
+    return rows;
   }
+  if (direct_) {  // an ID's place in the result is its rank in the bitmap
+    slot_at.resize(n);
+    const std::vector<int32_t> rank = WordRanks();
+    for (int64_t slot = 0; slot < n; ++slot) {
+      slot_at[RankOf(rank, held_bits_.data(), ids_[slot])] = slot;
+    }
+  }
+  GatherRows(
+      out, n, row_bytes_, [&](int64_t i) { return row_of_[slot_at[i]]; },
+      [&](int64_t i) { __builtin_prefetch(&row_of_[slot_at[i]]); });
   return rows;
 }
 

@@ -289,9 +289,10 @@ TEST(DeltaStoreTest, ReleaseRecordedLetsGoOfRecordedStates) {
   }
 }
 
-// In kLast, later lookups outdate the rows of earlier ones: a compacted window
-// lets go of tensors that keep too few rows, so over many steps it holds a
-// bounded multiple of its kept rows, not everything recorded.
+// In kLast, later lookups outdate the rows of earlier ones: once a compacted
+// window's recorded tensors hold more than 8 times its kept rows' bytes, it
+// copies each ID's latest row once and lets go of them, so over many steps it
+// holds a bounded multiple of its kept rows, not everything recorded.
 TEST(DeltaStoreTest, LastModeReleasesOutdatedRecordedStates) {
   DeltaStore store(UpdateMode::kLast);
   std::mt19937_64 rng(5);
@@ -423,6 +424,10 @@ TEST_P(DeltaStoreEquivalenceTest, RandomOperationsMatchTorchRecAlgorithm) {
     // and compaction copies the rows of sparse ones instead of holding them.
     const int64_t id_range = round % 2 == 0 ? 20 : 200;
     const int64_t max_ids = round % 2 == 0 ? 12 : 60;
+    // Every fourth round spreads the IDs over negative and far-out values,
+    // so that the row index is hashed from the start.
+    const int64_t id_step = round % 4 == 3 ? int64_t{1} << 40 : 1;
+    const int64_t id_offset = round % 4 == 3 ? -id_step * (id_range / 2) : 0;
     int64_t batch = 0;
     for (int op = 0; op < 60; ++op) {
       const int kind = static_cast<int>(rng() % 11);
@@ -433,7 +438,8 @@ TEST_P(DeltaStoreEquivalenceTest, RandomOperationsMatchTorchRecAlgorithm) {
         for (const std::string& fqn : fqns) {
           if (rng() % 3 == 0) continue;
           const int64_t n = static_cast<int64_t>(rng() % max_ids);
-          at::Tensor ids = at::randint(0, id_range, {n}, at::kLong);
+          at::Tensor ids =
+              at::randint(0, id_range, {n}, at::kLong) * id_step + id_offset;
           at::Tensor states = at::randn({n, 3}).to(dtype);
           reference.Append(batch, fqn, ids, states);
           lookups.push_back({fqn, ids, states});
@@ -489,9 +495,9 @@ TEST(DeltaStoreTest, GetUniqueReadsAWindowOfBatches) {
 
 // In id_only mode small non-negative IDs are held in a bitmap that turns into
 // a hash index when an ID does not fit; answers must not change either way.
-// Every mode starts with a direct index (a bitmap in kNone, a slot array in
-// kFirst/kLast) and must switch to a hash index, without losing or
-// reordering anything, when an ID is negative or far out.
+// Every mode starts with a direct index (a bitmap of the IDs held, with a
+// slot per ID in kFirst/kLast) and must switch to a hash index, without losing
+// or reordering anything, when an ID is negative or far out.
 TEST(DeltaStoreTest, EveryModeHandlesEveryIdRange) {
   for (UpdateMode mode :
        {UpdateMode::kNone, UpdateMode::kFirst, UpdateMode::kLast}) {
