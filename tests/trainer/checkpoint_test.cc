@@ -396,7 +396,7 @@ TEST(CheckpointScalerTest, GradientScalerStateRoundTrips) {
 
   // A state that cannot be saved (an unnamed, repeated or undefined
   // tensor) is refused before anything is written.
-  for (GradientScalerState refused :
+  for (const GradientScalerState& refused :
        {GradientScalerState{{"", at::scalar_tensor(1.0, at::kDouble)}},
         GradientScalerState{{"scale", at::scalar_tensor(1.0, at::kDouble)},
                             {"scale", at::scalar_tensor(2.0, at::kDouble)}},
