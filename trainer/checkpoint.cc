@@ -33,6 +33,10 @@ namespace fs = std::filesystem;
 constexpr char kPrefix[] = "checkpoint-";
 constexpr char kLegacySuffix[] = ".pt";
 constexpr char kDenseOptimizer[] = "dense_optimizer";
+// The manifest's state of the gradient scaler's tensors, and their keys'
+// prefix ("grad_scaler.<name>").
+constexpr char kGradScaler[] = "grad_scaler";
+constexpr absl::string_view kGradScalerPrefix = "grad_scaler.";
 constexpr const char* kTableStates[] = {"weight", "momentum1", "momentum2",
                                         "step"};
 
@@ -155,7 +159,8 @@ void AddBlock(v1::CheckpointTensor& entry, int file, int64_t row_offset,
 // This rank's tensors and their part of the manifest (its file, tensors
 // with one block each).
 absl::Status CollectRankTensors(
-    RecModel& model, torch::optim::Optimizer& dense_optimizer, int rank,
+    RecModel& model, torch::optim::Optimizer& dense_optimizer,
+    const GradientScalerState& gradient_scaler_state, int rank,
     std::vector<std::pair<std::string, at::Tensor>>& tensors,
     v1::CheckpointManifest& part) {
   try {
@@ -182,6 +187,14 @@ absl::Status CollectRankTensors(
       entry->set_state(kDenseOptimizer);
       AddBlock(*entry, rank, 0, 0, 0, 0);
       tensors.emplace_back(kDenseOptimizer, archive_bytes);
+      for (const auto& [name, tensor] : gradient_scaler_state) {
+        const std::string key = absl::StrCat(kGradScalerPrefix, name);
+        at::Tensor value = tensor.detach().to(at::kCPU).contiguous();
+        v1::CheckpointTensor* scaler = AddTensor(part, key, value, v1::WHOLE);
+        scaler->set_state(kGradScaler);
+        AddBlock(*scaler, rank, 0, 0, 0, 0);
+        tensors.emplace_back(key, value);
+      }
     }
     for (const LocalTable& table : LocalTables(model, rank)) {
       if (!table.writes) continue;
@@ -357,11 +370,23 @@ absl::Status CommitManifest(RecModel& model, ProcessGroup* group,
 
 absl::StatusOr<CheckpointInfo> SaveCheckpoint(
     const std::string& dir, int64_t step, int64_t examples, RecModel& model,
-    torch::optim::Optimizer& dense_optimizer, int64_t keep,
-    ProcessGroup* group) {
+    torch::optim::Optimizer& dense_optimizer, int64_t keep, ProcessGroup* group,
+    const GradientScalerState& gradient_scaler_state) {
   const absl::Time start = absl::Now();
   const int rank = group != nullptr ? group->rank() : 0;
   const int world = group != nullptr ? group->world_size() : 1;
+  std::set<std::string> scaler_names;
+  for (const auto& [name, tensor] : gradient_scaler_state) {
+    if (name.empty() || !scaler_names.insert(name).second ||
+        !tensor.defined()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint of step ", step, ": gradient scaler state '",
+                       name, "' is ",
+                       name.empty()       ? "unnamed"
+                       : tensor.defined() ? "given twice"
+                                          : "undefined"));
+    }
+  }
   const std::string checkpoint_dir =
       absl::StrCat(dir, "/", CheckpointDirName(step));
   const std::string store_prefix =
@@ -394,7 +419,8 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
   absl::Status written =
       error ? absl::PermissionDeniedError(absl::StrCat(
                   "cannot create '", checkpoint_dir, "': ", error.message()))
-            : CollectRankTensors(model, dense_optimizer, rank, tensors, part);
+            : CollectRankTensors(model, dense_optimizer, gradient_scaler_state,
+                                 rank, tensors, part);
   if (written.ok()) {
     absl::StatusOr<std::string> bytes = PickleTensorDict(tensors);
     tensors.clear();
@@ -875,6 +901,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
       states;  // by (table FQN, state)
   std::map<std::string, const v1::CheckpointTensor*> parameters;
   const v1::CheckpointTensor* optimizer = nullptr;
+  std::vector<const v1::CheckpointTensor*> scaler;
   for (const v1::CheckpointTensor& entry : manifest.tensors()) {
     if (!entry.table().empty()) {
       states[{entry.table(), entry.state()}] = &entry;
@@ -882,6 +909,9 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
       parameters[entry.parameter()] = &entry;
     } else if (entry.state() == kDenseOptimizer) {
       optimizer = &entry;
+    } else if (entry.state() == kGradScaler &&
+               absl::StartsWith(entry.key(), kGradScalerPrefix)) {
+      scaler.push_back(&entry);
     }
   }
   auto does_not_fit = [&](const std::string& what) {
@@ -919,6 +949,8 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
   if (optimizer == nullptr) return does_not_fit("it has no dense optimizer");
   const size_t optimizer_target = targets.size();
   targets.emplace_back(optimizer);
+  const size_t scaler_targets = targets.size();
+  for (const v1::CheckpointTensor* entry : scaler) targets.emplace_back(entry);
 
   // Tables: every one of the checkpoint must be the model's, the same size.
   std::set<std::string> model_tables;
@@ -1014,6 +1046,11 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
     dense_optimizer.load(archive);
   } catch (const c10::Error& e) {
     return does_not_fit(e.what_without_backtrace());
+  }
+  for (size_t i = 0; i < scaler.size(); ++i) {
+    info.gradient_scaler_state.emplace_back(
+        scaler[i]->key().substr(kGradScalerPrefix.size()),
+        targets[scaler_targets + i].out);
   }
   for (auto& [module, names] : module_states) {
     std::vector<std::pair<std::string, at::Tensor>> loaded;

@@ -7,6 +7,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -17,6 +19,10 @@
 namespace deltastream {
 
 class ProcessGroup;
+
+// Named tensors of a checkpoint's gradient scaler (GradientScaler::
+// StateTensors()).
+using GradientScalerState = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Full checkpoints of a model, sharded or not: every dense parameter, the
 // dense optimizer's state, every embedding table and its sparse optimizer
@@ -35,6 +41,10 @@ class ProcessGroup;
 //   "<dense parameter name>"                rank 0's file only
 //   "dense_optimizer"                       rank 0's file only: uint8, the
 //                                           torch::optim archive
+//   "grad_scaler.<name>"                    rank 0's file only, when saved
+//                                           with mixed precision's loss
+//                                           scaler state ("scale", double;
+//                                           "growth_tracker", int64; 0-dim)
 // where the table FQN is the delta FQN ("<module path>.embedding_bags.<table>"
 // or ".embeddings.<table>"). The manifest (proto/checkpoint_manifest.proto,
 // protobuf's JSON mapping) holds the step, examples, world size, each
@@ -57,6 +67,11 @@ struct CheckpointInfo {
   int64_t examples = 0;
   int64_t bytes = 0;  // this rank's file (saved) or the files read (loaded)
   absl::Duration elapsed;
+  // Loaded: the gradient scaler's state as saved (GradientScaler::
+  // StateTensors' names and CPU tensors, by name); empty when the checkpoint
+  // holds none (saved without mixed precision, or before it was saved).
+  // Saved: empty.
+  GradientScalerState gradient_scaler_state;
 };
 
 // Writes a checkpoint of `model` at `step` into `dir` (created if missing)
@@ -72,10 +87,17 @@ struct CheckpointInfo {
 // existing checkpoint of the same step is replaced. `dir` must be one
 // directory every rank sees (a shared file system when ranks run on
 // several hosts). PermissionDenied / Internal name the path.
+//
+// `gradient_scaler_state`: mixed precision's loss scaler state
+// (GradientScaler::StateTensors(); empty without mixed precision), saved in
+// rank 0's file as "grad_scaler.<name>" (every rank passes its own: they are
+// equal). InvalidArgument, before anything is written, for an empty or
+// repeated name or an undefined tensor.
 absl::StatusOr<CheckpointInfo> SaveCheckpoint(
     const std::string& dir, int64_t step, int64_t examples, RecModel& model,
     torch::optim::Optimizer& dense_optimizer, int64_t keep,
-    ProcessGroup* group = nullptr);
+    ProcessGroup* group = nullptr,
+    const GradientScalerState& gradient_scaler_state = {});
 
 // The newest complete checkpoint in `dir` (a directory whose manifest parses
 // and whose rank files all exist with the sizes it lists, or an old
@@ -88,7 +110,10 @@ std::optional<std::string> LatestCheckpoint(const std::string& dir);
 std::optional<int64_t> CheckpointStep(const std::string& path);
 
 // Loads a checkpoint (a directory, or an old single file) into `model` and
-// `dense_optimizer` (on the model's device). Every rank calls it (no
+// `dense_optimizer` (on the model's device), and returns the gradient
+// scaler's state it holds (CheckpointInfo::gradient_scaler_state: the
+// caller applies it with GradientScaler::LoadStateTensors, which checks
+// it). Every rank calls it (no
 // collective inside: ranks may load at their own pace; `group` is the
 // model's, or null).
 //

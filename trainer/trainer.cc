@@ -20,6 +20,7 @@
 #include "trainer/models/dlrm.h"
 #include "trainer/models/metrics.h"
 #include "trainer/models/sequence_model.h"
+#include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/pipeline/pipeline_factory.h"
 #include "trainer/rank_batches.h"
 #include "trainer/sharding/sharding_plan.h"
@@ -215,6 +216,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       MakeTrainPipeline(trainer->settings_.pipeline, parts);
   if (!pipeline.ok()) return pipeline.status();
   trainer->pipeline_ = *std::move(pipeline);
+  if (absl::Status status = trainer->RestoreGradientScaler(); !status.ok()) {
+    return status;
+  }
   return trainer;
 }
 
@@ -230,9 +234,11 @@ std::string Trainer::service_address() const {
 
 absl::Status Trainer::SaveState() {
   if (settings_.checkpoint_dir.empty()) return absl::OkStatus();
+  const GradientScaler* scaler = pipeline_->gradient_scaler();
   absl::StatusOr<CheckpointInfo> saved = SaveCheckpoint(
       settings_.checkpoint_dir + "/checkpoints", step_, examples_, *model_,
-      *dense_optimizer_, settings_.checkpoints_kept, settings_.group);
+      *dense_optimizer_, settings_.checkpoints_kept, settings_.group,
+      scaler != nullptr ? scaler->StateTensors() : GradientScalerState());
   if (!saved.ok()) return saved.status();
   std::string line = absl::StrFormat("checkpoint %s (%.1f MiB in %.2f s)",
                                      saved->path, saved->bytes / 1048576.0,

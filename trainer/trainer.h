@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -93,6 +94,10 @@ class Trainer {
   absl::Status RestoreOrStart();
   // Tables (and dense parameters) from settings_.restore_chain.
   absl::Status RestoreFromChain();
+  // Once pipeline_ exists: the restored checkpoint's gradient scaler state
+  // into its GradientScaler (with mixed precision; InvalidArgument for a
+  // state it refuses).
+  absl::Status RestoreGradientScaler();
   absl::Status SaveState();
   // At a step boundary of a sharded trainer that serves its tracker: the
   // consistent cuts every rank holds are read now (ServeAgreedCuts).
@@ -120,6 +125,10 @@ class Trainer {
   TrackerSnapshots* snapshots_ = nullptr;
   // The step loop over the parts above.
   std::unique_ptr<TrainPipeline> pipeline_;
+  // The restored checkpoint's path and gradient scaler state, kept from
+  // RestoreOrStart until the pipeline exists (RestoreGradientScaler).
+  std::string restored_checkpoint_;
+  std::vector<std::pair<std::string, at::Tensor>> restored_scaler_state_;
 
   int64_t step_ = 0;
   int64_t examples_ = 0;

@@ -18,6 +18,7 @@
 #include "store/checkpoint_chain.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm/process_group.h"
+#include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
 #include "trainer/trainer.h"
 
@@ -61,6 +62,8 @@ absl::Status Trainer::RestoreOrStart() {
     if (!loaded.ok()) return loaded.status();
     step_ = loaded->step;
     examples_ = loaded->examples;
+    restored_checkpoint_ = loaded->path;
+    restored_scaler_state_ = std::move(loaded->gradient_scaler_state);
     log_(absl::StrFormat("restored checkpoint %s (step %d, %.1f MiB in %.2f s)",
                          loaded->path, loaded->step, loaded->bytes / 1048576.0,
                          absl::ToDoubleSeconds(loaded->elapsed)));
@@ -123,6 +126,32 @@ absl::Status Trainer::RestoreOrStart() {
   // Consumers that hold rows of later steps (from before a crash) hold
   // changes this run lost: deltas tell them where this run starts.
   tracker_->MarkRunStart(std::min(batch, step_));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::RestoreGradientScaler() {
+  std::vector<std::pair<std::string, at::Tensor>> state =
+      std::move(restored_scaler_state_);
+  restored_scaler_state_.clear();
+  GradientScaler* scaler = pipeline_->gradient_scaler();
+  if (scaler == nullptr || state.empty()) {
+    // Without mixed precision a saved scale has nothing to apply to; a
+    // checkpoint without one (saved without mixed precision, or before
+    // scales were saved) leaves the scaler at its initial scale.
+    if (!state.empty()) {
+      log_(
+          absl::StrFormat("checkpoint %s: its loss scale is not used "
+                          "(mixed precision is off)",
+                          restored_checkpoint_));
+    }
+    return absl::OkStatus();
+  }
+  if (absl::Status status = scaler->LoadStateTensors(state); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint ", restored_checkpoint_, ": ", status.message()));
+  }
+  log_(absl::StrFormat("restored loss scale %g from checkpoint %s",
+                       scaler->scale(), restored_checkpoint_));
   return absl::OkStatus();
 }
 

@@ -100,6 +100,12 @@ class CheckpointWeightsOnlyTest(unittest.TestCase):
                 torch.equal(tensors[state], weight(t, name) / 2.0 + 7.0),
                 state)
         self.assertEqual(tensors["dense_optimizer"].dtype, torch.uint8)
+        # Mixed precision's gradient scaler (rank 0's file).
+        scale = tensors["grad_scaler.scale"]
+        self.assertEqual((scale.dtype, scale.dim()), (torch.float64, 0))
+        self.assertEqual(float(scale), 32768.0)
+        tracker = tensors["grad_scaler.growth_tracker"]
+        self.assertEqual((tracker.dtype, int(tracker)), (torch.int64, 1))
         dense = [k for k in tensors if k.startswith(("dense_arch.",
                                                      "over_arch."))]
         self.assertTrue(dense)

@@ -8,7 +8,8 @@
 // A model trained 2 steps under 2 ranks, checkpointed and trained 2 more
 // under 4 ranks with another plan ends where one process training 4 steps
 // without a break ends. An error on one rank, or a dead rank, fails the save
-// on every rank and leaves no complete checkpoint.
+// on every rank and leaves no complete checkpoint. A gradient scaler's state
+// saved with it (rank 0's file) is returned to every rank of every layout.
 //
 // The binary also writes such a checkpoint for the Python tests:
 //   checkpoint_resharding_test --write_checkpoint=DIR
@@ -36,6 +37,7 @@
 #include "trainer/comm/gradient_averaging.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/data/batch.h"
+#include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/sharding/sharding_plan.h"
 
 namespace deltastream {
@@ -153,6 +155,29 @@ absl::Status TrainSteps(RecModel& model, torch::optim::Optimizer& optimizer,
   return absl::OkStatus();
 }
 
+// The scaler state the "save" scenario saves: scale 32768 (halved once),
+// growth tracker 1.
+GradientScalerState SavedScalerState() {
+  GradientScaler scaler;
+  scaler.Update(/*found_non_finite=*/true);
+  scaler.Update(false);
+  return scaler.StateTensors();
+}
+
+// OK when `loaded` loads into a scaler as SavedScalerState's.
+absl::Status CheckScalerState(const GradientScalerState& loaded) {
+  GradientScaler scaler;
+  if (absl::Status s = scaler.LoadStateTensors(loaded); !s.ok()) return s;
+  for (const auto& [name, tensor] : scaler.StateTensors()) {
+    if ((name == "scale" && tensor.item<double>() != 32768.0) ||
+        (name == "growth_tracker" && tensor.item<int64_t>() != 1)) {
+      return absl::InternalError(absl::StrCat("gradient scaler state '", name,
+                                              "' is ", tensor.item<double>()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::unique_ptr<torch::optim::Optimizer> DenseAdam(RecModel& model) {
   return std::make_unique<torch::optim::Adam>(model.dense().parameters(),
                                               torch::optim::AdamOptions(0.01));
@@ -204,6 +229,7 @@ int RunScenario(const std::string& scenario) {
         RANK_OK(absl::InternalError("wrong step or examples"));
       }
       RANK_OK(CheckKnownStates(**model, Plan("saved", 2)));
+      RANK_OK(CheckScalerState(info->gradient_scaler_state));
       std::printf("rank %d loaded %s under plan %s\n", (*group)->rank(),
                   name.c_str(), plan_name.c_str());
       continue;
@@ -211,7 +237,7 @@ int RunScenario(const std::string& scenario) {
     RANK_OK(SetKnownStates(**model));
     if (scenario == "dead" && (*group)->rank() == 1) kill(getpid(), SIGKILL);
     RANK_OK(SaveCheckpoint(sub, kStep, 10 * kStep, **model, dense_optimizer, 1,
-                           group->get())
+                           group->get(), SavedScalerState())
                 .status());
   }
   return 0;
@@ -247,6 +273,8 @@ TEST(CheckpointReshardingTest, SavedByTwoRanksRestoresUnderAnyLayout) {
   }
   EXPECT_EQ(rank0.count(fqn + ".t3.weight"), 0u);
   EXPECT_EQ(rank0.count("dense_optimizer"), 1u);
+  EXPECT_EQ(rank0.count("grad_scaler.scale"), 1u);
+  EXPECT_EQ(rank1.count("grad_scaler.scale"), 0u);
   EXPECT_EQ(rank1.count(fqn + ".t2.weight"), 0u);  // data-parallel: once
   EXPECT_EQ(rank1.count(fqn + ".t3.weight"), 1u);
   EXPECT_EQ(rank1.count("dense_optimizer"), 0u);
@@ -271,6 +299,8 @@ TEST(CheckpointReshardingTest, SavedByTwoRanksRestoresUnderAnyLayout) {
     ASSERT_TRUE(info.ok()) << info.status();
     absl::Status same = CheckKnownStates(**model, Plan("saved", 2));
     EXPECT_TRUE(same.ok()) << same;
+    absl::Status scaler = CheckScalerState(info->gradient_scaler_state);
+    EXPECT_TRUE(scaler.ok()) << scaler;
 
     // ReadCheckpointModel assembles the whole tables.
     absl::StatusOr<deltastream::CheckpointModel> read =

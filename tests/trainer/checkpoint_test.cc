@@ -1,6 +1,7 @@
 // Checkpoints of one process (world size 1): the round trip, TorchRec key
 // names, keep rotation, torn checkpoints never picked, old single-file
-// checkpoints still restored and read, models that do not fit refused.
+// checkpoints still restored and read, models that do not fit refused, mixed
+// precision's gradient scaler state saved and restored.
 #include "trainer/checkpoint.h"
 
 #include <ATen/ATen.h>
@@ -19,6 +20,7 @@
 #include "base/file_io.h"
 #include "tests/testing/test_dirs.h"
 #include "tests/trainer/checkpoint_fixtures.h"
+#include "trainer/pipeline/gradient_scaler.h"
 
 namespace deltastream {
 namespace {
@@ -248,6 +250,7 @@ TEST_P(OldCheckpointTest, StillRestoresAndReads) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->step, 5);
   EXPECT_EQ(info->examples, 50);
+  EXPECT_TRUE(info->gradient_scaler_state.empty());
   absl::Status same = CheckKnownStates(*loaded, {});
   EXPECT_TRUE(same.ok()) << same;
 
@@ -312,6 +315,99 @@ TEST(CheckpointFilesTest, RefusesAModelItDoesNotFit) {
   std::ofstream(rank_file, std::ios::binary | std::ios::trunc) << damaged;
   status = LoadCheckpoint(info->path, *saved, optimizer).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+}
+
+// The scaler's state by name, as plain numbers.
+std::pair<double, int64_t> ScaleAndTracker(const GradientScaler& scaler) {
+  std::pair<double, int64_t> values{0, -1};
+  for (const auto& [name, tensor] : scaler.StateTensors()) {
+    if (name == "scale") values.first = tensor.item<double>();
+    if (name == "growth_tracker") values.second = tensor.item<int64_t>();
+  }
+  return values;
+}
+
+TEST(CheckpointScalerTest, GradientScalerStateRoundTrips) {
+  const std::string dir = FreshDir("scaler");
+  std::unique_ptr<Dlrm> model = Model(SparseOptimizerType::kAdagrad, 1);
+  ASSERT_NE(model, nullptr);
+  torch::optim::SGD optimizer(model->dense().parameters(),
+                              torch::optim::SGDOptions(0.1));
+  GradientScalerOptions options;
+  options.init_scale = 1024;
+  options.growth_interval = 3;
+  // By its rule: a non-finite step halves the scale, two finite ones count.
+  GradientScaler saved_scaler(options);
+  saved_scaler.Update(/*found_non_finite=*/true);
+  saved_scaler.Update(false);
+  saved_scaler.Update(false);
+  ASSERT_EQ(ScaleAndTracker(saved_scaler), std::make_pair(512.0, int64_t{2}));
+  absl::StatusOr<CheckpointInfo> info = SaveCheckpoint(
+      dir, 7, 70, *model, optimizer, 2, nullptr, saved_scaler.StateTensors());
+  ASSERT_TRUE(info.ok()) << info.status();
+
+  // Rank 0's file: "grad_scaler.<name>", 0-dim, beside TorchRec's keys.
+  absl::StatusOr<std::map<std::string, at::Tensor>> tensors =
+      ReadCheckpointTensors(info->path + "/rank-00000-of-00001.pt");
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  ASSERT_EQ(tensors->count("grad_scaler.scale"), 1u);
+  ASSERT_EQ(tensors->count("grad_scaler.growth_tracker"), 1u);
+  EXPECT_EQ(tensors->at("grad_scaler.scale").dtype(), at::kDouble);
+  EXPECT_EQ(tensors->at("grad_scaler.scale").dim(), 0);
+  EXPECT_EQ(tensors->at("grad_scaler.growth_tracker").dtype(), at::kLong);
+  EXPECT_TRUE(ReadCheckpointModel(info->path).ok());
+
+  // Loaded into another model and scaler: the same scale and tracker, and
+  // the next finite step grows the scale as the saved scaler's would.
+  std::unique_ptr<Dlrm> loaded = Model(SparseOptimizerType::kAdagrad, 2);
+  ASSERT_NE(loaded, nullptr);
+  torch::optim::SGD loaded_optimizer(loaded->dense().parameters(),
+                                     torch::optim::SGDOptions(0.1));
+  absl::StatusOr<CheckpointInfo> restored =
+      LoadCheckpoint(info->path, *loaded, loaded_optimizer);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->gradient_scaler_state.size(), 2u);
+  GradientScaler loaded_scaler(options);
+  absl::Status status =
+      loaded_scaler.LoadStateTensors(restored->gradient_scaler_state);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(ScaleAndTracker(loaded_scaler), ScaleAndTracker(saved_scaler));
+  loaded_scaler.Update(false);
+  EXPECT_EQ(ScaleAndTracker(loaded_scaler), std::make_pair(1024.0, int64_t{0}));
+
+  // A checkpoint saved without it: nothing to restore.
+  ASSERT_TRUE(SaveCheckpoint(dir, 8, 80, *model, optimizer, 2).ok());
+  restored = LoadCheckpoint(*LatestCheckpoint(dir), *loaded, loaded_optimizer);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->step, 8);
+  EXPECT_TRUE(restored->gradient_scaler_state.empty());
+
+  // A saved state the scaler refuses (a negative scale): loading it into
+  // the scaler changes nothing.
+  GradientScalerState bad = saved_scaler.StateTensors();
+  bad[0].second = at::scalar_tensor(-4.0, at::kDouble);
+  ASSERT_TRUE(
+      SaveCheckpoint(dir, 9, 90, *model, optimizer, 2, nullptr, bad).ok());
+  restored = LoadCheckpoint(*LatestCheckpoint(dir), *loaded, loaded_optimizer);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  status = loaded_scaler.LoadStateTensors(restored->gradient_scaler_state);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(ScaleAndTracker(loaded_scaler), std::make_pair(1024.0, int64_t{0}));
+
+  // A state that cannot be saved (an unnamed, repeated or undefined
+  // tensor) is refused before anything is written.
+  for (const GradientScalerState& refused :
+       {GradientScalerState{{"", at::scalar_tensor(1.0, at::kDouble)}},
+        GradientScalerState{{"scale", at::scalar_tensor(1.0, at::kDouble)},
+                            {"scale", at::scalar_tensor(2.0, at::kDouble)}},
+        GradientScalerState{{"scale", at::Tensor()}}}) {
+    status =
+        SaveCheckpoint(dir, 10, 100, *model, optimizer, 2, nullptr, refused)
+            .status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_FALSE(fs::exists(dir + "/checkpoint-000000000010"));
+    EXPECT_EQ(LatestCheckpoint(dir), dir + "/checkpoint-000000000009");
+  }
 }
 
 }  // namespace
