@@ -32,12 +32,14 @@ DELTACTL=$(runfile clients/deltactl)
 PREDICTOR=$(runfile clients/predictor)
 JOB=$(runfile clients/checkpoint_job)
 VERIFY=$(runfile trainer/verify_model)
+FREE_PORTS=$(runfile deploy/free_ports.py)
+[ -f "$FREE_PORTS" ] || FREE_PORTS="$(dirname "$0")/../../../deploy/free_ports.py"
 DIR="${TEST_TMPDIR:-$(mktemp -d)}"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 test_start=$(date +%s)
 
-launcher= predictor= job=
+launcher='' predictor='' job=''
 cleanup() {
   for pid in $launcher $predictor $job; do
     kill -9 $(pgrep -P "$pid") "$pid" 2> /dev/null
@@ -100,29 +102,7 @@ PLAN
 
 # A base port P with P..P+$1-1 free: rank r serves on P + r, the same after a
 # restart.
-free_ports() {
-  python3 - "$1" << 'PORTS'
-import socket, sys
-ranks = int(sys.argv[1])
-for _ in range(100):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    held = []
-    try:
-        for p in range(port, port + ranks):
-            s = socket.socket()
-            s.bind(("127.0.0.1", p))
-            held.append(s)
-    except OSError:
-        continue
-    finally:
-        for s in held:
-            s.close()
-    print(port)
-    break
-PORTS
-}
+free_ports() { python3 "$FREE_PORTS" "$1"; }
 
 # Waits up to $2 seconds for process $1 to exit; sets rc (124 on timeout,
 # after killing it and its children).
@@ -234,6 +214,12 @@ summary() {
   grep -oE 'freshness p50 [0-9]+ ms p99 [0-9]+ ms \([0-9]+ samples\)' \
     "$DIR/$1/predictor.log" | tail -1
 }
+# The smallest N of the trainer log's "restored $1 N" lines (every rank
+# logs one); empty without one.
+restored_at() {
+  grep -oE "restored $1 [0-9]+" "$DIR/$case/trainer.log" |
+    grep -oE '[0-9]+$' | sort -n | head -1
+}
 # Resyncs of the predictor of case $1 (one full read each).
 resyncs() { grep -c 'resync: full read' "$DIR/$1/predictor.log"; }
 
@@ -275,9 +261,10 @@ if start_trainer "$case" 2; then
     first_run_held=$(awk 'NR == 1 { run = $6 } $6 == run { v = $2 } END { print v + 0 }' \
       "$DIR/$case/predictor.applied")
     if start_trainer "$case" 2; then
-      restored=$(grep -oE 'restored checkpoint .*\(step [0-9]+' \
-        "$DIR/$case/trainer.log" | grep -oE '[0-9]+$' | tail -1)
-      wait_batch $(( ${restored:-100} + 60 )) 120
+      # Only the second run restores (every rank logs its own).
+      wait_batch $(( $(restored_at 'checkpoint .*\(step') + 60 )) 120
+      restored=$(restored_at 'checkpoint .*\(step')
+      tracker_at=$(restored_at 'tracker snapshot .*\(batch')
       # The predictor dies; started again on its replica database it
       # carries on from its version.
       kill -9 "$predictor"
@@ -290,8 +277,17 @@ if start_trainer "$case" 2; then
       echo "$case: group restored at batch ${restored:-?}; the predictor" \
         "held batch $first_run_held of the first run; $resyncs resyncs:" \
         "$(grep 'resync: the' "$DIR/$case/predictor.log" | sed 's/.*resync: //')"
-      if [ -z "$restored" ]; then
-        fail "$case: no 'restored' line: $(grep -i restor "$DIR/$case/trainer.log")"
+      if [ -z "$restored" ] || [ -z "$tracker_at" ]; then
+        fail "$case: no 'restored' lines: $(grep -i restor "$DIR/$case/trainer.log")"
+      elif [ "$tracker_at" != "$restored" ]; then
+        # A rank died between writing its checkpoint and its tracker
+        # snapshot: the tracker lacks batches tracker_at..restored and tells
+        # every consumer to resync (the run starts at tracker_at).
+        echo "$case: the tracker restored batch $tracker_at, the model step" \
+          "$restored: every consumer is told to resync"
+        [ "$resyncs_before" = 1 ] ||
+          fail "$case: the tracker lost batches: expected one resync, saw" \
+            "$resyncs_before"
       elif [ "$first_run_held" -gt "$restored" ]; then
         [ "$resyncs_before" = 1 ] ||
           fail "$case: the restart lost batches the predictor held" \
