@@ -14,7 +14,8 @@
 #     --listen and resumes from the last checkpoint; the consumers carry on,
 #     the predictor resyncing once exactly when it held batches the restart
 #     lost; then the predictor is SIGKILLed and restarted on its replica
-#     database, and carries on without a resync.
+#     database, and carries on without a resync; then rank 1 is SIGKILLed
+#     again and the launcher (--max_restarts=1) restarts the group itself.
 # Every wait has a timeout; every child is killed on exit.
 set -u
 # A binary: Bazel's runfile, else (ctest, in the build directory) $1 or its
@@ -121,12 +122,12 @@ wait_exit() {
 # The ranks of case $1 that said they listen, over all its runs.
 listening() { cat "$DIR/$1/trainer.out" 2> /dev/null | grep -c 'listening on'; }
 
-# Starts the trainer of case $1 on $2 ranks; waits up to 120 s until every
+# Starts the trainer of case $1 on $2 ranks (more flags: $3...); waits up to 120 s until every
 # rank listens. Sets launcher.
 start_trainer() {
   "$TRAINER" --config="$DIR/config.txt" --steps=-1 --nproc_per_node="$2" \
     --plan="$DIR/$1.plan" --listen="$listen" --checkpoint_dir="$DIR/$1/run" \
-    --collective_timeout_s=5 >> "$DIR/$1/trainer.out" \
+    --collective_timeout_s=5 "${@:3}" >> "$DIR/$1/trainer.out" \
     2>> "$DIR/$1/trainer.log" &
   launcher=$!
   local expected=$(( $(listening "$1") + $2 ))
@@ -188,6 +189,8 @@ stop_and_verify() {  # $1: case
     fail "$1: the trainer exited $rc: $(tail -20 "$DIR/$1/trainer.log")"
   grep -q 'drain' "$DIR/$1/trainer.log" ||
     fail "$1: no drain line in the trainer's log"
+  kill -0 "$job" 2> /dev/null ||
+    fail "$1: the checkpoint job ended early: $(tail -n 3 "$DIR/$1/job.log")"
   kill -TERM "$job"
   wait_exit "$job" 30
   job=
@@ -214,12 +217,6 @@ summary() {
   grep -oE 'freshness p50 [0-9]+ ms p99 [0-9]+ ms \([0-9]+ samples\)' \
     "$DIR/$1/predictor.log" | tail -1
 }
-# The smallest N of the trainer log's "restored $1 N" lines (every rank
-# logs one); empty without one.
-restored_at() {
-  grep -oE "restored $1 [0-9]+" "$DIR/$case/trainer.log" |
-    grep -oE '[0-9]+$' | sort -n | head -1
-}
 # Resyncs of the predictor of case $1 (one full read each).
 resyncs() { grep -c 'resync: full read' "$DIR/$1/predictor.log"; }
 
@@ -241,73 +238,111 @@ run_clean() {  # $1: case, $2: ranks, $3: the rank the consumers are given
 run_clean two_ranks 2 0
 run_clean four_ranks 4 1
 
-# Case 3: a dead rank, the group restarted, the predictor restarted.
+# The run id of the predictor's last applied version (case $case).
+last_run() { awk '{ run = $6 } END { print run }' "$DIR/$case/predictor.applied"; }
+# The newest version the predictor applied of run $1.
+held_of_run() {
+  awk -v run="$1" '$6 == run { v = $2 } END { print v + 0 }' \
+    "$DIR/$case/predictor.applied"
+}
+# The smallest N of the "restored $1 N" lines of the trainer's last start
+# (every rank logs one); empty without one.
+restored_at() {
+  awk '/started [0-9]+ ranks/ { n = 0 } { line[n++] = $0 }
+       END { for (i = 0; i < n; i++) print line[i] }' \
+    "$DIR/$case/trainer.log" | grep -oE "restored $1 [0-9]+" |
+    grep -oE '[0-9]+$' | sort -n | head -1
+}
+# SIGKILLs the highest rank of the group; sets killed_run (the run the
+# predictor held when it died).
+kill_rank() {
+  killed_run=$(last_run)
+  kill -9 "$(pgrep -P "$launcher" | sort -n | tail -1)"
+}
+# After the group of case $case restarted from a dead rank: whether the
+# predictor resynced ($1: resyncs since the death) exactly when the restart
+# lost batches it held (it held $2). Sets restored.
+check_resyncs() {
+  restored=$(restored_at 'checkpoint .*\(step')
+  local tracker_at
+  tracker_at=$(restored_at 'tracker snapshot .*\(batch')
+  echo "$case: group restored at step ${restored:-?} (tracker batch" \
+    "${tracker_at:-?}); the predictor held batch $2; $1 resyncs"
+  if [ -z "$restored" ] || [ -z "$tracker_at" ]; then
+    fail "$case: no 'restored' lines: $(grep -i restor "$DIR/$case/trainer.log")"
+  elif [ "$tracker_at" != "$restored" ]; then
+    # A rank died between writing its checkpoint and its tracker snapshot:
+    # the tracker lacks batches tracker_at..restored and tells every
+    # consumer to resync (the run starts at tracker_at).
+    [ "$1" = 1 ] ||
+      fail "$case: the tracker restored batch $tracker_at, the model step" \
+        "$restored: expected one resync, saw $1"
+  elif [ "$2" -gt "$restored" ]; then
+    [ "$1" = 1 ] ||
+      fail "$case: the restart lost batches the predictor held" \
+        "($2 > $restored): expected one resync, saw $1"
+  else
+    [ "$1" = 0 ] ||
+      fail "$case: the restart lost no batch the predictor held" \
+        "($2 <= $restored): expected no resync, saw $1"
+  fi
+}
+
+# Case 3: a dead rank and the group restarted by hand, the predictor
+# restarted, a dead rank again and the group restarted by the launcher
+# (--max_restarts=1).
 case=restarts
 mkdir -p "$DIR/$case"
 plan 2 > "$DIR/$case.plan"
 listen=127.0.0.1:$(free_ports 2)
 target=$listen
-if start_trainer "$case" 2; then
+run_case3() {
+  start_trainer "$case" 2 || return
   start_consumers "$case"
-  if wait_batch 100 120; then
-    rank1=$(pgrep -P "$launcher" | sort -n | tail -1)
-    kill -9 "$rank1"
-    wait_exit "$launcher" 60
-    launcher=
-    [ "$rc" != 0 ] && [ "$rc" != 124 ] ||
-      fail "$case: after a SIGKILLed rank the launcher exited $rc"
-    # What the predictor held of the first run when the group died.
-    sleep 1
-    first_run_held=$(awk 'NR == 1 { run = $6 } $6 == run { v = $2 } END { print v + 0 }' \
-      "$DIR/$case/predictor.applied")
-    if start_trainer "$case" 2; then
-      # Only the second run restores (every rank logs its own).
-      wait_batch $(( $(restored_at 'checkpoint .*\(step') + 60 )) 120
-      restored=$(restored_at 'checkpoint .*\(step')
-      tracker_at=$(restored_at 'tracker snapshot .*\(batch')
-      # The predictor dies; started again on its replica database it
-      # carries on from its version.
-      kill -9 "$predictor"
-      wait_exit "$predictor" 10
-      resyncs_before=$(resyncs "$case")
-      start_predictor "$case"
-      wait_batch $(( ${restored:-100} + 120 )) 120
-      stop_and_verify "$case"
-      resyncs=$(resyncs "$case")
-      echo "$case: group restored at batch ${restored:-?}; the predictor" \
-        "held batch $first_run_held of the first run; $resyncs resyncs:" \
-        "$(grep 'resync: the' "$DIR/$case/predictor.log" | sed 's/.*resync: //')"
-      if [ -z "$restored" ] || [ -z "$tracker_at" ]; then
-        fail "$case: no 'restored' lines: $(grep -i restor "$DIR/$case/trainer.log")"
-      elif [ "$tracker_at" != "$restored" ]; then
-        # A rank died between writing its checkpoint and its tracker
-        # snapshot: the tracker lacks batches tracker_at..restored and tells
-        # every consumer to resync (the run starts at tracker_at).
-        echo "$case: the tracker restored batch $tracker_at, the model step" \
-          "$restored: every consumer is told to resync"
-        [ "$resyncs_before" = 1 ] ||
-          fail "$case: the tracker lost batches: expected one resync, saw" \
-            "$resyncs_before"
-      elif [ "$first_run_held" -gt "$restored" ]; then
-        [ "$resyncs_before" = 1 ] ||
-          fail "$case: the restart lost batches the predictor held" \
-            "($first_run_held > $restored): expected one resync, saw $resyncs_before"
-      else
-        [ "$resyncs_before" = 0 ] ||
-          fail "$case: the restart lost no batch the predictor held" \
-            "($first_run_held <= $restored): expected no resync, saw $resyncs_before"
-      fi
-      [ "$resyncs" = "$resyncs_before" ] ||
-        fail "$case: the restarted predictor resynced" \
-          "($resyncs_before before, $resyncs after)"
-      [ "$(grep -c 'bootstrap:' "$DIR/$case/predictor.log")" = 1 ] &&
-        grep -q 'resumes at version' "$DIR/$case/predictor.log" ||
-        fail "$case: the restarted predictor did not resume from its" \
-          "replica database: $(grep -E 'bootstrap|resumes' \
-          "$DIR/$case/predictor.log")"
-    fi
-  fi
-fi
+  wait_batch 100 120 || return
+  kill_rank
+  wait_exit "$launcher" 60
+  launcher=''
+  [ "$rc" != 0 ] && [ "$rc" != 124 ] ||
+    fail "$case: after a SIGKILLed rank the launcher exited $rc"
+  local held
+  held=$(held_of_run "$killed_run")
+  start_trainer "$case" 2 --max_restarts=1 || return
+  wait_batch $(( $(restored_at 'checkpoint .*\(step') + 60 )) 120 || return
+  check_resyncs "$(resyncs "$case")" "$held"
+  local step=$restored
+
+  # The predictor dies; started again on its replica database it carries
+  # on from its version, without a resync.
+  kill -9 "$predictor"
+  wait_exit "$predictor" 10
+  local before
+  before=$(resyncs "$case")
+  start_predictor "$case"
+  wait_batch $(( step + 120 )) 120 || return
+  [ "$(resyncs "$case")" = "$before" ] ||
+    fail "$case: the restarted predictor resynced"
+  [ "$(grep -c 'bootstrap:' "$DIR/$case/predictor.log")" = 1 ] &&
+    grep -q 'resumes at version' "$DIR/$case/predictor.log" ||
+    fail "$case: the restarted predictor did not resume from its replica" \
+      "database: $(grep -E 'bootstrap|resumes' "$DIR/$case/predictor.log")"
+
+  # A rank dies again: the launcher starts the group again itself.
+  kill_rank
+  for _ in $(seq 600); do
+    grep -q 'attempt 1' "$DIR/$case/trainer.log" && break
+    sleep 0.1
+  done
+  grep -q 'attempt 1' "$DIR/$case/trainer.log" ||
+    { fail "$case: the launcher did not restart the group"; return; }
+  wait_batch $(( step + 200 )) 120 || return
+  held=$(held_of_run "$killed_run")
+  check_resyncs $(( $(resyncs "$case") - before )) "$held"
+  stop_and_verify "$case"
+  echo "$case: the predictor's resyncs:"
+  grep 'resync: the' "$DIR/$case/predictor.log" | sed 's/.*resync: /  /'
+}
+run_case3
 
 echo "test took $(( $(date +%s) - test_start )) s"
 if [ "$failures" -gt 0 ]; then
