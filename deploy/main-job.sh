@@ -68,28 +68,7 @@ log_every_steps: 100
 EOF
 
 # Rank r serves on PORT + r: a run of free ports, the same after a restart.
-listen=127.0.0.1:$(python3 - "$TRAINER_RANKS" <<'PY'
-import socket, sys
-ranks = int(sys.argv[1])
-for _ in range(100):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    held = []
-    try:
-        for p in range(port, port + ranks):
-            s = socket.socket()
-            s.bind(("127.0.0.1", p))
-            held.append(s)
-    except OSError:
-        continue
-    finally:
-        for s in held:
-            s.close()
-    print(port)
-    break
-PY
-)
+listen=127.0.0.1:$(python3 deploy/free_ports.py "$TRAINER_RANKS")
 start_trainer() {
   : >"$work/trainer.out"
   $bin/trainer/trainer --config="$work/trainer.textproto" --steps=-1 \
