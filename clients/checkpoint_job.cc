@@ -161,20 +161,6 @@ absl::Status CheckpointJob::Pull(bool* again) {
   request.set_all_rows(need_full_);
   request.set_include_dense(options_.dense);
   absl::StatusOr<ReceivedDelta> delta = client_->GetDelta(request);
-  if (delta.status().code() == absl::StatusCode::kDataLoss && !need_full_) {
-    // A sharded trainer's ranks answered parts that do not fit together
-    // (e.g. a column-wise table's blocks with other IDs: after a restart the
-    // ranks' trackers hold different cursors). A read of every row fits.
-    Report(absl::StrCat("resync: ", delta.status().message(),
-                        ": writing a full link"));
-    {
-      absl::MutexLock lock(&stats_mu_);
-      ++stats_.resyncs;
-    }
-    need_full_ = true;
-    *again = true;
-    return absl::OkStatus();
-  }
   if (!delta.ok()) return failed_call(delta.status());
   retry_.Succeeded();
   const v1::DeltaHeader& header = delta->header;

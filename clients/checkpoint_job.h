@@ -92,10 +92,9 @@ struct CheckpointJobStats {
 // tracker's acknowledged reads a pull is committed only once its link is on
 // disk, so a job killed in between reads the same batches again and writes
 // only what its chain lacks. Whether a read continues the chain is
-// ClassifyDelta's rule (clients/delta_continuity.h): dropped rows, a gap, or
-// a sharded trainer's parts that do not fit together (DataLoss from the
-// fan-in read) start the chain again with a full read; a trainer that restarted
-// behind the chain's end makes the job remove the links after the run's start
+// ClassifyDelta's rule (clients/delta_continuity.h): dropped rows or a gap
+// start the chain again with a full read; a trainer that restarted behind
+// the chain's end makes the job remove the links after the run's start
 // batch. Every step is reported as one line on `out`: "full"/"increment"
 // links, "resync: ..." and "removed ..." lines.
 //

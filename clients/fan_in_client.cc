@@ -224,6 +224,19 @@ v1::DeltaHeader MergeHeaders(const std::vector<ReceivedDelta>& parts) {
   return header;
 }
 
+// A merged delta without rows that tells the consumer to resync (read all
+// rows): what a read gets when a column-wise table's blocks no longer carry
+// the same IDs because the ranks' parts start at different batches (their
+// cursors were restored from snapshots of different steps, or a commit
+// reached one rank's snapshot and not another's) or a rank dropped rows.
+ReceivedDelta ResyncOnly(v1::DeltaHeader header) {
+  header.set_resync_required(true);
+  header.clear_fqns();
+  ReceivedDelta delta;
+  delta.header = std::move(header);
+  return delta;
+}
+
 absl::StatusOr<ReceivedDelta> MergeParts(const v1::TopologyResponse& topology,
                                          std::vector<ReceivedDelta> parts) {
   absl::flat_hash_set<std::string> data_parallel;
@@ -235,6 +248,11 @@ absl::StatusOr<ReceivedDelta> MergeParts(const v1::TopologyResponse& topology,
   std::map<std::string, std::vector<ReceivedTable*>> pieces;
   for (ReceivedDelta& part : parts) {
     for (auto& [fqn, table] : part.tables) pieces[fqn].push_back(&table);
+  }
+  bool same_start = true;
+  for (const ReceivedDelta& part : parts) {
+    same_start = same_start &&
+                 part.header.start_batch() == parts[0].header.start_batch();
   }
   ReceivedDelta merged;
   merged.header = MergeHeaders(parts);
@@ -249,7 +267,12 @@ absl::StatusOr<ReceivedDelta> MergeParts(const v1::TopologyResponse& topology,
     absl::StatusOr<ReceivedTable> table =
         columns ? JoinColumns(fqn, list)
                 : ConcatRows(fqn, list, data_parallel.contains(fqn));
-    if (!table.ok()) return table.status();
+    if (!table.ok()) {
+      if (columns && (!same_start || merged.header.resync_required())) {
+        return ResyncOnly(merged.header);
+      }
+      return table.status();
+    }
     table->col_offset = 0;
     table->table_cols = 0;
     merged.tables[fqn] = *std::move(table);

@@ -39,7 +39,10 @@ namespace deltastream {
 // values are the tables after that step, and the dense parameters
 // (include_dense, rank 0's: data-parallel, equal on every rank) are that
 // step's. A commit of end_batch then reaches every rank as it is. The
-// merged header: resync_required if any rank says so, lost_rows summed, the
+// merged header: resync_required if any rank says so (and, without rows,
+// when a column-wise table's blocks carry other IDs because the ranks'
+// parts start at different batches: cursors restored from snapshots of
+// different steps), lost_rows summed, the
 // change times spanning all ranks, run_id joining the ranks' (a restart of
 // any rank is a new run), run_start_batch the latest rank's.
 //

@@ -694,8 +694,10 @@ grpc::Status DeltaTrackerService::Topology(grpc::ServerContext* context,
       return s;
     absl::MutexLock lock(&topology_mu_);
     if (!topology_.has_value()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "this service has no topology yet");
+      // A rank of a group before every rank's endpoint is known.
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "this rank's topology is not known yet (the ranks "
+                          "are still exchanging endpoints): retry");
     }
     *response = *topology_;
     return grpc::Status::OK;

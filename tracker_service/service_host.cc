@@ -105,20 +105,24 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
   host->server_ = std::move(started->server);
   host->address_ = std::move(started->address);
   // Until the owner says more (SetTopology): one process, whole tables of
-  // unknown size.
+  // unknown size; a rank of a group has none until then.
+  if (!options.topology_from_owner) host->SetOneProcessTopology(*tracker);
+  if (host->snapshots_ != nullptr && options.snapshot_interval_s > 0) {
+    host->snapshots_->StartPeriodic(absl::Seconds(options.snapshot_interval_s));
+  }
+  return host;
+}
+
+void ServiceHost::SetOneProcessTopology(const Tracker& tracker) {
   ServiceTopology topology;
-  topology.endpoints = {host->address_};
-  for (const std::string& fqn : tracker->feature_map().fqns) {
+  topology.endpoints = {address_};
+  for (const std::string& fqn : tracker.feature_map().fqns) {
     ServiceTopology::Shard shard;
     shard.fqn = fqn;
     shard.sharding_type = "TABLE_WISE";
     topology.shards.push_back(std::move(shard));
   }
-  host->service_->SetTopology(std::move(topology));
-  if (host->snapshots_ != nullptr && options.snapshot_interval_s > 0) {
-    host->snapshots_->StartPeriodic(absl::Seconds(options.snapshot_interval_s));
-  }
-  return host;
+  service_->SetTopology(std::move(topology));
 }
 
 ServiceHost::~ServiceHost() { Shutdown(); }

@@ -47,6 +47,11 @@ struct ServiceHostOptions {
   RpcMetrics* rpc_metrics = nullptr;
   // A rank of a sharded trainer: see ServiceOptions::step_cuts. Not owned.
   StepCuts* step_cuts = nullptr;
+  // A rank of a sharded trainer: the owner sets the topology (SetTopology)
+  // once every rank's endpoint is known, and until then Topology answers
+  // UNAVAILABLE, so that no client takes the rank for a whole model. False:
+  // one process, whole tables, from the start.
+  bool topology_from_owner = false;
 };
 
 // The checks Start makes before it touches anything: `listen` by
@@ -80,7 +85,8 @@ class ServiceHost {
 
   // What the Topology RPC answers from now on (DeltaTrackerService::
   // SetTopology). Until called: world size 1, address() as the one
-  // endpoint, and the tracker's tables whole (sizes 0: not known). The
+  // endpoint, and the tracker's tables whole (sizes 0: not known); with
+  // ServiceHostOptions::topology_from_owner, UNAVAILABLE instead. The
   // trainer calls it once its ranks have published their endpoints
   // (trainer/tracking/shard_topology.h). Thread-safe.
   void SetTopology(ServiceTopology topology);
@@ -93,6 +99,9 @@ class ServiceHost {
   void Wait();
 
  private:
+  // What Topology answers until the owner says more: one process, whole
+  // tables of unknown size.
+  void SetOneProcessTopology(const Tracker& tracker);
   ServiceHost() = default;
 
   std::unique_ptr<TrackerSnapshots> snapshots_;

@@ -19,16 +19,19 @@ absl::StatusOr<std::optional<Batch>> RankBatchSource::Next() {
   absl::StatusOr<std::optional<Batch>> global = global_->Next();
   const bool full = global.ok() && global->has_value() &&
                     (*global)->size() == group_->world_size() * batch_size_;
-  const bool go_on = full && (stop_ == nullptr || !stop_->load());
-  absl::StatusOr<int64_t> all =
-      group_->AllReduceMin(go_on ? 1 : 0, "data.next");
+  // The lowest wins: 0 the data ended (or failed), 1 a stop was requested,
+  // 2 go on.
+  const int64_t mine_says =
+      !full ? 0 : (stop_ != nullptr && stop_->load() ? 1 : 2);
+  absl::StatusOr<int64_t> all = group_->AllReduceMin(mine_says, "data.next");
   if (!all.ok()) return all.status();
   if (!global.ok()) return global.status();
-  if (*all == 0) return std::nullopt;
-  absl::StatusOr<Batch> mine =
+  stop_requested_ = *all == 1;
+  if (*all < 2) return std::nullopt;
+  absl::StatusOr<Batch> part =
       RankExamples(**global, group_->rank(), group_->world_size(), batch_size_);
-  if (!mine.ok()) return mine.status();
-  return std::optional<Batch>(*std::move(mine));
+  if (!part.ok()) return part.status();
+  return std::optional<Batch>(*std::move(part));
 }
 
 absl::StatusOr<Batch> RankExamples(const Batch& global, int rank,

@@ -20,7 +20,8 @@ class ProcessGroup;
 // B see, step for step, the examples one process of batch N x B sees.
 //
 // Ranks stop together: every Next() agrees with the other ranks (one
-// all-reduce of one number, "data.next") whether all of them go on. It ends
+// all-reduce of one number, "data.next") whether all of them go on, and if
+// not, whether for a stop request (stop_requested()). It ends
 // (nullopt on every rank) when any rank's source ended, returned a partial
 // global batch (the last batch of a file: dropped, as a data loader with
 // drop_last does, since every rank must train the same number of examples),
@@ -39,12 +40,17 @@ class RankBatchSource : public BatchSource {
 
   // Where the agreement reads the stop request (null: none).
   void set_stop(const std::atomic<bool>* stop) { stop_ = stop; }
+  // Whether the last Next() ended because some rank saw its stop request
+  // (and every rank's data went on): what the ranks that did not see the
+  // signal yet learn from the agreement.
+  bool stop_requested() const { return stop_requested_; }
 
  private:
   std::unique_ptr<BatchSource> global_;
   ProcessGroup* group_;
   int64_t batch_size_;
   const std::atomic<bool>* stop_;
+  bool stop_requested_ = false;
 };
 
 // This rank's examples of a global batch (see RankBatchSource);

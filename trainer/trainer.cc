@@ -189,6 +189,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     // Fan-in reads are served at a step boundary every rank agrees on.
     trainer->step_cuts_ = std::make_unique<StepCuts>(/*stepping=*/true);
     trainer->settings_.service.step_cuts = trainer->step_cuts_.get();
+    // No client may take this rank for the whole model before it knows the
+    // other ranks (SetTopology below).
+    trainer->settings_.service.topology_from_owner = true;
   }
   if (absl::Status status = trainer->RestoreOrStart(); !status.ok()) {
     return status;
@@ -301,6 +304,11 @@ absl::StatusOr<double> Trainer::Evaluate() {
   return Auc(all_scores, all_labels);
 }
 
+bool Trainer::StopAgreed(const std::atomic<bool>& stop) const {
+  return stop.load() ||
+         (rank_source_ != nullptr && rank_source_->stop_requested());
+}
+
 absl::Status Trainer::ServeCuts() {
   if (step_cuts_ == nullptr) return absl::OkStatus();
   absl::StatusOr<int> served =
@@ -372,7 +380,9 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
           absl::StrCat("step ", step_ + 1, ": ", trained.status().message()));
     }
     if (!trained->has_value()) {
-      log_(absl::StrCat("data ended after step ", step_));
+      if (!StopAgreed(stop)) {
+        log_(absl::StrCat("data ended after step ", step_));
+      }
       break;
     }
     const TrainedStep& done = **trained;
@@ -417,7 +427,9 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
   if (rank_source_ != nullptr) rank_source_->set_stop(nullptr);
   // Every rank left the loop after the same step: reads need no cut now.
   std::move(cuts_at_once).Invoke();
-  if (stop.load()) log_(absl::StrCat("stop requested at step ", step_));
+  if (StopAgreed(stop)) {
+    log_(absl::StrCat("stop requested at step ", step_));
+  }
   if (loss_count_ > 0 || progress.steps_this_run == 0) {
     if (absl::Status status = report(); !status.ok()) return status;
   }

@@ -102,6 +102,9 @@ class Trainer {
   // At a step boundary of a sharded trainer that serves its tracker: the
   // consistent cuts every rank holds are read now (ServeAgreedCuts).
   absl::Status ServeCuts();
+  // Whether training stops on request: this process's `stop`, or (several
+  // ranks) another rank's, learned through the per-step agreement.
+  bool StopAgreed(const std::atomic<bool>& stop) const;
   // How long a step boundary holds for the reads of its cuts, at most.
   static constexpr absl::Duration kCutHoldLimit = absl::Seconds(10);
   // The losses summed since the last progress line, averaged over ranks.

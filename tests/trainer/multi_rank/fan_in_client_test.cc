@@ -328,6 +328,21 @@ TEST(MergeRankDeltasTest, RefusesColumnBlocksOfOtherIdsOrMissingColumns) {
             absl::StatusCode::kDataLoss);
 }
 
+TEST(MergeRankDeltasTest, ColumnBlocksFromDifferentStartsAskForAResync) {
+  // Cursors restored from snapshots of different steps: the blocks start at
+  // other batches and carry other IDs. The consumer must read all rows.
+  std::vector<ReceivedDelta> parts =
+      Parts(Block({1, 5}, 0, 2), Block({1, 6}, 2, 2));
+  parts[0].header.set_start_batch(40);
+  parts[1].header.set_start_batch(35);
+  absl::StatusOr<ReceivedDelta> merged =
+      MergeRankDeltas(TwoRanks("t", "COLUMN_WISE"), std::move(parts));
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_TRUE(merged->header.resync_required());
+  EXPECT_TRUE(merged->tables.empty());
+  EXPECT_EQ(merged->header.fqns_size(), 0);
+}
+
 TEST(MergeRankDeltasTest, SortsRowsAndKeepsOneDataParallelRowPerId) {
   auto full = [](std::vector<int64_t> ids, int64_t offset) {
     ReceivedTable table = Block(std::move(ids), offset, 4);
