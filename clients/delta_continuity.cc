@@ -26,10 +26,16 @@ DeltaVerdict ClassifyDelta(const HeldVersion& held, int64_t covered_end,
   }
   if (header.resync_required()) {
     verdict.fit = DeltaFit::kRowsDropped;
-    verdict.reason = absl::StrFormat(
-        "the tracker dropped %d IDs this consumer had not read "
-        "(its memory cap)",
-        header.lost_rows());
+    verdict.reason =
+        header.lost_rows() > 0
+            ? absl::StrFormat(
+                  "the tracker dropped %d IDs this consumer had not read "
+                  "(its memory cap)",
+                  header.lost_rows())
+            : std::string(
+                  "the trainer asks for a resync (a tracker restored behind "
+                  "its model, or ranks whose cursors for this consumer "
+                  "disagree after a restart)");
     return verdict;
   }
   const int64_t covered = std::max(covered_end, held.end_batch);

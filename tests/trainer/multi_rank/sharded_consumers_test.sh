@@ -281,11 +281,31 @@ check_resyncs() {
     [ "$1" = 1 ] ||
       fail "$case: the restart lost batches the predictor held" \
         "($2 > $restored): expected one resync, saw $1"
+  elif [ "$1" = 1 ] && grep 'resync: ' "$DIR/$case/predictor.log" |
+       tail -1 | grep -q 'asks for a resync'; then
+    # Known gap (docs/sharding.md): a commit that reached one rank before
+    # its tracker snapshot and another after leaves the restored ranks'
+    # cursors a read apart; the column-wise table's blocks then carry other
+    # IDs and the merged read asks for one resync, which is correct, if not
+    # needed.
+    echo "$case: one resync the restart did not need (the ranks' cursors" \
+      "restored a commit apart)"
   else
     [ "$1" = 0 ] ||
       fail "$case: the restart lost no batch the predictor held" \
         "($2 <= $restored): expected no resync, saw $1"
   fi
+}
+
+# When the restart restored step $2 behind batch $1 the predictor held,
+# waits up to 30 s for its resync (more than $3 resyncs): it comes with the
+# predictor's reconnect, which may follow the trainer's progress.
+await_resync() {
+  [ "$1" -gt "${2:-0}" ] || return 0
+  for _ in $(seq 300); do
+    [ "$(resyncs "$case")" -gt "$3" ] && return 0
+    sleep 0.1
+  done
 }
 
 # Case 3: a dead rank and the group restarted by hand, the predictor
@@ -309,6 +329,7 @@ run_case3() {
   held=$(held_of_run "$killed_run")
   start_trainer "$case" 2 --max_restarts=1 || return
   wait_batch $(( $(restored_at 'checkpoint .*\(step') + 60 )) 120 || return
+  await_resync "$held" "$(restored_at 'checkpoint .*\(step')" 0
   check_resyncs "$(resyncs "$case")" "$held"
   local step=$restored
 
@@ -335,8 +356,17 @@ run_case3() {
   done
   grep -q 'attempt 1' "$DIR/$case/trainer.log" ||
     { fail "$case: the launcher did not restart the group"; return; }
-  wait_batch $(( step + 200 )) 120 || return
+  # The new attempt's ranks restore (their lines follow 'attempt 1'), train
+  # on, and the predictor follows them (a resync takes it a reconnect).
+  local again=''
+  for _ in $(seq 600); do
+    again=$(restored_at 'checkpoint .*\(step')
+    [ -n "$again" ] && break
+    sleep 0.1
+  done
+  wait_batch $(( ${again:-$step} + 60 )) 120 || return
   held=$(held_of_run "$killed_run")
+  await_resync "$held" "$again" "$before"
   check_resyncs $(( $(resyncs "$case") - before )) "$held"
   stop_and_verify "$case"
   echo "$case: the predictor's resyncs:"
