@@ -1,14 +1,24 @@
 #include "tracker_service/step_cuts.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "base/exclusive_lockable.h"
 
 namespace deltastream {
+namespace {
+
+// A deadline the clock can hold (an infinite one would overflow it).
+std::chrono::system_clock::time_point Bounded(absl::Time deadline) {
+  return absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Hours(24)));
+}
+
+}  // namespace
 
 absl::Status StepCuts::Await(int64_t cut, absl::Time deadline) {
   if (cut == 0) return absl::InvalidArgumentError("cut 0 names no cut");
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   if (!stepping_) {
     cuts_[cut] = State::kOpen;  // Finish erases it
     return absl::OkStatus();
@@ -21,7 +31,8 @@ absl::Status StepCuts::Await(int64_t cut, absl::Time deadline) {
   auto opened = [this, cut]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !stepping_ || cuts_.at(cut) != State::kWaiting;
   };
-  mu_.AwaitWithDeadline(absl::Condition(&opened), deadline);
+  ExclusiveLockable held(mu_);
+  cv_.wait_until(held, Bounded(deadline), opened);
   order_.erase(std::find(order_.begin(), order_.end(), cut));
   if (!opened()) {
     cuts_.erase(cut);
@@ -34,7 +45,7 @@ absl::Status StepCuts::Await(int64_t cut, absl::Time deadline) {
 }
 
 void StepCuts::Finish(int64_t cut) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   auto it = cuts_.find(cut);
   if (it == cuts_.end()) return;
   // Serve() counts and erases what it opened and waits for; a cut read
@@ -42,13 +53,14 @@ void StepCuts::Finish(int64_t cut) {
   // nobody's to wait for.
   if (it->second == State::kOpen && stepping_) {
     it->second = State::kFinished;
+    cv_.notify_all();
   } else {
     cuts_.erase(it);
   }
 }
 
 std::vector<int64_t> StepCuts::Waiting() const {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   std::vector<int64_t> waiting;
   for (int64_t cut : order_) {
     if (waiting.size() == kMaxPerBoundary) break;
@@ -58,7 +70,7 @@ std::vector<int64_t> StepCuts::Waiting() const {
 }
 
 int StepCuts::Serve(absl::Span<const int64_t> cuts, absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   std::vector<int64_t> opened;
   for (int64_t cut : cuts) {
     auto it = cuts_.find(cut);
@@ -67,6 +79,7 @@ int StepCuts::Serve(absl::Span<const int64_t> cuts, absl::Time deadline) {
     opened.push_back(cut);
   }
   if (opened.empty()) return 0;
+  cv_.notify_all();
   auto all_finished = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (int64_t cut : opened) {
       auto it = cuts_.find(cut);
@@ -74,7 +87,8 @@ int StepCuts::Serve(absl::Span<const int64_t> cuts, absl::Time deadline) {
     }
     return true;
   };
-  mu_.AwaitWithDeadline(absl::Condition(&all_finished), deadline);
+  ExclusiveLockable held(mu_);
+  cv_.wait_until(held, Bounded(deadline), all_finished);
   int finished = 0;
   for (int64_t cut : opened) {
     auto it = cuts_.find(cut);
@@ -90,8 +104,9 @@ int StepCuts::Serve(absl::Span<const int64_t> cuts, absl::Time deadline) {
 }
 
 void StepCuts::SetStepping(bool stepping) {
-  absl::MutexLock lock(&mu_);
+  WriterLock lock(&mu_);
   stepping_ = stepping;
+  cv_.notify_all();
   if (stepping) return;
   // Serve waits for none of them now: reads still open finish on their own.
   for (auto it = cuts_.begin(); it != cuts_.end();) {

@@ -1,15 +1,16 @@
 #ifndef DELTASTREAM_TRACKER_SERVICE_STEP_CUTS_H_
 #define DELTASTREAM_TRACKER_SERVICE_STEP_CUTS_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/shared_mutex.h"
 
 namespace deltastream {
 
@@ -66,7 +67,10 @@ class StepCuts {
   // kAbandoned: opened, and Serve stopped waiting for it (its deadline).
   enum class State { kWaiting, kOpen, kFinished, kAbandoned };
 
-  mutable absl::Mutex mu_;
+  // A SharedMutex and condition_variable_any (base/exclusive_lockable.h),
+  // not absl::Mutex: ThreadSanitizer sees them.
+  mutable SharedMutex mu_;
+  std::condition_variable_any cv_;  // signalled on every change of cuts_
   bool stepping_ ABSL_GUARDED_BY(mu_);
   // By cut id; arrival order kept by `order_`.
   std::map<int64_t, State> cuts_ ABSL_GUARDED_BY(mu_);

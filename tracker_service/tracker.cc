@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/torch_status.h"
-#include "tracker_service/exclusive_lockable.h"
+#include "base/exclusive_lockable.h"
 #include "tracker_service/names.h"
 #include "tracker_service/tracker_consumer.h"
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/snapshot.pb.h"
-#include "tracker_service/exclusive_lockable.h"
+#include "base/exclusive_lockable.h"
 
 namespace deltastream {
 

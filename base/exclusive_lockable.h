@@ -1,5 +1,5 @@
-#ifndef DELTASTREAM_TRACKER_SERVICE_EXCLUSIVE_LOCKABLE_H_
-#define DELTASTREAM_TRACKER_SERVICE_EXCLUSIVE_LOCKABLE_H_
+#ifndef DELTASTREAM_BASE_EXCLUSIVE_LOCKABLE_H_
+#define DELTASTREAM_BASE_EXCLUSIVE_LOCKABLE_H_
 
 #include "absl/base/thread_annotations.h"
 #include "base/shared_mutex.h"
@@ -26,4 +26,4 @@ class ExclusiveLockable {
 
 }  // namespace deltastream
 
-#endif  // DELTASTREAM_TRACKER_SERVICE_EXCLUSIVE_LOCKABLE_H_
+#endif  // DELTASTREAM_BASE_EXCLUSIVE_LOCKABLE_H_
