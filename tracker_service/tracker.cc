@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "base/torch_status.h"
 #include "base/exclusive_lockable.h"
+#include "base/torch_status.h"
 #include "tracker_service/names.h"
 #include "tracker_service/tracker_consumer.h"
 

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "proto/snapshot.pb.h"
 #include "base/exclusive_lockable.h"
+#include "proto/snapshot.pb.h"
 
 namespace deltastream {
 
