@@ -21,13 +21,16 @@
 // override the config's fields. Prints "listening on HOST:PORT" on stdout
 // once the service is up (port 0 picks a free one), progress lines on
 // stderr, and a summary on stdout at the end. SIGTERM or SIGINT ends the run
-// after the current step, with a final snapshot and checkpoint. Exit codes:
+// after the current step, with a final snapshot and checkpoint (before
+// training has started: at once, exit code 128 + the signal). Exit codes:
 // 0 done, 1 training failed, 2 bad config or flags.
 #include <signal.h>
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -107,6 +110,54 @@ int LaunchRanks(int argc, char** argv, const sigset_t& signals) {
   return RunLocalRanks(options, signals);
 }
 
+// Watches for SIGTERM and SIGINT (blocked by BlockTerminationSignals) from
+// construction to destruction. Once training has started a signal asks the
+// run to stop after the current step (stop()); before, it ends the process
+// at once with 128 + the signal, as the signal's default action would:
+// nothing is trained and nothing needs saving yet, and a rank waiting for a
+// group that will never form (another rank failed to start) must not hold
+// its launcher until the grace period ends.
+class SignalWatch {
+ public:
+  explicit SignalWatch(const sigset_t& signals)
+      : thread_([this, signals] { Watch(signals); }) {}
+  ~SignalWatch() {
+    done_.store(true);
+    thread_.join();
+  }
+  SignalWatch(const SignalWatch&) = delete;
+  SignalWatch& operator=(const SignalWatch&) = delete;
+
+  void TrainingStarted(std::function<void(const std::string&)> log) {
+    log_ = std::move(log);
+    training_.store(true);
+  }
+  const std::atomic<bool>& stop() const { return stop_; }
+
+ private:
+  void Watch(sigset_t signals) {
+    const timespec tick{0, 100 * 1000 * 1000};
+    while (!done_.load()) {
+      const int signal = sigtimedwait(&signals, nullptr, &tick);
+      if (signal <= 0) continue;
+      if (!training_.load()) {
+        std::fprintf(stderr,
+                     "trainer: signal %d before training started: exiting\n",
+                     signal);
+        std::fflush(stderr);
+        std::_Exit(128 + signal);
+      }
+      log_(absl::StrFormat("signal %d: stopping after this step", signal));
+      stop_.store(true);
+    }
+  }
+
+  std::atomic<bool> done_{false}, training_{false}, stop_{false};
+  // Set before training_ and read only after it.
+  std::function<void(const std::string&)> log_;
+  std::thread thread_;
+};
+
 int Main(int argc, char** argv) {
   KeepHostMemoryForReuse();
   const sigset_t signals = BlockTerminationSignals();
@@ -117,6 +168,7 @@ int Main(int argc, char** argv) {
       std::getenv("RANK") == nullptr) {
     return LaunchRanks(argc, argv, signals);
   }
+  SignalWatch signal_watch(signals);
 
   v1::TrainerConfig config;
   if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
@@ -214,21 +266,9 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  std::atomic<bool> stop{false}, done{false};
-  std::thread stopper([&] {
-    const timespec tick{0, 100 * 1000 * 1000};
-    while (!done.load()) {
-      if (const int signal = sigtimedwait(&signals, nullptr, &tick);
-          signal > 0) {
-        log(absl::StrFormat("signal %d: stopping after this step", signal));
-        stop.store(true);
-      }
-    }
-  });
+  signal_watch.TrainingStarted(log);
   absl::StatusOr<TrainerProgress> progress =
-      (*trainer)->Run(stop, (*trainer)->settings().steps);
-  done.store(true);
-  stopper.join();
+      (*trainer)->Run(signal_watch.stop(), (*trainer)->settings().steps);
   (*trainer)->StopService();
   if (!progress.ok()) {
     return Fail(1, ranked ? absl::StrCat("rank ", rank, ": ",

@@ -7,7 +7,10 @@
 #  3. SIGTERM to the launcher stops both ranks at the same step, cleanly;
 #  4. `deltactl topology` against either rank lists both ranks and every
 #     table's shard, and `deltactl get` through one rank reads every rank's
-#     tables, merged.
+#     tables, merged;
+#  5. a rank that cannot start (its port taken) stops the group at once:
+#     the other rank, still waiting for it, exits on the launcher's SIGTERM
+#     without waiting out the grace period.
 set -u
 TRAINER="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}/trainer/trainer"
 [ -x "$TRAINER" ] || TRAINER=trainer/trainer
@@ -141,6 +144,43 @@ CHECK
 kill -TERM "$launcher"
 wait_launcher 30
 [ "$rc" = 0 ] || fail "served run exited $rc: $(cat "$DIR/served.err")"
+
+# 5. A rank that cannot start: rank 1's port (PORT + 1) is taken.
+python3 - "$DIR/port" <<'HOLD' &
+import socket, sys, time
+for _ in range(100):
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    port = held.getsockname()[1]
+    taken = socket.socket()
+    try:
+        taken.bind(("127.0.0.1", port - 1))  # free: rank 0's
+    except OSError:
+        continue
+    taken.close()
+    held.listen()
+    open(sys.argv[1], "w").write(str(port - 1))
+    time.sleep(120)
+    break
+HOLD
+holder=$!
+for _ in $(seq 100); do [ -s "$DIR/port" ] && break; sleep 0.1; done
+start=$(date +%s)
+"$TRAINER" --config="$DIR/served.txt" --nproc_per_node=2 \
+  --listen="127.0.0.1:$(cat "$DIR/port")" > "$DIR/taken.out" \
+  2> "$DIR/taken.err" &
+launcher=$!
+wait_launcher 60
+elapsed=$(( $(date +%s) - start ))
+kill "$holder" 2> /dev/null
+[ "$rc" = 1 ] || fail "taken port: launcher exited $rc: $(cat "$DIR/taken.err")"
+grep -q 'rank 1 exited with code 2' "$DIR/taken.err" ||
+  fail "taken port: rank 1's failure not named: $(cat "$DIR/taken.err")"
+grep -q 'before training started: exiting' "$DIR/taken.err" ||
+  fail "taken port: rank 0 did not exit on SIGTERM: $(cat "$DIR/taken.err")"
+[ "$elapsed" -lt 20 ] ||
+  fail "taken port: the group took ${elapsed} s to stop (grace period 30 s)"
+echo "a rank that could not start stopped the group in ${elapsed} s"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failed"
