@@ -339,6 +339,22 @@ class Tracker {
   // name or table (see DeltaStore::Import).
   absl::Status RestoreState(TrackerState state) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Every consumer's position and the current batch, without the store's
+  // rows (SaveState's `mode`, `current_batch` and `consumers`; the rest left
+  // at its defaults): cheap, for ranks that agree on cursors
+  // (trainer/cursor_agreement.h).
+  TrackerState SaveConsumers() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets each consumer of `consumers` to that position (adding the ones this
+  // tracker lacks), as ranks agreed it after a restore, and keeps the others.
+  // A cursor never moves back: where a consumer already stands further (a
+  // commit that came in since SaveConsumers), it stays, and pending reads
+  // ending at or before its cursors are dropped. The store's rows are kept;
+  // with delete_on_read, what no consumer needs any more is deleted. The
+  // counters since start (ConsumerStatus::resyncs) count a resync flag that
+  // this sets. InvalidArgument for a bad or repeated name, changing nothing.
+  absl::Status SetConsumers(std::vector<ConsumerState> consumers)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // This run of the tracker: a random id drawn at Create, and the batch the
   // run started at (0, the batch of a restored state, or what the owner
   // marks). Every delta carries both, so that a consumer holding rows newer
@@ -391,6 +407,9 @@ class Tracker {
   // it must resync, and no read it holds uncommitted told it so.
   void MarkLostLocked(Consumer& consumer, int64_t batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SaveState's mode, current batch and consumers.
+  void SaveConsumersLocked(TrackerState& state) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Clear(): the consumer has read everything up to now.
   void MoveToPresentLocked(Consumer& consumer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,6 +1,9 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <memory>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,12 +15,9 @@
 
 namespace deltastream {
 
-TrackerState Tracker::SaveState() const {
-  ReaderLock lock(&mu_);
-  TrackerState state;
+void Tracker::SaveConsumersLocked(TrackerState& state) const {
   state.mode = options_.mode;
   state.current_batch = curr_batch_;
-  state.compact_index = curr_compact_index_;
   for (const auto& [name, consumer] : consumers_) {
     ConsumerState& c = state.consumers.emplace_back();
     c.name = name;
@@ -28,6 +28,91 @@ TrackerState Tracker::SaveState() const {
     c.resync_required = consumer->resync_required;
     c.lost_ids = consumer->lost_ids;
   }
+}
+
+TrackerState Tracker::SaveConsumers() const {
+  ReaderLock lock(&mu_);
+  TrackerState state;
+  SaveConsumersLocked(state);
+  return state;
+}
+
+absl::Status Tracker::SetConsumers(std::vector<ConsumerState> consumers) {
+  std::set<std::string> names;
+  for (const ConsumerState& c : consumers) {
+    if (absl::Status status = ValidateName("consumer name", c.name);
+        !status.ok()) {
+      return status;
+    }
+    if (!names.insert(c.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("consumer '", c.name, "' appears twice"));
+    }
+  }
+  WriterLock lock(&mu_);
+  for (ConsumerState& c : consumers) {
+    std::unique_ptr<Consumer>& consumer = consumers_[c.name];
+    if (consumer == nullptr) {
+      consumer = std::make_unique<Consumer>();
+      consumer->name = c.name;
+    }
+    // The cursors, never moved back (a table read on its own keeps its entry
+    // only while it stands ahead of the consumer's cursor).
+    const int64_t old_cursor = consumer->cursor;
+    absl::flat_hash_map<std::string, int64_t> old_tables =
+        std::move(consumer->table_cursors);
+    consumer->cursor = std::max(old_cursor, c.cursor);
+    consumer->table_cursors.clear();
+    for (const auto& [fqn, cursor] : c.table_cursors) {
+      auto old = old_tables.find(fqn);
+      const int64_t mine = old == old_tables.end() ? old_cursor : old->second;
+      consumer->table_cursors[fqn] = std::max(mine, cursor);
+    }
+    for (const auto& [fqn, cursor] : old_tables) {
+      if (c.table_cursors.count(fqn) == 0) {
+        consumer->table_cursors[fqn] = std::max(cursor, c.cursor);
+      }
+    }
+    for (auto it = consumer->table_cursors.begin();
+         it != consumer->table_cursors.end();) {
+      if (it->second <= consumer->cursor) {
+        consumer->table_cursors.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    // Pending reads: the agreed ones that a cursor has not passed.
+    consumer->pending.clear();
+    for (PendingRead& read : c.pending_reads) {
+      bool covered = true;
+      if (read.fqns.empty()) {
+        covered =
+            read.end <= consumer->cursor &&
+            std::all_of(consumer->table_cursors.begin(),
+                        consumer->table_cursors.end(),
+                        [&](const auto& t) { return read.end <= t.second; });
+      } else {
+        for (const std::string& fqn : read.fqns) {
+          covered = covered && read.end <= CursorOf(*consumer, fqn);
+        }
+      }
+      if (!covered) consumer->pending.push_back(std::move(read));
+    }
+    if (c.resync_required && !consumer->resync_required) ++consumer->resyncs;
+    consumer->resync_required = consumer->resync_required || c.resync_required;
+    consumer->lost_ids = std::max(consumer->lost_ids, c.lost_ids);
+  }
+  // Reads gathered for consumers at one cursor may no longer be shared.
+  shared_reads_.clear();
+  if (options_.delete_on_read) DeleteUnneededLocked();
+  return absl::OkStatus();
+}
+
+TrackerState Tracker::SaveState() const {
+  ReaderLock lock(&mu_);
+  TrackerState state;
+  SaveConsumersLocked(state);
+  state.compact_index = curr_compact_index_;
   state.cap_compactions = cap_compactions_;
   state.cap_drops = cap_drops_;
   state.dropped_ids = dropped_ids_;

@@ -18,6 +18,7 @@
 #include "store/checkpoint_chain.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm/process_group.h"
+#include "trainer/cursor_agreement.h"
 #include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
 #include "trainer/trainer.h"
@@ -126,6 +127,17 @@ absl::Status Trainer::RestoreOrStart() {
   // Consumers that hold rows of later steps (from before a crash) hold
   // changes this run lost: deltas tell them where this run starts.
   tracker_->MarkRunStart(std::min(batch, step_));
+  if (s.group != nullptr && s.group->world_size() > 1) {
+    // A commit (or read, or new consumer) may have reached some ranks before
+    // their snapshot and others after: every rank takes the agreed cursors
+    // before it steps and before Topology lets a client read
+    // (trainer/cursor_agreement.h).
+    absl::StatusOr<CursorAgreement> agreed = AgreeCursors(*tracker_, *s.group);
+    if (!agreed.ok()) return agreed.status();
+    if (agreed->moved + agreed->added + agreed->resync > 0) {
+      log_(DescribeCursorAgreement(*agreed, s.group->world_size()));
+    }
+  }
   return absl::OkStatus();
 }
 
