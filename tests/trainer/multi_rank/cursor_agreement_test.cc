@@ -242,6 +242,83 @@ int RunCase(ProcessGroup& group, const std::string& name) {
   return 3;
 }
 
+ConsumerState Consumer(const std::string& name, int64_t cursor,
+                       std::vector<int64_t> pending_ends = {}) {
+  ConsumerState c;
+  c.name = name;
+  c.cursor = cursor;
+  for (int64_t end : pending_ends) c.pending_reads.push_back({end, {}});
+  return c;
+}
+
+TrackerState Rank(int64_t current_batch, std::vector<ConsumerState> consumers) {
+  TrackerState state;
+  state.current_batch = current_batch;
+  state.consumers = std::move(consumers);
+  return state;
+}
+
+// The rule itself, without processes.
+TEST(AgreeConsumersTest, FurthestServableCursorUnionOfReadsAnyResync) {
+  // Rank 0 committed 4 and read on to 6; rank 1 has neither; "q" is on rank 1
+  // only, at 2, which rank 0 cannot serve; "r" flagged on rank 1 only.
+  ConsumerState r1 = Consumer("r", 7);
+  r1.resync_required = true;
+  r1.lost_ids = 5;
+  const std::vector<TrackerState> ranks = {
+      Rank(7, {Consumer("p", 4, {6}), Consumer("r", 7)}),
+      Rank(7, {Consumer("p", -1, {4}), Consumer("q", 2), r1})};
+  const std::vector<ConsumerState> agreed = AgreeConsumers(ranks);
+  ASSERT_EQ(agreed.size(), 3u);
+  const ConsumerState& p = agreed[0];
+  EXPECT_EQ(p.name, "p");
+  EXPECT_EQ(p.cursor, 4);
+  EXPECT_FALSE(p.resync_required);
+  // The read ending at 6 is no compaction bound on rank 1: dropped.
+  EXPECT_TRUE(p.pending_reads.empty());
+  const ConsumerState& q = agreed[1];
+  EXPECT_EQ(q.cursor, 2);
+  EXPECT_TRUE(q.resync_required);
+  const ConsumerState& r = agreed[2];
+  EXPECT_TRUE(r.resync_required);
+  EXPECT_EQ(r.lost_ids, 5);
+
+  // A table read on its own: the furthest per table; a read pending on both
+  // ranks and past the cursors stays, once.
+  ConsumerState a = Consumer("p", 4, {6});
+  a.table_cursors["t"] = 6;
+  const std::vector<ConsumerState> tables = AgreeConsumers(
+      {Rank(8, {a}), Rank(8, {Consumer("p", 4, {6}), Consumer("s", 6)})});
+  ASSERT_EQ(tables.size(), 2u);
+  EXPECT_EQ(tables[0].cursor, 4);
+  EXPECT_EQ(tables[0].table_cursors.at("t"), 6);
+  ASSERT_EQ(tables[0].pending_reads.size(), 1u);
+  EXPECT_EQ(tables[0].pending_reads[0].end, 6);
+  EXPECT_FALSE(tables[0].resync_required);
+  // "s" at 6, a bound on rank 0 too (p's pending end): no resync.
+  EXPECT_FALSE(tables[1].resync_required);
+}
+
+TEST(SetConsumersTest, NeverMovesACursorBackAndAddsConsumers) {
+  std::unique_ptr<Tracker> tracker = NewTracker();
+  ASSERT_TRUE(RecordBatches(*tracker, 0, 0, 3).ok());
+  ASSERT_TRUE(Read(*tracker, "predictor").ok());
+  ASSERT_TRUE(tracker->Commit("predictor", 3).ok());
+  ASSERT_TRUE(
+      tracker->SetConsumers({Consumer("predictor", 1), Consumer("new", 2)})
+          .ok());
+  const TrackerState state = tracker->SaveConsumers();
+  ASSERT_EQ(state.consumers.size(), 2u);
+  EXPECT_EQ(state.consumers[0].name, "new");
+  EXPECT_EQ(state.consumers[0].cursor, 2);
+  EXPECT_EQ(state.consumers[1].cursor, 3);
+  EXPECT_EQ(tracker->SetConsumers({Consumer("a b", 1)}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tracker->SetConsumers({Consumer("x", 1), Consumer("x", 2)}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tracker->Consumers().size(), 2u);
+}
+
 TEST(CursorAgreementTest, RanksAgreeOnConsumersAfterRestart) {
   const std::vector<RankResult> results =
       RunRanks("commit,consumer,resync", 2, absl::Seconds(120));
