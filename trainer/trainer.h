@@ -90,7 +90,9 @@ class Trainer {
   Trainer() = default;
   // trainer_restore.cc: the latest checkpoint (or settings_.restore_chain),
   // the data fast-forwarded past its steps, the tracker's snapshot and its
-  // batch index in line with the model's step.
+  // batch index in line with the model's step; on several ranks, then the
+  // consumers' cursors agreed with the other ranks (trainer/
+  // cursor_agreement.h), before Topology lets a client read.
   absl::Status RestoreOrStart();
   // Tables (and dense parameters) from settings_.restore_chain.
   absl::Status RestoreFromChain();
