@@ -268,6 +268,9 @@ check_resyncs() {
   tracker_at=$(restored_at 'tracker snapshot .*\(batch')
   echo "$case: group restored at step ${restored:-?} (tracker batch" \
     "${tracker_at:-?}); the predictor held batch $2; $1 resyncs"
+  # What the ranks' cursor agreement changed (nothing when the snapshots
+  # agreed already).
+  grep -o 'cursors agreed.*' "$DIR/$case/trainer.log" | sed "s/^/$case: /"
   if [ -z "$restored" ] || [ -z "$tracker_at" ]; then
     fail "$case: no 'restored' lines: $(grep -i restor "$DIR/$case/trainer.log")"
   elif [ "$tracker_at" != "$restored" ]; then
