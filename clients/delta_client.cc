@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
