@@ -8,6 +8,8 @@
 #include <limits>
 #include <utility>
 
+#include "store/row_gather.h"
+
 namespace deltastream {
 namespace {
 
@@ -617,9 +619,8 @@ UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
   std::vector<const uint8_t*> rows_at;
   UniqueRows rows = SortedRows(state_dtype, &rows_at);
   if (rows.states.defined()) {
-    GatherRows(
-        static_cast<uint8_t*>(rows.states.data_ptr()), rows.size(), row_bytes_,
-        [&rows_at](int64_t i) { return rows_at[i]; }, NothingAhead);
+    RowGather gather(rows.states, std::move(rows_at), row_bytes_, {});
+    gather.Copy(0, gather.rows());
   }
   return rows;
 }
