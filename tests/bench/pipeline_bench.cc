@@ -95,7 +95,7 @@ double PeakRssMb() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) {
+    if (absl::StartsWith(line, "VmHWM:")) {
       int64_t kb = 0;
       std::vector<std::string> parts =
           absl::StrSplit(line, ' ', absl::SkipEmpty());
