@@ -3,7 +3,8 @@
 // training on the CPU: every pipeline, with and without accumulation, on an
 // unsharded model and on a sharded one (one rank, NCCL), and bf16 mixed
 // precision with gradient scaling. Skipped where LibTorch has no CUDA device
-// (the CPU build); run on a GPU machine as docs/pipelines.md describes.
+// (the CPU build), except the check that the CPU path makes no CUDA call;
+// run on a GPU machine as docs/pipelines.md describes.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -18,8 +19,10 @@
 #include "absl/time/time.h"
 #include "tests/trainer/pipeline/pipeline_fixtures.h"
 #include "trainer/comm/process_group.h"
+#include "trainer/pipeline/device_streams.h"
 #include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/pipeline/pipeline_factory.h"
+#include "trainer/sharding/sharded_embedding_modules.h"
 
 namespace deltastream {
 namespace {
@@ -35,6 +38,19 @@ constexpr double kMixedPrecisionTolerance = 5e-3;
 
 const c10::Device kCuda(c10::kCUDA, 0);
 const c10::Device kCpu(c10::kCPU);
+
+// Runs everywhere: on the CPU the stream discipline makes no CUDA call (a
+// CPU-only LibTorch has no CUDA guard implementation: any call would throw).
+TEST(DeviceStreamsTest, OnTheCpuNothingTouchesCuda) {
+  EXPECT_FALSE(SideStream(kCpu).has_value());
+  SynchronizeStream(SideStream(kCpu));
+  const StreamEvent event = StreamEvent::OnCurrentStream(kCpu);
+  event.BlockCurrentStream();
+  StreamEvent().BlockCurrentStream();
+  const testing::Examples examples = testing::MakeExamples(8, 1);
+  RecordOnCurrentStream(testing::MakeBatch(examples, 0, 8));
+  RecordOnCurrentStream(std::vector<DistributedBatch>(1));
+}
 
 class CudaPipelinesTest : public ::testing::Test {
  protected:

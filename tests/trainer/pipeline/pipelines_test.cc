@@ -34,6 +34,7 @@
 #include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/pipeline/pipeline_factory.h"
 #include "trainer/pipeline/sequential_pipeline.h"
+#include "trainer/pipeline/train_step.h"
 #include "trainer/tracking/module_tracking.h"
 
 namespace deltastream {
@@ -119,6 +120,41 @@ TEST(PipelineSwitchTest, SwitchingMidWindowChangesNothing) {
     handover = *std::move(released);
   }
   EXPECT_LT(MaxDifference(*reference->model, *switched.model), kTolerance);
+}
+
+// TrainStep's after_forward (where sparse_dist issues the next batch's
+// input distribution on CUDA) runs after the forward, before backward; its
+// error fails the step before anything changed.
+TEST(TrainStepTest, AfterForwardRunsBeforeBackwardAndItsErrorFailsTheStep) {
+  const Examples examples = MakeExamples(64, 13);
+  Trainable trainable(SparseOptimizerType::kSgd);
+  TrainStep step(trainable.Parts(), 1);
+  const Batch batch = testing::MakeBatch(examples, 0, 64);
+  bool forward_ran = false;
+  bool after_ran = false;
+  absl::StatusOr<TrainedStep> trained = step.Train(
+      batch,
+      [&]() -> absl::StatusOr<at::Tensor> {
+        forward_ran = true;
+        return trainable.model->Forward(batch);
+      },
+      /*ends_window=*/false,
+      [&]() -> absl::Status {
+        after_ran = true;
+        EXPECT_TRUE(forward_ran);
+        for (const at::Tensor& parameter :
+             trainable.model->dense().parameters()) {
+          EXPECT_TRUE(!parameter.grad().defined() ||
+                      parameter.grad().abs().sum().item<double>() == 0);
+        }
+        return absl::UnavailableError("distribution failed");
+      });
+  EXPECT_TRUE(after_ran);
+  EXPECT_EQ(trained.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(step.window_position(), 0);
+  std::unique_ptr<Trainable> untouched =
+      Train(SparseOptimizerType::kSgd, Options("sequential", 1), examples, {});
+  EXPECT_EQ(MaxDifference(*untouched->model, *trainable.model), 0);
 }
 
 TEST(PipelineOptionsTest, RefusesBadOptionsAndMixedPrecisionOnTheCpu) {
