@@ -481,4 +481,12 @@ void Tracker::RequireResync() {
   }
 }
 
+void Tracker::RequireResyncBefore(int64_t batch) {
+  WriterLock lock(&mu_);
+  for (auto& [name, consumer] : consumers_) {
+    // Table cursors stand ahead of the consumer's own: it is the lowest.
+    if (consumer->cursor < batch) MarkLostLocked(*consumer, batch - 1);
+  }
+}
+
 }  // namespace deltastream

@@ -379,6 +379,12 @@ class Tracker {
   // (Delta::resync_required): for a trainer whose model and tracker were
   // restored from different steps, so that changes were never recorded.
   void RequireResync() ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for the consumers whose cursor stands before `batch` (a trainer
+  // whose tracker was restored from an older step than its model: the
+  // steps before `batch` were never recorded, and only a consumer that had
+  // not read through them needs them). Committing a pending read that ends
+  // at or after `batch` ends such a consumer's resync: that read held them.
+  void RequireResyncBefore(int64_t batch) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The feature -> table FQN map and tracked table FQNs.
   const FeatureMap& feature_map() const { return feature_map_; }

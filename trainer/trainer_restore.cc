@@ -113,15 +113,24 @@ absl::Status Trainer::RestoreOrStart() {
   if (from_chain && batch < step_) {
     // A fresh tracker: its batches follow the model's steps.
     while (tracker_->current_batch() < step_) tracker_->Step();
-  } else if (batch != step_) {
-    // Changes of steps between the two were never recorded (or recorded but
-    // lost with the model): no delta can carry them.
+  } else if (batch > step_) {
+    // Lookups of steps the model lost: their recorded rows are not the
+    // model's any more.
     log_(absl::StrFormat(
         "warning: tracker snapshot is at batch %d but the model at step %d; "
-        "the tracker did not record steps %d..%d: every consumer is told to "
-        "resync",
-        batch, step_, std::min(batch, step_), std::max(batch, step_) - 1));
+        "the tracker recorded steps %d..%d that this run trains again: every "
+        "consumer is told to resync",
+        batch, step_, step_, batch - 1));
     tracker_->RequireResync();
+  } else if (batch < step_) {
+    // Changes of steps between the two were never recorded: a consumer
+    // that had not read through them is told to resync (below, once the
+    // ranks agreed on the cursors).
+    log_(absl::StrFormat(
+        "warning: tracker snapshot is at batch %d but the model at step %d; "
+        "the tracker did not record steps %d..%d: consumers that had not "
+        "read through them are told to resync",
+        batch, step_, batch, step_ - 1));
     while (tracker_->current_batch() < step_) tracker_->Step();
   }
   // Consumers that hold rows of later steps (from before a crash) hold
@@ -138,6 +147,10 @@ absl::Status Trainer::RestoreOrStart() {
       log_(DescribeCursorAgreement(*agreed, s.group->world_size()));
     }
   }
+  // After the agreement: a rank whose tracker is behind (it died between
+  // its checkpoint and its snapshot) lacks those steps for a consumer only
+  // when the consumer's agreed cursor lies before them.
+  if (!from_chain && batch < step_) tracker_->RequireResyncBefore(step_);
   return absl::OkStatus();
 }
 

@@ -79,6 +79,45 @@ TEST(TrackerStateTest, PendingReadsSurviveSnapshots) {
   EXPECT_EQ(IdsOf(next, kT1), std::vector<int64_t>{3});
 }
 
+// A trainer whose tracker was restored from an older step than its model
+// (a rank killed between its checkpoint and its snapshot) tells only the
+// consumers that had not read through the unrecorded steps to resync.
+TEST(TrackerStateTest, ResyncBeforeABatchTellsOnlyConsumersBehindIt) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  options.fqns_to_skip = {"ebc"};
+  auto tracker = MakeTracker(options);
+  for (const char* name : {"through", "behind", "pending"}) {
+    ASSERT_TRUE(tracker->AddConsumer(name).ok());
+  }
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1})}}).ok());
+  tracker->Step();
+  const int64_t early = Read(*tracker, "behind").end_batch;
+  ASSERT_TRUE(tracker->Commit("behind", early).ok());
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({2})}}).ok());
+  tracker->Step();
+  const int64_t end = Read(*tracker, "through").end_batch;
+  ASSERT_TRUE(tracker->Commit("through", end).ok());
+  ASSERT_EQ(Read(*tracker, "pending").end_batch, end);  // not committed
+  ASSERT_LT(early, end);
+
+  tracker->RequireResyncBefore(end);
+  auto resync = [&](const std::string& name) {
+    for (const ConsumerStatus& c : tracker->Status().consumers) {
+      if (c.name == name) return c.resync_required;
+    }
+    ADD_FAILURE() << "no consumer " << name;
+    return false;
+  };
+  EXPECT_FALSE(resync("through"));
+  EXPECT_TRUE(resync("behind"));
+  EXPECT_TRUE(resync("default"));  // never read
+  // A read delivered before, ending at the batch, held the missing steps.
+  EXPECT_TRUE(resync("pending"));
+  ASSERT_TRUE(tracker->Commit("pending", end).ok());
+  EXPECT_FALSE(resync("pending"));
+}
+
 TEST(TrackerStateTest, OlderSnapshotsPendingReadIsRestored) {
   // Snapshots written before pending_reads held the newest read only.
   TrackerOptions options;
