@@ -86,12 +86,26 @@ void GatherRows(uint8_t* out, int64_t n, int64_t row_bytes, SrcOf src_of,
 
 void NothingAhead(int64_t) {}
 
+// Bits set in `word`. Without -mpopcnt (the build targets every x86-64 CPU)
+// __builtin_popcountll is a call into libgcc's table lookup; this is a few
+// inline instructions, and the popcnt instruction where the target has it.
+inline int64_t PopCount(uint64_t word) {
+#if defined(__POPCNT__) || !defined(__x86_64__)
+  return __builtin_popcountll(word);
+#else
+  word -= (word >> 1) & 0x5555555555555555ULL;
+  word = (word & 0x3333333333333333ULL) + ((word >> 2) & 0x3333333333333333ULL);
+  word = (word + (word >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+  return static_cast<int64_t>((word * 0x0101010101010101ULL) >> 56);
+#endif
+}
+
 // The place of `id` among the IDs of a bitmap whose words have IDs `rank`
 // below them: the IDs held below it.
 inline int64_t RankOf(const std::vector<int32_t>& rank, const uint64_t* bits,
                       int64_t id) {
   const uint64_t lower = (uint64_t{1} << (id & 63)) - 1;
-  return rank[id >> 6] + __builtin_popcountll(bits[id >> 6] & lower);
+  return rank[id >> 6] + PopCount(bits[id >> 6] & lower);
 }
 
 const uint8_t* NoRow(int64_t) { return nullptr; }
@@ -581,7 +595,7 @@ std::vector<int32_t> RowIndex::WordRanks() const {
   int32_t below = 0;
   for (size_t w = 0; w < held_bits_.size(); ++w) {
     rank[w] = below;
-    below += __builtin_popcountll(held_bits_[w]);
+    below += static_cast<int32_t>(PopCount(held_bits_[w]));
   }
   return rank;
 }
