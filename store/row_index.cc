@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 namespace deltastream {
@@ -33,6 +34,9 @@ constexpr int64_t kSlotPrefetchIds = 16;
 // The same, for loops that do little else per ID: they need to look further
 // ahead to cover a miss.
 constexpr int64_t kTightPrefetchIds = 64;
+// A bitmap up to this size is taken to stay in a core's cache (L2) while a
+// lookup is folded, so its words are not prefetched.
+constexpr int64_t kCachedBitmapBytes = int64_t{1} << 20;
 
 void PrefetchRow(const uint8_t* row, int64_t row_bytes) {
   for (int64_t offset = 0; offset < row_bytes; offset += 64) {
@@ -181,20 +185,28 @@ int64_t RowIndex::AddNewIds(const int64_t* ids, int64_t count, RowAt row_at) {
     uint64_t* bits = held_bits_.data();
     const uint64_t covered = held_bits_.size() * 64;
     int64_t added = 0;
-    for (; i < count; ++i) {
-      if (i + kTightPrefetchIds < count) {
-        const auto ahead = static_cast<uint64_t>(ids[i + kTightPrefetchIds]);
-        if (ahead < covered) __builtin_prefetch(&bits[ahead >> 6]);
+    auto fold = [&](auto prefetch) {
+      for (; i < count; ++i) {
+        if (prefetch && i + kTightPrefetchIds < count) {
+          const auto ahead = static_cast<uint64_t>(ids[i + kTightPrefetchIds]);
+          if (ahead < covered) __builtin_prefetch(&bits[ahead >> 6]);
+        }
+        const int64_t id = ids[i];
+        if (static_cast<uint64_t>(id) >= covered) break;
+        uint64_t& word = bits[id >> 6];
+        const uint64_t bit = uint64_t{1} << (id & 63);
+        const int64_t is_new = (word & bit) == 0;
+        word |= bit;
+        out_ids[added] = id;
+        if (with_rows) out_rows[added] = row_at(i);
+        added += is_new;
       }
-      const int64_t id = ids[i];
-      if (static_cast<uint64_t>(id) >= covered) break;
-      uint64_t& word = bits[id >> 6];
-      const uint64_t bit = uint64_t{1} << (id & 63);
-      const int64_t is_new = (word & bit) == 0;
-      word |= bit;
-      out_ids[added] = id;
-      if (with_rows) out_rows[added] = row_at(i);
-      added += is_new;
+    };
+    // A bitmap that fits the core's cache needs no prefetch.
+    if (static_cast<int64_t>(covered / 8) > kCachedBitmapBytes) {
+      fold(std::true_type());
+    } else {
+      fold(std::false_type());
     }
     rows_ += added;
     ids_.resize(rows_);
@@ -668,12 +680,18 @@ UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
     }
     return rows;
   }
-  if (direct_) {  // an ID's place in the result is its rank in the bitmap
-    slot_at.resize(n);
+  if (direct_) {
+    // An ID's place in the result is its rank in the bitmap: each slot's row
+    // is placed there first, so that the copy reads its sources in order.
+    SlotVector<const uint8_t*> rows_at(n);
     const std::vector<int32_t> rank = WordRanks();
     for (int64_t slot = 0; slot < n; ++slot) {
-      slot_at[RankOf(rank, held_bits_.data(), ids_[slot])] = slot;
+      rows_at[RankOf(rank, held_bits_.data(), ids_[slot])] = row_of_[slot];
     }
+    GatherRows(
+        out, n, row_bytes_, [&rows_at](int64_t i) { return rows_at[i]; },
+        NothingAhead);
+    return rows;
   }
   GatherRows(
       out, n, row_bytes_, [&](int64_t i) { return row_of_[slot_at[i]]; },
