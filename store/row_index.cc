@@ -90,13 +90,29 @@ void GatherRows(uint8_t* out, int64_t n, int64_t row_bytes, SrcOf src_of,
 
 void NothingAhead(int64_t) {}
 
+#if defined(__x86_64__) && !defined(__POPCNT__)
+// Whether the CPU has the popcnt instruction (every x86-64 CPU since about
+// 2008 does, but the build targets them all).
+const bool kCpuHasPopcnt = [] {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("popcnt") != 0;
+}();
+#endif
+
 // Bits set in `word`. Without -mpopcnt (the build targets every x86-64 CPU)
-// __builtin_popcountll is a call into libgcc's table lookup; this is a few
-// inline instructions, and the popcnt instruction where the target has it.
+// __builtin_popcountll is a call into libgcc's table lookup: this uses the
+// popcnt instruction where the CPU has one (a predictable branch), else a few
+// inline instructions. Reads rank every ID they place (last mode: every ID
+// recorded), where popcnt saves about 1 ms in 983k.
 inline int64_t PopCount(uint64_t word) {
 #if defined(__POPCNT__) || !defined(__x86_64__)
   return __builtin_popcountll(word);
 #else
+  if (kCpuHasPopcnt) {
+    uint64_t count;
+    asm("popcnt %1, %0" : "=r"(count) : "r"(word) : "cc");
+    return static_cast<int64_t>(count);
+  }
   word -= (word >> 1) & 0x5555555555555555ULL;
   word = (word & 0x3333333333333333ULL) + ((word >> 2) & 0x3333333333333333ULL);
   word = (word + (word >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
