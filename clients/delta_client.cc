@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -395,6 +396,92 @@ absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
   }
   if (absl::Status s = ToStatus(reader->Finish()); !s.ok()) return s;
   return delta;
+}
+
+namespace {
+
+// One stream of GetDeltaFromEach.
+struct ReadOfEach {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientAsyncReader<grpc::ByteBuffer>> reader;
+  grpc::ByteBuffer chunk;
+  ReceivedDelta delta;
+  bool last = false;
+  absl::Status malformed;  // a chunk AddDeltaChunk refused
+  grpc::Status finished;
+};
+
+// What completed on GetDeltaFromEach's queue: the tag is a stream's index
+// times kSteps plus the step.
+enum class ReadStep : uintptr_t { kStarted, kChunk, kFinished };
+constexpr uintptr_t kSteps = 3;
+
+void* Tag(size_t stream, ReadStep step) {
+  return reinterpret_cast<void*>(stream * kSteps +
+                                 static_cast<uintptr_t>(step));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
+    absl::Span<DeltaClient* const> clients, const v1::GetDeltaRequest& request,
+    size_t* failed) {
+  grpc::CompletionQueue queue;
+  std::vector<ReadOfEach> reads(clients.size());
+  for (size_t i = 0; i < clients.size(); ++i) {
+    const DeltaClient& client = *clients[i];
+    client.Prepare(reads[i].context, CallKind::kStream);
+    reads[i].reader.reset(
+        grpc::internal::ClientAsyncReaderFactory<grpc::ByteBuffer>::Create(
+            client.channel_.get(), &queue,
+            grpc::internal::RpcMethod(
+                kGetDelta, grpc::internal::RpcMethod::SERVER_STREAMING,
+                client.channel_),
+            &reads[i].context, request, /*start=*/true,
+            Tag(i, ReadStep::kStarted)));
+  }
+  absl::Status error;
+  size_t streams_open = clients.size();
+  void* tag = nullptr;
+  bool ok = false;
+  while (streams_open > 0 && queue.Next(&tag, &ok)) {
+    const uintptr_t value = reinterpret_cast<uintptr_t>(tag);
+    const size_t i = value / kSteps;
+    ReadOfEach& read = reads[i];
+    const ReadStep step = static_cast<ReadStep>(value % kSteps);
+    if (step == ReadStep::kFinished) {
+      --streams_open;
+      absl::Status status = read.malformed.ok()
+                                ? clients[i]->ToStatus(read.finished)
+                                : read.malformed;
+      if (!status.ok() && error.ok()) {
+        error = std::move(status);
+        if (failed != nullptr) *failed = i;
+        for (ReadOfEach& other : reads) other.context.TryCancel();
+      }
+      continue;
+    }
+    if (step == ReadStep::kChunk && ok) {
+      read.malformed = AddDeltaChunk(read.chunk, read.delta, &read.last);
+      if (!read.malformed.ok()) {
+        read.context.TryCancel();
+        ok = false;
+      }
+    }
+    if (ok) {
+      read.reader->Read(&read.chunk, Tag(i, ReadStep::kChunk));
+    } else {
+      read.reader->Finish(&read.finished, Tag(i, ReadStep::kFinished));
+    }
+  }
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  if (!error.ok()) return error;
+  std::vector<ReceivedDelta> deltas;
+  deltas.reserve(reads.size());
+  for (ReadOfEach& read : reads) deltas.push_back(std::move(read.delta));
+  return deltas;
 }
 
 absl::Status DeltaClient::Subscribe(

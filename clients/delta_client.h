@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "proto/tracker.grpc.pb.h"
 
 namespace deltastream {
@@ -165,6 +166,16 @@ class DeltaClient final : public TrackerClient {
 
   absl::StatusOr<ReceivedDelta> GetDelta(
       const v1::GetDeltaRequest& request) override;
+  // Reads `request` from every one of `clients` at once, as GetDelta reads
+  // from one, all on the calling thread (one completion queue drives every
+  // stream: no thread per client). The deltas in the order of `clients`; or
+  // the error of the first read to fail, as GetDelta would return it, with
+  // `*failed` (when not null) set to that client's index: the other reads
+  // are cancelled then, and this returns once every stream has ended.
+  // `clients` are not owned and must outlive the call.
+  static absl::StatusOr<std::vector<ReceivedDelta>> GetDeltaFromEach(
+      absl::Span<DeltaClient* const> clients,
+      const v1::GetDeltaRequest& request, size_t* failed = nullptr);
   absl::Status Subscribe(const v1::SubscribeRequest& request,
                          const std::function<bool(ReceivedDelta&&)>& on_delta,
                          Subscription* subscription = nullptr) override;

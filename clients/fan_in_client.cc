@@ -471,28 +471,27 @@ absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
     const v1::GetDeltaRequest& request) {
   v1::GetDeltaRequest at_cut = request;
   if (at_cut.cut() == 0) at_cut.set_cut(NewCut());
-  std::vector<absl::StatusOr<ReceivedDelta>> results =
-      OnEveryRank<absl::StatusOr<ReceivedDelta>>(
-          ranks->clients,
-          [&](DeltaClient& rank) { return rank.GetDelta(at_cut); });
-  for (size_t r = 0; r < results.size(); ++r) {
-    if (!results[r].ok()) {
-      return RankError(ranks, static_cast<int>(r), results[r].status());
-    }
+  std::vector<DeltaClient*> clients;
+  for (const std::unique_ptr<DeltaClient>& client : ranks->clients) {
+    clients.push_back(client.get());
   }
-  std::vector<ReceivedDelta> parts;
-  for (size_t r = 0; r < results.size(); ++r) {
-    if (results[r]->header.end_batch() != results[0]->header.end_batch()) {
+  size_t failed = 0;
+  absl::StatusOr<std::vector<ReceivedDelta>> parts =
+      DeltaClient::GetDeltaFromEach(clients, at_cut, &failed);
+  if (!parts.ok()) {
+    return RankError(ranks, static_cast<int>(failed), parts.status());
+  }
+  for (size_t r = 1; r < parts->size(); ++r) {
+    if ((*parts)[r].header.end_batch() != (*parts)[0].header.end_batch()) {
       return absl::AbortedError(absl::StrCat(
-          "rank 0's part ends at batch ", results[0]->header.end_batch(),
-          ", rank ", r, "'s at ", results[r]->header.end_batch(),
+          "rank 0's part ends at batch ", (*parts)[0].header.end_batch(),
+          ", rank ", r, "'s at ", (*parts)[r].header.end_batch(),
           ": not one cut (a trainer whose ranks do not hold at step "
           "boundaries?)"));
     }
   }
-  for (auto& result : results) parts.push_back(*std::move(result));
   absl::StatusOr<ReceivedDelta> merged =
-      MergeRankDeltas(ranks->topology, std::move(parts));
+      MergeRankDeltas(ranks->topology, *std::move(parts));
   if (!merged.ok()) return merged.status();
   absl::MutexLock lock(&mu_);
   if (!last_run_id_.empty() && merged->header.run_id() != last_run_id_ &&
@@ -600,15 +599,15 @@ absl::StatusOr<std::vector<std::string>> FanInClient::ListConsumers() {
   return list;
 }
 
-namespace {
-
-// AddConsumer or RemoveConsumer on every rank: `benign` (AlreadyExists,
-// NotFound) from some ranks is what an earlier, partly failed call left;
-// from every rank it is the answer.
-absl::StatusOr<std::vector<std::string>> ChangeConsumers(
-    std::vector<absl::StatusOr<std::vector<std::string>>> results,
-    absl::StatusCode benign,
-    const std::function<absl::Status(int, const absl::Status&)>& rank_error) {
+absl::StatusOr<std::vector<std::string>> FanInClient::ChangeConsumers(
+    const std::function<absl::StatusOr<std::vector<std::string>>(DeltaClient&)>&
+        call,
+    absl::StatusCode benign) {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  std::vector<absl::StatusOr<std::vector<std::string>>> results =
+      OnEveryRank<absl::StatusOr<std::vector<std::string>>>((*ranks)->clients,
+                                                            call);
   int benign_ranks = 0;
   for (size_t r = 0; r < results.size(); ++r) {
     if (results[r].ok()) continue;
@@ -616,7 +615,7 @@ absl::StatusOr<std::vector<std::string>> ChangeConsumers(
       ++benign_ranks;
       continue;
     }
-    return rank_error(static_cast<int>(r), results[r].status());
+    return RankError(*ranks, static_cast<int>(r), results[r].status());
   }
   if (benign_ranks == static_cast<int>(results.size())) {
     return results[0].status();
@@ -627,30 +626,18 @@ absl::StatusOr<std::vector<std::string>> ChangeConsumers(
   return results[0].status();
 }
 
-}  // namespace
-
 absl::StatusOr<std::vector<std::string>> FanInClient::AddConsumer(
     const std::string& consumer) {
-  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
-  if (!ranks.ok()) return ranks.status();
   return ChangeConsumers(
-      OnEveryRank<absl::StatusOr<std::vector<std::string>>>(
-          (*ranks)->clients,
-          [&](DeltaClient& rank) { return rank.AddConsumer(consumer); }),
-      absl::StatusCode::kAlreadyExists,
-      [&](int r, const absl::Status& s) { return RankError(*ranks, r, s); });
+      [&](DeltaClient& rank) { return rank.AddConsumer(consumer); },
+      absl::StatusCode::kAlreadyExists);
 }
 
 absl::StatusOr<std::vector<std::string>> FanInClient::RemoveConsumer(
     const std::string& consumer) {
-  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
-  if (!ranks.ok()) return ranks.status();
   return ChangeConsumers(
-      OnEveryRank<absl::StatusOr<std::vector<std::string>>>(
-          (*ranks)->clients,
-          [&](DeltaClient& rank) { return rank.RemoveConsumer(consumer); }),
-      absl::StatusCode::kNotFound,
-      [&](int r, const absl::Status& s) { return RankError(*ranks, r, s); });
+      [&](DeltaClient& rank) { return rank.RemoveConsumer(consumer); },
+      absl::StatusCode::kNotFound);
 }
 
 absl::StatusOr<v1::StatusResponse> FanInClient::MergedStatus(

@@ -73,10 +73,12 @@ class FanInClient final : public TrackerClient {
       const std::string& target, ClientOptions options = {});
 
   // Sends `request` to every rank at once, at one cut, and merges the
-  // answers (see the class comment). The first rank's error, naming the
-  // rank, when a read fails; DataLoss, naming the table, when the parts do
-  // not fit together; Aborted when the parts end at different batches (a
-  // trainer without consistent cuts).
+  // answers (see the class comment). The ranks' streams are all read on the
+  // calling thread (DeltaClient::GetDeltaFromEach). The error of the first
+  // rank whose read fails, naming the rank (the other ranks' reads are
+  // cancelled then); DataLoss, naming the table, when the parts do not fit
+  // together; Aborted when the parts end at different batches (a trainer
+  // without consistent cuts).
   absl::StatusOr<ReceivedDelta> GetDelta(
       const v1::GetDeltaRequest& request) override;
   absl::Status Subscribe(const v1::SubscribeRequest& request,
@@ -128,6 +130,15 @@ class FanInClient final : public TrackerClient {
   absl::StatusOr<ReceivedDelta> ReadAtCut(
       const std::shared_ptr<const Ranks>& ranks,
       const v1::GetDeltaRequest& request);
+  // `call` (AddConsumer or RemoveConsumer) on every rank: `benign`
+  // (AlreadyExists, NotFound) from some ranks is what an earlier, partly
+  // failed call left, and is passed over; from every rank it is the answer.
+  // Otherwise the first other error, naming its rank, or the list of the
+  // first rank that answered with one.
+  absl::StatusOr<std::vector<std::string>> ChangeConsumers(
+      const std::function<
+          absl::StatusOr<std::vector<std::string>>(DeltaClient&)>& call,
+      absl::StatusCode benign);
   // `call` on every rank, the answers merged (Status, Compact, Clear).
   absl::StatusOr<v1::StatusResponse> MergedStatus(
       const std::function<absl::StatusOr<v1::StatusResponse>(DeltaClient&)>&

@@ -299,10 +299,21 @@ void DeltaStore::ReleaseRecorded() {
 
 UniqueRows DeltaStore::UniqueRowsIn(const Table& table, int64_t from_idx,
                                     int64_t to_idx) const {
+  DeferredRows deferred = DeferredRowsIn(table, from_idx, to_idx);
+  if (deferred.gather != nullptr) {
+    deferred.gather->Copy(0, deferred.gather->rows());
+  }
+  return std::move(deferred.rows);
+}
+
+DeltaStore::DeferredRows DeltaStore::DeferredRowsIn(const Table& table,
+                                                    int64_t from_idx,
+                                                    int64_t to_idx) const {
+  DeferredRows result;
   auto first = table.LowerBound(from_idx);
   auto last = std::max(first, table.LowerBound(to_idx));
   if (first == last) {
-    UniqueRows empty;
+    UniqueRows& empty = result.rows;
     empty.ids =
         at::empty({0}, at::TensorOptions(at::kLong).device(table.device));
     if (mode_ != UpdateMode::kNone) {
@@ -310,7 +321,7 @@ UniqueRows DeltaStore::UniqueRowsIn(const Table& table, int64_t from_idx,
           at::empty({0, table.state_dim},
                     at::TensorOptions(table.state_dtype).device(table.device));
     }
-    return empty;
+    return result;
   }
   if (!table.device.is_cpu()) {
     std::vector<at::Tensor> ids, states;
@@ -318,13 +329,22 @@ UniqueRows DeltaStore::UniqueRowsIn(const Table& table, int64_t from_idx,
       ids.push_back(it->ids);
       if (mode_ != UpdateMode::kNone) states.push_back(it->states);
     }
-    return UniqueRowsOf(ids, states, mode_);
+    result.rows = UniqueRowsOf(ids, states, mode_);
+    return result;
   }
+  std::vector<const uint8_t*> rows_at;
   if (last - first == 1 && first->rows) {
-    return first->rows->ToUniqueRows(table.state_dtype);
+    result.rows = first->rows->SortedRows(table.state_dtype, &rows_at);
+    if (result.rows.states.defined()) {
+      result.gather = std::make_unique<RowGather>(
+          result.rows.states, std::move(rows_at), first->rows->row_bytes(),
+          std::vector<at::Tensor>());
+    }
+    return result;
   }
-  // The lookups outlive this read (the reader lock is held): index their rows
-  // where they are and copy each kept one once, into the result.
+  // The lookups outlive this read (the reader lock is held; a deferred copy
+  // comes before any change): index their rows where they are and copy each
+  // kept one once, into the result.
   RowIndex index(mode_, table.row_bytes(), RowIndex::Rows::kBorrowed);
   std::vector<at::Tensor> borrowed;
   for (auto it = first; it != last; ++it) {
@@ -334,7 +354,13 @@ UniqueRows DeltaStore::UniqueRowsIn(const Table& table, int64_t from_idx,
       FoldRecorded(index, it->ids, it->states, &borrowed);
     }
   }
-  return index.ToUniqueRows(table.state_dtype);
+  result.rows = index.SortedRows(table.state_dtype, &rows_at);
+  if (result.rows.states.defined()) {
+    result.gather =
+        std::make_unique<RowGather>(result.rows.states, std::move(rows_at),
+                                    index.row_bytes(), std::move(borrowed));
+  }
+  return result;
 }
 
 std::map<std::string, UniqueRows> DeltaStore::GetUnique(int64_t from_idx,
@@ -356,6 +382,16 @@ absl::StatusOr<UniqueRows> DeltaStore::GetUniqueTable(absl::string_view fqn,
     return absl::NotFoundError(absl::StrCat("no table '", fqn, "' in store"));
   }
   return UniqueRowsIn(*table, from_idx, to_idx);
+}
+
+absl::StatusOr<DeltaStore::DeferredRows> DeltaStore::GetUniqueTableDeferred(
+    absl::string_view fqn, int64_t from_idx, int64_t to_idx) const {
+  ReaderLock lock(&mu_);
+  const Table* table = FindTable(fqn);
+  if (table == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no table '", fqn, "' in store"));
+  }
+  return DeferredRowsIn(*table, from_idx, to_idx);
 }
 
 std::vector<std::string> DeltaStore::Fqns() const {

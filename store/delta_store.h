@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/shared_mutex.h"
+#include "store/row_gather.h"
 #include "store/row_index.h"
 #include "store/unique_rows.h"
 #include "store/update_mode.h"
@@ -173,6 +174,21 @@ class DeltaStore {
                                             int64_t to_idx = kNoEnd) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // GetUniqueTable's rows with their states still to be copied: `rows.ids`
+  // complete and `rows.states` allocated, which `gather` fills (null when
+  // `rows` is complete already: no states, no rows, a device table). The
+  // gather reads the table's memory without the store's lock: the caller
+  // finishes it (RowGather::Copy of every row) before anything changes that
+  // table (Append, Compact*, Delete*, Clear, ReleaseRecorded, Import), and
+  // then the rows equal GetUniqueTable's.
+  struct DeferredRows {
+    UniqueRows rows;
+    std::unique_ptr<RowGather> gather;
+  };
+  absl::StatusOr<DeferredRows> GetUniqueTableDeferred(
+      absl::string_view fqn, int64_t from_idx, int64_t to_idx = kNoEnd) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Known table FQNs, sorted.
   std::vector<std::string> Fqns() const ABSL_LOCKS_EXCLUDED(mu_);
   // Batch indices of a table's lookups, in order (empty for an unknown FQN).
@@ -212,6 +228,9 @@ class DeltaStore {
   void RecountLocked(Table& table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   UniqueRows UniqueRowsIn(const Table& table, int64_t from_idx,
                           int64_t to_idx) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  DeferredRows DeferredRowsIn(const Table& table, int64_t from_idx,
+                              int64_t to_idx) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   Table* FindTable(absl::string_view fqn) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const UpdateMode mode_;

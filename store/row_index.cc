@@ -9,6 +9,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "store/row_gather.h"
+
 namespace deltastream {
 namespace {
 
@@ -656,6 +658,17 @@ void RowIndex::KeptRows(std::vector<const uint8_t*>& rows_at) const {
 }
 
 UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
+  std::vector<const uint8_t*> rows_at;
+  UniqueRows rows = SortedRows(state_dtype, &rows_at);
+  if (rows.states.defined()) {
+    RowGather gather(rows.states, std::move(rows_at), row_bytes_, {});
+    gather.Copy(0, gather.rows());
+  }
+  return rows;
+}
+
+UniqueRows RowIndex::SortedRows(at::ScalarType state_dtype,
+                                std::vector<const uint8_t*>* rows_at) const {
   const int64_t n = size();
   UniqueRows rows;
   rows.ids = at::empty({n}, at::kLong);
@@ -677,41 +690,40 @@ UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
       slot_at[i] = order[i].second;
     }
   }
+  rows_at->clear();
   if (row_bytes_ == 0) return rows;
 
   const int64_t element_size = c10::elementSize(state_dtype);
   rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
-  auto* out = static_cast<uint8_t*>(rows.states.data_ptr());
+  // Row i's pointer, from slot_at (hashed mode): the slots lie in any order.
+  auto by_slot = [&](const auto& of_slot) {
+    rows_at->resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kTightPrefetchIds < n) {
+        __builtin_prefetch(&of_slot[slot_at[i + kTightPrefetchIds]]);
+      }
+      (*rows_at)[i] = of_slot[slot_at[i]];
+    }
+  };
   if (!runs_.empty()) {  // kLast: the latest rows, by position or slot
-    std::vector<const uint8_t*> rows_at;
-    KeptRows(rows_at);
     if (direct_) {
-      GatherRows(
-          out, n, row_bytes_, [&rows_at](int64_t i) { return rows_at[i]; },
-          NothingAhead);
+      KeptRows(*rows_at);
     } else {
-      GatherRows(
-          out, n, row_bytes_, [&](int64_t i) { return rows_at[slot_at[i]]; },
-          [&](int64_t i) { __builtin_prefetch(&rows_at[slot_at[i]]); });
+      std::vector<const uint8_t*> of_slot;
+      KeptRows(of_slot);
+      by_slot(of_slot);
     }
     return rows;
   }
-  if (direct_) {
-    // An ID's place in the result is its rank in the bitmap: each slot's row
-    // is placed there first, so that the copy reads its sources in order.
-    SlotVector<const uint8_t*> rows_at(n);
+  if (direct_) {  // an ID's place in the result is its rank in the bitmap
+    rows_at->resize(n);
     const std::vector<int32_t> rank = WordRanks();
     for (int64_t slot = 0; slot < n; ++slot) {
-      rows_at[RankOf(rank, held_bits_.data(), ids_[slot])] = row_of_[slot];
+      (*rows_at)[RankOf(rank, held_bits_.data(), ids_[slot])] = row_of_[slot];
     }
-    GatherRows(
-        out, n, row_bytes_, [&rows_at](int64_t i) { return rows_at[i]; },
-        NothingAhead);
     return rows;
   }
-  GatherRows(
-      out, n, row_bytes_, [&](int64_t i) { return row_of_[slot_at[i]]; },
-      [&](int64_t i) { __builtin_prefetch(&row_of_[slot_at[i]]); });
+  by_slot(row_of_);
   return rows;
 }
 

@@ -102,6 +102,13 @@ class RowIndex {
   // dtype `state_dtype` (dim = row_bytes / element size), undefined in kNone.
   // Copies each state row once, into the result.
   UniqueRows ToUniqueRows(at::ScalarType state_dtype) const;
+  // ToUniqueRows without the copy: `ids` as ToUniqueRows gives them and
+  // `states` allocated but not written (undefined in kNone); (*rows_at)[i]
+  // points at the state row of ids[i] where the index holds it (left empty in
+  // kNone). The pointers stay valid while this index is unchanged and, for a
+  // borrowing index, while what it borrows is.
+  UniqueRows SortedRows(at::ScalarType state_dtype,
+                        std::vector<const uint8_t*>* rows_at) const;
 
  private:
   // Allocates like std::allocator but leaves elements that a vector grows by

@@ -341,7 +341,8 @@ grpc::Status DeltaTrackerService::Step(grpc::ServerContext* context,
 grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
                                              const Delta& delta,
                                              const v1::GetDeltaRequest& request,
-                                             ChunkSink& sink) {
+                                             ChunkSink& sink,
+                                             StatesFill* fill) {
   const int64_t chunk_bytes = ChunkBytes(request);
   v1::DeltaChunk chunk;
   v1::DeltaHeader* header = chunk.mutable_header();
@@ -388,6 +389,7 @@ grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
     do {
       if (context->IsCancelled()) return kClientGone;
       const int64_t n = std::min(rows_per_chunk, rows - offset);
+      if (fill != nullptr) fill->AwaitRows(fqn, offset + n);
       chunk.set_fqn(fqn);
       chunk.set_row_offset(offset);
       chunk.set_table_rows(rows);
@@ -431,7 +433,8 @@ grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
 
 grpc::Status DeltaTrackerService::ServeDelta(grpc::ServerContext* context,
                                              const v1::GetDeltaRequest& request,
-                                             ChunkSink& sink) {
+                                             ChunkSink& sink,
+                                             bool fill_while_sending) {
   return Guarded([&]() -> grpc::Status {
     if (grpc::Status s = Authorize(context, Action::kRead, request.consumer());
         !s.ok()) {
@@ -439,22 +442,28 @@ grpc::Status DeltaTrackerService::ServeDelta(grpc::ServerContext* context,
     }
     absl::StatusOr<DeltaRequest> read = ToDeltaRequest(request);
     if (!read.ok()) return ToGrpcStatus(read.status());
-    absl::StatusOr<Delta> delta = ReadAtCut(context, request.cut(), *read);
+    std::unique_ptr<StatesFill> fill;
+    absl::StatusOr<Delta> delta = ReadAtCut(
+        context, request.cut(), *read, fill_while_sending ? &fill : nullptr);
     if (!delta.ok()) return ToGrpcStatus(delta.status());
-    return WriteDelta(context, *delta, request, sink);
+    return WriteDelta(context, *delta, request, sink, fill.get());
   });
 }
 
 absl::StatusOr<Delta> DeltaTrackerService::ReadAtCut(
-    grpc::ServerContext* context, int64_t cut, const DeltaRequest& read) {
-  if (cut == 0 || options_.step_cuts == nullptr)
-    return tracker_->GetDelta(read);
+    grpc::ServerContext* context, int64_t cut, const DeltaRequest& read,
+    std::unique_ptr<StatesFill>* fill) {
+  auto get_delta = [&] {
+    return fill != nullptr ? tracker_->GetDeltaFilling(read, fill)
+                           : tracker_->GetDelta(read);
+  };
+  if (cut == 0 || options_.step_cuts == nullptr) return get_delta();
   const absl::Time deadline = std::min(absl::FromChrono(context->deadline()),
                                        absl::Now() + kCutWaitWithoutDeadline);
   if (absl::Status s = options_.step_cuts->Await(cut, deadline); !s.ok()) {
     return s;
   }
-  absl::StatusOr<Delta> delta = tracker_->GetDelta(read);
+  absl::StatusOr<Delta> delta = get_delta();
   options_.step_cuts->Finish(cut);
   return delta;
 }
@@ -463,7 +472,7 @@ grpc::Status DeltaTrackerService::GetDelta(
     grpc::ServerContext* context, const v1::GetDeltaRequest* request,
     grpc::ServerWriter<v1::DeltaChunk>* writer) {
   MessageSink sink(writer);
-  return ServeDelta(context, *request, sink);
+  return ServeDelta(context, *request, sink, /*fill_while_sending=*/false);
 }
 
 grpc::Status DeltaTrackerService::StreamDelta(
@@ -475,7 +484,7 @@ grpc::Status DeltaTrackerService::StreamDelta(
                         "no readable GetDelta request");
   }
   ByteSink sink(stream);
-  return ServeDelta(context, request, sink);
+  return ServeDelta(context, request, sink, /*fill_while_sending=*/true);
 }
 
 grpc::Status DeltaTrackerService::Subscribe(
@@ -519,7 +528,8 @@ grpc::Status DeltaTrackerService::Subscribe(
       push.include_dense = next.include_dense;
       absl::StatusOr<Delta> delta = tracker_->GetDelta(push);
       if (!delta.ok()) return ToGrpcStatus(delta.status());
-      if (grpc::Status s = WriteDelta(context, *delta, read_request, sink);
+      if (grpc::Status s =
+              WriteDelta(context, *delta, read_request, sink, nullptr);
           !s.ok()) {
         return s;
       }

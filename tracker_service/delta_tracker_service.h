@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -136,17 +137,25 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   grpc::Status StreamDelta(
       grpc::ServerContext* context,
       grpc::ServerSplitStreamer<v1::GetDeltaRequest, grpc::ByteBuffer>* stream);
-  // Reads the delta `request` asks for and writes it to `sink`.
   // The tracker's read of `read`, at `cut`'s step boundary when the
   // service has StepCuts and `cut` is nonzero (ServiceOptions::step_cuts).
+  // With `fill`, a filling read (Tracker::GetDeltaFilling) whose copies
+  // `*fill` follows.
   absl::StatusOr<Delta> ReadAtCut(grpc::ServerContext* context, int64_t cut,
-                                  const DeltaRequest& read);
+                                  const DeltaRequest& read,
+                                  std::unique_ptr<StatesFill>* fill);
+  // Reads the delta `request` asks for and writes it to `sink`; with
+  // `fill_while_sending`, sends the first rows while later states are still
+  // being copied (a sink that sends rows from where they lie).
   grpc::Status ServeDelta(grpc::ServerContext* context,
-                          const v1::GetDeltaRequest& request, ChunkSink& sink);
+                          const v1::GetDeltaRequest& request, ChunkSink& sink,
+                          bool fill_while_sending);
   // Streams `delta` as `request` asks (chunk size, fields left out); the
-  // last chunk has `last`.
+  // last chunk has `last`. With `fill`, each chunk's rows once `fill` has
+  // them.
   grpc::Status WriteDelta(grpc::ServerContext* context, const Delta& delta,
-                          const v1::GetDeltaRequest& request, ChunkSink& sink);
+                          const v1::GetDeltaRequest& request, ChunkSink& sink,
+                          StatesFill* fill);
   void FillStatus(v1::StatusResponse* response) const;
 
   Tracker* const tracker_;

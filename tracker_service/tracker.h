@@ -22,6 +22,7 @@
 #include "base/shared_mutex.h"
 #include "store/delta_store.h"
 #include "tracker_service/live_rows_reader.h"
+#include "tracker_service/states_fill.h"
 #include "tracker_service/top_k.h"
 #include "tracker_service/tracked_modules.h"
 #include "tracker_service/tracking_mode.h"
@@ -300,6 +301,17 @@ class Tracker {
   // LiveRowsReader when there is none.
   absl::StatusOr<Delta> GetDelta(const DeltaRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // GetDelta for a caller that sends the rows as they come (the service's
+  // stream): the read runs on a thread of its own, which hands out the delta
+  // once its IDs are known and then copies the tables' state rows into it in
+  // pieces, holding the tracker's lock meanwhile as GetDelta holds it for its
+  // copy. Send a table's rows once (*fill)->AwaitRows says they are there;
+  // `*fill` must go before the tracker (its destructor waits for the thread).
+  // A read that works with the states itself (scores, top-k, momentum_diff,
+  // rowwise_adagrad) copies them before it hands out. Errors as GetDelta.
+  absl::StatusOr<Delta> GetDeltaFilling(const DeltaRequest& request,
+                                        std::unique_ptr<StatesFill>* fill)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Acknowledged mode: makes the consumer's read ending at `end_batch` final:
   // its cursors move to `end_batch`, and the reads it delivered earlier over
@@ -406,15 +418,21 @@ class Tracker {
   void PublishBatch(int64_t batch) ABSL_LOCKS_EXCLUDED(step_mu_);
   // The time batch `batch` was opened (the first one known at or after it).
   absl::Time OpenedAt(int64_t batch) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Delta> GetDeltaUnguarded(const DeltaRequest& request)
+  // GetDelta's read; with `fill` (GetDeltaFilling), hands the delta out
+  // to it and copies the deferred states afterwards, still under the lock.
+  absl::StatusOr<Delta> GetDeltaUnguarded(const DeltaRequest& request,
+                                          StatesFill* fill)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Every row of `fqn`, with its current value (DeltaRequest::all_rows).
   absl::Status ReadWholeTable(const std::string& fqn, TableDelta& table);
   // The unique rows of `fqn` recorded in batches [from, end): the read of
   // another consumer of the same closed batches when one is held (see
-  // shared_reads_), else the store's, kept for the next.
-  absl::StatusOr<UniqueRows> ChangedRowsLocked(const std::string& fqn,
-                                               int64_t from, int64_t end)
+  // shared_reads_), else the store's, kept for the next. With `gather`, the
+  // store's states may come unwritten, with `*gather` to write them before
+  // the lock is released (DeltaStore::GetUniqueTableDeferred).
+  absl::StatusOr<UniqueRows> ChangedRowsLocked(
+      const std::string& fqn, int64_t from, int64_t end,
+      std::unique_ptr<RowGather>* gather = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the shared reads no consumer can read again: none reads `fqn` from
   // their `from` (a cursor or a pending end) any more.

@@ -1,6 +1,9 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <memory>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +23,45 @@ UniqueRows EmptyRows() {
   rows.ids = at::empty({0}, at::kLong);
   return rows;
 }
+
+// A filling read copies states in pieces of about this many bytes, telling
+// its StatesFill after each.
+constexpr int64_t kCopyPieceBytes = 256 << 10;
+
+// The deferred state copies of one read (Tracker::GetDeltaFilling), by table.
+// Whatever is left when it goes out of scope (a read that failed after some
+// tables) is copied then: no shared read keeps unwritten rows.
+class PendingCopies {
+ public:
+  explicit PendingCopies(StatesFill* fill) : fill_(fill) {}
+  PendingCopies(const PendingCopies&) = delete;
+  PendingCopies& operator=(const PendingCopies&) = delete;
+  ~PendingCopies() { CopyAll(); }
+
+  void Add(const std::string& fqn, std::unique_ptr<RowGather> gather) {
+    fill_->Expect(fqn);
+    gathers_.emplace_back(fqn, std::move(gather));
+  }
+
+  // Copies every table's rows, piece by piece, telling the fill.
+  void CopyAll() {
+    for (auto& [fqn, gather] : gathers_) {
+      const int64_t rows = gather->rows();
+      const int64_t piece = std::max<int64_t>(
+          1, kCopyPieceBytes / std::max<int64_t>(1, gather->row_bytes()));
+      for (int64_t begin = 0; begin < rows; begin += piece) {
+        const int64_t end = std::min(rows, begin + piece);
+        gather->Copy(begin, end);
+        fill_->Copied(fqn, end);
+      }
+    }
+    gathers_.clear();
+  }
+
+ private:
+  StatesFill* const fill_;
+  std::vector<std::pair<std::string, std::unique_ptr<RowGather>>> gathers_;
+};
 
 }  // namespace
 
@@ -85,9 +127,9 @@ absl::Status Tracker::ReadWholeTable(const std::string& fqn,
   return absl::OkStatus();
 }
 
-absl::StatusOr<UniqueRows> Tracker::ChangedRowsLocked(const std::string& fqn,
-                                                      int64_t from,
-                                                      int64_t end) {
+absl::StatusOr<UniqueRows> Tracker::ChangedRowsLocked(
+    const std::string& fqn, int64_t from, int64_t end,
+    std::unique_ptr<RowGather>* gather) {
   // Records go into the open batch only: batches before it hold still.
   const bool closed = end <= curr_batch_;
   if (closed) {
@@ -97,7 +139,19 @@ absl::StatusOr<UniqueRows> Tracker::ChangedRowsLocked(const std::string& fqn,
       return it->second.rows;  // tensor handles: no copy
     }
   }
-  absl::StatusOr<UniqueRows> rows = store_.GetUniqueTable(fqn, from, end);
+  absl::StatusOr<UniqueRows> rows;
+  if (gather == nullptr) {
+    rows = store_.GetUniqueTable(fqn, from, end);
+  } else {
+    absl::StatusOr<DeltaStore::DeferredRows> deferred =
+        store_.GetUniqueTableDeferred(fqn, from, end);
+    if (deferred.ok()) {
+      *gather = std::move(deferred->gather);
+      rows = std::move(deferred->rows);
+    } else {
+      rows = deferred.status();
+    }
+  }
   if (rows.ok() && closed) shared_reads_[fqn] = SharedRead{from, end, *rows};
   return rows;
 }
@@ -122,10 +176,26 @@ void Tracker::ReleaseSharedReadsLocked() {
 
 absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   // No exception leaves a read; one that fails has moved nothing.
-  return CatchTorchErrors([&] { return GetDeltaUnguarded(request); });
+  return CatchTorchErrors([&] { return GetDeltaUnguarded(request, nullptr); });
 }
 
-absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request) {
+absl::StatusOr<Delta> Tracker::GetDeltaFilling(
+    const DeltaRequest& request, std::unique_ptr<StatesFill>* fill) {
+  auto state = std::make_unique<StatesFill>();
+  StatesFill* const raw = state.get();
+  state->thread_ = std::thread([this, request, raw] {
+    absl::StatusOr<Delta> delta =
+        CatchTorchErrors([&] { return GetDeltaUnguarded(request, raw); });
+    raw->HandOut(std::move(delta));  // a failed read's status; else nothing
+    raw->Finish();
+  });
+  absl::StatusOr<Delta> delta = raw->AwaitDelta();
+  *fill = std::move(state);
+  return delta;
+}
+
+absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
+                                                 StatesFill* fill) {
   // Everything that can be refused is checked before any cursor moves.
   std::vector<const TopK*> specs;
   if (request.top_k.has_value()) specs.push_back(&*request.top_k);
@@ -163,6 +233,7 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request) {
   // Rows stay still from here to the end of the read (see LiveRowsReader).
   LiveRowsReader::Pin pin(reader_);
   WriterLock lock(&mu_);
+  PendingCopies copies(fill);  // copied before the lock is released
   Consumer* consumer = FindConsumer(request.consumer);
   if (consumer == nullptr) {
     return absl::NotFoundError(
@@ -210,15 +281,24 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request) {
       if (!status.ok()) return status;
       continue;
     }
-    absl::StatusOr<UniqueRows> rows =
-        from < end ? ChangedRowsLocked(fqn, from, end) : EmptyRows();
-    if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet
-    table.ids = std::move(rows->ids);
-    table.states = std::move(rows->states);
     auto top_k = request.per_table_top_k.find(fqn);
     const TopK* spec = top_k != request.per_table_top_k.end() ? &top_k->second
                        : request.top_k.has_value()            ? &*request.top_k
                                                               : nullptr;
+    // A filling read defers the copy of states that this read leaves alone.
+    const bool defer = fill != nullptr && spec == nullptr &&
+                       !request.include_scores &&
+                       options_.mode != TrackingMode::kMomentumDiff &&
+                       options_.mode != TrackingMode::kRowwiseAdagrad;
+    std::unique_ptr<RowGather> gather;
+    absl::StatusOr<UniqueRows> rows =
+        from < end
+            ? ChangedRowsLocked(fqn, from, end, defer ? &gather : nullptr)
+            : EmptyRows();
+    if (gather != nullptr) copies.Add(fqn, std::move(gather));
+    if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet
+    table.ids = std::move(rows->ids);
+    table.states = std::move(rows->states);
     if (absl::Status s = FinishTableDelta(options_.mode, reader_, fqn, spec,
                                           request.include_scores, table);
         !s.ok()) {
@@ -243,6 +323,11 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request) {
 
   delta.resync_required = consumer->resync_required;
   delta.lost_rows = consumer->lost_ids;
+  if (fill != nullptr) {
+    fill->HandOut(delta);  // tensor handles: no copy
+    // Before the cursors move: a delete on read may drop what they copy.
+    copies.CopyAll();
+  }
   if (options_.acknowledged_reads) {
     std::vector<PendingRead>& pending = consumer->pending;
     // The same read again (a poll with nothing new) replaces the first.

@@ -10,8 +10,14 @@
 // Every listed ranks value is one launch; within it every combination of
 // --pipeline x --input x --tracking has its own model (same seed) and
 // pipeline, and the combinations alternate round by round (--rounds rounds of
-// --batches iterations, the first --warmup of each round not timed), so they
-// are measured side by side. An iteration is one Progress call (one
+// --batches iterations, each after --warmup untimed ones; each round starts
+// at the next combination, so that none always runs right after the same
+// other), so they are measured side by side. vs_baseline, the figure for
+// relative goals (dict vs KJT input, tracking overhead), is the median over
+// rounds of the combination's P50 in that round divided by its baseline's
+// in the same round (same pipeline, "kjt" input, tracking "off", when
+// listed): a load burst hits both sides of a round's ratio alike, where it
+// would shift the pooled P50 of one. An iteration is one Progress call (one
 // micro-batch). exposed_comm_ms is the input distribution's time per
 // iteration that the training thread spent in it or waiting for it
 // (PipelineStats::exposed_input_dist). peak_memory_mb is the rank process's
@@ -64,9 +70,9 @@ ABSL_FLAG(int64_t, dim, 32, "embedding dim");
 ABSL_FLAG(int64_t, features_per_table, 1, "features per table");
 ABSL_FLAG(int64_t, pooling, 16, "IDs per example and feature");
 ABSL_FLAG(int64_t, batch, 512, "examples per rank per iteration");
-ABSL_FLAG(int64_t, batches, 20, "iterations per round");
-ABSL_FLAG(int64_t, warmup, 3, "untimed iterations at the start of a round");
-ABSL_FLAG(int64_t, rounds, 3, "rounds (each runs every combination)");
+ABSL_FLAG(int64_t, batches, 10, "timed iterations per round");
+ABSL_FLAG(int64_t, warmup, 2, "untimed iterations at the start of a round");
+ABSL_FLAG(int64_t, rounds, 8, "rounds (each runs every combination)");
 ABSL_FLAG(int, accumulation, 1, "accumulation steps K");
 ABSL_FLAG(bool, json, false, "also print one JSON object per line");
 
@@ -89,7 +95,7 @@ double PeakRssMb() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) {
+    if (absl::StartsWith(line, "VmHWM:")) {
       int64_t kb = 0;
       std::vector<std::string> parts =
           absl::StrSplit(line, ' ', absl::SkipEmpty());
@@ -138,8 +144,31 @@ struct Combination {
   std::unique_ptr<TrainPipeline> train;
   std::unique_ptr<CyclingSource> source;
   std::vector<double> seconds;
+  std::vector<double> round_p50;  // per round, seconds
   double peak_mb = 0;
 };
+
+// What `c` is compared with: the combination of the same pipeline with
+// "kjt" input and tracking "off" (null when that was not measured).
+const Combination* Baseline(const std::vector<Combination>& all,
+                            const Combination& c) {
+  for (const Combination& other : all) {
+    if (other.pipeline == c.pipeline && other.input == "kjt" &&
+        other.tracking == "off") {
+      return &other;
+    }
+  }
+  return nullptr;
+}
+
+// The median over rounds of c's round P50 over its baseline's.
+double RatioToBaseline(const Combination& c, const Combination& baseline) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < c.round_p50.size(); ++r) {
+    ratios.push_back(c.round_p50[r] / baseline.round_p50[r]);
+  }
+  return bench::Median(std::move(ratios));
+}
 
 int RunRank() {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
@@ -237,20 +266,27 @@ int RunRank() {
   const int64_t timed = absl::GetFlag(FLAGS_batches);
   std::map<Combination*, absl::Duration> exposed;
   std::map<Combination*, int64_t> exposed_count;
-  for (int64_t round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
-    for (Combination& c : combinations) {
+  const int64_t rounds = absl::GetFlag(FLAGS_rounds);
+  if (timed < 1 || rounds < 1)
+    Check(absl::InvalidArgumentError("--batches and --rounds must be >= 1"));
+  for (int64_t round = 0; round < rounds; ++round) {
+    for (size_t j = 0; j < combinations.size(); ++j) {
+      Combination& c = combinations[(round + j) % combinations.size()];
       for (int64_t i = 0; i < warmup; ++i) {
         Check(c.train->Progress(*c.source).status());
       }
       const absl::Duration before = c.train->stats().exposed_input_dist;
+      std::vector<double> this_round;
       for (int64_t i = 0; i < timed; ++i) {
         const bench::Clock::time_point start = bench::Clock::now();
         absl::StatusOr<std::optional<TrainedStep>> step =
             c.train->Progress(*c.source);
         Check(step.status());
         (*step)->loss.item<float>();  // the step is done
-        c.seconds.push_back(bench::Seconds(start));
+        this_round.push_back(bench::Seconds(start));
       }
+      c.seconds.insert(c.seconds.end(), this_round.begin(), this_round.end());
+      c.round_p50.push_back(bench::Median(std::move(this_round)));
       exposed[&c] += c.train->stats().exposed_input_dist - before;
       exposed_count[&c] += timed;
       c.peak_mb = PeakRssMb();
@@ -261,16 +297,22 @@ int RunRank() {
     std::sort(sorted.begin(), sorted.end());
     const double p50 = sorted[sorted.size() / 2];
     const double p90 = sorted[sorted.size() * 9 / 10];
+    const Combination* baseline = Baseline(combinations, c);
+    const std::string vs_baseline =
+        baseline == nullptr
+            ? "null"
+            : absl::StrFormat("%.4f", RatioToBaseline(c, *baseline));
     std::printf(
         "RESULT {\"pipeline\": \"%s\", \"input\": \"%s\", \"tracking\": "
         "\"%s\", \"ranks\": %d, \"accumulation\": %d, \"p50_ms\": %.3f, "
         "\"p90_ms\": %.3f, \"peak_memory_mb\": %.1f, \"qps\": %.0f, "
-        "\"exposed_comm_ms\": %.3f}\n",
+        "\"exposed_comm_ms\": %.3f, \"vs_baseline\": %s}\n",
         c.pipeline.c_str(), c.input.c_str(), c.tracking.c_str(),
         pg.world_size(), absl::GetFlag(FLAGS_accumulation), p50 * 1e3,
         p90 * 1e3, c.peak_mb,
         absl::GetFlag(FLAGS_batch) * pg.world_size() / p50,
-        absl::ToDoubleMilliseconds(exposed[&c]) / exposed_count[&c]);
+        absl::ToDoubleMilliseconds(exposed[&c]) / exposed_count[&c],
+        vs_baseline.c_str());
   }
   return 0;
 }
@@ -303,9 +345,9 @@ int Main(int argc, char** argv) {
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(argv, argv + argc);
   const std::string joined = absl::StrJoin(args, "\x1f");
-  std::printf("%-12s %-5s %-9s %5s %3s %10s %10s %11s %10s %12s\n", "pipeline",
-              "input", "tracking", "ranks", "K", "P50 ms", "P90 ms", "peak MiB",
-              "QPS", "exposed ms");
+  std::printf("%-12s %-5s %-9s %5s %3s %10s %10s %11s %10s %12s %8s\n",
+              "pipeline", "input", "tracking", "ranks", "K", "P50 ms", "P90 ms",
+              "peak MiB", "QPS", "exposed ms", "vs base");
   std::vector<std::string> json_lines;
   for (const std::string& ranks : List(absl::GetFlag(FLAGS_ranks))) {
     int world = 0;
@@ -332,11 +374,17 @@ int Main(int argc, char** argv) {
       (void)absl::SimpleAtod(Field(json, "peak_memory_mb"), &mb);
       (void)absl::SimpleAtod(Field(json, "qps"), &qps);
       (void)absl::SimpleAtod(Field(json, "exposed_comm_ms"), &comm);
+      double ratio = 0;
+      const std::string vs_base =
+          absl::SimpleAtod(Field(json, "vs_baseline"), &ratio)
+              ? absl::StrFormat("%+.1f%%", (ratio - 1) * 100)
+              : "-";
       std::printf(
-          "%-12s %-5s %-9s %5s %3s %10.2f %10.2f %11.1f %10.0f %12.3f\n",
+          "%-12s %-5s %-9s %5s %3s %10.2f %10.2f %11.1f %10.0f %12.3f %8s\n",
           Field(json, "pipeline").c_str(), Field(json, "input").c_str(),
           Field(json, "tracking").c_str(), Field(json, "ranks").c_str(),
-          Field(json, "accumulation").c_str(), p50, p90, mb, qps, comm);
+          Field(json, "accumulation").c_str(), p50, p90, mb, qps, comm,
+          vs_base.c_str());
     }
   }
   if (absl::GetFlag(FLAGS_json)) {

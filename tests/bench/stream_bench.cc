@@ -8,8 +8,8 @@
 //   bazel run -c opt //tests/bench:stream_bench -- [--rows --dim --repeat]
 //
 // Prints the median, min and max over --repeat runs (after one warm-up run)
-// of each rate and of each run's GetDelta rate as a percentage of that run's
-// bare stream.
+// of each rate and of each GetDelta rate as a percentage of the bare stream
+// timed just before it, in the same run (three bare streams per run).
 
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -147,7 +148,11 @@ int Main() {
     return delta.ok() && delta->tables["t"].ids.numel() == rows;
   };
 
+  // Each GetDelta transfer is compared with a bare stream timed just before
+  // it (one_raw_gbs...): the load of a shared machine changes from one
+  // transfer to the next, less so between neighbours.
   std::vector<double> raw_gbs, one_gbs, second_gbs, many_gbs;
+  std::vector<double> one_raw_gbs, second_raw_gbs, many_raw_gbs;
   // CPU seconds per GB delivered.
   std::vector<double> raw_cpu, one_cpu, second_cpu, many_cpu;
   int failed_calls = 0;
@@ -162,16 +167,25 @@ int Main() {
     gbs.push_back(bytes / bench::Seconds(start) / 1e9);
     cpu.push_back((ProcessCpuSeconds() - cpu_start) / (bytes / 1e9));
   };
+  // A bare stream of `bytes`, its rate also kept in `adjacent`.
+  auto measure_raw = [&](bool counted, int64_t bytes,
+                         std::vector<double>& adjacent) {
+    measure(counted, bytes, raw_gbs, raw_cpu, [&] { return read_raw(bytes); });
+    if (counted) adjacent.push_back(raw_gbs.back());
+  };
+  double load_before[3] = {0, 0, 0};
+  getloadavg(load_before, 3);
   // Run 0 warms up (connections, the heap's first touch) and is not counted.
   for (int run = 0; run <= absl::GetFlag(FLAGS_repeat); ++run) {
     const bool counted = run > 0;
-    measure(counted, payload, raw_gbs, raw_cpu,
-            [&] { return read_raw(payload); });
     record();  // every consumer has this delta to read
+    measure_raw(counted, payload, one_raw_gbs);
     measure(counted, payload, one_gbs, one_cpu,
             [&] { return read_delta(*client, "c0"); });
+    measure_raw(counted, payload, second_raw_gbs);
     measure(counted, payload, second_gbs, second_cpu,
             [&] { return read_delta(*client, "second"); });
+    measure_raw(counted, payload, many_raw_gbs);
     measure(counted, payload * consumers, many_gbs, many_cpu, [&] {
       std::atomic<int> failures{0};
       std::vector<std::thread> threads;
@@ -187,19 +201,23 @@ int Main() {
       return true;
     });
   }
+  double load_after[3] = {0, 0, 0};
+  getloadavg(load_after, 3);
   std::printf(
       "stream_bench: %lld rows x %lld float32 (%.1f MiB per delta), "
-      "%lld KiB chunks, loopback, median of %zu runs\n",
+      "%lld KiB chunks, --steps=%lld, loopback, median of %zu runs; load "
+      "average %.2f before, %.2f after\n",
       static_cast<long long>(rows), static_cast<long long>(dim),
       payload / 1048576.0,
       static_cast<long long>(absl::GetFlag(FLAGS_chunk_bytes) / 1024),
-      raw_gbs.size());
-  // Each run's GetDelta against the bare stream of the same run.
+      static_cast<long long>(steps), one_gbs.size(), load_before[0],
+      load_after[0]);
+  // Each GetDelta transfer against the bare stream timed just before it.
   std::vector<double> one_ratio, second_ratio, many_ratio;
-  for (size_t run = 0; run < raw_gbs.size(); ++run) {
-    one_ratio.push_back(100 * one_gbs[run] / raw_gbs[run]);
-    second_ratio.push_back(100 * second_gbs[run] / raw_gbs[run]);
-    many_ratio.push_back(100 * many_gbs[run] / raw_gbs[run]);
+  for (size_t run = 0; run < one_gbs.size(); ++run) {
+    one_ratio.push_back(100 * one_gbs[run] / one_raw_gbs[run]);
+    second_ratio.push_back(100 * second_gbs[run] / second_raw_gbs[run]);
+    many_ratio.push_back(100 * many_gbs[run] / many_raw_gbs[run]);
   }
   auto spread = [](const std::vector<double>& v) {
     return absl::StrFormat("median %.3f, min %.3f, max %.3f", Median(v),
@@ -221,7 +239,7 @@ int Main() {
   std::printf("    %% of bare, same run          %s\n",
               spread(many_ratio).c_str());
   std::string runs;
-  for (size_t run = 0; run < raw_gbs.size(); ++run) {
+  for (size_t run = 0; run < one_gbs.size(); ++run) {
     absl::StrAppendFormat(&runs, " %.0f/%.0f/%.0f", one_ratio[run],
                           second_ratio[run], many_ratio[run]);
   }

@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "store/unique_rows.h"
@@ -536,6 +538,61 @@ TEST(DeltaStoreTest, EveryModeHandlesEveryIdRange) {
         store.Compact(-1, 30);
       }
     }
+  }
+}
+
+// A deferred read answers as GetUniqueTable once its gather has copied every
+// row, in pieces of any size and order: over recorded lookups (a read's own
+// index), one compacted lookup, and several, in every mode.
+TEST(DeltaStoreTest, DeferredReadCopiedInPiecesEqualsRead) {
+  for (UpdateMode mode :
+       {UpdateMode::kNone, UpdateMode::kFirst, UpdateMode::kLast}) {
+    std::mt19937_64 rng(5);
+    DeltaStore store(mode);
+    for (int64_t b = 0; b < 12; ++b) {
+      std::vector<int64_t> ids;
+      for (int i = 0; i < 300; ++i) {
+        ids.push_back(static_cast<int64_t>(rng() % 2000));
+      }
+      if (b == 9) ids.push_back(int64_t{1} << 40);  // the hashed index too
+      at::Tensor states =
+          at::randn({static_cast<int64_t>(ids.size()), 3}, at::kFloat);
+      ASSERT_TRUE(
+          store
+              .Append(b, {{"t", Ids(ids),
+                           mode == UpdateMode::kNone ? at::Tensor() : states}})
+              .ok());
+    }
+    store.Compact(0, 4);  // one compacted lookup
+    store.Compact(4, 8);
+    for (auto [from, to] :
+         {std::pair<int64_t, int64_t>{0, 4}, {8, 12}, {0, 12}, {5, 5}}) {
+      const UniqueRows expected = *store.GetUniqueTable("t", from, to);
+      absl::StatusOr<DeltaStore::DeferredRows> deferred =
+          store.GetUniqueTableDeferred("t", from, to);
+      ASSERT_TRUE(deferred.ok()) << deferred.status();
+      EXPECT_TRUE(at::equal(deferred->rows.ids, expected.ids));
+      if (mode == UpdateMode::kNone || expected.size() == 0) {
+        EXPECT_EQ(deferred->gather, nullptr);
+      } else {
+        ASSERT_NE(deferred->gather, nullptr);
+        RowGather& gather = *deferred->gather;
+        ASSERT_EQ(gather.rows(), expected.size());
+        EXPECT_EQ(gather.row_bytes(), 3 * static_cast<int64_t>(sizeof(float)));
+        // The second half first, then the first in pieces of 7 rows.
+        const int64_t half = gather.rows() / 2;
+        gather.Copy(half, gather.rows());
+        for (int64_t begin = 0; begin < half; begin += 7) {
+          gather.Copy(begin, std::min(half, begin + 7));
+        }
+      }
+      if (mode != UpdateMode::kNone) {
+        EXPECT_TRUE(at::equal(deferred->rows.states, expected.states))
+            << UpdateModeName(mode) << " [" << from << ", " << to << ")";
+      }
+    }
+    EXPECT_EQ(store.GetUniqueTableDeferred("nope", 0).status().code(),
+              absl::StatusCode::kNotFound);
   }
 }
 

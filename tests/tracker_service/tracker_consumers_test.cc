@@ -321,5 +321,55 @@ TEST(TrackerTest, SharedReadsNeverOutliveAChangeOfTheirBatches) {
             a.tables.at(kT1).ids.data_ptr());
 }
 
+// A filling read (the service's stream) answers as GetDelta: two trackers get
+// the same records; one is read with GetDelta, the other with GetDeltaFilling,
+// whose rows are checked only once its fill says they are there. One
+// consumer, so every read deletes what it read right after its copies; the
+// tables span several copy pieces, and some reads find nothing new.
+TEST(TrackerTest, FillingReadAnswersAsGetDelta) {
+  auto plain = MakeTracker(EmbeddingOptions());
+  auto filling = MakeTracker(EmbeddingOptions());
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 4; ++round) {
+    for (int step = 0; step < 3 && round != 2; ++step) {
+      std::vector<TableLookup> lookups;
+      for (const char* fqn : {kT1, kT2}) {
+        std::vector<int64_t> ids;
+        for (int i = 0; i < 6000; ++i) {
+          ids.push_back(static_cast<int64_t>(rng() % 20000));
+        }
+        lookups.push_back({fqn, Ids(ids), at::randn({6000, 16})});
+      }
+      for (Tracker* tracker : {plain.get(), filling.get()}) {
+        ASSERT_TRUE(tracker->RecordTables(lookups).ok());
+        tracker->Step();
+        tracker->TriggerCompaction();
+      }
+    }
+    const Delta expected = Read(*plain);
+    std::unique_ptr<StatesFill> fill;
+    DeltaRequest request;
+    request.consumer = "default";
+    absl::StatusOr<Delta> got = filling->GetDeltaFilling(request, &fill);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_NE(fill, nullptr);
+    EXPECT_EQ(got->end_batch, expected.end_batch);
+    EXPECT_EQ(got->start_batch, expected.start_batch);
+    ASSERT_EQ(got->tables.size(), expected.tables.size());
+    for (const auto& [fqn, table] : expected.tables) {
+      const TableDelta& mine = got->tables.at(fqn);
+      fill->AwaitRows(fqn, mine.ids.size(0));
+      EXPECT_TRUE(at::equal(mine.ids, table.ids)) << fqn << " round " << round;
+      EXPECT_TRUE(at::equal(mine.states, table.states))
+          << fqn << " round " << round;
+    }
+  }
+  std::unique_ptr<StatesFill> fill;
+  DeltaRequest unknown;
+  unknown.consumer = "nobody";
+  EXPECT_EQ(filling->GetDeltaFilling(unknown, &fill).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace deltastream

@@ -1,6 +1,7 @@
 #include "trainer/pipeline/overlapping_pipelines.h"
 
 #include <c10/core/GradMode.h>
+#include <c10/core/StreamGuard.h>
 
 #include <exception>
 #include <utility>
@@ -13,10 +14,27 @@
 namespace deltastream {
 namespace {
 
-// `batch` on the model's device; non-blocking, so that a CUDA copy overlaps
-// what the training thread queues next.
-Batch ToDevice(const Batch& batch, c10::Device device) {
-  return batch.To(device, /*non_blocking=*/device.is_cuda());
+// `batch` on the model's device. CUDA: queued non-blocking on `stream` (the
+// memcpy stream), so that it overlaps what the training thread queues next,
+// with the event after it. CPU (no stream): Batch::To, a no-op.
+CopiedBatch ToDevice(const Batch& batch, c10::Device device,
+                     const std::optional<c10::Stream>& stream) {
+  CopiedBatch copied;
+  if (!stream.has_value()) {
+    copied.batch = batch.To(device, /*non_blocking=*/device.is_cuda());
+    return copied;
+  }
+  c10::StreamGuard on_stream(*stream);
+  copied.batch = batch.To(device, /*non_blocking=*/true);
+  copied.ready = StreamEvent::OnCurrentStream(device);
+  return copied;
+}
+
+// Before the thread's current stream uses `copied`: waits (on the device)
+// for its copy and records its tensors there. Nothing on the CPU.
+void UseOnCurrentStream(const CopiedBatch& copied) {
+  copied.ready.BlockCurrentStream();
+  RecordOnCurrentStream(copied.batch);
 }
 
 }  // namespace
@@ -25,6 +43,7 @@ TrainPipelineBase::TrainPipelineBase(TrainPipelineParts parts,
                                      int accumulation_steps,
                                      PipelineHandover handover)
     : StepTrainPipeline(parts, accumulation_steps, handover),
+      memcpy_stream_(SideStream(parts.model->device())),
       feed_(std::move(handover.batches)) {}
 
 absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
@@ -34,13 +53,17 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
     absl::StatusOr<std::optional<Batch>> first = feed_.Next(source);
     if (!first.ok()) return first.status();
     if (!first->has_value()) return std::nullopt;
-    next_ = ToDevice(**first, model.device());
+    next_ = ToDevice(**first, model.device(), memcpy_stream_);
   }
-  const Batch batch = *std::move(next_);
+  const CopiedBatch current = *std::move(next_);
   next_.reset();
   absl::StatusOr<std::optional<Batch>> after = feed_.Next(source);
   if (!after.ok()) return after.status();
-  if (after->has_value()) next_ = ToDevice(**after, model.device());
+  if (after->has_value()) {
+    next_ = ToDevice(**after, model.device(), memcpy_stream_);
+  }
+  UseOnCurrentStream(current);
+  const Batch& batch = current.batch;
   const bool sharded = !model.sharded_modules().empty();
   absl::StatusOr<TrainedStep> step = step_.Train(
       batch,
@@ -61,7 +84,9 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
 
 absl::StatusOr<PipelineHandover> TrainPipelineBase::Release() {
   PipelineHandover handover;
-  if (next_.has_value()) feed_.PushFront(*std::move(next_));
+  // The next pipeline gets complete batches.
+  SynchronizeStream(memcpy_stream_);
+  if (next_.has_value()) feed_.PushFront(std::move(next_->batch));
   next_.reset();
   handover.batches = feed_.Take();
   handover.window_position = step_.window_position();
@@ -75,6 +100,8 @@ TrainPipelineSparseDist::TrainPipelineSparseDist(
     : StepTrainPipeline(parts, accumulation_steps, handover),
       input_dist_group_(std::move(input_dist_group)),
       sharded_(!parts.model->sharded_modules().empty()),
+      memcpy_stream_(SideStream(parts.model->device())),
+      data_dist_stream_(SideStream(parts.model->device())),
       feed_(std::move(handover.batches)) {}
 
 TrainPipelineSparseDist::~TrainPipelineSparseDist() {
@@ -85,22 +112,45 @@ TrainPipelineSparseDist::~TrainPipelineSparseDist() {
   }
 }
 
+void TrainPipelineSparseDist::Distribute(
+    Distributing& distributing, RecModel& model, ProcessGroup* group,
+    const std::optional<c10::Stream>& stream) {
+  c10::OptionalStreamGuard on_stream;
+  if (stream.has_value()) {
+    on_stream.reset_stream(*stream);
+    UseOnCurrentStream(distributing.copied);
+  }
+  c10::NoGradGuard no_grad;
+  try {
+    distributing.result =
+        DistributeInputs(model, distributing.copied.batch.sparse, group);
+  } catch (const std::exception& e) {
+    distributing.result = absl::InternalError(
+        absl::StrCat("input distribution failed: ", e.what()));
+  }
+  if (stream.has_value()) {
+    distributing.distributed = StreamEvent::OnCurrentStream(stream->device());
+  }
+}
+
 std::unique_ptr<TrainPipelineSparseDist::Distributing>
-TrainPipelineSparseDist::StartDistribution(Batch batch) {
+TrainPipelineSparseDist::StartDistribution(CopiedBatch copied) {
   auto distributing = std::make_unique<Distributing>();
-  distributing->batch = std::move(batch);
+  distributing->copied = std::move(copied);
   if (!sharded_) return distributing;
-  Distributing* target = distributing.get();
   RecModel* model = step_.parts().model;
   ProcessGroup* group = input_dist_group_.get();
+  if (data_dist_stream_.has_value()) {
+    // CUDA: queued from this thread (the host waits only for what the
+    // distribution reads back).
+    const absl::Time start = absl::Now();
+    Distribute(*distributing, *model, group, data_dist_stream_);
+    stats_.exposed_input_dist += absl::Now() - start;
+    return distributing;
+  }
+  Distributing* target = distributing.get();
   target->thread = std::thread([target, model, group] {
-    c10::NoGradGuard no_grad;
-    try {
-      target->result = DistributeInputs(*model, target->batch.sparse, group);
-    } catch (const std::exception& e) {
-      target->result = absl::InternalError(
-          absl::StrCat("input distribution failed: ", e.what()));
-    }
+    Distribute(*target, *model, group, std::nullopt);
   });
   return distributing;
 }
@@ -117,19 +167,21 @@ absl::Status TrainPipelineSparseDist::Finish(Distributing& distributing) {
 absl::StatusOr<std::optional<TrainedStep>> TrainPipelineSparseDist::Progress(
     BatchSource& source) {
   RecModel& model = *step_.parts().model;
-  auto pull = [&]() -> absl::StatusOr<std::optional<Batch>> {
+  auto pull = [&]() -> absl::StatusOr<std::optional<CopiedBatch>> {
     if (copied_.has_value()) {
-      std::optional<Batch> batch = std::move(copied_);
+      std::optional<CopiedBatch> batch = std::move(copied_);
       copied_.reset();
       return batch;
     }
     absl::StatusOr<std::optional<Batch>> pulled = feed_.Next(source);
-    if (!pulled.ok() || !pulled->has_value()) return pulled;
-    return ToDevice(**pulled, model.device());
+    if (!pulled.ok()) return pulled.status();
+    if (!pulled->has_value()) return std::optional<CopiedBatch>();
+    return std::optional<CopiedBatch>(
+        ToDevice(**pulled, model.device(), memcpy_stream_));
   };
   // Batch i: the one distributed while the previous batch trained.
   if (next_ == nullptr) {
-    absl::StatusOr<std::optional<Batch>> first = pull();
+    absl::StatusOr<std::optional<CopiedBatch>> first = pull();
     if (!first.ok()) return first.status();
     if (!first->has_value()) return std::nullopt;
     next_ = StartDistribution(**std::move(first));
@@ -139,21 +191,40 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineSparseDist::Progress(
     return finished;
   }
   // Batch i+1's distribution, then batch i+2's copy, while batch i trains.
-  absl::StatusOr<std::optional<Batch>> after = pull();
+  // On CUDA batch i+1 is distributed right after batch i's forward.
+  absl::StatusOr<std::optional<CopiedBatch>> after = pull();
   if (!after.ok()) return after.status();
-  if (after->has_value()) next_ = StartDistribution(**std::move(after));
-  absl::StatusOr<std::optional<Batch>> later = pull();
+  std::optional<CopiedBatch> after_forward;
+  if (after->has_value()) {
+    if (data_dist_stream_.has_value()) {
+      after_forward = **std::move(after);
+    } else {
+      next_ = StartDistribution(**std::move(after));
+    }
+  }
+  const bool last = next_ == nullptr && !after_forward.has_value();
+  absl::StatusOr<std::optional<CopiedBatch>> later = pull();
   if (!later.ok()) return later.status();
   if (later->has_value()) copied_ = **std::move(later);
 
-  const Batch& batch = current_->batch;
+  const Batch& batch = current_->copied.batch;
   absl::StatusOr<TrainedStep> step = step_.Train(
       batch,
       [&]() -> absl::StatusOr<at::Tensor> {
+        UseOnCurrentStream(current_->copied);
         if (!sharded_) return model.Forward(batch);
+        current_->distributed.BlockCurrentStream();
+        RecordOnCurrentStream(*current_->result);
         return model.ForwardDistributed(batch, *current_->result);
       },
-      /*ends_window=*/next_ == nullptr);
+      /*ends_window=*/last,
+      [&]() -> absl::Status {
+        if (after_forward.has_value()) {
+          next_ = StartDistribution(*std::move(after_forward));
+          after_forward.reset();
+        }
+        return absl::OkStatus();
+      });
   current_.reset();
   if (!step.ok()) return step.status();
   ++stats_.batches;
@@ -164,13 +235,17 @@ absl::StatusOr<PipelineHandover> TrainPipelineSparseDist::Release() {
   PipelineHandover handover;
   absl::Status status;
   std::deque<Batch> batches = feed_.Take();
-  if (copied_.has_value()) batches.push_front(*std::move(copied_));
+  if (copied_.has_value()) batches.push_front(std::move(copied_->batch));
   copied_.reset();
   if (next_ != nullptr) {
     status = Finish(*next_);
-    batches.push_front(std::move(next_->batch));
-    next_.reset();
+    batches.push_front(std::move(next_->copied.batch));
   }
+  // The next pipeline gets complete batches; the distribution's results
+  // are dropped only once its stream is done.
+  SynchronizeStream(memcpy_stream_);
+  SynchronizeStream(data_dist_stream_);
+  next_.reset();
   feed_ = BatchFeed(std::move(batches));
   if (!status.ok()) return status;
   handover.batches = feed_.Take();

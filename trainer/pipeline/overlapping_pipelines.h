@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/data/batch.h"
+#include "trainer/pipeline/device_streams.h"
 #include "trainer/pipeline/train_pipeline.h"
 #include "trainer/pipeline/train_step.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
@@ -15,6 +16,14 @@
 namespace deltastream {
 
 class ProcessGroup;
+class RecModel;
+
+// A batch copied to the model's device, with the event after its copy
+// (CUDA; empty on the CPU).
+struct CopiedBatch {
+  Batch batch;
+  StreamEvent ready;
+};
 
 // TorchRec's TrainPipelineBase: the copy of batch i+1 to the model's device
 // starts before batch i trains (non-blocking; on the CPU a copy is a no-op),
@@ -23,6 +32,12 @@ class ProcessGroup;
 // (timed: PipelineStats::exposed_input_dist). Trains each batch as
 // TrainStep does; the data's end, seen one batch ahead, ends the last
 // accumulation window.
+//
+// CUDA: the copy is queued on a memcpy stream from LibTorch's pool; the
+// thread's current stream (compute) waits for an event recorded after the
+// copy before it uses the batch, and the batch's tensors are recorded on the
+// compute stream (record_stream), so that their memory is not reused while
+// compute still reads it (device_streams.h).
 //
 // Not thread-safe (see TrainPipeline).
 class TrainPipelineBase : public StepTrainPipeline {
@@ -35,8 +50,9 @@ class TrainPipelineBase : public StepTrainPipeline {
   absl::StatusOr<PipelineHandover> Release() override;
 
  private:
+  std::optional<c10::Stream> memcpy_stream_;  // CUDA only
   BatchFeed feed_;
-  std::optional<Batch> next_;  // batch i+1, on the device
+  std::optional<CopiedBatch> next_;  // batch i+1, on the device
 };
 
 // TorchRec's TrainPipelineSparseDist: three batches in flight. While batch i
@@ -51,8 +67,18 @@ class TrainPipelineBase : public StepTrainPipeline {
 // (PipelineStats::exposed_input_dist). An unsharded model has no input
 // distribution: the pipeline then trains as TrainPipelineBase.
 //
-// (CUDA: the copies are non-blocking on the current stream; separate
-// copy streams with events and record_stream are not implemented.)
+// CUDA (TorchRec's streams): batch i+2 is copied on a memcpy stream; batch
+// i+1's input distribution is queued on a data-dist stream, which first
+// waits for the copy's event and records the batch's tensors; compute runs
+// on the thread's current stream, which waits for the distribution's event
+// and records its results and the batch. The distribution is issued from
+// the training thread (no background thread), right after batch i's
+// forward, as TorchRec does: NCCL collectives of two communicators issued
+// from two threads could reach the ranks' GPUs in different orders and
+// deadlock. With NCCL the collective itself runs on NCCL's stream, which
+// waits for the data-dist stream when issued and which the data-dist stream
+// waits for at the collective's wait(). The host still waits inside the
+// distribution for what it reads back (the splits): timed as exposed.
 //
 // Not thread-safe (see TrainPipeline).
 class TrainPipelineSparseDist : public StepTrainPipeline {
@@ -69,24 +95,33 @@ class TrainPipelineSparseDist : public StepTrainPipeline {
   absl::StatusOr<PipelineHandover> Release() override;
 
  private:
-  // A batch whose input distribution runs (or ran) on `thread`.
+  // A batch whose input distribution runs (or ran) on `thread` (CPU) or
+  // on the data-dist stream (CUDA).
   struct Distributing {
-    Batch batch;
+    CopiedBatch copied;
     std::thread thread;
     absl::StatusOr<std::vector<DistributedBatch>> result =
         std::vector<DistributedBatch>();
+    StreamEvent distributed;  // CUDA: after the distribution's work
   };
-  // Starts batch's distribution on a background thread.
-  std::unique_ptr<Distributing> StartDistribution(Batch batch);
+  // Starts batch's distribution: on a background thread on the CPU, on the
+  // data-dist stream from this thread on CUDA (timed as exposed).
+  std::unique_ptr<Distributing> StartDistribution(CopiedBatch copied);
+  // The distribution itself, on the calling thread (on `stream` when set).
+  static void Distribute(Distributing& distributing, RecModel& model,
+                         ProcessGroup* group,
+                         const std::optional<c10::Stream>& stream);
   // Waits for it (timed as exposed).
   absl::Status Finish(Distributing& distributing);
 
   std::unique_ptr<ProcessGroup> input_dist_group_;
   bool sharded_;
+  std::optional<c10::Stream> memcpy_stream_;     // CUDA only
+  std::optional<c10::Stream> data_dist_stream_;  // CUDA only
   BatchFeed feed_;
   std::unique_ptr<Distributing> current_;  // batch i
   std::unique_ptr<Distributing> next_;     // batch i+1, distributing
-  std::optional<Batch> copied_;            // batch i+2, on the device
+  std::optional<CopiedBatch> copied_;      // batch i+2, on the device
 };
 
 }  // namespace deltastream

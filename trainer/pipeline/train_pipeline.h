@@ -71,7 +71,9 @@ struct PipelineStats {
   // Time the training thread spent in, or waiting for, the input
   // distribution (the KJT all-to-all of sharded modules): all of it for
   // TrainPipelineBase (which runs it inline), only the part not hidden
-  // behind the previous batch's training for TrainPipelineSparseDist.
+  // behind the previous batch's training for TrainPipelineSparseDist (on
+  // CUDA: the host's time issuing it on the data-dist stream, which includes
+  // its waits for the counts it reads back).
   // SequentialTrainPipeline runs it inside the model's forward and does not
   // measure it (zero).
   absl::Duration exposed_input_dist;

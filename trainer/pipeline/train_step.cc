@@ -159,7 +159,7 @@ absl::Status TrainStep::ApplyWindow() {
 absl::StatusOr<TrainedStep> TrainStep::Train(
     const Batch& batch,
     const std::function<absl::StatusOr<at::Tensor>()>& forward,
-    bool ends_window) {
+    bool ends_window, const std::function<absl::Status()>& after_forward) {
   TrainedStep step;
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     if (position_ == 0) parts_.dense_optimizer->zero_grad();
@@ -170,6 +170,9 @@ absl::StatusOr<TrainedStep> TrainStep::Train(
       logits = forward();
     }
     if (!logits.ok()) return logits.status();
+    if (after_forward) {
+      if (absl::Status after = after_forward(); !after.ok()) return after;
+    }
     at::Tensor loss =
         BinaryCrossEntropyWithLogits(logits->to(at::kFloat), batch.labels);
     // Rows, dense parameters and the batch index change together: a read

@@ -82,10 +82,15 @@ class TrainStep {
 
   // Trains `batch` (on the model's device): `forward` returns its logits.
   // `ends_window` forces the window's end (the data ends after it).
+  // `after_forward`, when set, runs right after `forward` (outside mixed
+  // precision's autocast), before the loss and backward: where a pipeline
+  // on CUDA issues the next batch's input distribution (TorchRec's place);
+  // its error fails the step.
   absl::StatusOr<TrainedStep> Train(
       const Batch& batch,
       const std::function<absl::StatusOr<at::Tensor>()>& forward,
-      bool ends_window);
+      bool ends_window,
+      const std::function<absl::Status()>& after_forward = nullptr);
 
   // Micro-batches trained in the open window (0 at a window boundary).
   int window_position() const { return position_; }

@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -67,6 +68,40 @@ v1::GetDeltaRequest Read(const std::string& consumer) {
   request.set_consumer(consumer);
   request.set_max_chunk_bytes(256);  // several chunks per table
   return request;
+}
+
+// Consumers added and removed through `fan_in` change on every rank: a
+// repeat is refused as by one rank (AlreadyExists, NotFound), and a change
+// an earlier call left made on rank 1 only (`rank1`) is completed.
+int CheckConsumerChanges(FanInClient& fan_in, const std::string& rank1,
+                         const std::string& name) {
+  auto listed = [](const std::vector<std::string>& list,
+                   const std::string& consumer) {
+    return std::count(list.begin(), list.end(), consumer) == 1;
+  };
+  absl::StatusOr<std::vector<std::string>> added = fan_in.AddConsumer("later");
+  RANK_OK(added);
+  RANK_EXPECT(listed(*added, "later"), name, " added 'later' is not listed");
+  absl::StatusOr<std::vector<std::string>> on_rank1 =
+      DeltaClient::Create(rank1)->ListConsumers();
+  RANK_OK(on_rank1);
+  RANK_EXPECT(listed(*on_rank1, "later"), name, " rank 1 lacks 'later'");
+  RANK_EXPECT(fan_in.AddConsumer("later").status().code() ==
+                  absl::StatusCode::kAlreadyExists,
+              name, " a second AddConsumer was not refused");
+  absl::StatusOr<std::vector<std::string>> removed =
+      fan_in.RemoveConsumer("later");
+  RANK_OK(removed);
+  RANK_EXPECT(!listed(*removed, "later"), name, " 'later' is still listed");
+  RANK_EXPECT(fan_in.RemoveConsumer("later").status().code() ==
+                  absl::StatusCode::kNotFound,
+              name, " a second RemoveConsumer was not refused");
+  RANK_OK(DeltaClient::Create(rank1)->AddConsumer("half"));
+  added = fan_in.AddConsumer("half");
+  RANK_OK(added);
+  RANK_EXPECT(listed(*added, "half"), name, " 'half' is not listed");
+  RANK_OK(fan_in.RemoveConsumer("half"));
+  return 0;
 }
 
 // Rank 0 checks the merged delta against the ranks' parts.
@@ -168,6 +203,11 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
   RANK_EXPECT(next->header.start_batch() == merged->header.end_batch(), name,
               " after the commit the next read starts at ",
               next->header.start_batch());
+  if (int rc = CheckConsumerChanges(**fan_in, topology->endpoints(1).address(),
+                                    name);
+      rc != 0) {
+    return rc;
+  }
   std::printf("%s: merged %zu tables from 2 ranks\n", name.c_str(),
               merged->tables.size());
   return 0;

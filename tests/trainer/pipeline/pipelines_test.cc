@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "tests/testing/tensor_values.h"
 #include "tests/trainer/comm/rank_launcher.h"
+#include "tests/trainer/pipeline/pipeline_fixtures.h"
 #include "tracker_service/tracker.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/models/dlrm.h"
@@ -33,189 +34,23 @@
 #include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/pipeline/pipeline_factory.h"
 #include "trainer/pipeline/sequential_pipeline.h"
+#include "trainer/pipeline/train_step.h"
 #include "trainer/tracking/module_tracking.h"
 
 namespace deltastream {
 namespace {
 
+using testing::Examples;
+using testing::ExampleSource;
+using testing::MakeExamples;
+using testing::MaxDifference;
+using testing::Options;
 using testing::RankResult;
+using testing::Repeat;
 using testing::RunRanks;
-
-constexpr int64_t kNumDense = 13;
-constexpr int64_t kDim = 8;
-
-// Examples in example-major form, so that any range of them is a batch.
-struct Examples {
-  at::Tensor dense;   // [n, kNumDense]
-  at::Tensor labels;  // [n]
-  // ids[f][e]: the IDs of feature f in example e.
-  std::vector<std::vector<std::vector<int64_t>>> ids;
-};
-
-Examples MakeExamples(int64_t n, uint64_t seed) {
-  at::Generator generator = at::detail::createCPUGenerator(seed);
-  Examples examples;
-  examples.dense = at::randn({n, kNumDense}, generator);
-  examples.labels = at::randint(0, 2, {n}, generator).to(at::kFloat);
-  const std::vector<int64_t> rows = {100, 50};
-  const at::Tensor draws = at::randint(0, 1 << 20, {2, n, 4}, generator);
-  examples.ids.resize(rows.size());
-  for (size_t f = 0; f < rows.size(); ++f) {
-    for (int64_t e = 0; e < n; ++e) {
-      // cat_0: one ID; cat_1: one to three.
-      const int64_t count = f == 0 ? 1 : 1 + draws[f][e][3].item<int64_t>() % 3;
-      std::vector<int64_t> ids;
-      for (int64_t i = 0; i < count; ++i) {
-        // Few hot rows, so that micro-batches share rows.
-        ids.push_back(draws[f][e][i].item<int64_t>() % (rows[f] / 4));
-      }
-      examples.ids[f].push_back(std::move(ids));
-    }
-  }
-  return examples;
-}
-
-Batch MakeBatch(const Examples& examples, int64_t begin, int64_t end) {
-  std::vector<int64_t> values, lengths;
-  for (const auto& feature : examples.ids) {
-    for (int64_t e = begin; e < end; ++e) {
-      values.insert(values.end(), feature[e].begin(), feature[e].end());
-      lengths.push_back(static_cast<int64_t>(feature[e].size()));
-    }
-  }
-  Batch batch;
-  batch.dense = examples.dense.narrow(0, begin, end - begin).clone();
-  batch.labels = examples.labels.narrow(0, begin, end - begin).clone();
-  batch.sparse = *KeyedJaggedTensor::FromLengths({"cat_0", "cat_1"},
-                                                 Ids(values), Ids(lengths));
-  return batch;
-}
-
-// Batches of the given sizes, back to back over the examples.
-class ExampleSource : public BatchSource {
- public:
-  ExampleSource(const Examples& examples, std::vector<int64_t> sizes)
-      : examples_(examples), sizes_(std::move(sizes)) {}
-  absl::StatusOr<std::optional<Batch>> Next() override {
-    if (next_ == sizes_.size()) return std::nullopt;
-    const int64_t begin = begin_;
-    begin_ += sizes_[next_++];
-    return MakeBatch(examples_, begin, begin_);
-  }
-
- private:
-  const Examples& examples_;
-  std::vector<int64_t> sizes_;
-  size_t next_ = 0;
-  int64_t begin_ = 0;
-};
-
-std::vector<int64_t> Repeat(int64_t size, int count) {
-  return std::vector<int64_t>(count, size);
-}
-
-// A Dlrm with its dense optimizer (Adam: stateful, so a dense step taken
-// per micro-batch instead of per window would show).
-struct Trainable {
-  explicit Trainable(SparseOptimizerType sparse, ProcessGroup* group = nullptr,
-                     bool sequence = false) {
-    DlrmConfig config;
-    config.num_dense = kNumDense;
-    config.dense_arch = {16, kDim};
-    config.over_arch = {16, 1};
-    config.tables = {{"t0", 100, kDim, {"cat_0"}}, {"t1", 50, kDim, {"cat_1"}}};
-    config.sparse_optimizer.type = sparse;
-    config.sparse_optimizer.learning_rate = 0.05;
-    config.sparse_optimizer.weight_decay = 0.01;
-    config.seed = 3;
-    config.group = group;
-    if (sequence) {
-      absl::StatusOr<std::unique_ptr<SequenceModel>> made =
-          SequenceModel::Create(config);
-      if (!made.ok()) std::abort();
-      model = *std::move(made);
-    } else {
-      absl::StatusOr<std::unique_ptr<Dlrm>> made = Dlrm::Create(config);
-      if (!made.ok()) std::abort();
-      model = *std::move(made);
-    }
-    dense = *MakeDenseOptimizer("adam", 0.01, model->dense().parameters());
-  }
-
-  TrainPipelineParts Parts(ProcessGroup* group = nullptr) const {
-    TrainPipelineParts parts;
-    parts.model = model.get();
-    parts.dense_optimizer = dense.get();
-    parts.group = group;
-    return parts;
-  }
-
-  std::unique_ptr<RecModel> model;
-  std::unique_ptr<torch::optim::Optimizer> dense;
-};
-
-TrainPipelineOptions Options(const std::string& pipeline, int k) {
-  TrainPipelineOptions options;
-  options.pipeline = pipeline;
-  options.accumulation_steps = k;
-  return options;
-}
-
-// Trains every batch of `source`; returns how many.
-absl::StatusOr<int> TrainAll(TrainPipeline& pipeline, BatchSource& source) {
-  int batches = 0;
-  while (true) {
-    absl::StatusOr<std::optional<TrainedStep>> step = pipeline.Progress(source);
-    if (!step.ok()) return step.status();
-    if (!step->has_value()) return batches;
-    ++batches;
-  }
-}
-
-// The largest difference between the two models' dense parameters, tables
-// and sparse optimizer states; infinity when their layouts differ.
-double MaxDifference(RecModel& a, RecModel& b) {
-  double worst = 0;
-  auto compare = [&](const at::Tensor& x, const at::Tensor& y) {
-    if (x.sizes() != y.sizes()) {
-      worst = INFINITY;
-      return;
-    }
-    if (x.numel() == 0) return;
-    const double d =
-        (x.to(at::kDouble) - y.to(at::kDouble)).abs().max().item<double>();
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-  };
-  std::vector<at::Tensor> pa = a.dense().parameters();
-  std::vector<at::Tensor> pb = b.dense().parameters();
-  if (pa.size() != pb.size()) return INFINITY;
-  for (size_t i = 0; i < pa.size(); ++i) compare(pa[i], pb[i]);
-  std::vector<EmbeddingModule*> ma = a.embedding_modules();
-  std::vector<EmbeddingModule*> mb = b.embedding_modules();
-  if (ma.size() != mb.size()) return INFINITY;
-  for (size_t m = 0; m < ma.size(); ++m) {
-    auto sa = ma[m]->StateTensors();
-    auto sb = mb[m]->StateTensors();
-    if (sa.size() != sb.size()) return INFINITY;
-    for (size_t i = 0; i < sa.size(); ++i) compare(sa[i].second, sb[i].second);
-  }
-  return worst;
-}
-
-// Trains a fresh model with `options` over batches of `sizes`.
-std::unique_ptr<Trainable> Train(SparseOptimizerType sparse,
-                                 const TrainPipelineOptions& options,
-                                 const Examples& examples,
-                                 std::vector<int64_t> sizes) {
-  auto trainable = std::make_unique<Trainable>(sparse);
-  absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
-      MakeTrainPipeline(options, trainable->Parts());
-  EXPECT_TRUE(pipeline.ok()) << pipeline.status();
-  ExampleSource source(examples, std::move(sizes));
-  absl::StatusOr<int> trained = TrainAll(**pipeline, source);
-  EXPECT_TRUE(trained.ok()) << trained.status();
-  return trainable;
-}
+using testing::Train;
+using testing::Trainable;
+using testing::TrainAll;
 
 constexpr double kTolerance = 2e-5;
 
@@ -285,6 +120,41 @@ TEST(PipelineSwitchTest, SwitchingMidWindowChangesNothing) {
     handover = *std::move(released);
   }
   EXPECT_LT(MaxDifference(*reference->model, *switched.model), kTolerance);
+}
+
+// TrainStep's after_forward (where sparse_dist issues the next batch's
+// input distribution on CUDA) runs after the forward, before backward; its
+// error fails the step before anything changed.
+TEST(TrainStepTest, AfterForwardRunsBeforeBackwardAndItsErrorFailsTheStep) {
+  const Examples examples = MakeExamples(64, 13);
+  Trainable trainable(SparseOptimizerType::kSgd);
+  TrainStep step(trainable.Parts(), 1);
+  const Batch batch = testing::MakeBatch(examples, 0, 64);
+  bool forward_ran = false;
+  bool after_ran = false;
+  absl::StatusOr<TrainedStep> trained = step.Train(
+      batch,
+      [&]() -> absl::StatusOr<at::Tensor> {
+        forward_ran = true;
+        return trainable.model->Forward(batch);
+      },
+      /*ends_window=*/false,
+      [&]() -> absl::Status {
+        after_ran = true;
+        EXPECT_TRUE(forward_ran);
+        for (const at::Tensor& parameter :
+             trainable.model->dense().parameters()) {
+          EXPECT_TRUE(!parameter.grad().defined() ||
+                      parameter.grad().abs().sum().item<double>() == 0);
+        }
+        return absl::UnavailableError("distribution failed");
+      });
+  EXPECT_TRUE(after_ran);
+  EXPECT_EQ(trained.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(step.window_position(), 0);
+  std::unique_ptr<Trainable> untouched =
+      Train(SparseOptimizerType::kSgd, Options("sequential", 1), examples, {});
+  EXPECT_EQ(MaxDifference(*untouched->model, *trainable.model), 0);
 }
 
 TEST(PipelineOptionsTest, RefusesBadOptionsAndMixedPrecisionOnTheCpu) {

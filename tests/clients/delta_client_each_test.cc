@@ -1,0 +1,150 @@
+// DeltaClient::GetDeltaFromEach against real tracker services on loopback:
+// one read of several servers on the calling thread gives each server's
+// delta as GetDelta does, chunk for chunk; the first read to fail names its
+// server and cancels the others (a read waiting for a consistent cut that
+// will never come is not waited for).
+
+#include <ATen/ATen.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/grpc_server.h"
+#include "clients/delta_client.h"
+#include "tracker_service/delta_tracker_service.h"
+#include "tracker_service/step_cuts.h"
+#include "tracker_service/tracker.h"
+
+namespace deltastream {
+namespace {
+
+constexpr char kTable[] = "t";
+// Nothing listens on port 1 of loopback: calls fail at once, UNAVAILABLE.
+constexpr char kNobody[] = "127.0.0.1:1";
+
+// A tracker served on loopback, its reads of cuts waiting on `cuts` when
+// given.
+class Served {
+ public:
+  explicit Served(StepCuts* cuts = nullptr) {
+    TrackerOptions options;
+    options.mode = TrackingMode::kEmbedding;
+    options.consumers = {"each", "one"};
+    absl::StatusOr<std::unique_ptr<Tracker>> tracker = Tracker::Create(options);
+    EXPECT_TRUE(tracker.ok()) << tracker.status();
+    tracker_ = *std::move(tracker);
+    ServiceOptions service_options;
+    service_options.step_cuts = cuts;
+    service_ =
+        std::make_unique<DeltaTrackerService>(tracker_.get(), service_options);
+    grpc::ServerBuilder builder;
+    builder.RegisterService(service_.get());
+    absl::StatusOr<StartedServer> started =
+        StartServer(builder, "127.0.0.1:0", grpc::InsecureServerCredentials());
+    EXPECT_TRUE(started.ok()) << started.status();
+    started_ = *std::move(started);
+    client_ = DeltaClient::Create(started_.address);
+  }
+  ~Served() { started_.server->Shutdown(); }
+
+  // Records `batches` batches of `rows` random IDs below `ids` with 3-wide
+  // states.
+  void Record(int batches, int64_t rows, int64_t ids) {
+    for (int b = 0; b < batches; ++b) {
+      ASSERT_TRUE(
+          tracker_
+              ->RecordTables({{kTable, at::randint(ids, {rows}, at::kLong),
+                               at::randn({rows, 3})}})
+              .ok());
+      tracker_->Step();
+    }
+  }
+
+  DeltaClient* client() const { return client_.get(); }
+
+ private:
+  std::unique_ptr<Tracker> tracker_;
+  std::unique_ptr<DeltaTrackerService> service_;
+  StartedServer started_;
+  std::unique_ptr<DeltaClient> client_;
+};
+
+v1::GetDeltaRequest Read(const std::string& consumer) {
+  v1::GetDeltaRequest read;
+  read.set_consumer(consumer);
+  read.set_max_chunk_bytes(1000);  // several chunks per delta
+  return read;
+}
+
+TEST(GetDeltaFromEachTest, ReadsEveryServerAsGetDeltaDoes) {
+  at::manual_seed(3);
+  Served a, b;
+  a.Record(2, 500, 800);
+  b.Record(3, 300, 5000);
+  absl::StatusOr<std::vector<ReceivedDelta>> each =
+      DeltaClient::GetDeltaFromEach({a.client(), b.client()}, Read("each"));
+  ASSERT_TRUE(each.ok()) << each.status();
+  ASSERT_EQ(each->size(), 2u);
+  const Served* served[] = {&a, &b};
+  for (int s = 0; s < 2; ++s) {
+    absl::StatusOr<ReceivedDelta> one =
+        served[s]->client()->GetDelta(Read("one"));
+    ASSERT_TRUE(one.ok()) << one.status();
+    const ReceivedDelta& got = (*each)[s];
+    EXPECT_EQ(got.header.end_batch(), one->header.end_batch()) << s;
+    EXPECT_EQ(got.header.start_batch(), one->header.start_batch()) << s;
+    ASSERT_EQ(got.tables.count(kTable), 1u) << s;
+    const ReceivedTable& table = got.tables.at(kTable);
+    const ReceivedTable& expected = one->tables.at(kTable);
+    EXPECT_GT(table.ids.numel(), 100) << s;
+    EXPECT_TRUE(table.ids.equal(expected.ids)) << s;
+    EXPECT_TRUE(table.states.equal(expected.states)) << s;
+  }
+  EXPECT_EQ((*each)[0].header.end_batch(), 2);
+  EXPECT_EQ((*each)[1].header.end_batch(), 3);
+
+  absl::StatusOr<std::vector<ReceivedDelta>> none =
+      DeltaClient::GetDeltaFromEach({}, Read("each"));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(GetDeltaFromEachTest, FirstFailureNamesItsServerAndCancelsTheOthers) {
+  // Server a's trainer steps and never opens a cut: its read of one waits
+  // (30 s without a deadline) unless cancelled.
+  StepCuts cuts(/*stepping=*/true);
+  Served a(&cuts);
+  a.Record(1, 10, 100);
+  std::unique_ptr<DeltaClient> nobody = DeltaClient::Create(kNobody);
+  v1::GetDeltaRequest read = Read("each");
+  read.set_cut(42);
+  for (const bool nobody_first : {false, true}) {
+    const std::vector<DeltaClient*> clients =
+        nobody_first ? std::vector<DeltaClient*>{nobody.get(), a.client()}
+                     : std::vector<DeltaClient*>{a.client(), nobody.get()};
+    size_t failed = 99;
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::vector<ReceivedDelta>> each =
+        DeltaClient::GetDeltaFromEach(clients, read, &failed);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    EXPECT_EQ(each.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(each.status().message().find(kNobody), std::string::npos)
+        << each.status();
+    EXPECT_EQ(failed, nobody_first ? 0u : 1u);
+    // The cut the cancelled read left waiting on a is withdrawn once its
+    // handler gives up; until then the same id is refused, so the next
+    // round names another.
+    read.set_cut(read.cut() + 1);
+  }
+  // Releases the handlers still waiting on a (the server's shutdown waits
+  // for them).
+  cuts.SetStepping(false);
+}
+
+}  // namespace
+}  // namespace deltastream

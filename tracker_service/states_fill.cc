@@ -1,0 +1,60 @@
+#include "tracker_service/states_fill.h"
+
+#include <memory>
+#include <utility>
+
+#include "base/exclusive_lockable.h"
+#include "tracker_service/tracker.h"
+
+namespace deltastream {
+
+StatesFill::~StatesFill() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void StatesFill::AwaitRows(const std::string& fqn, int64_t rows) {
+  WriterLock lock(&mu_);
+  ExclusiveLockable lockable(mu_);
+  changed_.wait(lockable, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (finished_) return true;
+    auto it = copied_.find(fqn);
+    return it == copied_.end() || it->second >= rows;
+  });
+}
+
+void StatesFill::HandOut(absl::StatusOr<Delta> delta) {
+  WriterLock lock(&mu_);
+  if (handed_out_) return;
+  handed_out_ = true;
+  delta_ = std::make_unique<absl::StatusOr<Delta>>(std::move(delta));
+  changed_.notify_all();
+}
+
+void StatesFill::Expect(const std::string& fqn) {
+  WriterLock lock(&mu_);
+  copied_[fqn] = 0;
+}
+
+void StatesFill::Copied(const std::string& fqn, int64_t rows) {
+  WriterLock lock(&mu_);
+  copied_[fqn] = rows;
+  changed_.notify_all();
+}
+
+void StatesFill::Finish() {
+  WriterLock lock(&mu_);
+  finished_ = true;
+  copied_.clear();
+  changed_.notify_all();
+}
+
+absl::StatusOr<Delta> StatesFill::AwaitDelta() {
+  WriterLock lock(&mu_);
+  ExclusiveLockable lockable(mu_);
+  changed_.wait(lockable,
+                [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return handed_out_; });
+  std::unique_ptr<absl::StatusOr<Delta>> delta = std::move(delta_);
+  return *std::move(delta);
+}
+
+}  // namespace deltastream

@@ -1,0 +1,65 @@
+#ifndef DELTASTREAM_TRACKER_SERVICE_STATES_FILL_H_
+#define DELTASTREAM_TRACKER_SERVICE_STATES_FILL_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "base/shared_mutex.h"
+
+namespace deltastream {
+
+struct Delta;
+
+// A read in progress on a thread of its own (Tracker::GetDeltaFilling): the
+// thread hands out the delta as soon as its IDs are known, then copies the
+// tables' state rows into it in pieces, telling which rows are there, so that
+// a caller sends the first rows while later ones are copied.
+//
+// Thread-safe. The destructor waits for the read's thread to finish (its
+// copies take what a read's copies take under the tracker's lock).
+class StatesFill {
+ public:
+  StatesFill() = default;
+  StatesFill(const StatesFill&) = delete;
+  StatesFill& operator=(const StatesFill&) = delete;
+  ~StatesFill();
+
+  // Waits until rows [0, rows) of table `fqn`'s states are written: at once
+  // for a table whose states came complete (or that has none), and for every
+  // table once the read has ended.
+  void AwaitRows(const std::string& fqn, int64_t rows) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The read's thread (Tracker): the delta (or why there is none), once
+  // (later calls do nothing); then, for each table it copies, that rows are
+  // to come (before HandOut), and the rows copied so far.
+  void HandOut(absl::StatusOr<Delta> delta) ABSL_LOCKS_EXCLUDED(mu_);
+  void Expect(const std::string& fqn) ABSL_LOCKS_EXCLUDED(mu_);
+  void Copied(const std::string& fqn, int64_t rows) ABSL_LOCKS_EXCLUDED(mu_);
+  // Every copy is done (called last, also after an error).
+  void Finish() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  friend class Tracker;
+
+  // The caller: waits for HandOut.
+  absl::StatusOr<Delta> AwaitDelta() ABSL_LOCKS_EXCLUDED(mu_);
+
+  SharedMutex mu_;
+  std::condition_variable_any changed_;
+  std::unique_ptr<absl::StatusOr<Delta>> delta_ ABSL_GUARDED_BY(mu_);
+  bool handed_out_ ABSL_GUARDED_BY(mu_) = false;
+  // Rows copied of each table still being copied.
+  absl::flat_hash_map<std::string, int64_t> copied_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace deltastream
+
+#endif  // DELTASTREAM_TRACKER_SERVICE_STATES_FILL_H_
