@@ -460,7 +460,9 @@ absl::StatusOr<Delta> DeltaTrackerService::ReadAtCut(
   if (cut == 0 || options_.step_cuts == nullptr) return get_delta();
   const absl::Time deadline = std::min(absl::FromChrono(context->deadline()),
                                        absl::Now() + kCutWaitWithoutDeadline);
-  if (absl::Status s = options_.step_cuts->Await(cut, deadline); !s.ok()) {
+  if (absl::Status s = options_.step_cuts->Await(
+          cut, deadline, [context] { return context->IsCancelled(); });
+      !s.ok()) {
     return s;
   }
   absl::StatusOr<Delta> delta = get_delta();

@@ -16,7 +16,8 @@ std::chrono::system_clock::time_point Bounded(absl::Time deadline) {
 
 }  // namespace
 
-absl::Status StepCuts::Await(int64_t cut, absl::Time deadline) {
+absl::Status StepCuts::Await(int64_t cut, absl::Time deadline,
+                             const std::function<bool()>& cancelled) {
   if (cut == 0) return absl::InvalidArgumentError("cut 0 names no cut");
   WriterLock lock(&mu_);
   if (!stepping_) {
@@ -32,10 +33,29 @@ absl::Status StepCuts::Await(int64_t cut, absl::Time deadline) {
     return !stepping_ || cuts_.at(cut) != State::kWaiting;
   };
   ExclusiveLockable held(mu_);
-  cv_.wait_until(held, Bounded(deadline), opened);
+  bool gave_up = false;  // the caller cancelled
+  if (cancelled) {
+    // A client that cancelled (another rank's part failed) must not leave
+    // this cut waiting, and a handler thread held, until the deadline.
+    constexpr absl::Duration kPoll = absl::Milliseconds(20);
+    while (!opened() && absl::Now() < deadline) {
+      if (cancelled()) {
+        gave_up = true;
+        break;
+      }
+      cv_.wait_until(held, Bounded(std::min(deadline, absl::Now() + kPoll)),
+                     opened);
+    }
+  } else {
+    cv_.wait_until(held, Bounded(deadline), opened);
+  }
   order_.erase(std::find(order_.begin(), order_.end(), cut));
   if (!opened()) {
     cuts_.erase(cut);
+    if (gave_up) {
+      return absl::CancelledError(
+          absl::StrCat("the read of cut ", cut, " was cancelled"));
+    }
     return absl::DeadlineExceededError(absl::StrCat(
         "the other ranks did not all receive cut ", cut,
         " in time: a read of a sharded trainer goes to every rank"));

@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -46,9 +47,13 @@ class StepCuts {
   // Service side. Blocks until `cut` (nonzero) may be read: OK once the
   // trainer opened it (or does not step); the caller then reads and calls
   // Finish(cut), whatever the read's outcome. DeadlineExceeded at
-  // `deadline` (the cut is withdrawn: no Finish); AlreadyExists when `cut`
-  // waits here already; InvalidArgument for 0.
-  absl::Status Await(int64_t cut, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // `deadline`, Cancelled once `cancelled` (when given: polled every 20 ms,
+  // e.g. the RPC's ServerContext::IsCancelled) says so; either way the cut
+  // is withdrawn (no Finish). AlreadyExists when `cut` waits here already;
+  // InvalidArgument for 0.
+  absl::Status Await(int64_t cut, absl::Time deadline,
+                     const std::function<bool()>& cancelled = {})
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Finish(int64_t cut) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Trainer side, at a step boundary: the cuts waiting and not yet opened,

@@ -2,7 +2,7 @@
 // one read of several servers on the calling thread gives each server's
 // delta as GetDelta does, chunk for chunk; the first read to fail names its
 // server and cancels the others (a read waiting for a consistent cut that
-// will never come is not waited for).
+// will never come is not waited for, and the server withdraws that cut).
 
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
@@ -136,14 +136,16 @@ TEST(GetDeltaFromEachTest, FirstFailureNamesItsServerAndCancelsTheOthers) {
     EXPECT_NE(each.status().message().find(kNobody), std::string::npos)
         << each.status();
     EXPECT_EQ(failed, nobody_first ? 0u : 1u);
-    // The cut the cancelled read left waiting on a is withdrawn once its
-    // handler gives up; until then the same id is refused, so the next
-    // round names another.
+    // The cancelled read's handler on a notices the cancel and withdraws
+    // its cut (it no longer waits out the deadline).
+    const absl::Time cancelled = absl::Now();
+    while (!cuts.Waiting().empty() &&
+           absl::Now() - cancelled < absl::Seconds(10)) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_TRUE(cuts.Waiting().empty()) << "cut " << read.cut();
     read.set_cut(read.cut() + 1);
   }
-  // Releases the handlers still waiting on a (the server's shutdown waits
-  // for them).
-  cuts.SetStepping(false);
 }
 
 }  // namespace

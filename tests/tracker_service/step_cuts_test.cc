@@ -58,6 +58,26 @@ TEST(StepCutsTest, CutsNotAgreedStayWaitingAndTimeOut) {
   EXPECT_EQ(cuts.Serve({5}, absl::Now() + absl::Seconds(10)), 0);
 }
 
+TEST(StepCutsTest, ACancelledReadIsWithdrawnAtOnce) {
+  StepCuts cuts(/*stepping=*/true);
+  std::atomic<bool> cancel{false};
+  absl::Status status;
+  absl::Time returned;
+  std::thread reader([&] {
+    status = cuts.Await(5, absl::Now() + absl::Seconds(30),
+                        [&] { return cancel.load(); });
+    returned = absl::Now();
+  });
+  ASSERT_TRUE(Eventually([&] { return !cuts.Waiting().empty(); }));
+  const absl::Time cancelled_at = absl::Now();
+  cancel.store(true);
+  reader.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_LT(returned - cancelled_at, absl::Seconds(5));
+  EXPECT_TRUE(cuts.Waiting().empty());  // withdrawn
+  EXPECT_EQ(cuts.Serve({5}, absl::Now() + absl::Seconds(1)), 0);
+}
+
 TEST(StepCutsTest, NotSteppingReadsAtOnceAndReleasesWaiters) {
   StepCuts cuts(/*stepping=*/true);
   absl::Status status = absl::UnknownError("not yet");
