@@ -132,17 +132,22 @@ BENCHMARK(BM_CompactWindow)
     ->Args({static_cast<int>(UpdateMode::kFirst), 30})
     ->Args({static_cast<int>(UpdateMode::kLast), 30});
 
+// A store holding a window of 30 batches in the mode of argument 0,
+// compacted when argument 1 is nonzero.
+std::unique_ptr<DeltaStore> WindowStore(const benchmark::State& state) {
+  auto store = std::make_unique<DeltaStore>(ModeArg(state));
+  AppendLookups(*store, ZipfLookups(), 30);
+  if (state.range(1) != 0) store->Compact(0, 30);
+  return store;
+}
+
 // Reading the unique rows of a window: compacted (one index, one gather) or
 // as recorded (indexed where they are, then one gather).
 void BM_ReadWindow(benchmark::State& state) {
-  const Lookups& l = ZipfLookups();
-  const bool compacted = state.range(1) != 0;
-  DeltaStore store(ModeArg(state));
-  AppendLookups(store, l, 30);
-  if (compacted) store.Compact(0, 30);
+  const std::unique_ptr<DeltaStore> store = WindowStore(state);
   int64_t rows = 0;
   for (auto _ : state) {
-    UniqueRows read = *store.GetUniqueTable("t", 0);
+    UniqueRows read = *store->GetUniqueTable("t", 0);
     rows = read.size();
     benchmark::DoNotOptimize(read.ids.data_ptr());
   }
@@ -163,14 +168,10 @@ BENCHMARK(BM_ReadWindow)
 // (DeltaStore::GetUniqueTableDeferred), without the copy of the rows, which
 // goes on while chunks are sent. BM_ReadWindow minus this is that copy.
 void BM_ReadWindowDeferred(benchmark::State& state) {
-  const Lookups& l = ZipfLookups();
-  const bool compacted = state.range(1) != 0;
-  DeltaStore store(ModeArg(state));
-  AppendLookups(store, l, 30);
-  if (compacted) store.Compact(0, 30);
+  const std::unique_ptr<DeltaStore> store = WindowStore(state);
   int64_t rows = 0;
   for (auto _ : state) {
-    DeltaStore::DeferredRows read = *store.GetUniqueTableDeferred("t", 0);
+    DeltaStore::DeferredRows read = *store->GetUniqueTableDeferred("t", 0);
     rows = read.rows.size();
     benchmark::DoNotOptimize(read.rows.ids.data_ptr());
   }
