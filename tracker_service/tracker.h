@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -173,6 +174,12 @@ struct PendingRead {
   // it ends the consumer's resync only when this is below `end` (what was
   // dropped below `end`, the read held). INT64_MIN: nothing dropped since.
   int64_t lost_through = INT64_MIN;
+
+  // Whether the read covers table `fqn`.
+  bool Reads(const std::string& fqn) const {
+    return fqns.empty() ||
+           std::find(fqns.begin(), fqns.end(), fqn) != fqns.end();
+  }
 };
 
 // A consumer's position, for snapshots.
@@ -185,6 +192,12 @@ struct ConsumerState {
   std::vector<PendingRead> pending_reads;
   bool resync_required = false;
   int64_t lost_ids = 0;
+
+  // The cursor of table `fqn`: its own entry, else `cursor`.
+  int64_t CursorOf(const std::string& fqn) const {
+    auto it = table_cursors.find(fqn);
+    return it == table_cursors.end() ? cursor : it->second;
+  }
 };
 
 // Everything a tracker holds, for snapshots and restarts

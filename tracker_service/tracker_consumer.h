@@ -28,17 +28,24 @@ struct Tracker::Consumer {
   int64_t resyncs = 0;
   int64_t dropped_ids = 0;
 
-  static bool Reads(const PendingRead& read, const std::string& fqn) {
-    return read.fqns.empty() || std::find(read.fqns.begin(), read.fqns.end(),
-                                          fqn) != read.fqns.end();
-  }
   // The ends of the pending reads of `fqn`.
   std::vector<int64_t> PendingEnds(const std::string& fqn) const {
     std::vector<int64_t> ends;
     for (const PendingRead& read : pending) {
-      if (Reads(read, fqn)) ends.push_back(read.end);
+      if (read.Reads(fqn)) ends.push_back(read.end);
     }
     return ends;
+  }
+  // Drops the table cursors that `cursor` reached: a table keeps its entry
+  // only while it stands ahead.
+  void DropTableCursorsBehind() {
+    for (auto it = table_cursors.begin(); it != table_cursors.end();) {
+      if (it->second <= cursor) {
+        table_cursors.erase(it++);
+      } else {
+        ++it;
+      }
+    }
   }
 };
 

@@ -350,14 +350,7 @@ void Tracker::AdvanceLocked(Consumer& consumer,
                             int64_t end) {
   if (only_fqns.empty()) {
     consumer.cursor = std::max(consumer.cursor, end);
-    for (auto it = consumer.table_cursors.begin();
-         it != consumer.table_cursors.end();) {
-      if (it->second <= consumer.cursor) {
-        consumer.table_cursors.erase(it++);
-      } else {
-        ++it;
-      }
-    }
+    consumer.DropTableCursorsBehind();
   } else {
     for (const std::string& fqn : only_fqns) SetCursor(consumer, fqn, end);
   }

@@ -56,46 +56,23 @@ absl::Status Tracker::SetConsumers(std::vector<ConsumerState> consumers) {
       consumer = std::make_unique<Consumer>();
       consumer->name = c.name;
     }
-    // The cursors, never moved back (a table read on its own keeps its entry
-    // only while it stands ahead of the consumer's cursor).
-    const int64_t old_cursor = consumer->cursor;
-    absl::flat_hash_map<std::string, int64_t> old_tables =
-        std::move(consumer->table_cursors);
-    consumer->cursor = std::max(old_cursor, c.cursor);
-    consumer->table_cursors.clear();
+    // The cursors, never moved back: each table's the further of the two.
     for (const auto& [fqn, cursor] : c.table_cursors) {
-      auto old = old_tables.find(fqn);
-      const int64_t mine = old == old_tables.end() ? old_cursor : old->second;
-      consumer->table_cursors[fqn] = std::max(mine, cursor);
+      SetCursor(*consumer, fqn, cursor);
     }
-    for (const auto& [fqn, cursor] : old_tables) {
-      if (c.table_cursors.count(fqn) == 0) {
-        consumer->table_cursors[fqn] = std::max(cursor, c.cursor);
-      }
-    }
-    for (auto it = consumer->table_cursors.begin();
-         it != consumer->table_cursors.end();) {
-      if (it->second <= consumer->cursor) {
-        consumer->table_cursors.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-    // Pending reads: the agreed ones that a cursor has not passed.
+    consumer->cursor = std::max(consumer->cursor, c.cursor);
+    consumer->DropTableCursorsBehind();
+    // Pending reads: the agreed ones that a cursor has not passed (a read of
+    // every table is passed at the consumer's own cursor, the lowest).
     consumer->pending.clear();
     for (PendingRead& read : c.pending_reads) {
-      bool covered = true;
-      if (read.fqns.empty()) {
-        covered =
-            read.end <= consumer->cursor &&
-            std::all_of(consumer->table_cursors.begin(),
-                        consumer->table_cursors.end(),
-                        [&](const auto& t) { return read.end <= t.second; });
-      } else {
-        for (const std::string& fqn : read.fqns) {
-          covered = covered && read.end <= CursorOf(*consumer, fqn);
-        }
-      }
+      const bool covered =
+          read.fqns.empty()
+              ? read.end <= consumer->cursor
+              : std::all_of(read.fqns.begin(), read.fqns.end(),
+                            [&](const std::string& fqn) {
+                              return read.end <= CursorOf(*consumer, fqn);
+                            });
       if (!covered) consumer->pending.push_back(std::move(read));
     }
     if (c.resync_required && !consumer->resync_required) ++consumer->resyncs;

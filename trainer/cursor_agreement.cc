@@ -24,16 +24,6 @@ const std::string& AnyOtherTable() {
   return *kNone;
 }
 
-int64_t CursorOf(const ConsumerState& consumer, const std::string& fqn) {
-  auto it = consumer.table_cursors.find(fqn);
-  return it == consumer.table_cursors.end() ? consumer.cursor : it->second;
-}
-
-bool Reads(const PendingRead& read, const std::string& fqn) {
-  if (read.fqns.empty()) return true;
-  return std::find(read.fqns.begin(), read.fqns.end(), fqn) != read.fqns.end();
-}
-
 const ConsumerState* Find(const TrackerState& rank, const std::string& name) {
   for (const ConsumerState& c : rank.consumers) {
     if (c.name == name) return &c;
@@ -50,10 +40,10 @@ const ConsumerState* Find(const TrackerState& rank, const std::string& name) {
 bool Serves(const TrackerState& rank, const std::string& fqn, int64_t batch) {
   if (batch >= rank.current_batch) return true;
   for (const ConsumerState& c : rank.consumers) {
-    if (CursorOf(c, fqn) == batch) return true;
+    if (c.CursorOf(fqn) == batch) return true;
     for (const PendingRead& read : c.pending_reads) {
       if (read.end == batch &&
-          (fqn.empty() ? read.fqns.empty() : Reads(read, fqn))) {
+          (fqn.empty() ? read.fqns.empty() : read.Reads(fqn))) {
         return true;
       }
     }
@@ -66,7 +56,7 @@ bool Serves(const TrackerState& rank, const std::string& fqn, int64_t batch) {
 bool RankServes(const TrackerState& rank, const std::string& name,
                 const std::string& fqn, int64_t batch) {
   const ConsumerState* mine = Find(rank, name);
-  if (mine != nullptr && CursorOf(*mine, fqn) == batch) return true;
+  if (mine != nullptr && mine->CursorOf(fqn) == batch) return true;
   return Serves(rank, fqn, batch);
 }
 
@@ -114,7 +104,7 @@ std::vector<ConsumerState> AgreeConsumers(
       for (const auto& [fqn, unused] : s->table_cursors) {
         int64_t furthest = c.cursor;
         for (const ConsumerState* t : states) {
-          furthest = std::max(furthest, CursorOf(*t, fqn));
+          furthest = std::max(furthest, t->CursorOf(fqn));
         }
         if (furthest > c.cursor) c.table_cursors[fqn] = furthest;
       }
@@ -137,7 +127,7 @@ std::vector<ConsumerState> AgreeConsumers(
       bool open = false;
       bool served = true;
       for (const std::string& fqn : read_tables) {
-        open = open || end > CursorOf(c, fqn);
+        open = open || end > c.CursorOf(fqn);
         for (const TrackerState& rank : ranks) {
           served = served && RankServes(rank, name, fqn, end);
         }
@@ -148,7 +138,7 @@ std::vector<ConsumerState> AgreeConsumers(
     bool served = true;
     for (const std::string& fqn : tables) {
       for (const TrackerState& rank : ranks) {
-        served = served && RankServes(rank, name, fqn, CursorOf(c, fqn));
+        served = served && RankServes(rank, name, fqn, c.CursorOf(fqn));
       }
     }
     if (!served) {
