@@ -332,16 +332,18 @@ DeltaStore::DeferredRows DeltaStore::DeferredRowsIn(const Table& table,
     result.rows = UniqueRowsOf(ids, states, mode_);
     return result;
   }
-  std::vector<const uint8_t*> rows_at;
-  if (last - first == 1 && first->rows) {
-    result.rows = first->rows->SortedRows(table.state_dtype, &rows_at);
+  // The index's rows in ID order, their states left to `result.gather`.
+  auto sorted = [&](const RowIndex& index, std::vector<at::Tensor> keep) {
+    std::vector<const uint8_t*> rows_at;
+    result.rows = index.SortedRows(table.state_dtype, &rows_at);
     if (result.rows.states.defined()) {
-      result.gather = std::make_unique<RowGather>(
-          result.rows.states, std::move(rows_at), first->rows->row_bytes(),
-          std::vector<at::Tensor>());
+      result.gather =
+          std::make_unique<RowGather>(result.rows.states, std::move(rows_at),
+                                      index.row_bytes(), std::move(keep));
     }
-    return result;
-  }
+    return std::move(result);
+  };
+  if (last - first == 1 && first->rows) return sorted(*first->rows, {});
   // The lookups outlive this read (the reader lock is held; a deferred copy
   // comes before any change): index their rows where they are and copy each
   // kept one once, into the result.
@@ -354,13 +356,7 @@ DeltaStore::DeferredRows DeltaStore::DeferredRowsIn(const Table& table,
       FoldRecorded(index, it->ids, it->states, &borrowed);
     }
   }
-  result.rows = index.SortedRows(table.state_dtype, &rows_at);
-  if (result.rows.states.defined()) {
-    result.gather =
-        std::make_unique<RowGather>(result.rows.states, std::move(rows_at),
-                                    index.row_bytes(), std::move(borrowed));
-  }
-  return result;
+  return sorted(index, std::move(borrowed));
 }
 
 std::map<std::string, UniqueRows> DeltaStore::GetUnique(int64_t from_idx,

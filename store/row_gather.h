@@ -8,6 +8,13 @@
 
 namespace deltastream {
 
+// Copies rows_at[i] (`row_bytes` each) to out + i * row_bytes for i in
+// [begin, end). The rows lie spread over memory, so each copy would
+// otherwise wait for its cache misses in turn: sources are prefetched a few
+// rows ahead (within rows_at).
+void CopyRowsAt(const std::vector<const uint8_t*>& rows_at, int64_t begin,
+                int64_t end, int64_t row_bytes, uint8_t* out);
+
 // The state rows of a read still to be copied, from where the store holds
 // them into the read's result, in pieces: a reader can send the first rows
 // while later ones are copied (DeltaStore::GetUniqueTableDeferred).

@@ -25,11 +25,6 @@ constexpr int64_t kFirstBlockRows = 16;
 constexpr int64_t kDenseBitsPerRow = 128;
 constexpr int64_t kDenseFreeBits = int64_t{1} << 20;
 
-// Rows are copied this many rows ahead of where they are prefetched: the rows
-// a read gathers lie spread over memory, so each copy would otherwise wait
-// for its cache misses in turn.
-constexpr int64_t kCopyPrefetchRows = 8;
-
 // Hash slots are looked up this many IDs ahead of where they are prefetched:
 // the slots of a large table miss the cache.
 constexpr int64_t kSlotPrefetchIds = 16;
@@ -39,12 +34,6 @@ constexpr int64_t kTightPrefetchIds = 64;
 // A bitmap up to this size is taken to stay in a core's cache (L2) while a
 // lookup is folded, so its words are not prefetched.
 constexpr int64_t kCachedBitmapBytes = int64_t{1} << 20;
-
-void PrefetchRow(const uint8_t* row, int64_t row_bytes) {
-  for (int64_t offset = 0; offset < row_bytes; offset += 64) {
-    __builtin_prefetch(row + offset);
-  }
-}
 
 // Sorts (ID, slot) pairs by ID with an LSD radix sort over the bytes in which
 // the IDs differ: row IDs seldom use all 64 bits, so this takes a few linear
@@ -72,25 +61,6 @@ void SortById(std::vector<std::pair<int64_t, int64_t>>& items) {
     items.swap(buffer);
   }
 }
-
-// Copies row i of `n` rows of `row_bytes` from src_of(i) to out + i *
-// row_bytes. The rows lie spread over memory, so each copy would otherwise
-// wait for its misses in turn: the sources are prefetched kCopyPrefetchRows
-// rows ahead, and before that, kSlotPrefetchIds rows ahead, ahead_of(i)
-// prefetches what src_of(i) will read to find its row.
-template <typename SrcOf, typename AheadOf>
-void GatherRows(uint8_t* out, int64_t n, int64_t row_bytes, SrcOf src_of,
-                AheadOf ahead_of) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kSlotPrefetchIds < n) ahead_of(i + kSlotPrefetchIds);
-    if (i + kCopyPrefetchRows < n) {
-      PrefetchRow(src_of(i + kCopyPrefetchRows), row_bytes);
-    }
-    std::memcpy(out + i * row_bytes, src_of(i), row_bytes);
-  }
-}
-
-void NothingAhead(int64_t) {}
 
 #if defined(__x86_64__) && !defined(__POPCNT__)
 // Whether the CPU has the popcnt instruction (every x86-64 CPU since about
@@ -339,9 +309,7 @@ void RowIndex::SettleRuns() {
   KeptRows(rows_at);
   std::unique_ptr<uint8_t[]> block(
       new uint8_t[std::max<int64_t>(rows_, 1) * row_bytes_]);
-  GatherRows(
-      block.get(), rows_, row_bytes_,
-      [&rows_at](int64_t i) { return rows_at[i]; }, NothingAhead);
+  CopyRowsAt(rows_at, 0, rows_, row_bytes_, block.get());
   if (direct_) {  // rows_at is in ID order: so are the slots now
     int64_t slot = 0;
     ForEachHeld(held_bits_, [&](int64_t id) { ids_[slot++] = id; });
