@@ -9,7 +9,10 @@
 namespace deltastream {
 
 StatesFill::~StatesFill() {
-  if (thread_.joinable()) thread_.join();
+  WriterLock lock(&mu_);
+  ExclusiveLockable lockable(mu_);
+  changed_.wait(lockable,
+                [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return finished_; });
 }
 
 void StatesFill::AwaitRows(const std::string& fqn, int64_t rows) {
@@ -55,6 +58,41 @@ absl::StatusOr<Delta> StatesFill::AwaitDelta() {
                 [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return handed_out_; });
   std::unique_ptr<absl::StatusOr<Delta>> delta = std::move(delta_);
   return *std::move(delta);
+}
+
+FillThread::~FillThread() {
+  {
+    WriterLock lock(&mu_);
+    stopping_ = true;
+    queued_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void FillThread::Run(std::function<void()> read) {
+  WriterLock lock(&mu_);
+  reads_.push_back(std::move(read));
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  queued_.notify_one();
+}
+
+void FillThread::Loop() {
+  while (true) {
+    std::function<void()> read;
+    {
+      WriterLock lock(&mu_);
+      ExclusiveLockable lockable(mu_);
+      queued_.wait(lockable, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return stopping_ || !reads_.empty();
+      });
+      if (reads_.empty()) return;  // stopping, nothing left
+      read = std::move(reads_.front());
+      reads_.pop_front();
+    }
+    read();
+  }
 }
 
 }  // namespace deltastream

@@ -315,13 +315,16 @@ class Tracker {
   absl::StatusOr<Delta> GetDelta(const DeltaRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
   // GetDelta for a caller that sends the rows as they come (the service's
-  // stream): the read runs on a thread of its own, which hands out the delta
-  // once its IDs are known and then copies the tables' state rows into it in
-  // pieces, holding the tracker's lock meanwhile as GetDelta holds it for its
-  // copy. Send a table's rows once (*fill)->AwaitRows says they are there;
-  // `*fill` must go before the tracker (its destructor waits for the thread).
-  // A read that works with the states itself (scores, top-k, momentum_diff,
-  // rowwise_adagrad) copies them before it hands out. Errors as GetDelta.
+  // stream): the read runs on the tracker's fill thread (FillThread, one per
+  // tracker, kept), which hands out the delta once its IDs are known and then
+  // copies the tables' state rows into it in pieces, holding the tracker's
+  // lock meanwhile as GetDelta holds it for its copy. Send a table's rows once
+  // (*fill)->AwaitRows says they are there; `*fill` (set on success and on
+  // error) must go before the tracker (its destructor waits for the read). A
+  // read that works with the states itself (scores, top-k, momentum_diff,
+  // rowwise_adagrad) copies them before it hands out; one that leaves no
+  // copy for later (those, id_only, all_rows) runs on the calling thread, as
+  // GetDelta. Errors as GetDelta.
   absl::StatusOr<Delta> GetDeltaFilling(const DeltaRequest& request,
                                         std::unique_ptr<StatesFill>* fill)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -456,6 +459,9 @@ class Tracker {
   void PublishBatch(int64_t batch) ABSL_LOCKS_EXCLUDED(step_mu_);
   // The time batch `batch` was opened (the first one known at or after it).
   absl::Time OpenedAt(int64_t batch) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether a filling read of `request` may copy the states of a table read
+  // with `spec` (its top-k, or null) after it hands the delta out.
+  bool DefersStates(const DeltaRequest& request, const TopK* spec) const;
   // GetDelta's read; with `fill` (GetDeltaFilling), hands the delta out
   // to it and copies the deferred states afterwards, still under the lock.
   absl::StatusOr<Delta> GetDeltaUnguarded(const DeltaRequest& request,
@@ -515,6 +521,9 @@ class Tracker {
   mutable SharedMutex step_mu_;
   mutable std::condition_variable_any step_cv_;
   int64_t published_batch_ ABSL_GUARDED_BY(step_mu_) = 0;
+
+  // GetDeltaFilling's reads; last, so that its thread stops first.
+  FillThread fill_thread_;
 };
 
 }  // namespace deltastream

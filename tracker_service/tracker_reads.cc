@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -179,19 +178,36 @@ absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
   return CatchTorchErrors([&] { return GetDeltaUnguarded(request, nullptr); });
 }
 
+bool Tracker::DefersStates(const DeltaRequest& request,
+                           const TopK* spec) const {
+  // id_only keeps no states; the diff modes and scores work with them.
+  const TrackingMode mode = options_.mode;
+  return !request.all_rows && spec == nullptr && !request.include_scores &&
+         mode != TrackingMode::kIdOnly && mode != TrackingMode::kMomentumDiff &&
+         mode != TrackingMode::kRowwiseAdagrad;
+}
+
 absl::StatusOr<Delta> Tracker::GetDeltaFilling(
     const DeltaRequest& request, std::unique_ptr<StatesFill>* fill) {
   auto state = std::make_unique<StatesFill>();
   StatesFill* const raw = state.get();
-  state->thread_ = std::thread([this, request, raw] {
+  *fill = std::move(state);
+  // Tables with a top-k of their own may defer; with request.top_k none do.
+  const TopK* every_table =
+      request.top_k.has_value() ? &*request.top_k : nullptr;
+  if (!DefersStates(request, every_table)) {
+    // Nothing to copy after the hand-out: no thread to hand over to.
+    absl::StatusOr<Delta> delta = GetDelta(request);
+    raw->Finish();
+    return delta;
+  }
+  fill_thread_.Run([this, request, raw] {
     absl::StatusOr<Delta> delta =
         CatchTorchErrors([&] { return GetDeltaUnguarded(request, raw); });
     raw->HandOut(std::move(delta));  // a failed read's status; else nothing
     raw->Finish();
   });
-  absl::StatusOr<Delta> delta = raw->AwaitDelta();
-  *fill = std::move(state);
-  return delta;
+  return raw->AwaitDelta();
 }
 
 absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
@@ -286,10 +302,7 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
                        : request.top_k.has_value()            ? &*request.top_k
                                                               : nullptr;
     // A filling read defers the copy of states that this read leaves alone.
-    const bool defer = fill != nullptr && spec == nullptr &&
-                       !request.include_scores &&
-                       options_.mode != TrackingMode::kMomentumDiff &&
-                       options_.mode != TrackingMode::kRowwiseAdagrad;
+    const bool defer = fill != nullptr && DefersStates(request, spec);
     std::unique_ptr<RowGather> gather;
     absl::StatusOr<UniqueRows> rows =
         from < end

@@ -35,6 +35,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,6 +86,9 @@ ABSL_FLAG(bool, reuse_memory, true,
           "keep freed host memory for reuse (base/host_memory.h), as the "
           "other benchmarks and the servers do; false: glibc's defaults, "
           "under which every read faults its pages in afresh");
+ABSL_FLAG(std::string, kinds, "all_rows,changed",
+          "the kinds of read to time (all_rows, changed): e.g. changed alone "
+          "with many --reads to profile it");
 ABSL_FLAG(bool, json, false, "also print one JSON object per line");
 ABSL_FLAG(std::string, child_logs, "/tmp/fan_in_bench",
           "the trainers' stderr goes to <child_logs>.<name>.log");
@@ -190,6 +194,33 @@ class TrainerGroup {
       }
       absl::SleepFor(absl::Milliseconds(50));
     }
+  }
+
+  // The CPU seconds the group's processes (the trainer, or the launcher and
+  // its ranks) have used so far, exited threads included.
+  double CpuSeconds() const {
+    double seconds = 0;
+    for (const std::filesystem::directory_entry& entry :
+         std::filesystem::directory_iterator("/proc")) {
+      pid_t pid = 0;
+      if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+      // Fields after the command's closing parenthesis: state, ppid, pgrp.
+      const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+      const size_t end = stat.rfind(')');
+      if (end == std::string::npos) continue;
+      std::vector<absl::string_view> fields =
+          absl::StrSplit(absl::string_view(stat).substr(end + 2), ' ');
+      pid_t group = 0;
+      clockid_t clock;
+      timespec used;
+      if (fields.size() < 3 || !absl::SimpleAtoi(fields[2], &group) ||
+          group != pid_ || clock_getcpuclockid(pid, &clock) != 0 ||
+          clock_gettime(clock, &used) != 0) {
+        continue;
+      }
+      seconds += used.tv_sec + used.tv_nsec * 1e-9;
+    }
+    return seconds;
   }
 
   // OK while the trainer runs.
@@ -368,6 +399,11 @@ ReceivedDelta Clone(const ReceivedDelta& delta) {
 
 struct Series {
   std::vector<double> seconds;
+  // The calling thread's CPU seconds of each read (the client's share).
+  std::vector<double> client_cpu;
+  // The server's CPU seconds over all reads (its process group's, idle
+  // serving included), divided by their number.
+  double server_cpu = 0;
   int64_t bytes = 0;
 
   double MBps(double s) const { return bytes / 1e6 / s; }
@@ -394,17 +430,25 @@ std::string Spread(const Series& s) {
                          s.MaxMBps());
 }
 
+// "server + client" CPU milliseconds per read.
+std::string Cpu(const Series& s) {
+  return absl::StrFormat("%.2f+%.2f", 1e3 * s.server_cpu,
+                         1e3 * Median(s.client_cpu));
+}
+
 void PrintRows(const std::vector<Row>& rows, bool json) {
-  absl::PrintF("%-9s %5s %8s %24s %24s %7s %10s\n", "read", "ranks", "MB",
-               "single-rank MB/s", "fan-in MB/s", "ratio", "merge ms");
+  absl::PrintF("%-9s %5s %8s %24s %24s %7s %10s %21s\n", "read", "ranks", "MB",
+               "single-rank MB/s", "fan-in MB/s", "ratio", "merge ms",
+               "cpu ms single/fan-in");
   for (const Row& row : rows) {
     const double ratio = row.fan_in.MedianMBps() / row.single.MedianMBps();
-    absl::PrintF("%-9s %5d %8.1f %24s %24s %6.0f%% %10s\n", row.read, row.ranks,
-                 row.fan_in.bytes / 1e6, Spread(row.single) + " MB/s",
-                 Spread(row.fan_in) + " MB/s", 100 * ratio,
-                 row.merge
-                     ? absl::StrFormat("%.1f", 1e3 * Median(row.merge->seconds))
-                     : "-");
+    absl::PrintF(
+        "%-9s %5d %8.1f %24s %24s %6.0f%% %10s %21s\n", row.read, row.ranks,
+        row.fan_in.bytes / 1e6, Spread(row.single) + " MB/s",
+        Spread(row.fan_in) + " MB/s", 100 * ratio,
+        row.merge ? absl::StrFormat("%.1f", 1e3 * Median(row.merge->seconds))
+                  : "-",
+        Cpu(row.single) + " " + Cpu(row.fan_in));
   }
   if (!json) return;
   for (const Row& row : rows) {
@@ -414,7 +458,9 @@ void PrintRows(const std::vector<Row>& rows, bool json) {
         "\"single_mbps\":%.1f,\"single_mbps_min\":%.1f,"
         "\"single_mbps_max\":%.1f,\"fan_in_mbps\":%.1f,"
         "\"fan_in_mbps_min\":%.1f,\"fan_in_mbps_max\":%.1f,\"ratio\":%.3f,"
-        "\"merge_ms\":%s,\"max_value_diff\":%g}\n",
+        "\"merge_ms\":%s,\"max_value_diff\":%g,"
+        "\"single_server_cpu_ms\":%.3f,\"single_client_cpu_ms\":%.3f,"
+        "\"fan_in_server_cpu_ms\":%.3f,\"fan_in_client_cpu_ms\":%.3f}\n",
         row.read, row.ranks, row.fan_in.bytes, row.single.bytes,
         row.fan_in.seconds.size(), row.single.MedianMBps(),
         row.single.MinMBps(), row.single.MaxMBps(), row.fan_in.MedianMBps(),
@@ -422,19 +468,30 @@ void PrintRows(const std::vector<Row>& rows, bool json) {
         row.fan_in.MedianMBps() / row.single.MedianMBps(),
         row.merge ? absl::StrFormat("%.2f", 1e3 * Median(row.merge->seconds))
                   : "null",
-        row.max_diff);
+        row.max_diff, 1e3 * row.single.server_cpu,
+        1e3 * Median(row.single.client_cpu), 1e3 * row.fan_in.server_cpu,
+        1e3 * Median(row.fan_in.client_cpu));
   }
+}
+
+double ThreadCpuSeconds() {
+  timespec used;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &used);
+  return used.tv_sec + used.tv_nsec * 1e-9;
 }
 
 // Times one read; its bytes go to `series`.
 absl::StatusOr<ReceivedDelta> TimedRead(
     const std::function<absl::StatusOr<ReceivedDelta>()>& read,
     Series& series) {
+  const double cpu_start = ThreadCpuSeconds();
   const Clock::time_point start = Clock::now();
   absl::StatusOr<ReceivedDelta> delta = read();
   const double seconds = Seconds(start);
+  const double cpu = ThreadCpuSeconds() - cpu_start;
   if (!delta.ok()) return delta.status();
   series.seconds.push_back(seconds);
+  series.client_cpu.push_back(cpu);
   series.bytes = Bytes(*delta);
   return delta;
 }
@@ -449,12 +506,19 @@ v1::GetDeltaRequest ReadRequest(const std::string& consumer, bool all_rows) {
 // Both kinds of read from `single` and `fan_in`, alternated: a warm-up
 // (checked), then `reads` timed each. Changed-rows reads go to consumers
 // <changed_prefix><i> of the baseline and c<i> of the fan-in trainer.
-absl::Status Measure(DeltaClient& single, FanInClient& fan_in, int ranks,
-                     int reads, const std::string& changed_prefix,
+absl::Status Measure(DeltaClient& single, const TrainerGroup& single_trainer,
+                     FanInClient& fan_in, const TrainerGroup& fan_in_trainer,
+                     int ranks, int reads, const std::string& changed_prefix,
+                     const std::vector<bool>& kinds,
                      const ClientOptions& options, std::vector<Row>& rows) {
-  for (const bool all_rows : {true, false}) {
+  for (const bool all_rows : kinds) {
     Row row{all_rows ? "all_rows" : "changed", ranks};
+    double single_cpu = 0, fan_in_cpu = 0;  // the servers', from read 0
     for (int i = -1; i < reads; ++i) {
+      if (i == 0) {
+        single_cpu = single_trainer.CpuSeconds();
+        fan_in_cpu = fan_in_trainer.CpuSeconds();
+      }
       const std::string name = absl::StrCat("c", i + 1);
       const v1::GetDeltaRequest single_request =
           ReadRequest(all_rows ? "all" : changed_prefix + name, all_rows);
@@ -489,6 +553,8 @@ absl::Status Measure(DeltaClient& single, FanInClient& fan_in, int ranks,
         }
       }
     }
+    row.single.server_cpu = (single_trainer.CpuSeconds() - single_cpu) / reads;
+    row.fan_in.server_cpu = (fan_in_trainer.CpuSeconds() - fan_in_cpu) / reads;
     if (ranks > 1) {
       // The merge alone, on copies of one read's parts, each read from its
       // rank on its own.
@@ -537,6 +603,15 @@ int Run() {
           "--ranks: '", n, "' is no world size dividing --batch")));
     }
     world_sizes.push_back(size);
+  }
+  std::vector<bool> kinds;  // all_rows or not
+  for (absl::string_view kind :
+       absl::StrSplit(absl::GetFlag(FLAGS_kinds), ',', absl::SkipEmpty())) {
+    if (kind != "all_rows" && kind != "changed") {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--kinds: '", kind, "' is neither all_rows nor changed")));
+    }
+    kinds.push_back(kind == "all_rows");
   }
   const std::string sharding = absl::GetFlag(FLAGS_sharding);
   if (std::find(std::begin(kShardings), std::end(kShardings), sharding) ==
@@ -637,8 +712,9 @@ int Run() {
         !s.ok()) {
       return Fail(s);
     }
-    if (absl::Status s = Measure(*single, **fan_in, n, reads,
-                                 absl::StrCat("s", k), options, rows);
+    if (absl::Status s =
+            Measure(*single, single_trainer, **fan_in, trainer, n, reads,
+                    absl::StrCat("s", k), kinds, options, rows);
         !s.ok()) {
       return Fail(s);
     }

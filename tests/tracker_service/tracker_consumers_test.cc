@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/tracker_service/tracker_fixture.h"
 
@@ -321,6 +322,21 @@ TEST(TrackerTest, SharedReadsNeverOutliveAChangeOfTheirBatches) {
             a.tables.at(kT1).ids.data_ptr());
 }
 
+// One lookup of kT1 and one of kT2: `n` IDs each, drawn from [0, range),
+// with random states of `dim` columns.
+std::vector<TableLookup> RandomLookups(std::mt19937_64& rng, int n,
+                                       int64_t range, int64_t dim) {
+  std::vector<TableLookup> lookups;
+  for (const char* fqn : {kT1, kT2}) {
+    std::vector<int64_t> ids;
+    for (int i = 0; i < n; ++i) {
+      ids.push_back(static_cast<int64_t>(rng() % range));
+    }
+    lookups.push_back({fqn, Ids(ids), at::randn({n, dim})});
+  }
+  return lookups;
+}
+
 // A filling read (the service's stream) answers as GetDelta: two trackers get
 // the same records; one is read with GetDelta, the other with GetDeltaFilling,
 // whose rows are checked only once its fill says they are there. One
@@ -332,14 +348,8 @@ TEST(TrackerTest, FillingReadAnswersAsGetDelta) {
   std::mt19937_64 rng(11);
   for (int round = 0; round < 4; ++round) {
     for (int step = 0; step < 3 && round != 2; ++step) {
-      std::vector<TableLookup> lookups;
-      for (const char* fqn : {kT1, kT2}) {
-        std::vector<int64_t> ids;
-        for (int i = 0; i < 6000; ++i) {
-          ids.push_back(static_cast<int64_t>(rng() % 20000));
-        }
-        lookups.push_back({fqn, Ids(ids), at::randn({6000, 16})});
-      }
+      const std::vector<TableLookup> lookups =
+          RandomLookups(rng, 6000, 20000, 16);
       for (Tracker* tracker : {plain.get(), filling.get()}) {
         ASSERT_TRUE(tracker->RecordTables(lookups).ok());
         tracker->Step();
@@ -369,6 +379,63 @@ TEST(TrackerTest, FillingReadAnswersAsGetDelta) {
   unknown.consumer = "nobody";
   EXPECT_EQ(filling->GetDeltaFilling(unknown, &fill).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Filling reads from several threads at once queue on the tracker's one
+// fill thread and answer as GetDelta; an id_only read (nothing to copy after
+// the hand-out) runs on the calling thread, its fill done on return.
+TEST(TrackerTest, FillingReadsAtOnceAnswerAsGetDelta) {
+  constexpr int kReaders = 6;
+  TrackerOptions embedding = EmbeddingOptions();
+  TrackerOptions id_only;
+  id_only.fqns_to_skip = {"ebc"};
+  for (int c = 0; c < kReaders; ++c) {
+    for (TrackerOptions* options : {&embedding, &id_only}) {
+      options->consumers.push_back(absl::StrCat("c", c));
+    }
+  }
+  for (const TrackerOptions& options : {embedding, id_only}) {
+    auto plain = MakeTracker(options);
+    auto filling = MakeTracker(options);
+    std::mt19937_64 rng(5);
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<TableLookup> lookups =
+          RandomLookups(rng, 5000, 30000, 8);
+      for (Tracker* tracker : {plain.get(), filling.get()}) {
+        ASSERT_TRUE(tracker->RecordTables(lookups).ok());
+        tracker->Step();
+      }
+    }
+    std::vector<Delta> expected;
+    for (int c = 0; c < kReaders; ++c) {
+      expected.push_back(Read(*plain, absl::StrCat("c", c)));
+    }
+    std::vector<absl::StatusOr<Delta>> got(kReaders, absl::UnknownError(""));
+    std::vector<std::unique_ptr<StatesFill>> fills(kReaders);
+    std::vector<std::thread> readers;
+    for (int c = 0; c < kReaders; ++c) {
+      readers.emplace_back([&, c] {
+        DeltaRequest request;
+        request.consumer = absl::StrCat("c", c);
+        got[c] = filling->GetDeltaFilling(request, &fills[c]);
+      });
+    }
+    for (std::thread& reader : readers) reader.join();
+    for (int c = 0; c < kReaders; ++c) {
+      ASSERT_TRUE(got[c].ok()) << got[c].status();
+      ASSERT_NE(fills[c], nullptr);
+      EXPECT_EQ(got[c]->end_batch, expected[c].end_batch);
+      for (const auto& [fqn, table] : expected[c].tables) {
+        const TableDelta& mine = got[c]->tables.at(fqn);
+        fills[c]->AwaitRows(fqn, mine.ids.size(0));
+        EXPECT_TRUE(at::equal(mine.ids, table.ids)) << fqn << " c" << c;
+        EXPECT_EQ(mine.states.defined(), table.states.defined()) << fqn;
+        if (table.states.defined()) {
+          EXPECT_TRUE(at::equal(mine.states, table.states)) << fqn << " c" << c;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
