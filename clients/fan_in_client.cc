@@ -93,38 +93,44 @@ absl::StatusOr<ReceivedTable> JoinColumns(const std::string& fqn,
   return joined;
 }
 
-// Whether `ids` (1-D int64) ascend strictly, as each rank's part does when
-// its server keeps the protocol (checked: merging in order relies on it).
-bool StrictlyAscending(const at::Tensor& ids) {
-  if (ids.scalar_type() != at::kLong || ids.dim() != 1) return false;
-  const at::Tensor dense = ids.contiguous();
-  const int64_t* id = dense.data_ptr<int64_t>();
-  for (int64_t i = 1; i < dense.numel(); ++i) {
-    if (id[i] <= id[i - 1]) return false;
-  }
-  return true;
-}
-
 // `pieces` (each with rows) ordered by their first ID when each one's IDs
-// ascend strictly and their ranges do not overlap, so that their rows,
-// concatenated in that order, ascend: row-wise and table-row-wise shards
-// (each rank serves one block of rows). Empty otherwise.
+// ascend strictly, as each rank's part does when its server keeps the
+// protocol (checked: merging in order relies on it), and their ranges do not
+// overlap, so that their rows, concatenated in that order, ascend: row-wise
+// and table-row-wise shards (each rank serves one block of rows). Empty
+// otherwise. Reads the IDs where they lie (no tensor op per ID: this runs on
+// every table of every fan-in read).
 std::vector<ReceivedTable*> DisjointInIdOrder(
-    std::vector<ReceivedTable*> pieces) {
-  for (const ReceivedTable* piece : pieces) {
-    if (!StrictlyAscending(piece->ids)) return {};
-  }
-  auto first = [](const ReceivedTable* piece) {
-    return piece->ids[0].item<int64_t>();
+    const std::vector<ReceivedTable*>& pieces) {
+  struct Range {
+    int64_t first;
+    int64_t last;
+    ReceivedTable* piece;
   };
-  std::sort(pieces.begin(), pieces.end(),
-            [&](const ReceivedTable* a, const ReceivedTable* b) {
-              return first(a) < first(b);
-            });
-  for (size_t i = 1; i < pieces.size(); ++i) {
-    if (pieces[i - 1]->ids[-1].item<int64_t>() >= first(pieces[i])) return {};
+  std::vector<Range> ranges;
+  ranges.reserve(pieces.size());
+  for (ReceivedTable* piece : pieces) {
+    const at::Tensor& ids = piece->ids;
+    if (ids.scalar_type() != at::kLong || ids.dim() != 1 ||
+        !ids.device().is_cpu() || !ids.is_contiguous()) {
+      return {};
+    }
+    const int64_t* id = ids.data_ptr<int64_t>();
+    const int64_t n = ids.numel();
+    for (int64_t i = 1; i < n; ++i) {
+      if (id[i] <= id[i - 1]) return {};
+    }
+    ranges.push_back({id[0], id[n - 1], piece});
   }
-  return pieces;
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.first < b.first; });
+  std::vector<ReceivedTable*> in_order;
+  in_order.reserve(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    if (i > 0 && ranges[i - 1].last >= ranges[i].first) return {};
+    in_order.push_back(ranges[i].piece);
+  }
+  return in_order;
 }
 
 // The pieces' `member` tensors, concatenated along the rows.

@@ -111,19 +111,40 @@ int64_t ModuleRowsReader::FirstRow(absl::string_view fqn) {
   return it == row_offsets_.end() ? 0 : it->second;
 }
 
+namespace {
+
+absl::Status OutsideShard(absl::string_view fqn, int64_t first, int64_t rows) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "table '", fqn, "' holds rows ", first, " .. ", first + rows - 1,
+      " of its sharded table here; an ID is outside them"));
+}
+
+}  // namespace
+
 absl::StatusOr<at::Tensor> ModuleRowsReader::LocalIds(
     absl::string_view fqn, const Table& table, const at::Tensor& ids) const {
   auto it = row_offsets_.find(fqn);
   if (it == row_offsets_.end() || it->second == 0) return ids;
   const int64_t first = it->second;
   const int64_t rows = table.module->tables()[table.index].num_embeddings;
+  if (ids.device().is_cpu() && ids.scalar_type() == at::kLong &&
+      ids.dim() == 1) {
+    // One pass on the host (every read of a row-wise shard comes here): the
+    // tensor ops below cost a dozen dispatches and two passes a table.
+    const at::Tensor global = ids.contiguous();
+    at::Tensor local = at::empty_like(global);
+    const int64_t* in = global.data_ptr<int64_t>();
+    int64_t* out = local.data_ptr<int64_t>();
+    for (int64_t i = 0; i < global.numel(); ++i) {
+      out[i] = in[i] - first;
+      if (out[i] < 0 || out[i] >= rows) return OutsideShard(fqn, first, rows);
+    }
+    return local;
+  }
   at::Tensor local = ids - first;
   if (local.numel() > 0 &&
       ((local < 0).any().item<bool>() || (local >= rows).any().item<bool>())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "table '", fqn, "' holds rows ", first, " .. ", first + rows - 1,
-        " of its sharded table here; an ID is "
-        "outside them"));
+    return OutsideShard(fqn, first, rows);
   }
   return local;
 }
