@@ -32,12 +32,12 @@
 // peak RSS when the combination finished (all combinations share the
 // process: it only grows). "dict" input: each batch is held as a
 // feature dict whose features own their tensors (as a data loader hands
-// them over) and converted to a KeyedJaggedTensor when pulled (on the
-// training thread). Tracking "embedding" needs --model=sequence (pooled
-// tables have no EMBEDDING mode). Figures are rank 0's. Each launch prints
-// the load average before and after it and the ranks' intra-op threads
-// (at::get_num_threads(): 1 per rank with several ranks, torchrun's rule,
-// trainer/comm/local_launcher.h).
+// them over), which the pipeline converts to a KeyedJaggedTensor where it
+// prepares the batch (sparse_dist: on its input distribution's thread).
+// Tracking "embedding" needs --model=sequence (pooled tables have no EMBEDDING
+// mode). Figures are rank 0's. Each launch prints the load average before and
+// after it and the ranks' intra-op threads (at::get_num_threads(): 1 per rank
+// with several ranks, torchrun's rule, trainer/comm/local_launcher.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <sys/resource.h>
@@ -122,14 +122,16 @@ double PeakRssMb() {
   return 0;
 }
 
-// Pregenerated batches, cycled; "dict" holds them as feature dicts (each
-// feature in tensors of its own) and converts each on Next().
+// Pregenerated batches, cycled; "dict" hands them over as feature dicts
+// (Batch::sparse_dict, each feature in tensors of its own), which the
+// pipeline converts.
 class CyclingSource : public BatchSource {
  public:
   CyclingSource(std::vector<Batch> batches, bool dict)
-      : batches_(std::move(batches)), dict_(dict) {
-    for (const Batch& batch : batches_) {
-      FeatureDict dict;
+      : batches_(std::move(batches)) {
+    if (!dict) return;
+    for (Batch& batch : batches_) {
+      FeatureDict features;
       for (int64_t k = 0; k < batch.sparse.num_keys(); ++k) {
         const JaggedTensor feature = batch.sparse.At(k);
         std::optional<at::Tensor> weights;
@@ -137,26 +139,18 @@ class CyclingSource : public BatchSource {
         absl::StatusOr<JaggedTensor> own = JaggedTensor::FromLengths(
             feature.values().clone(), feature.lengths().clone(), weights);
         Check(own.status());
-        Check(dict.Add(batch.sparse.keys()[k], *std::move(own)));
+        Check(features.Add(batch.sparse.keys()[k], *std::move(own)));
       }
-      dicts_.push_back(std::move(dict));
+      batch.sparse = KeyedJaggedTensor();
+      batch.sparse_dict = std::move(features);
     }
   }
   absl::StatusOr<std::optional<Batch>> Next() override {
-    const size_t i = next_++ % batches_.size();
-    Batch batch = batches_[i];
-    if (dict_) {
-      absl::StatusOr<KeyedJaggedTensor> kjt = dicts_[i].ToKeyedJaggedTensor();
-      if (!kjt.ok()) return kjt.status();
-      batch.sparse = *std::move(kjt);
-    }
-    return batch;
+    return batches_[next_++ % batches_.size()];
   }
 
  private:
   std::vector<Batch> batches_;
-  std::vector<FeatureDict> dicts_;
-  bool dict_;
   size_t next_ = 0;
 };
 

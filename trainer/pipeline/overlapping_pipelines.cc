@@ -49,10 +49,16 @@ TrainPipelineBase::TrainPipelineBase(TrainPipelineParts parts,
 absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
     BatchSource& source) {
   RecModel& model = *step_.parts().model;
+  // The training thread is the only one here: batch i+1's dict is converted
+  // as it is pulled, before its copy.
   if (!next_.has_value()) {
     absl::StatusOr<std::optional<Batch>> first = feed_.Next(source);
     if (!first.ok()) return first.status();
     if (!first->has_value()) return std::nullopt;
+    if (absl::Status s = (*first)->ConvertSparseDict(); !s.ok()) {
+      feed_.PushFront(**std::move(first));  // not lost: Release hands it on
+      return s;
+    }
     next_ = ToDevice(**first, model.device(), memcpy_stream_);
   }
   const CopiedBatch current = *std::move(next_);
@@ -60,6 +66,10 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
   absl::StatusOr<std::optional<Batch>> after = feed_.Next(source);
   if (!after.ok()) return after.status();
   if (after->has_value()) {
+    if (absl::Status s = (*after)->ConvertSparseDict(); !s.ok()) {
+      feed_.PushFront(**std::move(after));
+      return s;
+    }
     next_ = ToDevice(**after, model.device(), memcpy_stream_);
   }
   UseOnCurrentStream(current);
@@ -121,6 +131,12 @@ void TrainPipelineSparseDist::Distribute(
     UseOnCurrentStream(distributing.copied);
   }
   c10::NoGradGuard no_grad;
+  // A feature dict is converted here, on the distribution's thread (CPU).
+  if (absl::Status converted = distributing.copied.batch.ConvertSparseDict();
+      !converted.ok()) {
+    distributing.result = converted;
+    return;
+  }
   try {
     distributing.result =
         DistributeInputs(model, distributing.copied.batch.sparse, group);
@@ -176,6 +192,14 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineSparseDist::Progress(
     absl::StatusOr<std::optional<Batch>> pulled = feed_.Next(source);
     if (!pulled.ok()) return pulled.status();
     if (!pulled->has_value()) return std::optional<CopiedBatch>();
+    // A feature dict waits for the distribution's thread on the CPU; it is
+    // converted here, before the copy, on CUDA or without a distribution.
+    if (!sharded_ || data_dist_stream_.has_value()) {
+      if (absl::Status s = (*pulled)->ConvertSparseDict(); !s.ok()) {
+        feed_.PushFront(**std::move(pulled));
+        return s;
+      }
+    }
     return std::optional<CopiedBatch>(
         ToDevice(**pulled, model.device(), memcpy_stream_));
   };

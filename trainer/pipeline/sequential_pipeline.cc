@@ -18,6 +18,10 @@ absl::StatusOr<std::optional<TrainedStep>> SequentialTrainPipeline::Progress(
   absl::StatusOr<std::optional<Batch>> next = feed_.Next(source);
   if (!next.ok()) return next.status();
   if (!next->has_value()) return std::nullopt;
+  if (absl::Status converted = (*next)->ConvertSparseDict(); !converted.ok()) {
+    feed_.PushFront(**std::move(next));  // not lost: Release hands it on
+    return converted;
+  }
   RecModel& model = *step_.parts().model;
   const Batch batch = (*next)->To(model.device());
   bool ends_window = false;
