@@ -7,6 +7,13 @@
 //
 //   bazel run -c opt //tests/bench:stream_bench -- [--rows --dim --repeat]
 //
+// To profile one transfer (here the first consumer's) and nothing else:
+//
+//   mkfifo /tmp/ctl /tmp/ack; exec {ctl}<>/tmp/ctl {ack}<>/tmp/ack
+//   perf record -g -D -1 --control=fd:$ctl,$ack --
+//     bazel-bin/tests/bench/stream_bench --profile=one
+//     --perf_ctl_fd=$ctl --perf_ack_fd=$ack    (one line)
+//
 // Prints the median, min and max over --repeat runs (after one warm-up run)
 // of each rate and of each GetDelta rate as a percentage of the bare stream
 // timed just before it, in the same run (three bare streams per run).
@@ -14,6 +21,7 @@
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -40,6 +48,11 @@ ABSL_FLAG(int, consumers, 16, "consumers reading at once");
 ABSL_FLAG(int, repeat, 10, "runs; medians are reported");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "chunk size, both streams");
 ABSL_FLAG(int64_t, steps, 4, "batches each delta is recorded over");
+ABSL_FLAG(std::string, profile, "",
+          "with perf record's --control=fd:CTL,ACK: one of bare, one, second, "
+          "many; perf counts only that transfer of each counted run");
+ABSL_FLAG(int, perf_ctl_fd, -1, "perf record's control fd (--profile)");
+ABSL_FLAG(int, perf_ack_fd, -1, "perf record's ack fd (--profile)");
 
 namespace deltastream {
 namespace {
@@ -61,13 +74,31 @@ class RawStreamService final : public bench::RawStream::Service {
   }
 };
 
-// CPU seconds this process (server and clients, every thread) has used: on a
-// machine shared with other work, CPU per byte holds steadier than wall time.
-double ProcessCpuSeconds() {
+// Tells perf record (started with --control=fd:CTL,ACK and -D -1, so that
+// it counts nothing until told) to count or stop; waits for its ack so that
+// what follows is counted. Does nothing without --perf_ctl_fd.
+void TellPerf(const char* command) {
+  const int ctl = absl::GetFlag(FLAGS_perf_ctl_fd);
+  const int ack = absl::GetFlag(FLAGS_perf_ack_fd);
+  if (ctl < 0) return;
+  const std::string line = std::string(command) + "\n";
+  if (write(ctl, line.data(), line.size()) < 0) return;
+  char reply[16];
+  if (ack >= 0 && read(ack, reply, sizeof(reply)) < 0) return;
+}
+
+// CPU seconds this process (server and clients, every thread) has used, in
+// user space and in the kernel (the socket copies): on a machine shared with
+// other work, CPU per byte holds steadier than wall time.
+struct CpuSeconds {
+  double user = 0;
+  double kernel = 0;
+};
+CpuSeconds ProcessCpuSeconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
 }
 
 int Main() {
@@ -153,19 +184,36 @@ int Main() {
   // transfer to the next, less so between neighbours.
   std::vector<double> raw_gbs, one_gbs, second_gbs, many_gbs;
   std::vector<double> one_raw_gbs, second_raw_gbs, many_raw_gbs;
-  // CPU seconds per GB delivered.
+  // CPU seconds per GB delivered, and the kernel's of them.
   std::vector<double> raw_cpu, one_cpu, second_cpu, many_cpu;
+  std::vector<double> raw_kernel, one_kernel, second_kernel, many_kernel;
   int failed_calls = 0;
   // Runs `transfer`, which moves `bytes` and says whether it succeeded; in a
   // counted run adds its GB/s and CPU seconds per GB to `gbs` and `cpu`.
+  // --profile: the transfer perf counts.
+  const std::string profiled = absl::GetFlag(FLAGS_profile);
   auto measure = [&](bool counted, int64_t bytes, std::vector<double>& gbs,
                      std::vector<double>& cpu, auto&& transfer) {
+    const bool profile = counted && !profiled.empty() &&
+                         ((&gbs == &raw_gbs && profiled == "bare") ||
+                          (&gbs == &one_gbs && profiled == "one") ||
+                          (&gbs == &second_gbs && profiled == "second") ||
+                          (&gbs == &many_gbs && profiled == "many"));
+    if (profile) TellPerf("enable");
     const auto start = Clock::now();
-    const double cpu_start = ProcessCpuSeconds();
+    const CpuSeconds cpu_start = ProcessCpuSeconds();
     if (!transfer()) ++failed_calls;
+    if (profile) TellPerf("disable");
     if (!counted) return;
     gbs.push_back(bytes / bench::Seconds(start) / 1e9);
-    cpu.push_back((ProcessCpuSeconds() - cpu_start) / (bytes / 1e9));
+    const CpuSeconds cpu_end = ProcessCpuSeconds();
+    const double kernel = cpu_end.kernel - cpu_start.kernel;
+    cpu.push_back((cpu_end.user - cpu_start.user + kernel) / (bytes / 1e9));
+    (&cpu == &raw_cpu      ? raw_kernel
+     : &cpu == &one_cpu    ? one_kernel
+     : &cpu == &second_cpu ? second_kernel
+                           : many_kernel)
+        .push_back(kernel / (bytes / 1e9));
   };
   // A bare stream of `bytes`, its rate also kept in `adjacent`.
   auto measure_raw = [&](bool counted, int64_t bytes,
@@ -251,6 +299,11 @@ int Main() {
       Median(raw_cpu), Median(one_cpu), Median(one_cpu) / Median(raw_cpu),
       Median(second_cpu), Median(second_cpu) / Median(raw_cpu), consumers,
       Median(many_cpu), Median(many_cpu) / Median(raw_cpu));
+  std::printf(
+      "    of which in the kernel:  bare %.3f, one %.3f, second %.3f, "
+      "%d at once %.3f\n",
+      Median(raw_kernel), Median(one_kernel), Median(second_kernel), consumers,
+      Median(many_kernel));
   std::printf("  failed calls               %d\n", failed_calls);
   server->Shutdown();
   return failed_calls == 0 ? 0 : 1;
