@@ -9,10 +9,10 @@ namespace {
 
 // Rows are prefetched this many bytes of rows before they are copied: they
 // lie spread over memory, so each copy would otherwise wait for its misses in
-// turn. 8 KiB (128 lines in flight) keeps a gather of rows spread over
-// memory near the speed of one sequential copy of the same bytes; at 2 KiB
-// (8 rows of 256 bytes, the old distance) the gather took 1.5x as long
-// (micro_bench BM_CopyRowsAt).
+// turn. 8 KiB (128 lines) ahead brings a gather of 256-byte rows spread
+// over memory near the speed of one sequential copy of the same bytes; 2 KiB
+// (8 such rows) took up to 1.5x as long, and 8 rows of 64 bytes twice as
+// long (micro_bench BM_CopyRowsAt).
 constexpr int64_t kPrefetchBytes = 8 << 10;
 // Fewer rows than this ahead would not cover a miss's latency.
 constexpr int64_t kMinPrefetchRows = 8;
