@@ -52,24 +52,16 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
   // The training thread is the only one here: batch i+1's dict is converted
   // as it is pulled, before its copy.
   if (!next_.has_value()) {
-    absl::StatusOr<std::optional<Batch>> first = feed_.Next(source);
+    absl::StatusOr<std::optional<Batch>> first = feed_.NextConverted(source);
     if (!first.ok()) return first.status();
     if (!first->has_value()) return std::nullopt;
-    if (absl::Status s = (*first)->ConvertSparseDict(); !s.ok()) {
-      feed_.PushFront(**std::move(first));  // not lost: Release hands it on
-      return s;
-    }
     next_ = ToDevice(**first, model.device(), memcpy_stream_);
   }
   const CopiedBatch current = *std::move(next_);
   next_.reset();
-  absl::StatusOr<std::optional<Batch>> after = feed_.Next(source);
+  absl::StatusOr<std::optional<Batch>> after = feed_.NextConverted(source);
   if (!after.ok()) return after.status();
   if (after->has_value()) {
-    if (absl::Status s = (*after)->ConvertSparseDict(); !s.ok()) {
-      feed_.PushFront(**std::move(after));
-      return s;
-    }
     next_ = ToDevice(**after, model.device(), memcpy_stream_);
   }
   UseOnCurrentStream(current);
@@ -189,17 +181,13 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineSparseDist::Progress(
       copied_.reset();
       return batch;
     }
-    absl::StatusOr<std::optional<Batch>> pulled = feed_.Next(source);
-    if (!pulled.ok()) return pulled.status();
-    if (!pulled->has_value()) return std::optional<CopiedBatch>();
     // A feature dict waits for the distribution's thread on the CPU; it is
     // converted here, before the copy, on CUDA or without a distribution.
-    if (!sharded_ || data_dist_stream_.has_value()) {
-      if (absl::Status s = (*pulled)->ConvertSparseDict(); !s.ok()) {
-        feed_.PushFront(**std::move(pulled));
-        return s;
-      }
-    }
+    const bool convert_here = !sharded_ || data_dist_stream_.has_value();
+    absl::StatusOr<std::optional<Batch>> pulled =
+        convert_here ? feed_.NextConverted(source) : feed_.Next(source);
+    if (!pulled.ok()) return pulled.status();
+    if (!pulled->has_value()) return std::optional<CopiedBatch>();
     return std::optional<CopiedBatch>(
         ToDevice(**pulled, model.device(), memcpy_stream_));
   };

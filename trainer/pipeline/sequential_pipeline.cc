@@ -15,13 +15,9 @@ SequentialTrainPipeline::SequentialTrainPipeline(TrainPipelineParts parts,
 
 absl::StatusOr<std::optional<TrainedStep>> SequentialTrainPipeline::Progress(
     BatchSource& source) {
-  absl::StatusOr<std::optional<Batch>> next = feed_.Next(source);
+  absl::StatusOr<std::optional<Batch>> next = feed_.NextConverted(source);
   if (!next.ok()) return next.status();
   if (!next->has_value()) return std::nullopt;
-  if (absl::Status converted = (*next)->ConvertSparseDict(); !converted.ok()) {
-    feed_.PushFront(**std::move(next));  // not lost: Release hands it on
-    return converted;
-  }
   RecModel& model = *step_.parts().model;
   const Batch batch = (*next)->To(model.device());
   bool ends_window = false;
