@@ -13,14 +13,17 @@
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "base/host_memory.h"
 #include "proto/tensor.pb.h"
 #include "proto/tensor_codec.h"
 #include "store/delta_store.h"
+#include "store/row_gather.h"
 #include "store/row_index.h"
 #include "tests/bench/zipf.h"
 
@@ -182,6 +185,39 @@ BENCHMARK(BM_ReadWindowDeferred)
     ->Args({static_cast<int>(UpdateMode::kFirst), 1})
     ->Args({static_cast<int>(UpdateMode::kFirst), 0})
     ->Args({static_cast<int>(UpdateMode::kLast), 0});
+
+// The copy of a streamed read's rows (CopyRowsAt, the gather that
+// RowGather and compaction run): 51 MiB of rows of `row_bytes`, spread in
+// random order over twice that (a store's rows, far more than the caches
+// hold), or in order (spread 0: one sequential copy of the same bytes, the
+// gather's floor).
+void BM_CopyRowsAt(benchmark::State& state) {
+  const int64_t row_bytes = state.range(0);
+  const int64_t rows = (51 << 20) / row_bytes;
+  std::vector<uint8_t> pool(2 * rows * row_bytes, 1);
+  std::vector<int64_t> order(2 * rows);
+  for (int64_t i = 0; i < 2 * rows; ++i) order[i] = i;
+  if (state.range(1) != 0) {
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+  }
+  std::vector<const uint8_t*> rows_at(rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    rows_at[i] = pool.data() + order[i] * row_bytes;
+  }
+  std::vector<uint8_t> out(rows * row_bytes);
+  for (auto _ : state) {
+    CopyRowsAt(rows_at, 0, rows, row_bytes, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * row_bytes);
+}
+BENCHMARK(BM_CopyRowsAt)
+    ->ArgNames({"row_bytes", "spread"})
+    ->Args({256, 0})
+    ->Args({64, 1})
+    ->Args({256, 1})
+    ->Args({1024, 1})
+    ->Unit(benchmark::kMillisecond);
 
 // One chunk of states (4096 rows x 64 float32 = 1 MiB, GetDelta's default
 // chunk) to its wire form and back into a table, as the service and the

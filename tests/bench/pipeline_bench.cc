@@ -17,20 +17,35 @@
 // rounds of the combination's P50 in that round divided by its baseline's
 // in the same round (same pipeline, "kjt" input, tracking "off", when
 // listed): a load burst hits both sides of a round's ratio alike, where it
-// would shift the pooled P50 of one. An iteration is one Progress call (one
+// would shift the pooled P50 of one. The interquartile range of those
+// per-round ratios is printed beside it (vs_baseline_q1, _q3): a bound is
+// met beyond noise when the whole range is inside it. The same is done with
+// the training thread's CPU time per iteration (cpu_p50_ms,
+// vs_baseline_cpu): on a shared machine it leaves out the time the thread
+// waited for a core, which with 2 ranks on 2 cores is where the tail comes
+// from (preemptions_per_iteration: the training thread's involuntary
+// context switches), but it also leaves out work done on other threads
+// (sparse_dist's input distribution). An iteration is one Progress call (one
 // micro-batch). exposed_comm_ms is the input distribution's time per
 // iteration that the training thread spent in it or waiting for it
 // (PipelineStats::exposed_input_dist). peak_memory_mb is the rank process's
 // peak RSS when the combination finished (all combinations share the
 // process: it only grows). "dict" input: each batch is held as a
-// feature dict and converted to a KeyedJaggedTensor when pulled (on the
-// training thread). Tracking "embedding" needs --model=sequence (pooled
-// tables have no EMBEDDING mode). Figures are rank 0's.
+// feature dict whose features own their tensors (as a data loader hands
+// them over), which the pipeline converts to a KeyedJaggedTensor where it
+// prepares the batch (sparse_dist: on its input distribution's thread).
+// Tracking "embedding" needs --model=sequence (pooled tables have no EMBEDDING
+// mode). Figures are rank 0's. Each launch prints the load average before and
+// after it and the ranks' intra-op threads (at::get_num_threads(): 1 per rank
+// with several ranks, torchrun's rule, trainer/comm/local_launcher.h).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -72,7 +87,7 @@ ABSL_FLAG(int64_t, pooling, 16, "IDs per example and feature");
 ABSL_FLAG(int64_t, batch, 512, "examples per rank per iteration");
 ABSL_FLAG(int64_t, batches, 10, "timed iterations per round");
 ABSL_FLAG(int64_t, warmup, 2, "untimed iterations at the start of a round");
-ABSL_FLAG(int64_t, rounds, 8, "rounds (each runs every combination)");
+ABSL_FLAG(int64_t, rounds, 16, "rounds (each runs every combination)");
 ABSL_FLAG(int, accumulation, 1, "accumulation steps K");
 ABSL_FLAG(bool, json, false, "also print one JSON object per line");
 
@@ -107,31 +122,35 @@ double PeakRssMb() {
   return 0;
 }
 
-// Pregenerated batches, cycled; "dict" holds them as feature dicts and
-// converts each on Next().
+// Pregenerated batches, cycled; "dict" hands them over as feature dicts
+// (Batch::sparse_dict, each feature in tensors of its own), which the
+// pipeline converts.
 class CyclingSource : public BatchSource {
  public:
   CyclingSource(std::vector<Batch> batches, bool dict)
-      : batches_(std::move(batches)), dict_(dict) {
-    for (const Batch& batch : batches_) {
-      dicts_.push_back(FeatureDict::FromKeyedJaggedTensor(batch.sparse));
+      : batches_(std::move(batches)) {
+    if (!dict) return;
+    for (Batch& batch : batches_) {
+      FeatureDict features;
+      for (int64_t k = 0; k < batch.sparse.num_keys(); ++k) {
+        const JaggedTensor feature = batch.sparse.At(k);
+        std::optional<at::Tensor> weights;
+        if (feature.has_weights()) weights = feature.weights()->clone();
+        absl::StatusOr<JaggedTensor> own = JaggedTensor::FromLengths(
+            feature.values().clone(), feature.lengths().clone(), weights);
+        Check(own.status());
+        Check(features.Add(batch.sparse.keys()[k], *std::move(own)));
+      }
+      batch.sparse = KeyedJaggedTensor();
+      batch.sparse_dict = std::move(features);
     }
   }
   absl::StatusOr<std::optional<Batch>> Next() override {
-    const size_t i = next_++ % batches_.size();
-    Batch batch = batches_[i];
-    if (dict_) {
-      absl::StatusOr<KeyedJaggedTensor> kjt = dicts_[i].ToKeyedJaggedTensor();
-      if (!kjt.ok()) return kjt.status();
-      batch.sparse = *std::move(kjt);
-    }
-    return batch;
+    return batches_[next_++ % batches_.size()];
   }
 
  private:
   std::vector<Batch> batches_;
-  std::vector<FeatureDict> dicts_;
-  bool dict_;
   size_t next_ = 0;
 };
 
@@ -143,9 +162,29 @@ struct Combination {
   std::unique_ptr<Tracker> tracker;
   std::unique_ptr<TrainPipeline> train;
   std::unique_ptr<CyclingSource> source;
-  std::vector<double> seconds;
-  std::vector<double> round_p50;  // per round, seconds
+  std::vector<double> seconds;      // wall time per iteration
+  std::vector<double> cpu_seconds;  // the training thread's CPU time
+  std::vector<double> round_p50;    // per round, seconds
+  std::vector<double> round_cpu_p50;
+  int64_t preemptions = 0;  // the training thread's, timed iterations
   double peak_mb = 0;
+};
+
+// The training thread's CPU time (seconds) and involuntary context switches
+// so far.
+struct ThreadUsage {
+  double cpu_seconds = 0;
+  int64_t preemptions = 0;
+  static ThreadUsage Now() {
+    ThreadUsage usage;
+    timespec cpu{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    usage.cpu_seconds = cpu.tv_sec + cpu.tv_nsec * 1e-9;
+    rusage counts{};
+    getrusage(RUSAGE_THREAD, &counts);
+    usage.preemptions = counts.ru_nivcsw;
+    return usage;
+  }
 };
 
 // What `c` is compared with: the combination of the same pipeline with
@@ -161,13 +200,30 @@ const Combination* Baseline(const std::vector<Combination>& all,
   return nullptr;
 }
 
-// The median over rounds of c's round P50 over its baseline's.
-double RatioToBaseline(const Combination& c, const Combination& baseline) {
+// Per-round ratios of a combination's round P50 to its baseline's: their
+// median and interquartile range.
+struct Ratio {
+  double median = 0, q1 = 0, q3 = 0;
+};
+Ratio RatioToBaseline(const std::vector<double>& round_p50,
+                      const std::vector<double>& baseline_round_p50) {
   std::vector<double> ratios;
-  for (size_t r = 0; r < c.round_p50.size(); ++r) {
-    ratios.push_back(c.round_p50[r] / baseline.round_p50[r]);
+  for (size_t r = 0; r < round_p50.size(); ++r) {
+    ratios.push_back(round_p50[r] / baseline_round_p50[r]);
   }
-  return bench::Median(std::move(ratios));
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  return {ratios[n / 2], ratios[n / 4], ratios[(3 * n) / 4]};
+}
+
+// `ratio`'s JSON fields, prefixed `key` (null without a baseline).
+std::string RatioFields(const std::string& key, const Ratio* ratio) {
+  if (ratio == nullptr) {
+    return absl::StrFormat("\"%s\": null, \"%s_q1\": null, \"%s_q3\": null",
+                           key, key, key);
+  }
+  return absl::StrFormat("\"%s\": %.4f, \"%s_q1\": %.4f, \"%s_q3\": %.4f", key,
+                         ratio->median, key, ratio->q1, key, ratio->q3);
 }
 
 int RunRank() {
@@ -276,43 +332,56 @@ int RunRank() {
         Check(c.train->Progress(*c.source).status());
       }
       const absl::Duration before = c.train->stats().exposed_input_dist;
-      std::vector<double> this_round;
+      std::vector<double> this_round, this_round_cpu;
       for (int64_t i = 0; i < timed; ++i) {
+        const ThreadUsage usage = ThreadUsage::Now();
         const bench::Clock::time_point start = bench::Clock::now();
         absl::StatusOr<std::optional<TrainedStep>> step =
             c.train->Progress(*c.source);
         Check(step.status());
         (*step)->loss.item<float>();  // the step is done
         this_round.push_back(bench::Seconds(start));
+        const ThreadUsage after = ThreadUsage::Now();
+        this_round_cpu.push_back(after.cpu_seconds - usage.cpu_seconds);
+        c.preemptions += after.preemptions - usage.preemptions;
       }
       c.seconds.insert(c.seconds.end(), this_round.begin(), this_round.end());
+      c.cpu_seconds.insert(c.cpu_seconds.end(), this_round_cpu.begin(),
+                           this_round_cpu.end());
       c.round_p50.push_back(bench::Median(std::move(this_round)));
+      c.round_cpu_p50.push_back(bench::Median(std::move(this_round_cpu)));
       exposed[&c] += c.train->stats().exposed_input_dist - before;
       exposed_count[&c] += timed;
       c.peak_mb = PeakRssMb();
     }
   }
+  if (pg.rank() == 0) std::printf("THREADS %d\n", at::get_num_threads());
   for (Combination& c : combinations) {
     std::vector<double> sorted = c.seconds;
     std::sort(sorted.begin(), sorted.end());
     const double p50 = sorted[sorted.size() / 2];
     const double p90 = sorted[sorted.size() * 9 / 10];
     const Combination* baseline = Baseline(combinations, c);
-    const std::string vs_baseline =
-        baseline == nullptr
-            ? "null"
-            : absl::StrFormat("%.4f", RatioToBaseline(c, *baseline));
+    std::optional<Ratio> wall, cpu;
+    if (baseline != nullptr) {
+      wall = RatioToBaseline(c.round_p50, baseline->round_p50);
+      cpu = RatioToBaseline(c.round_cpu_p50, baseline->round_cpu_p50);
+    }
     std::printf(
         "RESULT {\"pipeline\": \"%s\", \"input\": \"%s\", \"tracking\": "
         "\"%s\", \"ranks\": %d, \"accumulation\": %d, \"p50_ms\": %.3f, "
         "\"p90_ms\": %.3f, \"peak_memory_mb\": %.1f, \"qps\": %.0f, "
-        "\"exposed_comm_ms\": %.3f, \"vs_baseline\": %s}\n",
+        "\"exposed_comm_ms\": %.3f, %s, \"cpu_p50_ms\": %.3f, %s, "
+        "\"preemptions_per_iteration\": %.2f}\n",
         c.pipeline.c_str(), c.input.c_str(), c.tracking.c_str(),
         pg.world_size(), absl::GetFlag(FLAGS_accumulation), p50 * 1e3,
         p90 * 1e3, c.peak_mb,
         absl::GetFlag(FLAGS_batch) * pg.world_size() / p50,
         absl::ToDoubleMilliseconds(exposed[&c]) / exposed_count[&c],
-        vs_baseline.c_str());
+        RatioFields("vs_baseline", wall ? &*wall : nullptr).c_str(),
+        bench::Median(c.cpu_seconds) * 1e3,
+        RatioFields("vs_baseline_cpu", cpu ? &*cpu : nullptr).c_str(),
+        static_cast<double>(c.preemptions) / c.seconds.size());
   }
   return 0;
 }
@@ -331,6 +400,27 @@ std::string Field(const std::string& json, const std::string& key) {
   return value;
 }
 
+// A ratio's table column from its JSON fields `key`, `key`_q1, `key`_q3:
+// "+0.7% (-0.5..+1.9)", or "-" without a baseline.
+std::string RatioColumn(const std::string& json, const std::string& key) {
+  double median = 0, q1 = 0, q3 = 0;
+  if (!absl::SimpleAtod(Field(json, key), &median) ||
+      !absl::SimpleAtod(Field(json, key + "_q1"), &q1) ||
+      !absl::SimpleAtod(Field(json, key + "_q3"), &q3)) {
+    return "-";
+  }
+  return absl::StrFormat("%+.1f%% (%+.1f..%+.1f)", (median - 1) * 100,
+                         (q1 - 1) * 100, (q3 - 1) * 100);
+}
+
+// The 1, 5 and 15 minute load averages, "1.20 1.35 1.50".
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string one, five, fifteen;
+  in >> one >> five >> fifteen;
+  return absl::StrCat(one, " ", five, " ", fifteen);
+}
+
 int Main(int argc, char** argv) {
   if (testing::ScenarioFromEnv()) {
     // Ranks get the launcher's flags through the environment.
@@ -345,16 +435,15 @@ int Main(int argc, char** argv) {
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   std::vector<std::string> args(argv, argv + argc);
   const std::string joined = absl::StrJoin(args, "\x1f");
-  std::printf("%-12s %-5s %-9s %5s %3s %10s %10s %11s %10s %12s %8s\n",
-              "pipeline", "input", "tracking", "ranks", "K", "P50 ms", "P90 ms",
-              "peak MiB", "QPS", "exposed ms", "vs base");
   std::vector<std::string> json_lines;
+  std::vector<std::string> table;
   for (const std::string& ranks : List(absl::GetFlag(FLAGS_ranks))) {
     int world = 0;
     if (!absl::SimpleAtoi(ranks, &world) || world < 1) {
       std::fprintf(stderr, "bad --ranks entry '%s'\n", ranks.c_str());
       return 1;
     }
+    const std::string load_before = LoadAverage();
     std::vector<testing::RankResult> results = testing::RunRanks(
         "bench", world, absl::Minutes(20), {{"PIPELINE_BENCH_ARGS", joined}});
     for (size_t r = 0; r < results.size(); ++r) {
@@ -364,6 +453,15 @@ int Main(int argc, char** argv) {
         return 1;
       }
     }
+    std::string threads = "?";
+    for (absl::string_view line : absl::StrSplit(results[0].output, '\n')) {
+      if (absl::StartsWith(line, "THREADS "))
+        threads = std::string(line.substr(8));
+    }
+    std::printf(
+        "%d rank(s): intra-op threads per rank %s; load average %s before, "
+        "%s after\n",
+        world, threads.c_str(), load_before.c_str(), LoadAverage().c_str());
     for (absl::string_view line : absl::StrSplit(results[0].output, '\n')) {
       if (!absl::StartsWith(line, "RESULT ")) continue;
       const std::string json(line.substr(7));
@@ -374,19 +472,28 @@ int Main(int argc, char** argv) {
       (void)absl::SimpleAtod(Field(json, "peak_memory_mb"), &mb);
       (void)absl::SimpleAtod(Field(json, "qps"), &qps);
       (void)absl::SimpleAtod(Field(json, "exposed_comm_ms"), &comm);
-      double ratio = 0;
-      const std::string vs_base =
-          absl::SimpleAtod(Field(json, "vs_baseline"), &ratio)
-              ? absl::StrFormat("%+.1f%%", (ratio - 1) * 100)
-              : "-";
-      std::printf(
-          "%-12s %-5s %-9s %5s %3s %10.2f %10.2f %11.1f %10.0f %12.3f %8s\n",
-          Field(json, "pipeline").c_str(), Field(json, "input").c_str(),
-          Field(json, "tracking").c_str(), Field(json, "ranks").c_str(),
-          Field(json, "accumulation").c_str(), p50, p90, mb, qps, comm,
-          vs_base.c_str());
+      double cpu = 0, preemptions = 0;
+      (void)absl::SimpleAtod(Field(json, "cpu_p50_ms"), &cpu);
+      (void)absl::SimpleAtod(Field(json, "preemptions_per_iteration"),
+                             &preemptions);
+      table.push_back(absl::StrFormat(
+          "%-12s %-5s %-9s %5s %3s %8.2f %8.2f %9.1f %7.0f %9.3f %-21s "
+          "%8.2f %-21s %8.1f",
+          Field(json, "pipeline"), Field(json, "input"),
+          Field(json, "tracking"), Field(json, "ranks"),
+          Field(json, "accumulation"), p50, p90, mb, qps, comm,
+          RatioColumn(json, "vs_baseline"), cpu,
+          RatioColumn(json, "vs_baseline_cpu"), preemptions));
     }
   }
+  // vs base: median (Q1 .. Q3) of the per-round ratios; cpu: the training
+  // thread's CPU time; preempt: its involuntary context switches.
+  std::printf(
+      "%-12s %-5s %-9s %5s %3s %8s %8s %9s %7s %9s %-21s %8s %-21s %8s\n",
+      "pipeline", "input", "tracking", "ranks", "K", "P50 ms", "P90 ms",
+      "peak MiB", "QPS", "exposed", "vs base (IQR)", "cpu ms",
+      "cpu vs base (IQR)", "preempt");
+  for (const std::string& line : table) std::printf("%s\n", line.c_str());
   if (absl::GetFlag(FLAGS_json)) {
     for (const std::string& json : json_lines)
       std::printf("%s\n", json.c_str());

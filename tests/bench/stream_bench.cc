@@ -7,6 +7,13 @@
 //
 //   bazel run -c opt //tests/bench:stream_bench -- [--rows --dim --repeat]
 //
+// To profile one transfer (here the first consumer's) and nothing else:
+//
+//   mkfifo /tmp/ctl /tmp/ack; exec {ctl}<>/tmp/ctl {ack}<>/tmp/ack
+//   perf record -g -D -1 --control=fd:$ctl,$ack --
+//     bazel-bin/tests/bench/stream_bench --profile=one
+//     --perf_ctl_fd=$ctl --perf_ack_fd=$ack    (one line)
+//
 // Prints the median, min and max over --repeat runs (after one warm-up run)
 // of each rate and of each GetDelta rate as a percentage of the bare stream
 // timed just before it, in the same run (three bare streams per run).
@@ -14,6 +21,7 @@
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -40,6 +48,12 @@ ABSL_FLAG(int, consumers, 16, "consumers reading at once");
 ABSL_FLAG(int, repeat, 10, "runs; medians are reported");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "chunk size, both streams");
 ABSL_FLAG(int64_t, steps, 4, "batches each delta is recorded over");
+ABSL_FLAG(std::string, profile, "",
+          "with perf record's --control=fd:CTL,ACK: one of bare (its three "
+          "streams per run), one, second, many; perf counts only those "
+          "transfers of the counted runs");
+ABSL_FLAG(int, perf_ctl_fd, -1, "perf record's control fd (--profile)");
+ABSL_FLAG(int, perf_ack_fd, -1, "perf record's ack fd (--profile)");
 
 namespace deltastream {
 namespace {
@@ -61,13 +75,33 @@ class RawStreamService final : public bench::RawStream::Service {
   }
 };
 
-// CPU seconds this process (server and clients, every thread) has used: on a
-// machine shared with other work, CPU per byte holds steadier than wall time.
-double ProcessCpuSeconds() {
+// Tells perf record (started with --control=fd:CTL,ACK and -D -1, so that
+// it counts nothing until told) to count or stop; waits for its ack so that
+// what follows is counted. Does nothing without --perf_ctl_fd.
+void TellPerf(const char* command) {
+  const int ctl = absl::GetFlag(FLAGS_perf_ctl_fd);
+  const int ack = absl::GetFlag(FLAGS_perf_ack_fd);
+  if (ctl < 0) return;
+  const std::string line = std::string(command) + "\n";
+  if (write(ctl, line.data(), line.size()) < 0) return;
+  char reply[16];
+  if (ack >= 0 && read(ack, reply, sizeof(reply)) < 0) return;
+}
+
+// CPU seconds this process (server and clients, every thread) has used, in
+// user space and in the kernel (the socket copies): on a machine shared with
+// other work, CPU per byte holds steadier than wall time. The kernel splits
+// the two by sampling at its tick, so over one 20 ms transfer the split is
+// rough; medians over runs are what to read.
+struct CpuSeconds {
+  double user = 0;
+  double kernel = 0;
+};
+CpuSeconds ProcessCpuSeconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
 }
 
 int Main() {
@@ -148,30 +182,43 @@ int Main() {
     return delta.ok() && delta->tables["t"].ids.numel() == rows;
   };
 
+  // What the counted runs measured of one kind of transfer: GB/s, and CPU
+  // seconds per GB delivered (all of them and the kernel's).
+  struct Series {
+    const char* name;  // as --profile names it
+    std::vector<double> gbs, cpu, kernel;
+  };
+  Series bare{"bare"}, one{"one"}, second{"second"}, many{"many"};
   // Each GetDelta transfer is compared with a bare stream timed just before
   // it (one_raw_gbs...): the load of a shared machine changes from one
   // transfer to the next, less so between neighbours.
-  std::vector<double> raw_gbs, one_gbs, second_gbs, many_gbs;
   std::vector<double> one_raw_gbs, second_raw_gbs, many_raw_gbs;
-  // CPU seconds per GB delivered.
-  std::vector<double> raw_cpu, one_cpu, second_cpu, many_cpu;
   int failed_calls = 0;
+  const std::string profiled = absl::GetFlag(FLAGS_profile);
   // Runs `transfer`, which moves `bytes` and says whether it succeeded; in a
-  // counted run adds its GB/s and CPU seconds per GB to `gbs` and `cpu`.
-  auto measure = [&](bool counted, int64_t bytes, std::vector<double>& gbs,
-                     std::vector<double>& cpu, auto&& transfer) {
+  // counted run adds its figures to `series` (and has perf count it when
+  // --profile names it).
+  auto measure = [&](bool counted, int64_t bytes, Series& series,
+                     auto&& transfer) {
+    const bool profile = counted && profiled == series.name;
+    if (profile) TellPerf("enable");
     const auto start = Clock::now();
-    const double cpu_start = ProcessCpuSeconds();
+    const CpuSeconds cpu_start = ProcessCpuSeconds();
     if (!transfer()) ++failed_calls;
+    if (profile) TellPerf("disable");
     if (!counted) return;
-    gbs.push_back(bytes / bench::Seconds(start) / 1e9);
-    cpu.push_back((ProcessCpuSeconds() - cpu_start) / (bytes / 1e9));
+    series.gbs.push_back(bytes / bench::Seconds(start) / 1e9);
+    const CpuSeconds cpu_end = ProcessCpuSeconds();
+    const double kernel = cpu_end.kernel - cpu_start.kernel;
+    series.cpu.push_back((cpu_end.user - cpu_start.user + kernel) /
+                         (bytes / 1e9));
+    series.kernel.push_back(kernel / (bytes / 1e9));
   };
   // A bare stream of `bytes`, its rate also kept in `adjacent`.
   auto measure_raw = [&](bool counted, int64_t bytes,
                          std::vector<double>& adjacent) {
-    measure(counted, bytes, raw_gbs, raw_cpu, [&] { return read_raw(bytes); });
-    if (counted) adjacent.push_back(raw_gbs.back());
+    measure(counted, bytes, bare, [&] { return read_raw(bytes); });
+    if (counted) adjacent.push_back(bare.gbs.back());
   };
   double load_before[3] = {0, 0, 0};
   getloadavg(load_before, 3);
@@ -180,13 +227,12 @@ int Main() {
     const bool counted = run > 0;
     record();  // every consumer has this delta to read
     measure_raw(counted, payload, one_raw_gbs);
-    measure(counted, payload, one_gbs, one_cpu,
-            [&] { return read_delta(*client, "c0"); });
+    measure(counted, payload, one, [&] { return read_delta(*client, "c0"); });
     measure_raw(counted, payload, second_raw_gbs);
-    measure(counted, payload, second_gbs, second_cpu,
+    measure(counted, payload, second,
             [&] { return read_delta(*client, "second"); });
     measure_raw(counted, payload, many_raw_gbs);
-    measure(counted, payload * consumers, many_gbs, many_cpu, [&] {
+    measure(counted, payload * consumers, many, [&] {
       std::atomic<int> failures{0};
       std::vector<std::thread> threads;
       for (int c = 1; c <= consumers; ++c) {
@@ -210,14 +256,14 @@ int Main() {
       static_cast<long long>(rows), static_cast<long long>(dim),
       payload / 1048576.0,
       static_cast<long long>(absl::GetFlag(FLAGS_chunk_bytes) / 1024),
-      static_cast<long long>(steps), one_gbs.size(), load_before[0],
+      static_cast<long long>(steps), one.gbs.size(), load_before[0],
       load_after[0]);
   // Each GetDelta transfer against the bare stream timed just before it.
   std::vector<double> one_ratio, second_ratio, many_ratio;
-  for (size_t run = 0; run < one_gbs.size(); ++run) {
-    one_ratio.push_back(100 * one_gbs[run] / one_raw_gbs[run]);
-    second_ratio.push_back(100 * second_gbs[run] / second_raw_gbs[run]);
-    many_ratio.push_back(100 * many_gbs[run] / many_raw_gbs[run]);
+  for (size_t run = 0; run < one.gbs.size(); ++run) {
+    one_ratio.push_back(100 * one.gbs[run] / one_raw_gbs[run]);
+    second_ratio.push_back(100 * second.gbs[run] / second_raw_gbs[run]);
+    many_ratio.push_back(100 * many.gbs[run] / many_raw_gbs[run]);
   }
   auto spread = [](const std::vector<double>& v) {
     return absl::StrFormat("median %.3f, min %.3f, max %.3f", Median(v),
@@ -225,21 +271,21 @@ int Main() {
                            *std::max_element(v.begin(), v.end()));
   };
   std::printf("  bare gRPC byte stream      GB/s: %s\n",
-              spread(raw_gbs).c_str());
+              spread(bare.gbs).c_str());
   std::printf("  GetDelta, one consumer     GB/s: %s\n",
-              spread(one_gbs).c_str());
+              spread(one.gbs).c_str());
   std::printf("    %% of bare, same run          %s\n",
               spread(one_ratio).c_str());
   std::printf("  GetDelta, a second consumer (rows read) GB/s: %s\n",
-              spread(second_gbs).c_str());
+              spread(second.gbs).c_str());
   std::printf("    %% of bare, same run          %s\n",
               spread(second_ratio).c_str());
   std::printf("  GetDelta, %d consumers at once, aggregate GB/s: %s\n",
-              consumers, spread(many_gbs).c_str());
+              consumers, spread(many.gbs).c_str());
   std::printf("    %% of bare, same run          %s\n",
               spread(many_ratio).c_str());
   std::string runs;
-  for (size_t run = 0; run < one_gbs.size(); ++run) {
+  for (size_t run = 0; run < one.gbs.size(); ++run) {
     absl::StrAppendFormat(&runs, " %.0f/%.0f/%.0f", one_ratio[run],
                           second_ratio[run], many_ratio[run]);
   }
@@ -248,9 +294,14 @@ int Main() {
   std::printf(
       "  CPU s per GB (all threads): bare %.3f, GetDelta one %.3f (%.2fx "
       "bare), second %.3f (%.2fx), %d at once %.3f (%.2fx)\n",
-      Median(raw_cpu), Median(one_cpu), Median(one_cpu) / Median(raw_cpu),
-      Median(second_cpu), Median(second_cpu) / Median(raw_cpu), consumers,
-      Median(many_cpu), Median(many_cpu) / Median(raw_cpu));
+      Median(bare.cpu), Median(one.cpu), Median(one.cpu) / Median(bare.cpu),
+      Median(second.cpu), Median(second.cpu) / Median(bare.cpu), consumers,
+      Median(many.cpu), Median(many.cpu) / Median(bare.cpu));
+  std::printf(
+      "    of which in the kernel:  bare %.3f, one %.3f, second %.3f, "
+      "%d at once %.3f\n",
+      Median(bare.kernel), Median(one.kernel), Median(second.kernel), consumers,
+      Median(many.kernel));
   std::printf("  failed calls               %d\n", failed_calls);
   server->Shutdown();
   return failed_calls == 0 ? 0 : 1;

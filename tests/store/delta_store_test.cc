@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/row_gather.h"
 #include "store/unique_rows.h"
 #include "tests/testing/tensor_values.h"
 
@@ -593,6 +594,42 @@ TEST(DeltaStoreTest, DeferredReadCopiedInPiecesEqualsRead) {
     }
     EXPECT_EQ(store.GetUniqueTableDeferred("nope", 0).status().code(),
               absl::StatusCode::kNotFound);
+  }
+}
+
+// CopyRowsAt copies each row to its place whatever the row size (below,
+// at and above a cache line, not a multiple of one) and however the rows are
+// cut into pieces: the first rows of a piece and the rows near the end,
+// where the look-ahead runs out, included.
+TEST(DeltaStoreTest, CopyRowsAtCopiesEveryRowInAnyPieces) {
+  std::mt19937_64 rng(11);
+  for (int64_t row_bytes : {4, 12, 64, 100, 4096}) {
+    const int64_t rows = 3000;
+    std::vector<uint8_t> pool(2 * rows * row_bytes);
+    for (uint8_t& byte : pool) byte = static_cast<uint8_t>(rng());
+    std::vector<int64_t> order(2 * rows);
+    for (int64_t i = 0; i < 2 * rows; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<const uint8_t*> rows_at(rows);
+    for (int64_t i = 0; i < rows; ++i) {
+      rows_at[i] = pool.data() + order[i] * row_bytes;
+    }
+    std::vector<uint8_t> out(rows * row_bytes, 0);
+    // Pieces of 1 to 700 rows, the last one first.
+    const int64_t tail = rows - 1 - static_cast<int64_t>(rng() % 50);
+    CopyRowsAt(rows_at, tail, rows, row_bytes, out.data());
+    for (int64_t begin = 0; begin < tail;) {
+      const int64_t end =
+          std::min(tail, begin + 1 + static_cast<int64_t>(rng() % 700));
+      CopyRowsAt(rows_at, begin, end, row_bytes, out.data());
+      begin = end;
+    }
+    CopyRowsAt(rows_at, 7, 7, row_bytes, out.data());  // no rows
+    for (int64_t i = 0; i < rows; ++i) {
+      ASSERT_TRUE(std::equal(rows_at[i], rows_at[i] + row_bytes,
+                             out.data() + i * row_bytes))
+          << "row " << i << " of " << row_bytes << " bytes";
+    }
   }
 }
 

@@ -37,6 +37,12 @@ int FreeTcpPort(const std::string& address) {
   return port;
 }
 
+std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
+                                             const char* inherited) {
+  if (nproc_per_node <= 1 || inherited != nullptr) return std::nullopt;
+  return "1";
+}
+
 namespace {
 
 std::string Describe(int status) {
@@ -55,13 +61,13 @@ bool Succeeded(int status) {
 
 // Forks one rank: its environment set, the signal mask cleared, then exec.
 pid_t StartRank(const LocalLaunchOptions& options, int rank, int port,
-                int attempt) {
+                int attempt, const std::optional<std::string>& omp_threads) {
   std::vector<char*> argv;
   for (const std::string& arg : options.argv) {
     argv.push_back(const_cast<char*>(arg.c_str()));
   }
   argv.push_back(nullptr);
-  const std::map<std::string, std::string> env = {
+  std::map<std::string, std::string> env = {
       {"RANK", absl::StrCat(rank)},
       {"LOCAL_RANK", absl::StrCat(rank)},
       {"WORLD_SIZE", absl::StrCat(options.nproc_per_node)},
@@ -72,6 +78,7 @@ pid_t StartRank(const LocalLaunchOptions& options, int rank, int port,
       {"TORCHELASTIC_RESTART_COUNT", absl::StrCat(attempt)},
       {"TORCHELASTIC_MAX_RESTARTS", absl::StrCat(options.max_restarts)},
   };
+  if (omp_threads.has_value()) env["OMP_NUM_THREADS"] = *omp_threads;
   const pid_t pid = fork();
   if (pid != 0) return pid;  // the parent (or -1)
   for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
@@ -88,6 +95,15 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
   auto log = [&](const std::string& line) {
     if (options.log) options.log(line);
   };
+  const std::optional<std::string> omp_threads =
+      RankOmpNumThreads(options.nproc_per_node, std::getenv("OMP_NUM_THREADS"));
+  if (omp_threads.has_value()) {
+    log(absl::StrCat("setting OMP_NUM_THREADS=", *omp_threads, " for each of ",
+                     options.nproc_per_node,
+                     " ranks (torchrun's default, so that they do not "
+                     "oversubscribe the cores): set OMP_NUM_THREADS to "
+                     "choose another value"));
+  }
   bool stop_requested = false;
   for (int attempt = 0;; ++attempt) {
     const int port = options.master_port != 0
@@ -95,7 +111,7 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
                          : FreeTcpPort(options.master_addr);
     std::map<pid_t, int> running;  // pid -> rank
     for (int rank = 0; rank < options.nproc_per_node; ++rank) {
-      const pid_t pid = StartRank(options, rank, port, attempt);
+      const pid_t pid = StartRank(options, rank, port, attempt, omp_threads);
       if (pid < 0) {
         log(absl::StrCat("cannot start rank ", rank, ": ", strerror(errno)));
         for (const auto& [other, r] : running) kill(other, SIGKILL);

@@ -3,6 +3,7 @@
 
 #include <csignal>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,22 @@ struct LocalLaunchOptions {
 // could be bound.
 int FreeTcpPort(const std::string& address = "127.0.0.1");
 
+// torchrun's default for a rank's intra-op threads: with more than one rank
+// per node, each rank gets OMP_NUM_THREADS=1 unless the launcher's own
+// environment sets OMP_NUM_THREADS (`inherited`, getenv's value, may be
+// null), which the ranks then inherit. LibTorch sizes its intra-op pool
+// (at::get_num_threads) from OMP_NUM_THREADS when a process starts; left to
+// its default of one thread per core, N ranks would run N threads per core
+// in every parallel op, whose regions then wait for each other's preempted
+// threads. Returns the value each rank gets, or nullopt to set nothing.
+std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
+                                             const char* inherited);
+
 // Starts nproc_per_node processes of `argv`, each with torchrun's
 // environment (RANK = LOCAL_RANK = r, WORLD_SIZE = LOCAL_WORLD_SIZE = N,
-// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT; the rest of the
-// environment inherited, the signal mask cleared), and waits for them.
+// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, OMP_NUM_THREADS as
+// RankOmpNumThreads says, logged once; the rest of the environment
+// inherited, the signal mask cleared), and waits for them.
 //
 // - Every rank exits 0: returns 0.
 // - A rank fails (non-zero exit, or killed by a signal): the others get

@@ -16,15 +16,35 @@ at::Tensor OnDevice(const at::Tensor& tensor, c10::Device device,
 
 }  // namespace
 
+absl::Status Batch::ConvertSparseDict() {
+  if (!sparse_dict.has_value()) return absl::OkStatus();
+  absl::StatusOr<KeyedJaggedTensor> converted =
+      sparse_dict->ToKeyedJaggedTensor();
+  if (!converted.ok()) {
+    return absl::Status(converted.status().code(),
+                        absl::StrCat("the batch's sparse_dict: ",
+                                     converted.status().message()));
+  }
+  sparse = *std::move(converted);
+  sparse_dict.reset();
+  return absl::OkStatus();
+}
+
 Batch Batch::To(c10::Device device, bool non_blocking) const {
   Batch moved;
   moved.dense = OnDevice(dense, device, non_blocking);
   moved.sparse = sparse.To(device, non_blocking);
+  moved.sparse_dict = sparse_dict;
   moved.labels = OnDevice(labels, device, non_blocking);
   return moved;
 }
 
 absl::StatusOr<Batch> Batch::Examples(int64_t begin, int64_t end) const {
+  if (sparse_dict.has_value()) {
+    return absl::FailedPreconditionError(
+        "examples of a batch whose sparse features are still a feature dict "
+        "(ConvertSparseDict first)");
+  }
   if (begin < 0 || begin > end || end > size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "examples [", begin, ", ", end, ") of a batch of ", size()));

@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <optional>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "trainer/sparse/feature_dict.h"
 #include "trainer/sparse/keyed_jagged_tensor.h"
 
 namespace deltastream {
@@ -18,14 +20,30 @@ struct Batch {
   at::Tensor dense;
   // The sparse features, stride B.
   KeyedJaggedTensor sparse;
+  // A source may hand the sparse features over as a feature dict instead
+  // (TorchRec's dict[str, JaggedTensor] input, B examples per feature):
+  // then `sparse` stays empty until ConvertSparseDict(). The train
+  // pipelines convert where they prepare a batch ahead of its training
+  // (TrainPipelineSparseDist on the CPU: on the thread that distributes it,
+  // off the training thread); code that reads `sparse` converts first.
+  std::optional<FeatureDict> sparse_dict;
   // float [B], 0 or 1: the click label.
   at::Tensor labels;
 
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
-  // Every tensor on `device` (see KeyedJaggedTensor::To).
+  // Moves sparse_dict into `sparse` (FeatureDict::ToKeyedJaggedTensor: the
+  // features' values, lengths and weights concatenated in key order) and
+  // clears it; OK, doing nothing, without one. InvalidArgument, naming the
+  // batch's sparse_dict, when the dict is no valid KeyedJaggedTensor: the
+  // batch is then unchanged.
+  absl::Status ConvertSparseDict();
+  // Every tensor on `device` (see KeyedJaggedTensor::To). A sparse_dict is
+  // carried as it is (on its device): convert it before moving a batch to
+  // another device.
   Batch To(c10::Device device, bool non_blocking = false) const;
   // Examples [begin, end) (see KeyedJaggedTensor::Examples: a CPU batch).
-  // InvalidArgument unless 0 <= begin <= end <= size().
+  // InvalidArgument unless 0 <= begin <= end <= size(); FailedPrecondition
+  // while the batch holds a sparse_dict.
   absl::StatusOr<Batch> Examples(int64_t begin, int64_t end) const;
 };
 

@@ -49,15 +49,17 @@ TrainPipelineBase::TrainPipelineBase(TrainPipelineParts parts,
 absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
     BatchSource& source) {
   RecModel& model = *step_.parts().model;
+  // The training thread is the only one here: batch i+1's dict is converted
+  // as it is pulled, before its copy.
   if (!next_.has_value()) {
-    absl::StatusOr<std::optional<Batch>> first = feed_.Next(source);
+    absl::StatusOr<std::optional<Batch>> first = feed_.NextConverted(source);
     if (!first.ok()) return first.status();
     if (!first->has_value()) return std::nullopt;
     next_ = ToDevice(**first, model.device(), memcpy_stream_);
   }
   const CopiedBatch current = *std::move(next_);
   next_.reset();
-  absl::StatusOr<std::optional<Batch>> after = feed_.Next(source);
+  absl::StatusOr<std::optional<Batch>> after = feed_.NextConverted(source);
   if (!after.ok()) return after.status();
   if (after->has_value()) {
     next_ = ToDevice(**after, model.device(), memcpy_stream_);
@@ -121,6 +123,12 @@ void TrainPipelineSparseDist::Distribute(
     UseOnCurrentStream(distributing.copied);
   }
   c10::NoGradGuard no_grad;
+  // A feature dict is converted here, on the distribution's thread (CPU).
+  if (absl::Status converted = distributing.copied.batch.ConvertSparseDict();
+      !converted.ok()) {
+    distributing.result = converted;
+    return;
+  }
   try {
     distributing.result =
         DistributeInputs(model, distributing.copied.batch.sparse, group);
@@ -173,7 +181,11 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineSparseDist::Progress(
       copied_.reset();
       return batch;
     }
-    absl::StatusOr<std::optional<Batch>> pulled = feed_.Next(source);
+    // A feature dict waits for the distribution's thread on the CPU; it is
+    // converted here, before the copy, on CUDA or without a distribution.
+    const bool convert_here = !sharded_ || data_dist_stream_.has_value();
+    absl::StatusOr<std::optional<Batch>> pulled =
+        convert_here ? feed_.NextConverted(source) : feed_.Next(source);
     if (!pulled.ok()) return pulled.status();
     if (!pulled->has_value()) return std::optional<CopiedBatch>();
     return std::optional<CopiedBatch>(

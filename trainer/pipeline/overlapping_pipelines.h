@@ -29,8 +29,9 @@ struct CopiedBatch {
 // starts before batch i trains (non-blocking; on the CPU a copy is a no-op),
 // so it overlaps batch i's forward and backward. A sharded model's input
 // distribution runs inline on the training thread, before batch i's forward
-// (timed: PipelineStats::exposed_input_dist). Trains each batch as
-// TrainStep does; the data's end, seen one batch ahead, ends the last
+// (timed: PipelineStats::exposed_input_dist). A feature-dict batch is
+// converted as it is pulled, one batch ahead. Trains each batch as TrainStep
+// does; the data's end, seen one batch ahead, ends the last
 // accumulation window.
 //
 // CUDA: the copy is queued on a memcpy stream from LibTorch's pool; the
@@ -64,7 +65,9 @@ class TrainPipelineBase : public StepTrainPipeline {
 // pulled and copied to the device. Lookups (and so the tracker's records)
 // happen in batch i's forward, never earlier. Only the wait for batch i+1's
 // distribution that batch i's training did not cover is exposed
-// (PipelineStats::exposed_input_dist). An unsharded model has no input
+// (PipelineStats::exposed_input_dist); a feature-dict batch
+// (Batch::sparse_dict) is converted on that thread too, just before its
+// distribution, off the training thread. An unsharded model has no input
 // distribution: the pipeline then trains as TrainPipelineBase.
 //
 // CUDA (TorchRec's streams): batch i+2 is copied on a memcpy stream; batch
@@ -73,12 +76,13 @@ class TrainPipelineBase : public StepTrainPipeline {
 // on the thread's current stream, which waits for the distribution's event
 // and records its results and the batch. The distribution is issued from
 // the training thread (no background thread), right after batch i's
-// forward, as TorchRec does: NCCL collectives of two communicators issued
-// from two threads could reach the ranks' GPUs in different orders and
-// deadlock. With NCCL the collective itself runs on NCCL's stream, which
-// waits for the data-dist stream when issued and which the data-dist stream
-// waits for at the collective's wait(). The host still waits inside the
-// distribution for what it reads back (the splits): timed as exposed.
+// forward, as TorchRec does (a feature dict is converted before the copy): NCCL
+// collectives of two communicators issued from two threads could reach the
+// ranks' GPUs in different orders and deadlock. With NCCL the collective itself
+// runs on NCCL's stream, which waits for the data-dist stream when issued and
+// which the data-dist stream waits for at the collective's wait(). The host
+// still waits inside the distribution for what it reads back (the splits):
+// timed as exposed.
 //
 // Not thread-safe (see TrainPipeline).
 class TrainPipelineSparseDist : public StepTrainPipeline {

@@ -15,7 +15,7 @@ SequentialTrainPipeline::SequentialTrainPipeline(TrainPipelineParts parts,
 
 absl::StatusOr<std::optional<TrainedStep>> SequentialTrainPipeline::Progress(
     BatchSource& source) {
-  absl::StatusOr<std::optional<Batch>> next = feed_.Next(source);
+  absl::StatusOr<std::optional<Batch>> next = feed_.NextConverted(source);
   if (!next.ok()) return next.status();
   if (!next->has_value()) return std::nullopt;
   RecModel& model = *step_.parts().model;

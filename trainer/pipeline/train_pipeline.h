@@ -103,9 +103,12 @@ class TrainPipeline {
 
   // Trains the next batch of `source`. Returns the step, or nullopt when
   // the source has no more batches and none is in flight (then nothing
-  // changed). Errors: the source's, and the model's or LibTorch's as
-  // absl::Status (after an error the model may hold a partial step: the
-  // caller stops training).
+  // changed). A batch whose sparse features come as a feature dict
+  // (Batch::sparse_dict) is converted to a KeyedJaggedTensor before its
+  // forward, where the pipeline prepares it. Errors: the source's, a
+  // sparse_dict that is no valid KeyedJaggedTensor (InvalidArgument), and
+  // the model's or LibTorch's as absl::Status (after an error the model may
+  // hold a partial step: the caller stops training).
   virtual absl::StatusOr<std::optional<TrainedStep>> Progress(
       BatchSource& source) = 0;
 

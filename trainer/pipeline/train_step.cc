@@ -25,6 +25,17 @@ absl::StatusOr<std::optional<Batch>> BatchFeed::Next(BatchSource& source) {
   return batch;
 }
 
+absl::StatusOr<std::optional<Batch>> BatchFeed::NextConverted(
+    BatchSource& source) {
+  absl::StatusOr<std::optional<Batch>> next = Next(source);
+  if (!next.ok() || !next->has_value()) return next;
+  if (absl::Status converted = (*next)->ConvertSparseDict(); !converted.ok()) {
+    PushFront(**std::move(next));
+    return converted;
+  }
+  return next;
+}
+
 absl::StatusOr<std::vector<DistributedBatch>> DistributeInputs(
     RecModel& model, const KeyedJaggedTensor& sparse, ProcessGroup* group) {
   std::vector<DistributedBatch> distributed;

@@ -26,7 +26,13 @@ class BatchFeed {
  public:
   explicit BatchFeed(std::deque<Batch> carried)
       : carried_(std::move(carried)) {}
+  // The next batch: a carried one first, then the source's; std::nullopt at
+  // the end of the data.
   absl::StatusOr<std::optional<Batch>> Next(BatchSource& source);
+  // Next(), with the batch's feature dict converted (Batch::ConvertSparseDict).
+  // A batch that fails to convert is put back in front (not lost: a later
+  // pipeline's handover carries it on) and its InvalidArgument returned.
+  absl::StatusOr<std::optional<Batch>> NextConverted(BatchSource& source);
   // Puts `batch` back in front (it is pulled again next).
   void PushFront(Batch batch) { carried_.push_front(std::move(batch)); }
   // The carried batches, emptied.

@@ -61,6 +61,11 @@ std::vector<RankResult> RunRanks(
     vars["LOCAL_WORLD_SIZE"] = std::to_string(world_size);
     vars["MASTER_ADDR"] = "127.0.0.1";
     vars["MASTER_PORT"] = std::to_string(port);
+    // What torchrun (and RunLocalRanks) gives each rank.
+    if (std::optional<std::string> threads =
+            RankOmpNumThreads(world_size, std::getenv("OMP_NUM_THREADS"))) {
+      vars["OMP_NUM_THREADS"] = *threads;
+    }
     for (const auto& [name, value] : extra_env) vars[name] = value;
     std::vector<std::string> entries;
     for (const auto& [name, value] : vars) {

@@ -31,8 +31,10 @@ struct RankResult {
 
 // Multi-process tests: the test binary re-executes itself (/proc/self/exe)
 // once per rank, with the torchrun variables RANK, WORLD_SIZE, LOCAL_RANK,
-// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port) and
-// DELTASTREAM_TEST_SCENARIO=`scenario` plus `extra_env`, and waits for all of
+// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port),
+// OMP_NUM_THREADS as torchrun sets it (RankOmpNumThreads,
+// trainer/comm/local_launcher.h) and DELTASTREAM_TEST_SCENARIO=`scenario`
+// plus `extra_env`, and waits for all of
 // them up to `timeout`; ranks still running then are SIGKILLed and reported
 // as timed out. The binary's main() calls ScenarioFromEnv() first and, when
 // it returns one, runs that scenario instead of the tests.

@@ -57,11 +57,27 @@ Batch MakeBatch(const Examples& examples, int64_t begin, int64_t end) {
   return batch;
 }
 
+Batch AsFeatureDict(Batch batch) {
+  FeatureDict features;
+  for (int64_t k = 0; k < batch.sparse.num_keys(); ++k) {
+    const JaggedTensor feature = batch.sparse.At(k);
+    absl::StatusOr<JaggedTensor> own = JaggedTensor::FromLengths(
+        feature.values().clone(), feature.lengths().clone());
+    EXPECT_TRUE(own.ok()) << own.status();
+    EXPECT_TRUE(features.Add(batch.sparse.keys()[k], *std::move(own)).ok());
+  }
+  batch.sparse = KeyedJaggedTensor();
+  batch.sparse_dict = std::move(features);
+  return batch;
+}
+
 absl::StatusOr<std::optional<Batch>> ExampleSource::Next() {
   if (next_ == sizes_.size()) return std::nullopt;
   const int64_t begin = begin_;
   begin_ += sizes_[next_++];
-  return MakeBatch(examples_, begin, begin_);
+  Batch batch = MakeBatch(examples_, begin, begin_);
+  if (feature_dicts_) return AsFeatureDict(std::move(batch));
+  return batch;
 }
 
 std::vector<int64_t> Repeat(int64_t size, int count) {

@@ -44,17 +44,25 @@ Examples MakeExamples(int64_t n, uint64_t seed);
 // Examples [begin, end) as a CPU batch.
 Batch MakeBatch(const Examples& examples, int64_t begin, int64_t end);
 
+// `batch` with its sparse features handed over as a feature dict
+// (Batch::sparse_dict, each feature in tensors of its own; `sparse` empty).
+Batch AsFeatureDict(Batch batch);
+
 // Batches of the given sizes, back to back over the examples (which must
-// outlive the source).
+// outlive the source); with `feature_dicts`, AsFeatureDict's.
 class ExampleSource : public BatchSource {
  public:
-  ExampleSource(const Examples& examples, std::vector<int64_t> sizes)
-      : examples_(examples), sizes_(std::move(sizes)) {}
+  ExampleSource(const Examples& examples, std::vector<int64_t> sizes,
+                bool feature_dicts = false)
+      : examples_(examples),
+        sizes_(std::move(sizes)),
+        feature_dicts_(feature_dicts) {}
   absl::StatusOr<std::optional<Batch>> Next() override;
 
  private:
   const Examples& examples_;
   std::vector<int64_t> sizes_;
+  bool feature_dicts_;
   size_t next_ = 0;
   int64_t begin_ = 0;
 };

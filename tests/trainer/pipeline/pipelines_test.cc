@@ -6,6 +6,7 @@
 // loop's parameters and deltas, on one process and on two ranks (sharded,
 // real Gloo over loopback), and mixed precision refused on the CPU.
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -21,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "tests/testing/tensor_values.h"
@@ -390,8 +392,72 @@ TEST(GradientScalingTest, ANonFiniteStepIsSkippedForDenseAndSparseAlike) {
   EXPECT_EQ(restored.scale(), 65536.0 / 2);
 }
 
+// Feature-dict batches (Batch::sparse_dict) train exactly as the same
+// batches as KeyedJaggedTensors, under every pipeline.
+TEST(FeatureDictInputTest, EveryPipelineTrainsThemAsKjtBatches) {
+  const Examples examples = MakeExamples(128, 31);
+  for (const char* name : {"sequential", "base", "sparse_dist"}) {
+    for (int k : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat(name, " K=", k));
+      Trainable kjt(SparseOptimizerType::kAdagrad);
+      Trainable dict(SparseOptimizerType::kAdagrad);
+      for (auto [trainable, dicts] :
+           {std::pair{&kjt, false}, std::pair{&dict, true}}) {
+        absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+            MakeTrainPipeline(Options(name, k), trainable->Parts());
+        ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+        ExampleSource source(examples, Repeat(32, 4), dicts);
+        absl::StatusOr<int> trained = TrainAll(**pipeline, source);
+        ASSERT_TRUE(trained.ok()) << trained.status();
+        EXPECT_EQ(*trained, 4);
+      }
+      EXPECT_EQ(MaxDifference(*kjt.model, *dict.model), 0.0);
+    }
+  }
+}
+
+// A batch whose feature dict is no valid KeyedJaggedTensor (float IDs).
+class BadDictSource : public BatchSource {
+ public:
+  absl::StatusOr<std::optional<Batch>> Next() override {
+    Batch batch = testing::AsFeatureDict(testing::MakeBatch(examples_, 0, 8));
+    FeatureDict bad;
+    for (int64_t k = 0; k < batch.sparse_dict->size(); ++k) {
+      const JaggedTensor& feature = batch.sparse_dict->At(k);
+      EXPECT_TRUE(
+          bad.Add(batch.sparse_dict->keys()[k],
+                  *JaggedTensor::FromLengths(feature.values().to(at::kFloat),
+                                             feature.lengths()))
+              .ok());
+    }
+    batch.sparse_dict = std::move(bad);
+    return batch;
+  }
+
+ private:
+  const Examples examples_ = MakeExamples(8, 5);
+};
+
+TEST(FeatureDictInputTest, AnInvalidDictFailsTheStepWithItsReason) {
+  for (const char* name : {"sequential", "base", "sparse_dist"}) {
+    SCOPED_TRACE(name);
+    Trainable trainable(SparseOptimizerType::kSgd);
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+        MakeTrainPipeline(Options(name, 1), trainable.Parts());
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    BadDictSource source;
+    absl::StatusOr<std::optional<TrainedStep>> step =
+        (*pipeline)->Progress(source);
+    EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(step.status().message()),
+                ::testing::HasSubstr("sparse_dict"));
+  }
+}
+
 // Two ranks, a sharded model: every pipeline, with and without
-// accumulation, ends with the plain loop's parameters on every rank.
+// accumulation, and with feature-dict input, ends with the plain loop's
+// parameters on every rank; an invalid dict fails sparse_dist's step on its
+// distribution thread with its reason.
 
 int RunScenario(const std::string& /*scenario*/) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
@@ -402,13 +468,14 @@ int RunScenario(const std::string& /*scenario*/) {
   const Examples examples = MakeExamples(128, 20 + pg.rank());
   bool sequence = false;
   auto train = [&](const std::string& name, int k, int64_t micro, int count,
-                   std::unique_ptr<Trainable>& out) -> absl::Status {
+                   std::unique_ptr<Trainable>& out,
+                   bool dicts = false) -> absl::Status {
     out =
         std::make_unique<Trainable>(SparseOptimizerType::kAdam, &pg, sequence);
     absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
         MakeTrainPipeline(Options(name, k), out->Parts(&pg));
     if (!pipeline.ok()) return pipeline.status();
-    ExampleSource source(examples, Repeat(micro, count));
+    ExampleSource source(examples, Repeat(micro, count), dicts);
     absl::StatusOr<int> trained = TrainAll(**pipeline, source);
     if (!trained.ok()) return trained.status();
     if (*trained != count) return absl::InternalError("batches lost");
@@ -428,13 +495,15 @@ int RunScenario(const std::string& /*scenario*/) {
       int k;
       int64_t micro;
       int count;
+      bool dicts = false;
     };
     for (const Run& run :
          {Run{"base", 1, 32, 4}, Run{"sparse_dist", 1, 32, 4},
           Run{"sequential", 2, 16, 8}, Run{"sparse_dist", 2, 16, 8},
-          Run{"base", 4, 8, 16}}) {
+          Run{"base", 4, 8, 16}, Run{"base", 1, 32, 4, true},
+          Run{"sparse_dist", 2, 16, 8, true}}) {
       std::unique_ptr<Trainable> trained;
-      RANK_OK(train(run.name, run.k, run.micro, run.count, trained));
+      RANK_OK(train(run.name, run.k, run.micro, run.count, trained, run.dicts));
       const double difference =
           MaxDifference(*reference->model, *trained->model);
       if (!(difference < kTolerance)) {
@@ -444,6 +513,17 @@ int RunScenario(const std::string& /*scenario*/) {
       }
     }
   }
+  // Both ranks' first batch holds an invalid dict: each rank's distribution
+  // thread refuses it before any collective.
+  Trainable trainable(SparseOptimizerType::kSgd, &pg);
+  absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+      MakeTrainPipeline(Options("sparse_dist", 1), trainable.Parts(&pg));
+  RANK_OK(pipeline.status());
+  BadDictSource bad;
+  absl::StatusOr<std::optional<TrainedStep>> step = (*pipeline)->Progress(bad);
+  RANK_EXPECT(step.status().code() == absl::StatusCode::kInvalidArgument &&
+                  absl::StrContains(step.status().message(), "sparse_dict"),
+              "got ", step.status().ToString());
   return 0;
 }
 

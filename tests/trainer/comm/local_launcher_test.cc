@@ -1,0 +1,125 @@
+// The local launcher's thread environment (torchrun's OMP_NUM_THREADS rule):
+// the rule itself, what RunLocalRanks gives real rank processes, and that
+// LibTorch's intra-op pool in a rank started by the tests' launcher
+// (RunRanks) follows it.
+#include "trainer/comm/local_launcher.h"
+
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/testing/test_dirs.h"
+#include "tests/trainer/comm/rank_launcher.h"
+
+namespace deltastream {
+namespace {
+
+TEST(RankOmpNumThreadsTest, OneThreadPerRankWhenSeveralShareTheNode) {
+  EXPECT_EQ(RankOmpNumThreads(2, nullptr), "1");
+  EXPECT_EQ(RankOmpNumThreads(8, nullptr), "1");
+}
+
+TEST(RankOmpNumThreadsTest, OneRankOrTheUsersValueSetsNothing) {
+  EXPECT_EQ(RankOmpNumThreads(1, nullptr), std::nullopt);
+  EXPECT_EQ(RankOmpNumThreads(2, "4"), std::nullopt);
+  EXPECT_EQ(RankOmpNumThreads(2, ""), std::nullopt);  // set, if empty
+}
+
+// Sets (or, with nullptr, unsets) OMP_NUM_THREADS for the test's scope.
+class ScopedOmpNumThreads {
+ public:
+  explicit ScopedOmpNumThreads(const char* value) {
+    if (const char* old = std::getenv("OMP_NUM_THREADS")) old_ = old;
+    Set(value);
+  }
+  ~ScopedOmpNumThreads() { Set(old_.has_value() ? old_->c_str() : nullptr); }
+
+ private:
+  static void Set(const char* value) {
+    if (value == nullptr) {
+      unsetenv("OMP_NUM_THREADS");
+    } else {
+      setenv("OMP_NUM_THREADS", value, 1);
+    }
+  }
+  std::optional<std::string> old_;
+};
+
+// What each of `ranks` real processes launched by RunLocalRanks saw as
+// OMP_NUM_THREADS ("unset" when it had none), by rank.
+std::vector<std::string> OmpNumThreadsOfRanks(int ranks) {
+  const std::string dir = absl::StrCat(TestTempDir(), "/omp_", ranks);
+  LocalLaunchOptions options;
+  options.nproc_per_node = ranks;
+  options.argv = {"/bin/sh", "-c",
+                  absl::StrCat("mkdir -p ", dir,
+                               " && printf %s \"${OMP_NUM_THREADS-unset}\" > ",
+                               dir, "/rank_$RANK")};
+  options.grace = absl::Seconds(5);
+  sigset_t none;
+  sigemptyset(&none);
+  EXPECT_EQ(RunLocalRanks(options, none), 0);
+  std::vector<std::string> seen;
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::ifstream in(absl::StrCat(dir, "/rank_", rank));
+    std::stringstream text;
+    text << in.rdbuf();
+    seen.push_back(text.str());
+  }
+  return seen;
+}
+
+TEST(RunLocalRanksTest, RanksOfANodeGetOneIntraOpThreadEach) {
+  ScopedOmpNumThreads unset(nullptr);
+  EXPECT_EQ(OmpNumThreadsOfRanks(2), (std::vector<std::string>{"1", "1"}));
+}
+
+TEST(RunLocalRanksTest, TheUsersValueIsInherited) {
+  ScopedOmpNumThreads user("3");
+  EXPECT_EQ(OmpNumThreadsOfRanks(2), (std::vector<std::string>{"3", "3"}));
+}
+
+TEST(RunLocalRanksTest, ASingleRankKeepsLibTorchsDefault) {
+  ScopedOmpNumThreads unset(nullptr);
+  EXPECT_EQ(OmpNumThreadsOfRanks(1), (std::vector<std::string>{"unset"}));
+}
+
+// Rank scenario "threads=N": LibTorch's intra-op pool has N threads.
+int RunScenario(const std::string& scenario) {
+  const int want = std::atoi(scenario.substr(scenario.find('=') + 1).c_str());
+  RANK_EXPECT(at::get_num_threads() == want, "at::get_num_threads() is ",
+              at::get_num_threads(), ", want ", want, " (OMP_NUM_THREADS=",
+              std::getenv("OMP_NUM_THREADS") == nullptr
+                  ? "unset"
+                  : std::getenv("OMP_NUM_THREADS"),
+              ")");
+  return 0;
+}
+
+TEST(RunRanksTest, LibTorchsIntraOpPoolFollowsTheRule) {
+  {
+    ScopedOmpNumThreads unset(nullptr);
+    testing::ExpectRanksPassed(
+        testing::RunRanks("threads=1", 2, absl::Seconds(60)));
+  }
+  ScopedOmpNumThreads user("2");
+  testing::ExpectRanksPassed(
+      testing::RunRanks("threads=2", 2, absl::Seconds(60)));
+}
+
+}  // namespace
+}  // namespace deltastream
+
+int main(int argc, char** argv) {
+  return deltastream::testing::RankTestMain(argc, argv,
+                                            deltastream::RunScenario);
+}
