@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -79,8 +80,15 @@ pid_t StartRank(const LocalLaunchOptions& options, int rank, int port,
       {"TORCHELASTIC_MAX_RESTARTS", absl::StrCat(options.max_restarts)},
   };
   if (omp_threads.has_value()) env["OMP_NUM_THREADS"] = *omp_threads;
+  const pid_t launcher = getpid();
   const pid_t pid = fork();
   if (pid != 0) return pid;  // the parent (or -1)
+  // A launcher that dies without forwarding a stop (SIGKILL, a crash) takes
+  // its ranks with it, as it would stop them itself: none trains on alone.
+  // The launcher may have died before the request took effect.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) {
+    _exit(127);
+  }
   for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
   sigset_t none;
   sigemptyset(&none);

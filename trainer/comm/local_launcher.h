@@ -59,6 +59,8 @@ std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
 //   is forwarded to every rank, which then stops as it would alone; a
 //   second one SIGKILLs them. Returns 0 when they then all exit 0 (no
 //   restart after a requested stop).
+// - The launcher itself dies (SIGKILL, a crash): the kernel SIGKILLs every
+//   rank (PR_SET_PDEATHSIG); no rank outlives its launcher.
 //
 // Call from the main thread, before any other thread is started: it forks.
 int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals);

@@ -1,12 +1,14 @@
 // The local launcher's thread environment (torchrun's OMP_NUM_THREADS rule):
 // the rule itself, what RunLocalRanks gives real rank processes, and that
 // LibTorch's intra-op pool in a rank started by the tests' launcher
-// (RunRanks) follows it.
+// (RunRanks) follows it. And no rank outlives a launcher that is SIGKILLed.
 #include "trainer/comm/local_launcher.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +19,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "tests/testing/test_dirs.h"
 #include "tests/trainer/comm/rank_launcher.h"
 
@@ -91,6 +95,58 @@ TEST(RunLocalRanksTest, TheUsersValueIsInherited) {
 TEST(RunLocalRanksTest, ASingleRankKeepsLibTorchsDefault) {
   ScopedOmpNumThreads unset(nullptr);
   EXPECT_EQ(OmpNumThreadsOfRanks(1), (std::vector<std::string>{"unset"}));
+}
+
+// Whether process `pid` is gone: no such process, or a zombie left for
+// whoever reaps orphans here.
+bool ProcessGone(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t state = line.rfind(')') + 2;
+  return state >= line.size() || line[state] == 'Z';
+}
+
+TEST(RunLocalRanksTest, RanksDieWithAKilledLauncher) {
+  const std::string dir = absl::StrCat(TestTempDir(), "/orphans");
+  ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", dir).c_str()), 0);
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    LocalLaunchOptions options;
+    options.nproc_per_node = 2;
+    options.argv = {
+        "/bin/sh", "-c",
+        absl::StrCat("echo $$ > ", dir, "/pid_$RANK.tmp && mv ", dir,
+                     "/pid_$RANK.tmp ", dir, "/pid_$RANK && exec sleep 120")};
+    sigset_t none;
+    sigemptyset(&none);
+    _exit(RunLocalRanks(options, none));
+  }
+  std::vector<pid_t> ranks;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (int rank = 0; rank < 2 && absl::Now() < deadline;) {
+    std::ifstream in(absl::StrCat(dir, "/pid_", rank));
+    pid_t pid = 0;
+    if (in >> pid) {
+      ranks.push_back(pid);
+      ++rank;
+    } else {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  kill(launcher, SIGKILL);
+  waitpid(launcher, nullptr, 0);
+  ASSERT_EQ(ranks.size(), 2u) << "the ranks did not start within 30 s";
+  for (pid_t rank : ranks) {
+    const absl::Time gone_by = absl::Now() + absl::Seconds(10);
+    while (!ProcessGone(rank) && absl::Now() < gone_by) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_TRUE(ProcessGone(rank))
+        << "rank process " << rank << " outlived its launcher";
+    if (!ProcessGone(rank)) kill(rank, SIGKILL);
+  }
 }
 
 // Rank scenario "threads=N": LibTorch's intra-op pool has N threads.
