@@ -60,6 +60,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/host_memory.h"
 #include "tests/bench/timing.h"
 #include "tests/trainer/comm/rank_launcher.h"
 #include "tracker_service/tracker.h"
@@ -227,6 +228,7 @@ std::string RatioFields(const std::string& key, const Ratio* ratio) {
 }
 
 int RunRank() {
+  KeepHostMemoryForReuse();  // as the trainer's ranks do
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       testing::RankGroupFromEnv(absl::Seconds(120));
   Check(group.status());
