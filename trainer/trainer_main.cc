@@ -147,6 +147,16 @@ class SignalWatch {
         std::fflush(stderr);
         std::_Exit(128 + signal);
       }
+      if (stop_.load()) {
+        // A second signal: the user will not wait for the stop to finish
+        // (the final checkpoint, the consumers' drain), as the launcher
+        // SIGKILLs its ranks on a second one.
+        log_(absl::StrFormat(
+            "signal %d again: exiting now, without finishing the stop",
+            signal));
+        std::fflush(stderr);
+        std::_Exit(128 + signal);
+      }
       log_(absl::StrFormat("signal %d: stopping after this step", signal));
       stop_.store(true);
     }

@@ -99,6 +99,11 @@ class ServerProcess {
     return status;
   }
 
+  // Sends `signal` without waiting.
+  void Signal(int signal) {
+    if (pid_ > 0) kill(pid_, signal);
+  }
+
   int port() const { return port_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
 

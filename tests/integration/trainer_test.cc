@@ -4,6 +4,7 @@
 // snapshot; a restart resumes the model, the data and the consumers' cursors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -98,6 +99,32 @@ TEST(TrainerTest, ServesDeltasWhileTrainingAndResumesAfterSigterm) {
                .size(),
       100u);
   EXPECT_EQ(trainer.Stop(SIGTERM), 0);
+}
+
+// A stop waits for the consumers to drain (tracker.drain_seconds); a second
+// SIGTERM cuts that wait short and exits at once with 128 + 15.
+TEST(TrainerTest, ASecondSigtermEndsTheDrainAtOnce) {
+  const std::string log = TestTempDir() + "/drain.err";
+  ServerProcess trainer(
+      {"--steps=-1", "--consumers=never_reads", "--drain_s=60"},
+      "trainer/trainer", log);
+  ASSERT_GT(trainer.port(), 0) << "trainer did not start";
+  ASSERT_TRUE(WaitForBatch(trainer, 3));
+  trainer.Signal(SIGTERM);
+  bool stopping = false;
+  for (int i = 0; i < 300 && !stopping; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stopping = absl::StrContains(ReadText(log), "stop requested at step");
+  }
+  ASSERT_TRUE(stopping) << ReadText(log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // draining
+  const auto start = std::chrono::steady_clock::now();
+  const int status = trainer.Stop(SIGTERM);
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM)
+      << "status " << status << ": " << ReadText(log);
+  EXPECT_LT(waited, std::chrono::seconds(10));
+  EXPECT_THAT(ReadText(log), ::testing::HasSubstr("exiting now"));
 }
 
 TEST(TrainerTest, BadConfigIsAClearErrorWithExitCode2) {
