@@ -123,13 +123,6 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
-std::string LoadAverage() {
-  std::vector<std::string> fields =
-      absl::StrSplit(ReadFile("/proc/loadavg"), ' ');
-  fields.resize(3);
-  return absl::StrJoin(fields, " ");
-}
-
 // The trainer binary (one process, or the --nproc_per_node launcher and its
 // ranks) in a process group of its own, killed as a whole on destruction.
 // Its stdout goes to a file (the "listening on" lines), its stderr to a log.
@@ -663,7 +656,8 @@ int Run() {
       "fan_in_bench: %d tables x %d rows x %d float32, %s; global "
       "batch %d, %d steps; %d reads each; memory reused: %s; load %s\n",
       model.tables, model.rows, model.dim, sharding, model.batch, model.steps,
-      reads, absl::GetFlag(FLAGS_reuse_memory) ? "yes" : "no", LoadAverage());
+      reads, absl::GetFlag(FLAGS_reuse_memory) ? "yes" : "no",
+      bench::LoadAverage());
   std::fflush(stdout);
   TrainerGroup single_trainer(
       "the one-process trainer",
@@ -720,7 +714,7 @@ int Run() {
     }
   }
   PrintRows(rows, absl::GetFlag(FLAGS_json));
-  absl::PrintF("load after: %s\n", LoadAverage());
+  absl::PrintF("load after: %s\n", bench::LoadAverage());
   return 0;
 }
 

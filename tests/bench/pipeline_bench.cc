@@ -415,14 +415,6 @@ std::string RatioColumn(const std::string& json, const std::string& key) {
                          (q1 - 1) * 100, (q3 - 1) * 100);
 }
 
-// The 1, 5 and 15 minute load averages, "1.20 1.35 1.50".
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five, fifteen;
-  in >> one >> five >> fifteen;
-  return absl::StrCat(one, " ", five, " ", fifteen);
-}
-
 int Main(int argc, char** argv) {
   if (testing::ScenarioFromEnv()) {
     // Ranks get the launcher's flags through the environment.
@@ -445,7 +437,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr, "bad --ranks entry '%s'\n", ranks.c_str());
       return 1;
     }
-    const std::string load_before = LoadAverage();
+    const std::string load_before = bench::LoadAverage();
     std::vector<testing::RankResult> results = testing::RunRanks(
         "bench", world, absl::Minutes(20), {{"PIPELINE_BENCH_ARGS", joined}});
     for (size_t r = 0; r < results.size(); ++r) {
@@ -463,7 +455,8 @@ int Main(int argc, char** argv) {
     std::printf(
         "%d rank(s): intra-op threads per rank %s; load average %s before, "
         "%s after\n",
-        world, threads.c_str(), load_before.c_str(), LoadAverage().c_str());
+        world, threads.c_str(), load_before.c_str(),
+        bench::LoadAverage().c_str());
     for (absl::string_view line : absl::StrSplit(results[0].output, '\n')) {
       if (!absl::StartsWith(line, "RESULT ")) continue;
       const std::string json(line.substr(7));
