@@ -1,7 +1,8 @@
 // Google Benchmark micro-benchmarks of the data path's hot functions, so that
 // a regression shows up as a number: the row index folding new and known IDs,
 // compaction and reads of a window (whole, and up to where a streamed read
-// starts sending), and chunk encoding and decoding.
+// starts sending), chunk encoding and decoding, and the tracker's step and
+// read as its consumers multiply.
 //
 //   bazel run -c opt //tests/bench:micro_bench [-- --benchmark_filter=Fold]
 //
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/host_memory.h"
@@ -26,6 +28,7 @@
 #include "store/row_gather.h"
 #include "store/row_index.h"
 #include "tests/bench/zipf.h"
+#include "tracker_service/tracker.h"
 
 namespace deltastream {
 namespace {
@@ -249,6 +252,43 @@ void BM_DecodeChunk(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kIds * kRowBytes);
 }
 BENCHMARK(BM_DecodeChunk);
+
+// One step of a trainer with `tables` tables (64 IDs each) followed by one
+// delete-on-read, the consumers of `consumers` taking turns: what the
+// tracker's lock is held for per read as the consumers (predictor replicas,
+// checkpoint jobs) multiply, each at a cursor of its own.
+void BM_TrackerReadAmongConsumers(benchmark::State& state) {
+  const int64_t tables = state.range(0);
+  const int64_t consumers = state.range(1);
+  TrackerOptions options;  // ID_ONLY, open: any table, delete on read
+  for (int64_t c = 0; c < consumers; ++c) {
+    options.consumers.push_back("c" + std::to_string(c));
+  }
+  std::unique_ptr<Tracker> tracker = *Tracker::Create(options);
+  std::vector<std::string> fqns;
+  for (int64_t t = 0; t < tables; ++t) fqns.push_back("t" + std::to_string(t));
+  const at::Tensor ids = at::arange(64, at::kLong);
+  DeltaRequest read;
+  read.through_current_batch = false;
+  int64_t turn = 0, read_ids = 0;
+  for (auto _ : state) {
+    std::vector<TableLookup> lookups;
+    for (const std::string& fqn : fqns) lookups.push_back({fqn, ids, {}});
+    (void)tracker->RecordTables(std::move(lookups));
+    tracker->Step();
+    read.consumer = options.consumers[turn++ % consumers];
+    absl::StatusOr<Delta> delta = tracker->GetDelta(read);
+    read_ids += delta->tables.begin()->second.ids.numel();
+  }
+  benchmark::DoNotOptimize(read_ids);
+}
+BENCHMARK(BM_TrackerReadAmongConsumers)
+    ->ArgNames({"tables", "consumers"})
+    ->Args({4, 1})
+    ->Args({4, 16})
+    ->Args({4, 256})
+    ->Args({64, 16})
+    ->Args({64, 256});
 
 }  // namespace
 }  // namespace deltastream
