@@ -256,6 +256,16 @@ void DeltaStore::CompactTable(absl::string_view fqn, int64_t start_idx,
   if (Table* table = FindTable(fqn)) CompactLocked(*table, start_idx, end_idx);
 }
 
+void DeltaStore::CompactTableBetween(absl::string_view fqn,
+                                     absl::Span<const int64_t> bounds) {
+  WriterLock lock(&mu_);
+  Table* table = FindTable(fqn);
+  if (table == nullptr) return;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    CompactLocked(*table, bounds[i], bounds[i + 1]);
+  }
+}
+
 void DeltaStore::CompactTableTiered(absl::string_view fqn, int64_t start_idx,
                                     int64_t end_idx) {
   WriterLock lock(&mu_);

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "base/shared_mutex.h"
 #include "store/row_gather.h"
 #include "store/row_index.h"
@@ -142,6 +143,11 @@ class DeltaStore {
   void Compact(int64_t start_idx, int64_t end_idx) ABSL_LOCKS_EXCLUDED(mu_);
   // Same, for one table; a no-op for an unknown FQN.
   void CompactTable(absl::string_view fqn, int64_t start_idx, int64_t end_idx)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // CompactTable over each window between consecutive `bounds` (ascending):
+  // [bounds[0], bounds[1]), [bounds[1], bounds[2]), ... under one lock.
+  void CompactTableBetween(absl::string_view fqn,
+                           absl::Span<const int64_t> bounds)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Auto-compaction's form of CompactTable, for a window compacted at every
   // step: host tables compact fully (their row index makes that cost the new

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <random>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -315,16 +314,17 @@ void Tracker::CompactAllLocked() {
 }
 
 void Tracker::CompactBetweenCursorsLocked(const std::string& fqn) {
-  std::set<int64_t> bounds = {curr_batch_};
+  std::vector<int64_t> bounds = {curr_batch_};
+  bounds.reserve(consumers_.size() + 1);
   for (const auto& [name, consumer] : consumers_) {
-    bounds.insert(std::min(CursorOf(*consumer, fqn), curr_batch_));
+    bounds.push_back(std::min(CursorOf(*consumer, fqn), curr_batch_));
     for (int64_t end : consumer->PendingEnds(fqn)) {
-      bounds.insert(std::min(end, curr_batch_));
+      bounds.push_back(std::min(end, curr_batch_));
     }
   }
-  for (auto it = bounds.begin(); std::next(it) != bounds.end(); ++it) {
-    store_.CompactTable(fqn, *it, *std::next(it));
-  }
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  store_.CompactTableBetween(fqn, bounds);
 }
 
 void Tracker::DeleteUnneededLocked() {

@@ -71,6 +71,8 @@ Tracker::Consumer* Tracker::FindConsumer(absl::string_view name) {
 
 int64_t Tracker::CursorOf(const Consumer& consumer,
                           const std::string& fqn) const {
+  // Most consumers read every table: no per-table cursor to look up.
+  if (consumer.table_cursors.empty()) return consumer.cursor;
   auto it = consumer.table_cursors.find(fqn);
   return it == consumer.table_cursors.end() ? consumer.cursor : it->second;
 }

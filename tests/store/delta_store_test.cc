@@ -229,6 +229,30 @@ TEST(DeltaStoreTest, UnknownTableIsNotFound) {
   store.DeleteTable("nope", 2);
 }
 
+TEST(DeltaStoreTest, CompactingBetweenBoundsIsCompactingEachWindow) {
+  DeltaStore between(UpdateMode::kLast), each(UpdateMode::kLast);
+  for (DeltaStore* store : {&between, &each}) {
+    for (int64_t b = 0; b < 6; ++b) {
+      ASSERT_TRUE(
+          store->Append(b, {{"t", Ids({b % 3, b + 3}), States({1.0f * b, 2})}})
+              .ok());
+    }
+  }
+  between.CompactTableBetween("t", {0, 2, 5});
+  each.CompactTable("t", 0, 2);
+  each.CompactTable("t", 2, 5);
+  EXPECT_EQ(between.BatchIndices("t"), each.BatchIndices("t"));
+  EXPECT_EQ(between.BatchIndices("t").size(), 3u);  // [0,2), [2,5), 5
+  for (int64_t from : {0, 2, 5}) {
+    absl::StatusOr<UniqueRows> a = between.GetUniqueTable("t", from);
+    absl::StatusOr<UniqueRows> b = each.GetUniqueTable("t", from);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(Longs(a->ids), Longs(b->ids)) << from;
+    EXPECT_EQ(Floats(a->states), Floats(b->states)) << from;
+  }
+  between.CompactTableBetween("nope", {0, 2});  // no-op, no crash
+}
+
 TEST(DeltaStoreTest, AppendDetachesFromAutograd) {
   DeltaStore store(UpdateMode::kFirst);
   at::Tensor states = at::ones({2, 2}).set_requires_grad(true) * 2;
