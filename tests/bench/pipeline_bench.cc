@@ -17,9 +17,13 @@
 // rounds of the combination's P50 in that round divided by its baseline's
 // in the same round (same pipeline, "kjt" input, tracking "off", when
 // listed): a load burst hits both sides of a round's ratio alike, where it
-// would shift the pooled P50 of one. The interquartile range of those
-// per-round ratios is printed beside it (vs_baseline_q1, _q3): a bound is
-// met beyond noise when the whole range is inside it. The same is done with
+// would shift the pooled P50 of one. Beside it the table prints the 95%
+// confidence interval of that median (vs_baseline_ci_low, _ci_high: the
+// order statistics n/2 -+ 0.98 sqrt(n) of the n per-round ratios, which
+// hold whatever their distribution): a bound is met beyond noise when the
+// whole interval is inside it, and more --rounds narrow it. The JSON also
+// holds the ratios' interquartile range (vs_baseline_q1, _q3), their spread
+// round to round. The same is done with
 // the training thread's CPU time per iteration (cpu_p50_ms,
 // vs_baseline_cpu): on a shared machine it leaves out the time the thread
 // waited for a core, which with 2 ranks on 2 cores is where the tail comes
@@ -43,6 +47,8 @@
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -50,6 +56,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -202,9 +209,9 @@ const Combination* Baseline(const std::vector<Combination>& all,
 }
 
 // Per-round ratios of a combination's round P50 to its baseline's: their
-// median and interquartile range.
+// median, its 95% confidence interval, and their interquartile range.
 struct Ratio {
-  double median = 0, q1 = 0, q3 = 0;
+  double median = 0, ci_low = 0, ci_high = 0, q1 = 0, q3 = 0;
 };
 Ratio RatioToBaseline(const std::vector<double>& round_p50,
                       const std::vector<double>& baseline_round_p50) {
@@ -213,18 +220,34 @@ Ratio RatioToBaseline(const std::vector<double>& round_p50,
     ratios.push_back(round_p50[r] / baseline_round_p50[r]);
   }
   std::sort(ratios.begin(), ratios.end());
-  const size_t n = ratios.size();
-  return {ratios[n / 2], ratios[n / 4], ratios[(3 * n) / 4]};
+  const int64_t n = static_cast<int64_t>(ratios.size());
+  // The median lies between the order statistics of ranks (1-based)
+  // n/2 - 0.98 sqrt(n) and n/2 + 1 + 0.98 sqrt(n) with 95% probability
+  // (the binomial's normal approximation; no assumption on the ratios).
+  const double half_width = 0.98 * std::sqrt(static_cast<double>(n));
+  const int64_t low = std::clamp<int64_t>(
+      static_cast<int64_t>(std::floor(n / 2.0 - half_width)) - 1, 0, n - 1);
+  const int64_t high = std::clamp<int64_t>(
+      static_cast<int64_t>(std::ceil(n / 2.0 + 1 + half_width)) - 1, 0, n - 1);
+  return {ratios[n / 2], ratios[low], ratios[high], ratios[n / 4],
+          ratios[(3 * n) / 4]};
 }
 
 // `ratio`'s JSON fields, prefixed `key` (null without a baseline).
 std::string RatioFields(const std::string& key, const Ratio* ratio) {
-  if (ratio == nullptr) {
-    return absl::StrFormat("\"%s\": null, \"%s_q1\": null, \"%s_q3\": null",
-                           key, key, key);
+  std::string fields;
+  const std::pair<const char*, double> values[] = {
+      {"", ratio ? ratio->median : 0},
+      {"_ci_low", ratio ? ratio->ci_low : 0},
+      {"_ci_high", ratio ? ratio->ci_high : 0},
+      {"_q1", ratio ? ratio->q1 : 0},
+      {"_q3", ratio ? ratio->q3 : 0}};
+  for (const auto& [suffix, value] : values) {
+    absl::StrAppend(
+        &fields, fields.empty() ? "" : ", ", "\"", key, suffix,
+        "\": ", ratio ? absl::StrFormat("%.4f", value) : std::string("null"));
   }
-  return absl::StrFormat("\"%s\": %.4f, \"%s_q1\": %.4f, \"%s_q3\": %.4f", key,
-                         ratio->median, key, ratio->q1, key, ratio->q3);
+  return fields;
 }
 
 int RunRank() {
@@ -402,17 +425,17 @@ std::string Field(const std::string& json, const std::string& key) {
   return value;
 }
 
-// A ratio's table column from its JSON fields `key`, `key`_q1, `key`_q3:
-// "+0.7% (-0.5..+1.9)", or "-" without a baseline.
+// A ratio's table column from its JSON fields `key`, `key`_ci_low,
+// `key`_ci_high: "+0.7% [-0.5..+1.9]", or "-" without a baseline.
 std::string RatioColumn(const std::string& json, const std::string& key) {
-  double median = 0, q1 = 0, q3 = 0;
+  double median = 0, low = 0, high = 0;
   if (!absl::SimpleAtod(Field(json, key), &median) ||
-      !absl::SimpleAtod(Field(json, key + "_q1"), &q1) ||
-      !absl::SimpleAtod(Field(json, key + "_q3"), &q3)) {
+      !absl::SimpleAtod(Field(json, key + "_ci_low"), &low) ||
+      !absl::SimpleAtod(Field(json, key + "_ci_high"), &high)) {
     return "-";
   }
-  return absl::StrFormat("%+.1f%% (%+.1f..%+.1f)", (median - 1) * 100,
-                         (q1 - 1) * 100, (q3 - 1) * 100);
+  return absl::StrFormat("%+.1f%% [%+.1f..%+.1f]", (median - 1) * 100,
+                         (low - 1) * 100, (high - 1) * 100);
 }
 
 int Main(int argc, char** argv) {
@@ -481,13 +504,14 @@ int Main(int argc, char** argv) {
           RatioColumn(json, "vs_baseline_cpu"), preemptions));
     }
   }
-  // vs base: median (Q1 .. Q3) of the per-round ratios; cpu: the training
-  // thread's CPU time; preempt: its involuntary context switches.
+  // vs base: median [95% confidence interval] of the per-round ratios; cpu:
+  // the training thread's CPU time; preempt: its involuntary context
+  // switches.
   std::printf(
       "%-12s %-5s %-9s %5s %3s %8s %8s %9s %7s %9s %-21s %8s %-21s %8s\n",
       "pipeline", "input", "tracking", "ranks", "K", "P50 ms", "P90 ms",
-      "peak MiB", "QPS", "exposed", "vs base (IQR)", "cpu ms",
-      "cpu vs base (IQR)", "preempt");
+      "peak MiB", "QPS", "exposed", "vs base [95% CI]", "cpu ms",
+      "cpu vs base [95% CI]", "preempt");
   for (const std::string& line : table) std::printf("%s\n", line.c_str());
   if (absl::GetFlag(FLAGS_json)) {
     for (const std::string& json : json_lines)
