@@ -252,8 +252,7 @@ void DeltaStore::Compact(int64_t start_idx, int64_t end_idx) {
 
 void DeltaStore::CompactTable(absl::string_view fqn, int64_t start_idx,
                               int64_t end_idx) {
-  WriterLock lock(&mu_);
-  if (Table* table = FindTable(fqn)) CompactLocked(*table, start_idx, end_idx);
+  CompactTableBetween(fqn, {start_idx, end_idx});
 }
 
 void DeltaStore::CompactTableBetween(absl::string_view fqn,

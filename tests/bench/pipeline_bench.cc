@@ -235,13 +235,13 @@ Ratio RatioToBaseline(const std::vector<double>& round_p50,
 
 // `ratio`'s JSON fields, prefixed `key` (null without a baseline).
 std::string RatioFields(const std::string& key, const Ratio* ratio) {
+  const Ratio r = ratio != nullptr ? *ratio : Ratio{};
+  const std::pair<const char*, double> values[] = {{"", r.median},
+                                                   {"_ci_low", r.ci_low},
+                                                   {"_ci_high", r.ci_high},
+                                                   {"_q1", r.q1},
+                                                   {"_q3", r.q3}};
   std::string fields;
-  const std::pair<const char*, double> values[] = {
-      {"", ratio ? ratio->median : 0},
-      {"_ci_low", ratio ? ratio->ci_low : 0},
-      {"_ci_high", ratio ? ratio->ci_high : 0},
-      {"_q1", ratio ? ratio->q1 : 0},
-      {"_q3", ratio ? ratio->q3 : 0}};
   for (const auto& [suffix, value] : values) {
     absl::StrAppend(
         &fields, fields.empty() ? "" : ", ", "\"", key, suffix,
