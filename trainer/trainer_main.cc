@@ -4,7 +4,7 @@
 //
 //   trainer [--config=FILE] [--steps=N] [--listen=HOST:PORT] [--device=D]
 //           [--checkpoint_dir=DIR] [--mode=M] [--consumers=a,b]
-//           [--nproc_per_node=N] [--plan=FILE]
+//           [--nproc_per_node=N] [--plan=FILE] [--bind_cores]
 //
 // Several ranks: under torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT: torchrun, a Kubernetes
@@ -14,7 +14,8 @@
 // robin), rank r training its share of each global batch of
 // N x data.batch_size examples, so the run trains what one process of that
 // global batch would. Rank 0 prints the progress lines (figures over all
-// ranks); every rank serves its tracker at PORT + LOCAL_RANK.
+// ranks); every rank serves its tracker at PORT + LOCAL_RANK. --bind_cores
+// gives each local rank cores of its own.
 //
 // Without --config it runs the embedded defaults (proto/trainer_config.proto:
 // DLRM, 8 tables of 100000 x 16, synthetic Zipf data, CPU, 300 steps); flags
@@ -34,10 +35,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/command_line.h"
 #include "base/host_memory.h"
@@ -46,6 +49,7 @@
 #include "base/process.h"
 #include "base/rpc_metrics.h"
 #include "tracker_service/tracker_metrics.h"
+#include "trainer/comm/core_binding.h"
 #include "trainer/comm/local_launcher.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/comm/torchrun_env.h"
@@ -79,6 +83,10 @@ ABSL_FLAG(std::string, plan, "",
 ABSL_FLAG(double, collective_timeout_s, 60,
           "several ranks: how long a collective waits for the other ranks "
           "before the run fails, naming the missing one");
+ABSL_FLAG(bool, bind_cores, false,
+          "several ranks: bind each local rank (and its threads) to its own "
+          "1/LOCAL_WORLD_SIZE of the cores the process may use "
+          "(trainer/comm/core_binding.h)");
 ABSL_FLAG(std::string, restore_chain, "",
           "override: checkpoint chain to start from when the checkpoint dir "
           "has no checkpoint of its own");
@@ -177,6 +185,17 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_nproc_per_node) > 0 &&
       std::getenv("RANK") == nullptr) {
     return LaunchRanks(argc, argv, signals);
+  }
+  // Before any thread starts: threads inherit the binding.
+  if (absl::GetFlag(FLAGS_bind_cores)) {
+    absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
+    if (!env.ok()) return Fail(kExitUsage, env.status());
+    absl::StatusOr<std::vector<int>> cores =
+        BindToLocalRankCores(env->local_rank, env->local_world_size);
+    if (!cores.ok()) return Fail(kExitFailure, cores.status());
+    std::fprintf(stderr, "trainer: local rank %d of %d bound to cores %s\n",
+                 env->local_rank, env->local_world_size,
+                 absl::StrJoin(*cores, ",").c_str());
   }
   SignalWatch signal_watch(signals);
 

@@ -89,6 +89,9 @@ ABSL_FLAG(bool, reuse_memory, true,
 ABSL_FLAG(std::string, kinds, "all_rows,changed",
           "the kinds of read to time (all_rows, changed): e.g. changed alone "
           "with many --reads to profile it");
+ABSL_FLAG(bool, bind_cores, false,
+          "start the fan-in trainer with --bind_cores (each rank on cores of "
+          "its own)");
 ABSL_FLAG(bool, json, false, "also print one JSON object per line");
 ABSL_FLAG(std::string, child_logs, "/tmp/fan_in_bench",
           "the trainers' stderr goes to <child_logs>.<name>.log");
@@ -692,7 +695,8 @@ int Run() {
     TrainerGroup trainer(
         absl::StrCat("the trainer of ", n, " ranks"),
         {"--config=" + config, "--plan=" + plan,
-         absl::StrCat("--nproc_per_node=", n), "--listen=127.0.0.1:0"},
+         absl::StrCat("--nproc_per_node=", n), "--listen=127.0.0.1:0",
+         absl::StrCat("--bind_cores=", absl::GetFlag(FLAGS_bind_cores))},
         absl::StrCat(logs, ".ranks", n));
     absl::StatusOr<std::string> address = trainer.WaitListening(n, timeout);
     if (!address.ok()) return Fail(address.status());

@@ -71,7 +71,9 @@
 #include "tests/bench/timing.h"
 #include "tests/trainer/comm/rank_launcher.h"
 #include "tracker_service/tracker.h"
+#include "trainer/comm/core_binding.h"
 #include "trainer/comm/process_group.h"
+#include "trainer/comm/torchrun_env.h"
 #include "trainer/data/synthetic.h"
 #include "trainer/models/dlrm.h"
 #include "trainer/models/sequence_model.h"
@@ -98,6 +100,8 @@ ABSL_FLAG(int64_t, warmup, 2, "untimed iterations at the start of a round");
 ABSL_FLAG(int64_t, rounds, 16, "rounds (each runs every combination)");
 ABSL_FLAG(int, accumulation, 1, "accumulation steps K");
 ABSL_FLAG(bool, json, false, "also print one JSON object per line");
+ABSL_FLAG(bool, bind_cores, false,
+          "bind each rank to its own cores, as the trainer's --bind_cores");
 
 namespace deltastream {
 namespace {
@@ -252,6 +256,12 @@ std::string RatioFields(const std::string& key, const Ratio* ratio) {
 
 int RunRank() {
   KeepHostMemoryForReuse();  // as the trainer's ranks do
+  if (absl::GetFlag(FLAGS_bind_cores)) {
+    absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
+    Check(env.status());
+    Check(
+        BindToLocalRankCores(env->local_rank, env->local_world_size).status());
+  }
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       testing::RankGroupFromEnv(absl::Seconds(120));
   Check(group.status());

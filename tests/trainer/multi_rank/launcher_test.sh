@@ -1,7 +1,8 @@
 #!/bin/bash
 # The trainer binary's --nproc_per_node (real processes, Gloo on loopback):
 #  1. two ranks of batch 32 print the progress figures (global loss and
-#     held-out AUC) of one process of batch 64, step for step;
+#     held-out AUC) of one process of batch 64, step for step, each rank
+#     bound to cores of its own (--bind_cores);
 #  2. a SIGKILLed rank stops the other within the collective timeout, and
 #     the launcher exits 1 naming the rank;
 #  3. SIGTERM to the launcher stops both ranks at the same step, cleanly;
@@ -38,8 +39,12 @@ config 32 10 > "$DIR/two.txt"
 "$TRAINER" --config="$DIR/one.txt" > "$DIR/one.out" 2> "$DIR/one.err" ||
   fail "one process exited $?: $(cat "$DIR/one.err")"
 timeout 120 "$TRAINER" --config="$DIR/two.txt" --nproc_per_node=2 \
-  > "$DIR/two.out" 2> "$DIR/two.err" ||
+  --bind_cores > "$DIR/two.out" 2> "$DIR/two.err" ||
   fail "two ranks exited $?: $(cat "$DIR/two.err")"
+for rank in 0 1; do
+  grep -qE "local rank $rank of 2 bound to cores [0-9]" "$DIR/two.err" ||
+    fail "rank $rank did not say which cores it is bound to: $(cat "$DIR/two.err")"
+done
 figures() { grep -oE 'step [0-9]+ \|.*' "$1" | sed -E 's/[0-9]+ ex\/s/_ ex\/s/'; }
 if [ "$(figures "$DIR/one.err")" != "$(figures "$DIR/two.err")" ] ||
    [ -z "$(figures "$DIR/one.err")" ]; then
