@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -464,9 +465,35 @@ class Tracker {
   bool DefersStates(const DeltaRequest& request, const TopK* spec) const;
   // GetDelta's read; with `fill` (GetDeltaFilling), hands the delta out
   // to it and copies the deferred states afterwards, still under the lock.
+  // With a LiveRowsReader and no `fill`, the live rows (values, optimizer
+  // states, dense parameters) are read with the lock released (the pin
+  // holds the rows still, and the training thread records meanwhile); the
+  // read is then delivered if its consumer is as it was, else read again.
   absl::StatusOr<Delta> GetDeltaUnguarded(const DeltaRequest& request,
                                           StatesFill* fill)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A read between its parts (GetDeltaUnguarded).
+  struct PreparedRead;
+  // The read's part under the lock: checks the consumer and tables, and takes
+  // every table's changed IDs and recorded states (`defer` gets the state
+  // copies a filling read defers) and what the delta says of the consumer.
+  absl::Status PrepareReadLocked(
+      const DeltaRequest& request, StatesFill* fill,
+      const std::function<void(const std::string& fqn,
+                               std::unique_ptr<RowGather> gather)>& defer,
+      PreparedRead& read) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The read's live rows: every table's values (and what FinishTableDelta
+  // derives from them) or, for all_rows, every row; the dense parameters.
+  // Needs the rows pinned, not the lock.
+  absl::Status ReadLiveRows(const DeltaRequest& request, PreparedRead& read);
+  // Whether the read's consumer, the batch and the run are as the read
+  // found them, so that delivering it is delivering a read made now.
+  bool UnchangedLocked(const PreparedRead& read)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Delivers the read: a pending read (acknowledged mode), or the consumer's
+  // cursors moved to its end.
+  void DeliverLocked(const DeltaRequest& request, const PreparedRead& read)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every row of `fqn`, with its current value (DeltaRequest::all_rows).
   absl::Status ReadWholeTable(const std::string& fqn, TableDelta& table);
   // The unique rows of `fqn` recorded in batches [from, end): the read of

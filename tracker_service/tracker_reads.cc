@@ -1,6 +1,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -63,6 +64,17 @@ class PendingCopies {
 };
 
 }  // namespace
+
+struct Tracker::PreparedRead {
+  Delta delta;
+  // The tables read, in order, each with its top-k (or null).
+  std::vector<std::pair<std::string, const TopK*>> tables;
+  // The consumer, and (a read that unlocks) a copy of it as the read found
+  // it.
+  const Consumer* consumer = nullptr;
+  std::unique_ptr<Consumer> seen;
+  int64_t batch = 0;  // curr_batch_ then
+};
 
 Tracker::Consumer* Tracker::FindConsumer(absl::string_view name) {
   auto it = consumers_.find(name);
@@ -250,8 +262,59 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
 
   // Rows stay still from here to the end of the read (see LiveRowsReader).
   LiveRowsReader::Pin pin(reader_);
-  WriterLock lock(&mu_);
-  PendingCopies copies(fill);  // copied before the lock is released
+  // Live rows are read with the lock released, when there are any, unless
+  //  - the read goes through the open batch (the training thread's own read,
+  //    between its lookups and Step(): a record meanwhile would land in a
+  //    batch the read has passed),
+  //  - it fills (its deferred copies need the store as the read found it),
+  //  - or it is the last attempt: a read whose consumer keeps changing under
+  //    it reads all under the lock.
+  constexpr int kUnlockedAttempts = 2;
+  for (int attempt = 0;; ++attempt) {
+    const bool unlocked = reader_ != nullptr && fill == nullptr &&
+                          !request.through_current_batch &&
+                          attempt < kUnlockedAttempts;
+    PreparedRead read;
+    {
+      WriterLock lock(&mu_);
+      PendingCopies copies(fill);  // copied before the lock is released
+      if (absl::Status s = PrepareReadLocked(
+              request, fill,
+              [&copies](const std::string& fqn,
+                        std::unique_ptr<RowGather> gather) {
+                copies.Add(fqn, std::move(gather));
+              },
+              read);
+          !s.ok()) {
+        return s;
+      }
+      if (!unlocked) {
+        if (absl::Status s = ReadLiveRows(request, read); !s.ok()) return s;
+        if (fill != nullptr) {
+          fill->HandOut(read.delta);  // tensor handles: no copy
+          // Before the cursors move: a delete on read may drop what they
+          // copy.
+          copies.CopyAll();
+        }
+        DeliverLocked(request, read);
+        return std::move(read.delta);
+      }
+      read.seen = std::make_unique<Consumer>(*read.consumer);
+    }
+    // A failed read has moved nothing.
+    if (absl::Status s = ReadLiveRows(request, read); !s.ok()) return s;
+    WriterLock lock(&mu_);
+    if (!UnchangedLocked(read)) continue;
+    DeliverLocked(request, read);
+    return std::move(read.delta);
+  }
+}
+
+absl::Status Tracker::PrepareReadLocked(
+    const DeltaRequest& request, StatesFill* fill,
+    const std::function<void(const std::string& fqn,
+                             std::unique_ptr<RowGather> gather)>& defer,
+    PreparedRead& read) {
   Consumer* consumer = FindConsumer(request.consumer);
   if (consumer == nullptr) {
     return absl::NotFoundError(
@@ -282,7 +345,7 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
 
   const int64_t end =
       request.through_current_batch ? curr_batch_ + 1 : curr_batch_;
-  Delta delta;
+  Delta& delta = read.delta;
   delta.consumer = consumer->name;
   delta.end_batch = end;
   delta.start_batch = end;
@@ -294,37 +357,23 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
     // merged lookup instead of re-uniquing the same batches each.
     CompactBetweenCursorsLocked(fqn);
     TableDelta& table = delta.tables[fqn];
-    if (request.all_rows) {
-      absl::Status status = ReadWholeTable(fqn, table);
-      if (!status.ok()) return status;
-      continue;
-    }
     auto top_k = request.per_table_top_k.find(fqn);
     const TopK* spec = top_k != request.per_table_top_k.end() ? &top_k->second
                        : request.top_k.has_value()            ? &*request.top_k
                                                               : nullptr;
+    read.tables.emplace_back(fqn, spec);
+    if (request.all_rows) continue;  // every row: ReadLiveRows
     // A filling read defers the copy of states that this read leaves alone.
-    const bool defer = fill != nullptr && DefersStates(request, spec);
+    const bool deferred = fill != nullptr && DefersStates(request, spec);
     std::unique_ptr<RowGather> gather;
     absl::StatusOr<UniqueRows> rows =
         from < end
-            ? ChangedRowsLocked(fqn, from, end, defer ? &gather : nullptr)
+            ? ChangedRowsLocked(fqn, from, end, deferred ? &gather : nullptr)
             : EmptyRows();
-    if (gather != nullptr) copies.Add(fqn, std::move(gather));
+    if (gather != nullptr) defer(fqn, std::move(gather));
     if (!rows.ok()) rows = EmptyRows();  // declared, nothing recorded yet
     table.ids = std::move(rows->ids);
     table.states = std::move(rows->states);
-    if (absl::Status s = FinishTableDelta(options_.mode, reader_, fqn, spec,
-                                          request.include_scores, table);
-        !s.ok()) {
-      return s;
-    }
-  }
-  if (request.include_dense) {
-    absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> dense =
-        reader_->ReadDense();
-    if (!dense.ok()) return dense.status();
-    delta.dense = *std::move(dense);
   }
   delta.all_rows = request.all_rows;
   const int64_t oldest = std::max<int64_t>(delta.start_batch, 0);
@@ -335,14 +384,55 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
   }
   delta.run_id = run_id_;
   delta.run_start_batch = run_start_batch_;
-
   delta.resync_required = consumer->resync_required;
   delta.lost_rows = consumer->lost_ids;
-  if (fill != nullptr) {
-    fill->HandOut(delta);  // tensor handles: no copy
-    // Before the cursors move: a delete on read may drop what they copy.
-    copies.CopyAll();
+  read.consumer = consumer;
+  read.batch = curr_batch_;
+  return absl::OkStatus();
+}
+
+absl::Status Tracker::ReadLiveRows(const DeltaRequest& request,
+                                   PreparedRead& read) {
+  for (const auto& [fqn, spec] : read.tables) {
+    TableDelta& table = read.delta.tables[fqn];
+    absl::Status status =
+        request.all_rows ? ReadWholeTable(fqn, table)
+                         : FinishTableDelta(options_.mode, reader_, fqn, spec,
+                                            request.include_scores, table);
+    if (!status.ok()) return status;
   }
+  if (request.include_dense) {
+    absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> dense =
+        reader_->ReadDense();
+    if (!dense.ok()) return dense.status();
+    read.delta.dense = *std::move(dense);
+  }
+  return absl::OkStatus();
+}
+
+bool Tracker::UnchangedLocked(const PreparedRead& read) {
+  const Consumer* consumer = FindConsumer(read.delta.consumer);
+  if (consumer != read.consumer || curr_batch_ != read.batch ||
+      run_id_ != read.delta.run_id) {
+    return false;
+  }
+  const Consumer& seen = *read.seen;
+  const auto same_pending = [](const PendingRead& a, const PendingRead& b) {
+    return a.end == b.end && a.fqns == b.fqns &&
+           a.lost_through == b.lost_through;
+  };
+  return consumer->cursor == seen.cursor &&
+         consumer->table_cursors == seen.table_cursors &&
+         consumer->resync_required == seen.resync_required &&
+         consumer->lost_ids == seen.lost_ids &&
+         std::equal(consumer->pending.begin(), consumer->pending.end(),
+                    seen.pending.begin(), seen.pending.end(), same_pending);
+}
+
+void Tracker::DeliverLocked(const DeltaRequest& request,
+                            const PreparedRead& read) {
+  Consumer* consumer = FindConsumer(read.delta.consumer);
+  const int64_t end = read.delta.end_batch;
   if (options_.acknowledged_reads) {
     std::vector<PendingRead>& pending = consumer->pending;
     // The same read again (a poll with nothing new) replaces the first.
@@ -357,7 +447,6 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
     consumer->lost_ids = 0;
     AdvanceLocked(*consumer, request.fqns, end);
   }
-  return delta;
 }
 
 void Tracker::AdvanceLocked(Consumer& consumer,

@@ -48,6 +48,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +57,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -67,6 +69,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/host_memory.h"
 #include "tests/bench/timing.h"
 #include "tests/trainer/comm/rank_launcher.h"
@@ -99,6 +103,10 @@ ABSL_FLAG(int64_t, batches, 10, "timed iterations per round");
 ABSL_FLAG(int64_t, warmup, 2, "untimed iterations at the start of a round");
 ABSL_FLAG(int64_t, rounds, 16, "rounds (each runs every combination)");
 ABSL_FLAG(int, accumulation, 1, "accumulation steps K");
+ABSL_FLAG(int, read_every_ms, 0,
+          "a consumer thread reads the deltas of the combination being "
+          "trained every this many ms, in-process (as the tracker service "
+          "would); 0: no reads");
 ABSL_FLAG(bool, json, false, "also print one JSON object per line");
 ABSL_FLAG(bool, bind_cores, false,
           "bind each rank to its own cores, as the trainer's --bind_cores");
@@ -360,9 +368,29 @@ int RunRank() {
   const int64_t rounds = absl::GetFlag(FLAGS_rounds);
   if (timed < 1 || rounds < 1)
     Check(absl::InvalidArgumentError("--batches and --rounds must be >= 1"));
+  // --read_every_ms: reads of the tracked combination being trained.
+  std::atomic<Combination*> training{nullptr};
+  std::atomic<bool> reading{true};
+  std::atomic<int64_t> reads{0};
+  std::thread reader;
+  if (const int every = absl::GetFlag(FLAGS_read_every_ms); every > 0) {
+    reader = std::thread([&, every] {
+      while (reading.load()) {
+        absl::SleepFor(absl::Milliseconds(every));
+        Combination* c = training.load();
+        if (c == nullptr || c->tracker == nullptr) continue;
+        DeltaRequest read;  // as the service reads: closed batches only
+        read.consumer = "default";
+        read.through_current_batch = false;
+        Check(c->tracker->GetDelta(read).status());
+        reads.fetch_add(1);
+      }
+    });
+  }
   for (int64_t round = 0; round < rounds; ++round) {
     for (size_t j = 0; j < combinations.size(); ++j) {
       Combination& c = combinations[(round + j) % combinations.size()];
+      training.store(&c);
       for (int64_t i = 0; i < warmup; ++i) {
         Check(c.train->Progress(*c.source).status());
       }
@@ -390,12 +418,20 @@ int RunRank() {
       c.peak_mb = PeakRssMb();
     }
   }
-  if (pg.rank() == 0) std::printf("THREADS %d\n", at::get_num_threads());
+  training.store(nullptr);
+  reading.store(false);
+  if (reader.joinable()) reader.join();
+  if (pg.rank() == 0) {
+    std::printf("THREADS %d\n", at::get_num_threads());
+    std::printf("READS %lld\n", static_cast<long long>(reads.load()));
+  }
   for (Combination& c : combinations) {
     std::vector<double> sorted = c.seconds;
     std::sort(sorted.begin(), sorted.end());
     const double p50 = sorted[sorted.size() / 2];
     const double p90 = sorted[sorted.size() * 9 / 10];
+    double mean = 0;
+    for (double seconds : sorted) mean += seconds / sorted.size();
     const Combination* baseline = Baseline(combinations, c);
     std::optional<Ratio> wall, cpu;
     if (baseline != nullptr) {
@@ -405,12 +441,13 @@ int RunRank() {
     std::printf(
         "RESULT {\"pipeline\": \"%s\", \"input\": \"%s\", \"tracking\": "
         "\"%s\", \"ranks\": %d, \"accumulation\": %d, \"p50_ms\": %.3f, "
-        "\"p90_ms\": %.3f, \"peak_memory_mb\": %.1f, \"qps\": %.0f, "
+        "\"p90_ms\": %.3f, \"mean_ms\": %.3f, \"peak_memory_mb\": %.1f, "
+        "\"qps\": %.0f, "
         "\"exposed_comm_ms\": %.3f, %s, \"cpu_p50_ms\": %.3f, %s, "
         "\"preemptions_per_iteration\": %.2f}\n",
         c.pipeline.c_str(), c.input.c_str(), c.tracking.c_str(),
         pg.world_size(), absl::GetFlag(FLAGS_accumulation), p50 * 1e3,
-        p90 * 1e3, c.peak_mb,
+        p90 * 1e3, mean * 1e3, c.peak_mb,
         absl::GetFlag(FLAGS_batch) * pg.world_size() / p50,
         absl::ToDoubleMilliseconds(exposed[&c]) / exposed_count[&c],
         RatioFields("vs_baseline", wall ? &*wall : nullptr).c_str(),
@@ -480,15 +517,16 @@ int Main(int argc, char** argv) {
         return 1;
       }
     }
-    std::string threads = "?";
+    std::string threads = "?", reads = "0";
     for (absl::string_view line : absl::StrSplit(results[0].output, '\n')) {
       if (absl::StartsWith(line, "THREADS "))
         threads = std::string(line.substr(8));
+      if (absl::StartsWith(line, "READS ")) reads = std::string(line.substr(6));
     }
     std::printf(
-        "%d rank(s): intra-op threads per rank %s; load average %s before, "
-        "%s after\n",
-        world, threads.c_str(), load_before.c_str(),
+        "%d rank(s): intra-op threads per rank %s; rank 0's consumer reads "
+        "%s; load average %s before, %s after\n",
+        world, threads.c_str(), reads.c_str(), load_before.c_str(),
         bench::LoadAverage().c_str());
     for (absl::string_view line : absl::StrSplit(results[0].output, '\n')) {
       if (!absl::StartsWith(line, "RESULT ")) continue;

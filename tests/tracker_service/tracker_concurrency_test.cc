@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "tests/tracker_service/tracker_fixture.h"
 
@@ -67,6 +70,92 @@ TEST(TrackerConcurrencyTest, ReadsSeeTheRowsOfTheirEndBatchExactly) {
   }
   trainer.join();
   EXPECT_EQ(wrong, 0);
+}
+
+// Live rows whose next read of embeddings, once armed, waits until released,
+// saying when it has begun: a read held in the middle of reading live rows.
+class HeldRowsReader : public TensorRowsReader {
+ public:
+  void HoldNextRead() { hold_.store(true); }
+  void WaitUntilHeld() { held_.WaitForNotification(); }
+  void Release() { release_.Notify(); }
+
+  absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
+                                            const at::Tensor& ids) override {
+    if (hold_.exchange(false)) {
+      held_.Notify();
+      release_.WaitForNotification();
+    }
+    return TensorRowsReader::ReadEmbeddings(fqn, ids);
+  }
+
+ private:
+  std::atomic<bool> hold_{false};
+  absl::Notification held_, release_;
+};
+
+TEST(TrackerConcurrencyTest, RecordsDoNotWaitForAReadOfLiveRows) {
+  HeldRowsReader reader;
+  reader.SetTable(kT1, at::arange(8, at::kFloat).reshape({8, 1}));
+  TrackerOptions options;
+  options.fqns_to_skip = {"ebc", "t2"};
+  auto tracker = MakeTracker(options, &reader);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1, 3})}}).ok());
+  tracker->Step();
+  reader.HoldNextRead();
+  DeltaRequest concurrent;  // closed batches only, as a concurrent reader
+  concurrent.through_current_batch = false;
+  absl::StatusOr<Delta> delta;
+  std::thread consumer([&] { delta = tracker->GetDelta(concurrent); });
+  reader.WaitUntilHeld();
+  // The training thread records the next batch while the read reads values.
+  std::future<absl::Status> recorded = std::async(std::launch::async, [&] {
+    return tracker->RecordTables({{kT1, Ids({5})}});
+  });
+  const bool done =
+      recorded.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  reader.Release();
+  consumer.join();
+  ASSERT_TRUE(done) << "a record waited for a read of live rows";
+  EXPECT_TRUE(recorded.get().ok());
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(ToIds(delta->tables[kT1].ids), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(ToFloats(delta->tables[kT1].values), (std::vector<float>{1, 3}));
+  // Delivered: the cursor moved to the read's end; the record made during it
+  // belongs to the next read.
+  tracker->Step();
+  EXPECT_EQ(ToIds(Read(*tracker).tables[kT1].ids), (std::vector<int64_t>{5}));
+}
+
+TEST(TrackerConcurrencyTest, AReadWhoseConsumerChangedMeanwhileReadsAgain) {
+  HeldRowsReader reader;
+  reader.SetTable(kT1, at::arange(8, at::kFloat).reshape({8, 1}));
+  TrackerOptions options;
+  options.fqns_to_skip = {"ebc", "t2"};
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options, &reader);
+  DeltaRequest concurrent;  // closed batches only, as a concurrent reader
+  concurrent.through_current_batch = false;
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1, 3})}}).ok());
+  tracker->Step();
+  absl::StatusOr<Delta> first = tracker->GetDelta(concurrent);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int64_t first_end = first->end_batch;  // pending, uncommitted
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({2})}}).ok());
+  tracker->Step();
+  reader.HoldNextRead();
+  absl::StatusOr<Delta> delta;
+  std::thread consumer([&] { delta = tracker->GetDelta(concurrent); });
+  reader.WaitUntilHeld();
+  // Meanwhile the consumer commits its first read: the held read, which
+  // started at the old cursor, must not be delivered as it was.
+  ASSERT_TRUE(tracker->Commit("default", first_end).ok());
+  reader.Release();
+  consumer.join();
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(delta->start_batch, first_end);
+  EXPECT_EQ(ToIds(delta->tables[kT1].ids), (std::vector<int64_t>{2}));
+  EXPECT_EQ(ToFloats(delta->tables[kT1].values), (std::vector<float>{2}));
 }
 
 // An independent model of the semantics: every recorded (batch, id, state) in
