@@ -186,10 +186,11 @@ int Main(int argc, char** argv) {
       std::getenv("RANK") == nullptr) {
     return LaunchRanks(argc, argv, signals);
   }
+  // One rank of several (torchrun's environment), or one process.
+  absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
+  if (!env.ok()) return Fail(kExitUsage, env.status());
   // Before any thread starts: threads inherit the binding.
   if (absl::GetFlag(FLAGS_bind_cores)) {
-    absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
-    if (!env.ok()) return Fail(kExitUsage, env.status());
     absl::StatusOr<std::vector<int>> cores =
         BindToLocalRankCores(env->local_rank, env->local_world_size);
     if (!cores.ok()) return Fail(kExitFailure, cores.status());
@@ -240,9 +241,6 @@ int Main(int argc, char** argv) {
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(config);
   if (!settings.ok()) return Fail(2, settings.status().message());
 
-  // One rank of several (torchrun's environment), or one process.
-  absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
-  if (!env.ok()) return Fail(kExitUsage, env.status());
   std::unique_ptr<ProcessGroup> group;
   const bool ranked = std::getenv("RANK") != nullptr;
   if (ranked) {
