@@ -25,6 +25,7 @@
 // after the current step, with a final snapshot and checkpoint (before
 // training has started: at once, exit code 128 + the signal). Exit codes:
 // 0 done, 1 training failed, 2 bad config or flags.
+#include <ATen/Parallel.h>
 #include <signal.h>
 
 #include <atomic>
@@ -39,6 +40,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -86,7 +88,8 @@ ABSL_FLAG(double, collective_timeout_s, 60,
 ABSL_FLAG(bool, bind_cores, false,
           "several ranks: bind each local rank (and its threads) to its own "
           "1/LOCAL_WORLD_SIZE of the cores the process may use "
-          "(trainer/comm/core_binding.h)");
+          "(trainer/comm/core_binding.h); with --nproc_per_node each rank "
+          "also gets one intra-op thread per core of its own");
 ABSL_FLAG(std::string, restore_chain, "",
           "override: checkpoint chain to start from when the checkpoint dir "
           "has no checkpoint of its own");
@@ -107,6 +110,7 @@ int LaunchRanks(int argc, char** argv, const sigset_t& signals) {
   options.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node);
   options.master_port = absl::GetFlag(FLAGS_master_port);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  options.bind_cores = absl::GetFlag(FLAGS_bind_cores);
   options.argv.push_back("/proc/self/exe");
   for (int i = 1; i < argc; ++i) options.argv.push_back(argv[i]);
   options.log = [](const std::string& line) {
@@ -194,9 +198,18 @@ int Main(int argc, char** argv) {
     absl::StatusOr<std::vector<int>> cores =
         BindToLocalRankCores(env->local_rank, env->local_world_size);
     if (!cores.ok()) return Fail(kExitFailure, cores.status());
-    std::fprintf(stderr, "trainer: local rank %d of %d bound to cores %s\n",
+    // The intra-op pool starts here, on the bound cores.
+    const int threads = at::get_num_threads();
+    const std::string hint =
+        env->local_world_size > 1 && threads < static_cast<int>(cores->size())
+            ? absl::StrCat(" (OMP_NUM_THREADS=", cores->size(),
+                           " would use every one)")
+            : "";
+    std::fprintf(stderr,
+                 "trainer: local rank %d of %d bound to cores %s, %d intra-op "
+                 "thread(s)%s\n",
                  env->local_rank, env->local_world_size,
-                 absl::StrJoin(*cores, ",").c_str());
+                 absl::StrJoin(*cores, ",").c_str(), threads, hint.c_str());
   }
   SignalWatch signal_watch(signals);
 

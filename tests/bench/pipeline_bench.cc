@@ -105,8 +105,8 @@ ABSL_FLAG(int64_t, rounds, 16, "rounds (each runs every combination)");
 ABSL_FLAG(int, accumulation, 1, "accumulation steps K");
 ABSL_FLAG(int, read_every_ms, 0,
           "a consumer thread reads the deltas of the combination being "
-          "trained every this many ms, in-process (as the tracker service "
-          "would); 0: no reads");
+          "trained every this many ms, in-process (as the tracker service's "
+          "StreamDelta would: closed batches, states filled in); 0: no reads");
 ABSL_FLAG(bool, json, false, "also print one JSON object per line");
 ABSL_FLAG(bool, bind_cores, false,
           "bind each rank to its own cores, as the trainer's --bind_cores");
@@ -379,10 +379,15 @@ int RunRank() {
         absl::SleepFor(absl::Milliseconds(every));
         Combination* c = training.load();
         if (c == nullptr || c->tracker == nullptr) continue;
-        DeltaRequest read;  // as the service reads: closed batches only
+        // As the service's StreamDelta reads: closed batches only, states
+        // filled in while the IDs would be sent; the read ends with its last
+        // row (~StatesFill waits for it).
+        DeltaRequest read;
         read.consumer = "default";
         read.through_current_batch = false;
-        Check(c->tracker->GetDelta(read).status());
+        std::unique_ptr<StatesFill> fill;
+        Check(c->tracker->GetDeltaFilling(read, &fill).status());
+        fill.reset();
         reads.fetch_add(1);
       }
     });
@@ -448,7 +453,9 @@ int RunRank() {
         c.pipeline.c_str(), c.input.c_str(), c.tracking.c_str(),
         pg.world_size(), absl::GetFlag(FLAGS_accumulation), p50 * 1e3,
         p90 * 1e3, mean * 1e3, c.peak_mb,
-        absl::GetFlag(FLAGS_batch) * pg.world_size() / p50,
+        // Throughput: a stall in one iteration of ten, which leaves the P50
+        // alone, counts.
+        absl::GetFlag(FLAGS_batch) * pg.world_size() / mean,
         absl::ToDoubleMilliseconds(exposed[&c]) / exposed_count[&c],
         RatioFields("vs_baseline", wall ? &*wall : nullptr).c_str(),
         bench::Median(c.cpu_seconds) * 1e3,
@@ -509,7 +516,8 @@ int Main(int argc, char** argv) {
     }
     const std::string load_before = bench::LoadAverage();
     std::vector<testing::RankResult> results = testing::RunRanks(
-        "bench", world, absl::Minutes(20), {{"PIPELINE_BENCH_ARGS", joined}});
+        "bench", world, absl::Minutes(20), {{"PIPELINE_BENCH_ARGS", joined}},
+        absl::GetFlag(FLAGS_bind_cores));
     for (size_t r = 0; r < results.size(); ++r) {
       if (results[r].exit_code != 0) {
         std::fprintf(stderr, "rank %zu of %d failed:\n%s\n", r, world,

@@ -1,9 +1,11 @@
 #include "trainer/comm/core_binding.h"
 
+#include <ATen/Parallel.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +56,9 @@ absl::StatusOr<std::vector<int>> BindToLocalRankCores(int local_rank,
   if (sched_setaffinity(0, sizeof(set), &set) != 0) {
     return absl::InternalError(
         absl::StrCat("sched_setaffinity: ", std::strerror(errno)));
+  }
+  if (local_world_size > 1 && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    at::set_num_threads(static_cast<int>(cores.size()));
   }
   return cores;
 }

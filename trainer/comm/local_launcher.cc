@@ -39,8 +39,10 @@ int FreeTcpPort(const std::string& address) {
 }
 
 std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
-                                             const char* inherited) {
-  if (nproc_per_node <= 1 || inherited != nullptr) return std::nullopt;
+                                             const char* inherited,
+                                             bool bind_cores) {
+  if (nproc_per_node <= 1 || inherited != nullptr || bind_cores)
+    return std::nullopt;
   return "1";
 }
 
@@ -104,7 +106,8 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
     if (options.log) options.log(line);
   };
   const std::optional<std::string> omp_threads =
-      RankOmpNumThreads(options.nproc_per_node, std::getenv("OMP_NUM_THREADS"));
+      RankOmpNumThreads(options.nproc_per_node, std::getenv("OMP_NUM_THREADS"),
+                        options.bind_cores);
   if (omp_threads.has_value()) {
     log(absl::StrCat("setting OMP_NUM_THREADS=", *omp_threads, " for each of ",
                      options.nproc_per_node,

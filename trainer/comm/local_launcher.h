@@ -27,6 +27,10 @@ struct LocalLaunchOptions {
   absl::Duration grace = absl::Seconds(30);
   // Receives the launcher's lines ("rank 1 exited with code 1").
   std::function<void(const std::string&)> log;
+  // The ranks bind themselves to cores of their own (the trainer's
+  // --bind_cores) and size their intra-op threads to them
+  // (BindToLocalRankCores): the launcher sets no OMP_NUM_THREADS.
+  bool bind_cores = false;
 };
 
 // A TCP port of the IPv4 `address` (not one: 127.0.0.1) that was free a
@@ -41,9 +45,13 @@ int FreeTcpPort(const std::string& address = "127.0.0.1");
 // (at::get_num_threads) from OMP_NUM_THREADS when a process starts; left to
 // its default of one thread per core, N ranks would run N threads per core
 // in every parallel op, whose regions then wait for each other's preempted
-// threads. Returns the value each rank gets, or nullopt to set nothing.
+// threads. Ranks that bind themselves to cores of their own (`bind_cores`)
+// get nothing set: each runs one thread per core it is bound to
+// (BindToLocalRankCores), where one would leave the rest idle. Returns the
+// value each rank gets, or nullopt to set nothing.
 std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
-                                             const char* inherited);
+                                             const char* inherited,
+                                             bool bind_cores = false);
 
 // Starts nproc_per_node processes of `argv`, each with torchrun's
 // environment (RANK = LOCAL_RANK = r, WORLD_SIZE = LOCAL_WORLD_SIZE = N,

@@ -1,11 +1,13 @@
 // Binding local ranks to cores of their own (trainer/comm/core_binding.h):
-// how the cores are split, and that a bound thread and the threads it starts
-// run on those cores only.
+// how the cores are split, that a bound thread and the threads it starts
+// run on those cores only, and that the rank runs an intra-op thread on each.
 #include "trainer/comm/core_binding.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -75,6 +77,29 @@ TEST(BindToLocalRankCoresTest, TheThreadAndThoseItStartsRunOnItsCores) {
   EXPECT_EQ(seen_after, bound);
   EXPECT_EQ(seen_by_child, bound);
   EXPECT_EQ(*AllowedCores(), *allowed);  // this thread is not bound
+}
+
+TEST(BindToLocalRankCoresTest, ARankRunsAnIntraOpThreadPerCoreOfItsOwn) {
+  absl::StatusOr<Cores> allowed = AllowedCores();
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  const int own = static_cast<int>(LocalRankCores(*allowed, 0, 2).size());
+  // Each case binds a thread of its own; the intra-op threads are the
+  // process's. 7: a count no binding here gives.
+  auto threads_after_binding = [](int local_world_size) {
+    at::set_num_threads(7);
+    std::thread rank(
+        [&] { ASSERT_TRUE(BindToLocalRankCores(0, local_world_size).ok()); });
+    rank.join();
+    return at::get_num_threads();
+  };
+  ASSERT_EQ(unsetenv("OMP_NUM_THREADS"), 0);
+  EXPECT_EQ(threads_after_binding(2), own);
+  // The one rank of a node keeps what it has.
+  EXPECT_EQ(threads_after_binding(1), 7);
+  // So does a rank whose environment sets a value (torchrun's, the user's).
+  ASSERT_EQ(setenv("OMP_NUM_THREADS", "1", 1), 0);
+  EXPECT_EQ(threads_after_binding(2), 7);
+  unsetenv("OMP_NUM_THREADS");
 }
 
 }  // namespace

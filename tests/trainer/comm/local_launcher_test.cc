@@ -38,6 +38,11 @@ TEST(RankOmpNumThreadsTest, OneRankOrTheUsersValueSetsNothing) {
   EXPECT_EQ(RankOmpNumThreads(2, ""), std::nullopt);  // set, if empty
 }
 
+TEST(RankOmpNumThreadsTest, RanksThatBindSizeTheirOwnThreads) {
+  EXPECT_EQ(RankOmpNumThreads(2, nullptr, /*bind_cores=*/true), std::nullopt);
+  EXPECT_EQ(RankOmpNumThreads(8, nullptr, /*bind_cores=*/true), std::nullopt);
+}
+
 // Sets (or, with nullptr, unsets) OMP_NUM_THREADS for the test's scope.
 class ScopedOmpNumThreads {
  public:

@@ -35,7 +35,7 @@ int FreePort() { return FreeTcpPort("127.0.0.1"); }
 
 std::vector<RankResult> RunRanks(
     const std::string& scenario, int world_size, absl::Duration timeout,
-    const std::map<std::string, std::string>& extra_env) {
+    const std::map<std::string, std::string>& extra_env, bool bind_cores) {
   const int port = FreePort();
   const std::string dir = TestTempDir();
   const absl::Time start = absl::Now();
@@ -62,8 +62,8 @@ std::vector<RankResult> RunRanks(
     vars["MASTER_ADDR"] = "127.0.0.1";
     vars["MASTER_PORT"] = std::to_string(port);
     // What torchrun (and RunLocalRanks) gives each rank.
-    if (std::optional<std::string> threads =
-            RankOmpNumThreads(world_size, std::getenv("OMP_NUM_THREADS"))) {
+    if (std::optional<std::string> threads = RankOmpNumThreads(
+            world_size, std::getenv("OMP_NUM_THREADS"), bind_cores)) {
       vars["OMP_NUM_THREADS"] = *threads;
     }
     for (const auto& [name, value] : extra_env) vars[name] = value;

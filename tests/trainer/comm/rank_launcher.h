@@ -33,14 +33,16 @@ struct RankResult {
 // once per rank, with the torchrun variables RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port),
 // OMP_NUM_THREADS as torchrun sets it (RankOmpNumThreads,
-// trainer/comm/local_launcher.h) and DELTASTREAM_TEST_SCENARIO=`scenario`
+// trainer/comm/local_launcher.h; `bind_cores`: the ranks bind themselves to
+// cores of their own) and DELTASTREAM_TEST_SCENARIO=`scenario`
 // plus `extra_env`, and waits for all of
 // them up to `timeout`; ranks still running then are SIGKILLed and reported
 // as timed out. The binary's main() calls ScenarioFromEnv() first and, when
 // it returns one, runs that scenario instead of the tests.
 std::vector<RankResult> RunRanks(
     const std::string& scenario, int world_size, absl::Duration timeout,
-    const std::map<std::string, std::string>& extra_env = {});
+    const std::map<std::string, std::string>& extra_env = {},
+    bool bind_cores = false);
 
 // The scenario this process was started for, when it is a rank.
 std::optional<std::string> ScenarioFromEnv();

@@ -2,7 +2,8 @@
 # The trainer binary's --nproc_per_node (real processes, Gloo on loopback):
 #  1. two ranks of batch 32 print the progress figures (global loss and
 #     held-out AUC) of one process of batch 64, step for step, each rank
-#     bound to cores of its own (--bind_cores);
+#     bound to cores of its own (--bind_cores), with one intra-op thread
+#     per core of its own;
 #  2. a SIGKILLed rank stops the other within the collective timeout, and
 #     the launcher exits 1 naming the rank;
 #  3. SIGTERM to the launcher stops both ranks at the same step, cleanly;
@@ -42,9 +43,20 @@ timeout 120 "$TRAINER" --config="$DIR/two.txt" --nproc_per_node=2 \
   --bind_cores > "$DIR/two.out" 2> "$DIR/two.err" ||
   fail "two ranks exited $?: $(cat "$DIR/two.err")"
 for rank in 0 1; do
-  grep -qE "local rank $rank of 2 bound to cores [0-9]" "$DIR/two.err" ||
+  bound=$(grep -oE "local rank $rank of 2 bound to cores [0-9,]+, [0-9]+ intra-op" \
+    "$DIR/two.err")
+  if [ -z "$bound" ]; then
     fail "rank $rank did not say which cores it is bound to: $(cat "$DIR/two.err")"
+    continue
+  fi
+  # One intra-op thread per core of its own (the launcher set none).
+  cores=$(echo "$bound" | sed -E 's/.*cores ([0-9,]+),.*/\1/' | tr ',' '\n' | wc -l)
+  threads=$(echo "$bound" | sed -E 's/.*, ([0-9]+) intra-op/\1/')
+  [ "$cores" = "$threads" ] ||
+    fail "rank $rank: $threads intra-op thread(s) on $cores core(s): $bound"
 done
+! grep -q "setting OMP_NUM_THREADS" "$DIR/two.err" ||
+  fail "the launcher set the threads of ranks that bind: $(cat "$DIR/two.err")"
 figures() { grep -oE 'step [0-9]+ \|.*' "$1" | sed -E 's/[0-9]+ ex\/s/_ ex\/s/'; }
 if [ "$(figures "$DIR/one.err")" != "$(figures "$DIR/two.err")" ] ||
    [ -z "$(figures "$DIR/one.err")" ]; then
