@@ -32,9 +32,9 @@ absl::StatusOr<std::vector<int>> AllowedCores();
 // OMP_NUM_THREADS (torchrun sets 1; the trainer's own launcher leaves it to
 // this): the cores are the rank's own, and one thread would leave the rest
 // idle. (The one rank of a node is bound to every allowed core, and keeps
-// LibTorch's default.) Threads started before keep their
-// affinity: call it first thing in main. InvalidArgument for local_rank
-// outside [0, local_world_size); Internal when the kernel refuses.
+// LibTorch's default.) Threads started before keep their affinity: call it
+// first thing in main. InvalidArgument for local_rank outside
+// [0, local_world_size); Internal when the kernel refuses.
 absl::StatusOr<std::vector<int>> BindToLocalRankCores(int local_rank,
                                                       int local_world_size);
 
