@@ -31,6 +31,8 @@ constexpr int64_t kSlotPrefetchIds = 16;
 // The same, for loops that do little else per ID: they need to look further
 // ahead to cover a miss.
 constexpr int64_t kTightPrefetchIds = 64;
+// IDs read in order are fetched this many ahead (1 KiB: 16 lines).
+constexpr int64_t kRunPrefetchIds = 128;
 // A bitmap up to this size is taken to stay in a core's cache (L2) while a
 // lookup is folded, so its words are not prefetched.
 constexpr int64_t kCachedBitmapBytes = int64_t{1} << 20;
@@ -598,30 +600,56 @@ std::vector<int32_t> RowIndex::WordRanks() const {
   return rank;
 }
 
-void RowIndex::KeptRows(std::vector<const uint8_t*>& rows_at) const {
+void RowIndex::KeptRows(std::vector<const uint8_t*>& rows_at,
+                        int64_t* ids_at) const {
   rows_at.resize(rows_);
-  // Writes every row at its ID's position, in fold order: the last write
-  // of an ID is its latest row.
-  auto place = [&](auto position) {
+  // Puts every row at its ID's position, in fold order: the last put of an
+  // ID is its latest row.
+  auto place = [&](auto put) {
     for (int64_t slot = 0; slot < settled_rows_; ++slot) {
-      rows_at[position(ids_[slot])] = row_of_[slot];
+      put(ids_[slot], row_of_[slot]);
     }
     for (const Run& run : runs_) {
-      for (int64_t i = 0; i < run.count; ++i) {
-        if (i + kSlotPrefetchIds < run.count && !direct_) {
-          slot_of_id_.prefetch(run.ids[i + kSlotPrefetchIds]);
+      // A run's IDs are read in order from memory the caches have long
+      // dropped (all recorded IDs, 8 MB at DESIGN.md's 30 batches): fetched
+      // ahead, as the hardware only does once a stream is under way.
+      auto place_run = [&](auto row_at) {
+        for (int64_t i = 0; i < run.count; ++i) {
+          if (i + kRunPrefetchIds < run.count) {
+            __builtin_prefetch(run.ids + i + kRunPrefetchIds);
+          }
+          if (!direct_ && i + kSlotPrefetchIds < run.count) {
+            slot_of_id_.prefetch(run.ids[i + kSlotPrefetchIds]);
+          }
+          put(run.ids[i], row_at(i));
         }
-        rows_at[position(run.ids[i])] =
-            run.rows != nullptr ? run.rows[i] : run.states + i * row_bytes_;
+      };
+      if (run.rows != nullptr) {
+        place_run([&run](int64_t i) { return run.rows[i]; });
+      } else {
+        place_run(
+            [&run, this](int64_t i) { return run.states + i * row_bytes_; });
       }
     }
   };
-  if (direct_) {
-    const std::vector<int32_t> rank = WordRanks();
-    const uint64_t* bits = held_bits_.data();
-    place([&rank, bits](int64_t id) { return RankOf(rank, bits, id); });
+  if (!direct_) {
+    place([&](int64_t id, const uint8_t* row) {
+      rows_at[slot_of_id_.find(id)->second] = row;
+    });
+    return;
+  }
+  const std::vector<int32_t> rank = WordRanks();
+  const uint64_t* bits = held_bits_.data();
+  if (ids_at == nullptr) {
+    place([&](int64_t id, const uint8_t* row) {
+      rows_at[RankOf(rank, bits, id)] = row;
+    });
   } else {
-    place([this](int64_t id) { return slot_of_id_.find(id)->second; });
+    place([&](int64_t id, const uint8_t* row) {
+      const int64_t at = RankOf(rank, bits, id);
+      rows_at[at] = row;
+      ids_at[at] = id;
+    });
   }
 }
 
@@ -641,10 +669,29 @@ UniqueRows RowIndex::SortedRows(at::ScalarType state_dtype,
   UniqueRows rows;
   rows.ids = at::empty({n}, at::kLong);
   int64_t* out_ids = rows.ids.data_ptr<int64_t>();
+  const int64_t element_size = c10::elementSize(state_dtype);
+  if (direct_ && row_bytes_ > 0) {  // an ID's place: its rank in the bitmap
+    // Each ID and its row go straight to that place, in the pass that finds
+    // the rows: no walk of the bitmap, whose words mostly hold no bit or a
+    // bit or two, each a branch miss.
+    rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
+    if (!runs_.empty()) {
+      KeptRows(*rows_at, out_ids);
+      return rows;
+    }
+    rows_at->resize(n);
+    const std::vector<int32_t> rank = WordRanks();
+    const uint64_t* bits = held_bits_.data();
+    for (int64_t slot = 0; slot < n; ++slot) {
+      const int64_t at = RankOf(rank, bits, ids_[slot]);
+      out_ids[at] = ids_[slot];
+      (*rows_at)[at] = row_of_[slot];
+    }
+    return rows;
+  }
   std::vector<int64_t> slot_at;  // the slot of each row of the result
-  if (dense_ || direct_) {       // the bitmap is in ID order
-    ForEachHeld(dense_ ? id_bits_ : held_bits_,
-                [&out_ids](int64_t id) { *out_ids++ = id; });
+  if (dense_) {                  // the bitmap is in ID order
+    ForEachHeld(id_bits_, [&out_ids](int64_t id) { *out_ids++ = id; });
   } else {
     std::vector<std::pair<int64_t, int64_t>> order;  // (ID, slot)
     order.reserve(n);
@@ -661,7 +708,6 @@ UniqueRows RowIndex::SortedRows(at::ScalarType state_dtype,
   rows_at->clear();
   if (row_bytes_ == 0) return rows;
 
-  const int64_t element_size = c10::elementSize(state_dtype);
   rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
   // Row i's pointer, from slot_at (hashed mode): the slots lie in any order.
   auto by_slot = [&](const auto& of_slot) {
@@ -673,22 +719,10 @@ UniqueRows RowIndex::SortedRows(at::ScalarType state_dtype,
       (*rows_at)[i] = of_slot[slot_at[i]];
     }
   };
-  if (!runs_.empty()) {  // kLast: the latest rows, by position or slot
-    if (direct_) {
-      KeptRows(*rows_at);
-    } else {
-      std::vector<const uint8_t*> of_slot;
-      KeptRows(of_slot);
-      by_slot(of_slot);
-    }
-    return rows;
-  }
-  if (direct_) {  // an ID's place in the result is its rank in the bitmap
-    rows_at->resize(n);
-    const std::vector<int32_t> rank = WordRanks();
-    for (int64_t slot = 0; slot < n; ++slot) {
-      (*rows_at)[RankOf(rank, held_bits_.data(), ids_[slot])] = row_of_[slot];
-    }
+  if (!runs_.empty()) {  // kLast: the latest rows, by slot
+    std::vector<const uint8_t*> of_slot;
+    KeptRows(of_slot);
+    by_slot(of_slot);
     return rows;
   }
   by_slot(row_of_);

@@ -167,7 +167,8 @@ BENCHMARK(BM_ReadWindow)
     ->Args({static_cast<int>(UpdateMode::kNone), 1})
     ->Args({static_cast<int>(UpdateMode::kFirst), 1})
     ->Args({static_cast<int>(UpdateMode::kFirst), 0})
-    ->Args({static_cast<int>(UpdateMode::kLast), 0});
+    ->Args({static_cast<int>(UpdateMode::kLast), 0})
+    ->Args({static_cast<int>(UpdateMode::kLast), 1});
 
 // What a filling read (the service's stream) does before its first chunk
 // can go: the IDs sorted and each kept row's place found
@@ -187,7 +188,8 @@ BENCHMARK(BM_ReadWindowDeferred)
     ->ArgNames({"mode", "compacted"})
     ->Args({static_cast<int>(UpdateMode::kFirst), 1})
     ->Args({static_cast<int>(UpdateMode::kFirst), 0})
-    ->Args({static_cast<int>(UpdateMode::kLast), 0});
+    ->Args({static_cast<int>(UpdateMode::kLast), 0})
+    ->Args({static_cast<int>(UpdateMode::kLast), 1});
 
 // The copy of a streamed read's rows (CopyRowsAt, the gather that
 // RowGather and compaction run): 51 MiB of rows of `row_bytes`, spread in
