@@ -600,8 +600,7 @@ std::vector<int32_t> RowIndex::WordRanks() const {
   return rank;
 }
 
-void RowIndex::KeptRows(std::vector<const uint8_t*>& rows_at,
-                        int64_t* ids_at) const {
+void RowIndex::KeptRows(std::vector<const uint8_t*>& rows_at) const {
   rows_at.resize(rows_);
   // Puts every row at its ID's position, in fold order: the last put of an
   // ID is its latest row.
@@ -640,17 +639,9 @@ void RowIndex::KeptRows(std::vector<const uint8_t*>& rows_at,
   }
   const std::vector<int32_t> rank = WordRanks();
   const uint64_t* bits = held_bits_.data();
-  if (ids_at == nullptr) {
-    place([&](int64_t id, const uint8_t* row) {
-      rows_at[RankOf(rank, bits, id)] = row;
-    });
-  } else {
-    place([&](int64_t id, const uint8_t* row) {
-      const int64_t at = RankOf(rank, bits, id);
-      rows_at[at] = row;
-      ids_at[at] = id;
-    });
-  }
+  place([&](int64_t id, const uint8_t* row) {
+    rows_at[RankOf(rank, bits, id)] = row;
+  });
 }
 
 UniqueRows RowIndex::ToUniqueRows(at::ScalarType state_dtype) const {
@@ -671,14 +662,15 @@ UniqueRows RowIndex::SortedRows(at::ScalarType state_dtype,
   int64_t* out_ids = rows.ids.data_ptr<int64_t>();
   const int64_t element_size = c10::elementSize(state_dtype);
   if (direct_ && row_bytes_ > 0) {  // an ID's place: its rank in the bitmap
-    // Each ID and its row go straight to that place, in the pass that finds
-    // the rows: no walk of the bitmap, whose words mostly hold no bit or a
-    // bit or two, each a branch miss.
     rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
-    if (!runs_.empty()) {
-      KeptRows(*rows_at, out_ids);
+    if (!runs_.empty()) {  // kLast: the latest rows, found from the runs
+      ForEachHeld(held_bits_, [&out_ids](int64_t id) { *out_ids++ = id; });
+      KeptRows(*rows_at);
       return rows;
     }
+    // kFirst: each slot's ID and row go straight to that place, in one pass
+    // (no walk of the bitmap, whose words mostly hold no bit or a bit or
+    // two, each a branch miss).
     rows_at->resize(n);
     const std::vector<int32_t> rank = WordRanks();
     const uint64_t* bits = held_bits_.data();

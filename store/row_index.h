@@ -198,10 +198,8 @@ class RowIndex {
   // Empties the index (after another took over what it held).
   void Clear();
   // kLast: each ID's latest row, by its position in the result (direct: the
-  // ID's rank) or by slot (hashed), into rows_at[0, size()); in direct mode
-  // also each ID at its rank into ids_at[0, size()) where ids_at is given.
-  void KeptRows(std::vector<const uint8_t*>& rows_at,
-                int64_t* ids_at = nullptr) const;
+  // ID's rank) or by slot (hashed), into rows_at[0, size()).
+  void KeptRows(std::vector<const uint8_t*>& rows_at) const;
   // Ranks of the bitmap's words: IDs held below each word (direct mode).
   std::vector<int32_t> WordRanks() const;
 
