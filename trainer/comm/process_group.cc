@@ -1,6 +1,7 @@
 #include "trainer/comm/process_group.h"
 
 #include <ATen/ATen.h>
+#include <signal.h>
 
 #include <chrono>
 #include <exception>
@@ -53,6 +54,19 @@ absl::Status CheckSplits(absl::Span<const int64_t> splits, int world_size,
         what, " splits sum to ", sum, " but the tensor has ", rows, " rows"));
   }
   return absl::OkStatus();
+}
+
+// Gloo writes to its peers with writev(2), which raises SIGPIPE once a peer
+// is gone, and SIGPIPE's default action ends this process there, silently,
+// before the collective can fail with a Status naming the dead rank. Python
+// ignores SIGPIPE for every PyTorch program; a C++ one has to itself. A
+// handler the program installed is left alone.
+void IgnoreSigpipeUnlessHandled() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+      current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
 }
 
 }  // namespace
@@ -171,6 +185,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
       options.rendezvous_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be > 0");
   }
+  IgnoreSigpipeUnlessHandled();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->is_gloo = !options.device.is_cuda();

@@ -57,7 +57,9 @@ struct CollectiveStats {
 // or DeadlineExceeded for a timeout) names the collective, its label, the
 // ranks that never reported (dead or hung), and c10d's own message. The
 // group is unusable afterwards (every later call fails at once): exit and
-// restart from a checkpoint.
+// restart from a checkpoint. So that a dead peer fails the collective rather
+// than this process, Create sets SIGPIPE to be ignored (as Python does for
+// every PyTorch program) unless the program installed a handler for it.
 //
 // Threads: calls are serialised internally, but collectives from two threads
 // would interleave unpredictably across ranks: call from one thread (the

@@ -4,8 +4,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -207,6 +210,43 @@ TEST(ProcessGroupTest, DeadRankFailsTheOthersWithItsName) {
 
 TEST(ProcessGroupTest, HungRankFailsTheOthersWithItsName) {
   ExpectFailureNamesRankOne("hang", 2);
+}
+
+// Gloo writes to a peer with writev(2): once the peer is gone that raises
+// SIGPIPE, which by default ends the rank silently (before this, a survivor
+// of DeadRankFailsTheOthersWithItsName sometimes died so under load). A
+// group's creation makes such a write fail with EPIPE instead, and keeps a
+// handler the program installed.
+TEST(ProcessGroupTest, AWriteToAGonePeerFailsInsteadOfEndingTheRank) {
+  signal(SIGPIPE, SIG_DFL);
+  ProcessGroupOptions options;  // rank 0 of 1: hosts its TCPStore
+  options.env.master_port = testing::FreePort();
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Create(options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  struct sigaction now {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  close(fds[1]);  // the peer is gone
+  char byte = 1;
+  struct iovec iov = {&byte, 1};
+  errno = 0;
+  EXPECT_EQ(writev(fds[0], &iov, 1), -1);  // this process is still here
+  EXPECT_EQ(errno, EPIPE);
+  close(fds[0]);
+
+  // A program's own handler stays.
+  auto handler = [](int) {};
+  signal(SIGPIPE, handler);
+  options.env.master_port = testing::FreePort();
+  group = ProcessGroup::Create(options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, +handler);
+  signal(SIGPIPE, SIG_IGN);
 }
 
 TEST(ProcessGroupTest, DeadStoreHostFailsTheOthers) {

@@ -10,6 +10,7 @@ extern char** environ;
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -95,6 +96,7 @@ std::vector<RankResult> RunRanks(
       int status = 0;
       if (waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
         results[rank].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (WIFSIGNALED(status)) results[rank].signal = WTERMSIG(status);
         results[rank].elapsed = absl::Now() - start;
         pids[rank] = -1;
         --running;
@@ -113,6 +115,11 @@ std::vector<RankResult> RunRanks(
     std::stringstream text;
     text << in.rdbuf();
     results[rank].output = text.str();
+    if (results[rank].signal != 0) {
+      results[rank].output += absl::StrCat(
+          "[rank_launcher: rank ", rank, " ended by signal ",
+          results[rank].signal, " (", strsignal(results[rank].signal), ")]\n");
+    }
     std::remove(logs[rank].c_str());
   }
   return results;

@@ -24,9 +24,11 @@ namespace testing {
 // How one rank process ended.
 struct RankResult {
   int exit_code = -1;      // -1 when killed by a signal or by the timeout
+  int signal = 0;          // the signal that ended it before the deadline
   bool timed_out = false;  // still running at the deadline, then killed
   absl::Duration elapsed;  // from launch to exit (or to the deadline)
-  std::string output;      // its stdout and stderr, interleaved
+  std::string output;      // its stdout and stderr, interleaved; then a line
+                           // naming `signal`, if one ended it
 };
 
 // Multi-process tests: the test binary re-executes itself (/proc/self/exe)
