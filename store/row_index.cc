@@ -660,9 +660,11 @@ UniqueRows RowIndex::SortedRows(at::ScalarType state_dtype,
   UniqueRows rows;
   rows.ids = at::empty({n}, at::kLong);
   int64_t* out_ids = rows.ids.data_ptr<int64_t>();
-  const int64_t element_size = c10::elementSize(state_dtype);
-  if (direct_ && row_bytes_ > 0) {  // an ID's place: its rank in the bitmap
+  if (row_bytes_ > 0) {
+    const int64_t element_size = c10::elementSize(state_dtype);
     rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
+  }
+  if (direct_ && row_bytes_ > 0) {  // an ID's place: its rank in the bitmap
     if (!runs_.empty()) {  // kLast: the latest rows, found from the runs
       ForEachHeld(held_bits_, [&out_ids](int64_t id) { *out_ids++ = id; });
       KeptRows(*rows_at);
@@ -700,7 +702,6 @@ UniqueRows RowIndex::SortedRows(at::ScalarType state_dtype,
   rows_at->clear();
   if (row_bytes_ == 0) return rows;
 
-  rows.states = at::empty({n, row_bytes_ / element_size}, state_dtype);
   // Row i's pointer, from slot_at (hashed mode): the slots lie in any order.
   auto by_slot = [&](const auto& of_slot) {
     rows_at->resize(n);
