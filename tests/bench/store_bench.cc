@@ -141,6 +141,8 @@ struct RunResult {
   double total_s = 0;
   double compact_s = 0;
   double read_s = 0;
+  double order_s = 0;   // of read_s: the IDs sorted and each kept row found
+  double gather_s = 0;  // of read_s: the kept rows copied into the result
   int64_t unique_rows = 0;
   int64_t store_bytes = 0;  // held at the read, after the final compaction
 };
@@ -165,14 +167,31 @@ RunResult RunOnce(UpdateMode mode, const Workload& w) {
     store.Compact(consumer_cursor, static_cast<int64_t>(b));
     r.compact_s += Seconds(compact_start);
   }
-  // get_delta(): compact [max(cursors), curr + 1), then read from the cursor.
+  // get_delta(): compact [max(cursors), curr + 1), then read from the cursor:
+  // table by table, the work of GetUnique (a deferred read and its gather)
+  // timed in its two phases.
   const auto read_start = Now();
   store.Compact(consumer_cursor, static_cast<int64_t>(w.ids.size()));
-  auto delta = store.GetUnique(consumer_cursor);
+  std::vector<UniqueRows> delta;
+  for (const std::string& fqn : w.fqns) {
+    const auto order_start = Now();
+    auto deferred = store.GetUniqueTableDeferred(fqn, consumer_cursor);
+    if (!deferred.ok()) {
+      std::fprintf(stderr, "read failed\n");
+      std::exit(1);
+    }
+    const auto gather_start = Now();
+    r.order_s += gather_start - order_start;
+    if (deferred->gather != nullptr) {
+      deferred->gather->Copy(0, deferred->gather->rows());
+    }
+    r.gather_s += Seconds(gather_start);
+    delta.push_back(std::move(deferred->rows));
+  }
   r.read_s = Seconds(read_start);
   r.total_s = Seconds(start);
   r.store_bytes = store.bytes();
-  for (auto& [fqn, rows] : delta) r.unique_rows += rows.size();
+  for (const UniqueRows& rows : delta) r.unique_rows += rows.size();
   return r;
 }
 
@@ -243,20 +262,24 @@ UniqueSources FindUniqueSources(UpdateMode mode, const Workload& w) {
 }
 
 // The floor of any store: copying each unique row's ID and chosen state once,
-// in ID order, into newly allocated memory (one buffer per table, as a read's
-// result tensors). The states are gathered as the store gathers them
-// (CopyRowsAt, prefetched): a plain row-by-row memcpy waits for each row's
-// misses in turn and took up to 1.5x as long, which is no floor.
+// in ID order, into newly allocated memory (one buffer per table, all kept
+// to the end, as a read's result tensors are: reusing one buffer for every
+// table would find it in the cache). The states are gathered as the store
+// gathers them (CopyRowsAt, prefetched): a plain row-by-row memcpy waits for
+// each row's misses in turn and took up to 1.5x as long, which is no floor.
 double UniqueCopySeconds(const UniqueSources& sources) {
+  std::vector<std::unique_ptr<int64_t[]>> all_ids;
+  std::vector<std::unique_ptr<uint8_t[]>> all_states;
   const auto start = Now();
   uint8_t check = 0;
   for (const auto& table : sources.tables) {
     const int64_t n = static_cast<int64_t>(table.ids.size());
-    std::unique_ptr<int64_t[]> ids(new int64_t[n]);
-    std::unique_ptr<uint8_t[]> states(new uint8_t[n * sources.row_bytes + 1]);
-    std::memcpy(ids.get(), table.ids.data(), n * sizeof(int64_t));
+    int64_t* ids = all_ids.emplace_back(new int64_t[n]).get();
+    uint8_t* states =
+        all_states.emplace_back(new uint8_t[n * sources.row_bytes + 1]).get();
+    std::memcpy(ids, table.ids.data(), n * sizeof(int64_t));
     if (sources.row_bytes > 0) {
-      CopyRowsAt(table.rows_at, 0, n, sources.row_bytes, states.get());
+      CopyRowsAt(table.rows_at, 0, n, sources.row_bytes, states);
     }
     check ^=
         states[n * sources.row_bytes / 2] ^ static_cast<uint8_t>(ids[n / 2]);
@@ -336,13 +359,16 @@ int Main() {
   const int64_t total_ids = absl::GetFlag(FLAGS_tables) *
                             absl::GetFlag(FLAGS_batches) *
                             absl::GetFlag(FLAGS_ids);
-  std::vector<double> totals, compacts, reads, copies, unique_copies, id_floors;
+  std::vector<double> totals, compacts, reads, orders, gathers, copies,
+      unique_copies, id_floors;
   int64_t unique_rows = 0, store_bytes = 0;
   for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_repeat)); ++i) {
     RunResult r = RunOnce(*mode, w);
     totals.push_back(r.total_s);
     compacts.push_back(r.compact_s);
     reads.push_back(r.read_s);
+    orders.push_back(r.order_s);
+    gathers.push_back(r.gather_s);
     copies.push_back(CopySeconds(w));
     unique_copies.push_back(UniqueCopySeconds(sources));
     id_floors.push_back(IdFloorSeconds(w));
@@ -367,15 +393,16 @@ int Main() {
     std::printf(
         "{\"mode\":\"%s\",\"total_s\":%.6f,\"ids_per_s\":%.0f,"
         "\"unique_rows\":%lld,\"copy_ratio\":%.3f,\"compact_s\":%.6f,"
-        "\"read_s\":%.6f,\"copy_s\":%.6f,\"bytes\":%lld,"
+        "\"read_s\":%.6f,\"order_s\":%.6f,\"gather_s\":%.6f,"
+        "\"copy_s\":%.6f,\"bytes\":%lld,"
         "\"unique_copy_s\":%.6f,\"unique_copy_ratio\":%.3f,"
         "\"store_bytes\":%lld,\"unique_bytes\":%lld,\"id_floor_s\":%.6f,"
         "\"floor_s\":%.6f}\n",
         std::string(UpdateModeName(*mode)).c_str(), total_s,
         total_ids / total_s, static_cast<long long>(unique_rows),
-        total_s / copy_s, Median(compacts), Median(reads), copy_s,
-        static_cast<long long>(w.bytes), unique_copy_s, total_s / unique_copy_s,
-        static_cast<long long>(store_bytes),
+        total_s / copy_s, Median(compacts), Median(reads), Median(orders),
+        Median(gathers), copy_s, static_cast<long long>(w.bytes), unique_copy_s,
+        total_s / unique_copy_s, static_cast<long long>(store_bytes),
         static_cast<long long>(unique_bytes), id_floor_s,
         id_floor_s + unique_copy_s);
     return 0;
@@ -393,6 +420,8 @@ int Main() {
   std::printf("  %-22s %12.4f s\n", "total", total_s);
   std::printf("  %-22s %12.4f s\n", "  auto-compaction", Median(compacts));
   std::printf("  %-22s %12.4f s\n", "  final compact+read", Median(reads));
+  std::printf("  %-22s %12.4f s\n", "    rows found, sorted", Median(orders));
+  std::printf("  %-22s %12.4f s\n", "    rows gathered", Median(gathers));
   std::printf("  %-22s %12.0f\n", "IDs recorded / s", total_ids / total_s);
   std::printf("  %-22s %12lld\n", "unique rows read",
               static_cast<long long>(unique_rows));
