@@ -44,7 +44,7 @@ for mode in none first; do
     sed -E 's/.*"mode":"([a-z]+)","total_s":([0-9.]+),"ids_per_s":([0-9]+),"unique_rows":([0-9]+),"copy_ratio":([0-9.]+).*/\1 \2 \3 \4 \5/' |
     awk '{printf "%-6s %10.3f %14d %12d %12.2f\n", $1, $2, $3, $4, $5}'
 done
-echo "(TorchRec's DeltaStore on these IDs, by tests/bench/torchrec_side_by_side.py: ~4 s ID_ONLY, ~6 s EMBEDDING; README)"
+echo "(TorchRec's DeltaStore on these IDs, by tests/bench/torchrec_side_by_side.py: ~4 s ID_ONLY, 7-17 s EMBEDDING on the 2-core VMs; README)"
 
 work=$(mktemp -d)
 trainer= predictor= job=
