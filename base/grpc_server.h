@@ -48,7 +48,6 @@ absl::StatusOr<StartedServer> StartServer(
 // Server credentials from --tls_cert / --tls_key (PEM files): TLS when both
 // are given, insecure when both are empty. InvalidArgument when only one is
 // given; the file's error (NotFound, ...) naming it when one cannot be read.
-// (The tracker's service host has its own copy, to be switched to this.)
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
 ServerCredentialsFromFiles(const std::string& tls_cert,
                            const std::string& tls_key);

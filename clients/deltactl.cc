@@ -108,6 +108,12 @@ struct Invocation {
   TrackerClient* client = nullptr;
   // The one server at the target, for producers' calls (push, step).
   DeltaClient* server = nullptr;
+  // The flags given on the command line, by name.
+  std::vector<std::string> flags;
+
+  bool Given(absl::string_view flag) const {
+    return std::count(flags.begin(), flags.end(), flag) > 0;
+  }
 };
 
 // One command. Adding a command is one entry in Commands().
@@ -348,8 +354,10 @@ int RunStep(const Invocation& run) {
 }
 
 // The read that get and subscribe ask for, from the flags; nullopt (after
-// the usage line) without --consumer.
-std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command) {
+// the usage line) without --consumer or with both kinds of top-k. A top-k
+// flag given is sent whatever its value (the server checks its range).
+std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command,
+                                               const Invocation& run) {
   v1::GetDeltaRequest request;
   request.set_consumer(absl::GetFlag(FLAGS_consumer));
   if (request.consumer().empty()) {
@@ -360,10 +368,14 @@ std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command) {
        absl::StrSplit(absl::GetFlag(FLAGS_fqn), ',', absl::SkipEmpty())) {
     request.add_fqns(std::string(fqn));
   }
-  if (absl::GetFlag(FLAGS_top_percentage) != 0) {
+  if (run.Given("top_percentage") && run.Given("top_count")) {
+    Usage(command + " takes --top_percentage or --top_count, not both");
+    return std::nullopt;
+  }
+  if (run.Given("top_percentage")) {
     request.mutable_top_k()->set_percentage(
         absl::GetFlag(FLAGS_top_percentage));
-  } else if (absl::GetFlag(FLAGS_top_count) != 0) {
+  } else if (run.Given("top_count")) {
     request.mutable_top_k()->set_count(absl::GetFlag(FLAGS_top_count));
   }
   request.set_include_scores(absl::GetFlag(FLAGS_scores));
@@ -400,7 +412,7 @@ int WriteNpz(const ReceivedDelta& delta, const std::string& file,
 }
 
 int RunGet(const Invocation& run) {
-  std::optional<v1::GetDeltaRequest> request = ReadRequest("get");
+  std::optional<v1::GetDeltaRequest> request = ReadRequest("get", run);
   if (!request.has_value()) return kExitUsage;
   auto delta = run.client->GetDelta(*request);
   if (!delta.ok()) return Fail(kExitFailure, delta.status());
@@ -466,7 +478,7 @@ int RunGet(const Invocation& run) {
 
 int RunSubscribe(const Invocation& run) {
   v1::SubscribeRequest request;
-  std::optional<v1::GetDeltaRequest> read = ReadRequest("subscribe");
+  std::optional<v1::GetDeltaRequest> read = ReadRequest("subscribe", run);
   if (!read.has_value()) return kExitUsage;
   *request.mutable_read() = *read;
   request.set_every_steps(absl::GetFlag(FLAGS_every_steps));
@@ -950,6 +962,7 @@ int Run(int argc, char** argv) {
   }
   Invocation run;
   run.args = std::move(args);
+  run.flags = line->flags;
   absl::StatusOr<OutputFormat> format =
       ParseOutputFormat(absl::GetFlag(FLAGS_output));
   if (!format.ok()) return Usage(format.status().message());

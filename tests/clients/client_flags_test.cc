@@ -62,6 +62,10 @@ TEST(DeltactlFlagsTest, EachCommandTakesItsOwnFlags) {
       {"frobnicate", "unknown command 'frobnicate'"},
       {"", "no command"},
       {"get", "get needs --consumer"},
+      {"get --consumer=c --top_percentage=10 --top_count=5",
+       "get takes --top_percentage or --top_count, not both"},
+      {"subscribe --consumer=c --top_count=5 --top_percentage=1",
+       "subscribe takes --top_percentage or --top_count, not both"},
       {"consumers rename x", "consumers takes list, add or remove"},
   };
   for (const auto& refusal : kRefusals) {
