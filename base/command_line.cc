@@ -29,6 +29,12 @@ absl::CommandLineFlag* FindBinaryFlag(absl::string_view name) {
                                                                    : flag;
 }
 
+// The flags of the command line ParseCommandLine read last (FlagGiven).
+std::vector<std::string>& GivenFlags() {
+  static auto* given = new std::vector<std::string>();
+  return *given;
+}
+
 bool IsHelp(absl::string_view name) {
   return name == "help" || name == "h" || name == "helpfull" ||
          name == "helpshort";
@@ -110,10 +116,16 @@ absl::StatusOr<ParsedCommandLine> ParseCommandLine(
       fail(absl::StrCat("--", flag->Name(), ": ", parse_error));
     }
   }
+  GivenFlags() = parsed.flags;
   if (!error.empty() && !parsed.help) {
     return absl::InvalidArgumentError(error);
   }
   return parsed;
+}
+
+bool FlagGiven(absl::string_view name) {
+  const std::vector<std::string>& given = GivenFlags();
+  return std::find(given.begin(), given.end(), name) != given.end();
 }
 
 std::vector<absl::CommandLineFlag*> BinaryFlags() {

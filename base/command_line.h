@@ -8,6 +8,7 @@
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace deltastream {
@@ -71,6 +72,11 @@ std::string FlagsHelp(absl::Span<absl::CommandLineFlag* const> flags);
 //     return *exit_code;
 //   }
 std::optional<int> HandleCommandLine(int argc, char** argv);
+
+// Whether the command line that ParseCommandLine (or HandleCommandLine) last
+// read gave the flag registered as `name`: for a flag whose default means
+// "not given" (an override), so that any value given can be checked.
+bool FlagGiven(absl::string_view name);
 
 }  // namespace deltastream
 

@@ -86,6 +86,24 @@ absl::StatusOr<FeatureMap> BuildFeatureMap(
   for (const auto& [feature, fqn] : map.fqn_of_feature) {
     map.skipped_features.erase(feature);
   }
+  // With the modules known, an entry that skips nothing is a mistake (a
+  // misspelling, or a whole FQN where one component is meant).
+  for (const std::string& entry : fqns_to_skip) {
+    bool skips = false;
+    for (const TrackedModule& module : modules) {
+      skips = skips || IsSkipped(module.path, {entry});
+      for (const TrackedTable& table : module.tables) {
+        skips = skips || IsSkipped(table.name, {entry});
+      }
+    }
+    if (!modules.empty() && !skips) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fqns_to_skip entry '", entry,
+          "' skips nothing: an entry is one component of a tracked module's "
+          "path or a table's name, and none is '",
+          entry, "'"));
+    }
+  }
   return map;
 }
 

@@ -53,8 +53,10 @@ struct FeatureMap {
 
 // Builds the feature map. A module is skipped when a component of its path
 // (split at '.') is in `fqns_to_skip`; a table when its name is.
-// InvalidArgument for an empty module path, table name or feature name, or a
-// tracked table whose FQN breaks the name rule (tracker_service/names.h).
+// InvalidArgument for an empty module path, table name or feature name, a
+// tracked table whose FQN breaks the name rule (tracker_service/names.h),
+// or (when `modules` is not empty) an entry of `fqns_to_skip` that skips
+// nothing.
 absl::StatusOr<FeatureMap> BuildFeatureMap(
     const std::vector<TrackedModule>& modules,
     const std::vector<std::string>& fqns_to_skip);

@@ -448,7 +448,13 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
     committed = written.ok() ? CommitManifest(model, group, checkpoint_dir,
                                               store_prefix, part, manifest)
                              : written;
-    if (committed.ok()) RotateCheckpoints(dir, step, keep);
+    if (committed.ok()) {
+      RotateCheckpoints(dir, step, keep);
+      info.bytes = 0;
+      for (const v1::CheckpointFile& file : manifest.files()) {
+        info.bytes += file.bytes();
+      }
+    }
     if (group != nullptr && !committed.ok()) {
       (void)group->StoreSet(absl::StrCat(store_prefix, "result"),
                             committed.message());

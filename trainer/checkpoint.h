@@ -65,7 +65,9 @@ struct CheckpointInfo {
   std::string path;  // the checkpoint directory (or an old file)
   int64_t step = 0;
   int64_t examples = 0;
-  int64_t bytes = 0;  // this rank's file (saved) or the files read (loaded)
+  // Saved: every rank's file on rank 0 (this rank's on the others);
+  // loaded: the files this rank read.
+  int64_t bytes = 0;
   absl::Duration elapsed;
   // Loaded: the gradient scaler's state as saved (GradientScaler::
   // StateTensors' names and CPU tensors, by name); empty when the checkpoint
@@ -84,7 +86,10 @@ struct CheckpointInfo {
 // all-reduce at the end), so that every rank returns OK only when the
 // manifest is durable, and an error on any rank (a full disk, a dead rank:
 // the group's timeouts) fails it on every rank, naming the rank. An
-// existing checkpoint of the same step is replaced. `dir` must be one
+// existing checkpoint of the same step is replaced, and is incomplete from
+// the start of the call until it returns OK: a crash meanwhile leaves
+// neither (the trainer saves a step once). `bytes`: on rank 0 every rank's
+// file, on the others their own. `dir` must be one
 // directory every rank sees (a shared file system when ranks run on
 // several hosts). PermissionDenied / Internal name the path.
 //

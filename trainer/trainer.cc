@@ -237,15 +237,23 @@ std::string Trainer::service_address() const {
 
 absl::Status Trainer::SaveState() {
   if (settings_.checkpoint_dir.empty()) return absl::OkStatus();
-  const GradientScaler* scaler = pipeline_->gradient_scaler();
-  absl::StatusOr<CheckpointInfo> saved = SaveCheckpoint(
-      settings_.checkpoint_dir + "/checkpoints", step_, examples_, *model_,
-      *dense_optimizer_, settings_.checkpoints_kept, settings_.group,
-      scaler != nullptr ? scaler->StateTensors() : GradientScalerState());
-  if (!saved.ok()) return saved.status();
-  std::string line = absl::StrFormat("checkpoint %s (%.1f MiB in %.2f s)",
-                                     saved->path, saved->bytes / 1048576.0,
-                                     absl::ToDoubleSeconds(saved->elapsed));
+  std::string line;
+  if (step_ == checkpointed_step_) {
+    // The final save right after a periodic one (or a run that trained
+    // nothing after its restore): the checkpoint of this step is there.
+    line = absl::StrCat("checkpoint of step ", step_, " already written");
+  } else {
+    const GradientScaler* scaler = pipeline_->gradient_scaler();
+    absl::StatusOr<CheckpointInfo> saved = SaveCheckpoint(
+        settings_.checkpoint_dir + "/checkpoints", step_, examples_, *model_,
+        *dense_optimizer_, settings_.checkpoints_kept, settings_.group,
+        scaler != nullptr ? scaler->StateTensors() : GradientScalerState());
+    if (!saved.ok()) return saved.status();
+    checkpointed_step_ = step_;
+    line = absl::StrFormat("checkpoint %s (%.1f MiB in %.2f s)", saved->path,
+                           saved->bytes / 1048576.0,
+                           absl::ToDoubleSeconds(saved->elapsed));
+  }
   if (snapshots_ != nullptr) {
     absl::StatusOr<SnapshotInfo> snapshot = snapshots_->Snapshot();
     if (!snapshot.ok()) return snapshot.status();
@@ -380,6 +388,11 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
           absl::StrCat("step ", step_ + 1, ": ", trained.status().message()));
     }
     if (!trained->has_value()) {
+      if (step_ == 0 && !StopAgreed(stop)) {
+        // Not a run that reached the data's end: one with no data at all.
+        return absl::FailedPreconditionError(
+            "the training data holds no batch: nothing to train");
+      }
       if (!StopAgreed(stop)) {
         log_(absl::StrCat("data ended after step ", step_));
       }

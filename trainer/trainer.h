@@ -137,6 +137,11 @@ class Trainer {
 
   int64_t step_ = 0;
   int64_t examples_ = 0;
+  // The step of the complete checkpoint in the checkpoint dir that holds
+  // this model as it is (restored or saved), -1 when none: SaveState does
+  // not write that step again (a checkpoint's replacement is not
+  // crash-safe, trainer/checkpoint.h).
+  int64_t checkpointed_step_ = -1;
   // Sum of the losses since the last progress line, on the device (read only
   // at progress lines: no synchronisation per step).
   at::Tensor loss_sum_;

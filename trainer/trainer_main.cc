@@ -29,6 +29,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -56,6 +57,7 @@
 #include "trainer/comm/process_group.h"
 #include "trainer/comm/torchrun_env.h"
 #include "trainer/config.h"
+#include "trainer/sharding/sharding_plan.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_metrics.h"
 
@@ -104,6 +106,26 @@ std::string OffsetPort(const std::string& address, int offset) {
   return JoinHostPort(listen->host, listen->port + offset);
 }
 
+// What --nproc_per_node's ranks would each refuse, refused once by the
+// launcher: every local rank's service port (PORT + local rank) must exist,
+// and a plan file must read as a plan.
+absl::Status CheckLaunch(const TrainerSettings& settings) {
+  const int ranks = absl::GetFlag(FLAGS_nproc_per_node);
+  absl::StatusOr<HostPort> listen = SplitHostPort(settings.service.listen);
+  if (listen.ok() && listen->port != 0 && listen->port + ranks - 1 > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the service address ", settings.service.listen, " leaves no port for ",
+        "local rank ", 65536 - listen->port, " (each rank serves on the port ",
+        "plus its local rank)"));
+  }
+  if (!settings.plan_path.empty()) {
+    absl::StatusOr<v1::ShardingPlan> plan =
+        ReadShardingPlan(settings.plan_path);
+    if (!plan.ok()) return plan.status();
+  }
+  return absl::OkStatus();
+}
+
 // --nproc_per_node: this process launches the ranks and trains nothing.
 int LaunchRanks(int argc, char** argv, const sigset_t& signals) {
   LocalLaunchOptions options;
@@ -111,7 +133,10 @@ int LaunchRanks(int argc, char** argv, const sigset_t& signals) {
   options.master_port = absl::GetFlag(FLAGS_master_port);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.bind_cores = absl::GetFlag(FLAGS_bind_cores);
-  options.argv.push_back("/proc/self/exe");
+  // This very binary, under the name it was started by (the ranks' lines
+  // begin with it).
+  options.executable = "/proc/self/exe";
+  options.argv.push_back(argv[0]);
   for (int i = 1; i < argc; ++i) options.argv.push_back(argv[i]);
   options.log = [](const std::string& line) {
     std::fprintf(stderr, "trainer launcher: %s\n", line.c_str());
@@ -180,14 +205,85 @@ class SignalWatch {
   std::thread thread_;
 };
 
+// The flags' own checks (those that override the config are checked when
+// given, whatever the value), then the config with the overrides, resolved:
+// everything a bad command line or config can be refused for before any
+// rank starts. InvalidArgument (or the config file's error) as one line.
+absl::StatusOr<TrainerSettings> SettingsFromCommandLine() {
+  if (FlagGiven("steps")) {
+    const int64_t steps = absl::GetFlag(FLAGS_steps);
+    if (steps == 0 || steps < -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--steps must be >= 1, or -1 to train until stopped; got ", steps));
+    }
+  }
+  if (FlagGiven("drain_s") && !(absl::GetFlag(FLAGS_drain_s) >= 0)) {
+    return absl::InvalidArgumentError("--drain_s must be >= 0");
+  }
+  const double timeout = absl::GetFlag(FLAGS_collective_timeout_s);
+  if (!(timeout > 0) || !std::isfinite(timeout)) {
+    return absl::InvalidArgumentError(
+        "--collective_timeout_s must be a number of seconds > 0");
+  }
+  if (absl::GetFlag(FLAGS_max_restarts) < 0) {
+    return absl::InvalidArgumentError("--max_restarts must be >= 0");
+  }
+  if (const int port = absl::GetFlag(FLAGS_master_port);
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError("--master_port must be in 0..65535");
+  }
+  v1::TrainerConfig config;
+  if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
+    absl::StatusOr<v1::TrainerConfig> read = ReadTrainerConfig(path);
+    if (!read.ok()) return read.status();
+    config = *std::move(read);
+  }
+  if (FlagGiven("steps")) config.set_steps(absl::GetFlag(FLAGS_steps));
+  if (std::string listen = absl::GetFlag(FLAGS_listen); !listen.empty()) {
+    config.mutable_tracker()->set_listen(listen);
+  }
+  if (std::string device = absl::GetFlag(FLAGS_device); !device.empty()) {
+    config.set_device(device);
+  }
+  if (std::string dir = absl::GetFlag(FLAGS_checkpoint_dir); !dir.empty()) {
+    config.mutable_checkpoints()->set_dir(dir);
+  }
+  if (std::string mode = absl::GetFlag(FLAGS_mode); !mode.empty()) {
+    config.mutable_tracker()->set_mode(mode);
+  }
+  if (std::string consumers = absl::GetFlag(FLAGS_consumers);
+      !consumers.empty()) {
+    config.mutable_tracker()->clear_consumers();
+    for (absl::string_view c :
+         absl::StrSplit(consumers, ',', absl::SkipEmpty())) {
+      config.mutable_tracker()->add_consumers(std::string(c));
+    }
+  }
+  if (FlagGiven("drain_s")) {
+    config.mutable_tracker()->set_drain_seconds(absl::GetFlag(FLAGS_drain_s));
+  }
+  if (std::string chain = absl::GetFlag(FLAGS_restore_chain); !chain.empty()) {
+    config.mutable_checkpoints()->set_restore_chain(chain);
+  }
+  if (std::string plan = absl::GetFlag(FLAGS_plan); !plan.empty()) {
+    config.mutable_sharding()->set_plan(plan);
+  }
+  return ResolveTrainerConfig(config);
+}
+
 int Main(int argc, char** argv) {
   KeepHostMemoryForReuse();
   const sigset_t signals = BlockTerminationSignals();
   if (absl::GetFlag(FLAGS_nproc_per_node) < 0) {
     return Fail(kExitUsage, "--nproc_per_node must be >= 0");
   }
+  absl::StatusOr<TrainerSettings> settings = SettingsFromCommandLine();
+  if (!settings.ok()) return Fail(kExitUsage, settings.status());
   if (absl::GetFlag(FLAGS_nproc_per_node) > 0 &&
       std::getenv("RANK") == nullptr) {
+    if (absl::Status status = CheckLaunch(*settings); !status.ok()) {
+      return Fail(kExitUsage, status);
+    }
     return LaunchRanks(argc, argv, signals);
   }
   // One rank of several (torchrun's environment), or one process.
@@ -212,47 +308,6 @@ int Main(int argc, char** argv) {
                  absl::StrJoin(*cores, ",").c_str(), threads, hint.c_str());
   }
   SignalWatch signal_watch(signals);
-
-  v1::TrainerConfig config;
-  if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
-    absl::StatusOr<v1::TrainerConfig> read = ReadTrainerConfig(path);
-    if (!read.ok()) return Fail(2, read.status().message());
-    config = *std::move(read);
-  }
-  if (int64_t steps = absl::GetFlag(FLAGS_steps); steps != 0) {
-    config.set_steps(steps);
-  }
-  if (std::string listen = absl::GetFlag(FLAGS_listen); !listen.empty()) {
-    config.mutable_tracker()->set_listen(listen);
-  }
-  if (std::string device = absl::GetFlag(FLAGS_device); !device.empty()) {
-    config.set_device(device);
-  }
-  if (std::string dir = absl::GetFlag(FLAGS_checkpoint_dir); !dir.empty()) {
-    config.mutable_checkpoints()->set_dir(dir);
-  }
-  if (std::string mode = absl::GetFlag(FLAGS_mode); !mode.empty()) {
-    config.mutable_tracker()->set_mode(mode);
-  }
-  if (std::string consumers = absl::GetFlag(FLAGS_consumers);
-      !consumers.empty()) {
-    config.mutable_tracker()->clear_consumers();
-    for (absl::string_view c :
-         absl::StrSplit(consumers, ',', absl::SkipEmpty())) {
-      config.mutable_tracker()->add_consumers(std::string(c));
-    }
-  }
-  if (const double drain = absl::GetFlag(FLAGS_drain_s); drain >= 0) {
-    config.mutable_tracker()->set_drain_seconds(drain);
-  }
-  if (std::string chain = absl::GetFlag(FLAGS_restore_chain); !chain.empty()) {
-    config.mutable_checkpoints()->set_restore_chain(chain);
-  }
-  if (std::string plan = absl::GetFlag(FLAGS_plan); !plan.empty()) {
-    config.mutable_sharding()->set_plan(plan);
-  }
-  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(config);
-  if (!settings.ok()) return Fail(2, settings.status().message());
 
   std::unique_ptr<ProcessGroup> group;
   const bool ranked = std::getenv("RANK") != nullptr;

@@ -29,11 +29,18 @@ absl::Status Trainer::RestoreOrStart() {
   const TrainerSettings& s = settings_;
   std::optional<std::string> checkpoint;
   if (!s.checkpoint_dir.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(s.checkpoint_dir, error);
-    if (error) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "cannot create '", s.checkpoint_dir, "': ", error.message()));
+    // The checkpoints' directory too, now: one that cannot be made (a file
+    // in its place) must stop the run before it trains, not at its first
+    // checkpoint.
+    for (const std::string& dir :
+         {s.checkpoint_dir, s.checkpoint_dir + "/checkpoints"}) {
+      std::error_code error;
+      std::filesystem::create_directories(dir, error);
+      if (error || !std::filesystem::is_directory(dir)) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "cannot create '", dir,
+            "': ", error ? error.message() : "a file is in its place"));
+      }
     }
     checkpoint = LatestCheckpoint(s.checkpoint_dir + "/checkpoints");
     if (s.group != nullptr) {
@@ -63,6 +70,7 @@ absl::Status Trainer::RestoreOrStart() {
     if (!loaded.ok()) return loaded.status();
     step_ = loaded->step;
     examples_ = loaded->examples;
+    checkpointed_step_ = loaded->step;
     restored_checkpoint_ = loaded->path;
     restored_scaler_state_ = std::move(loaded->gradient_scaler_state);
     log_(absl::StrFormat("restored checkpoint %s (step %d, %.1f MiB in %.2f s)",

@@ -144,5 +144,95 @@ TEST(TrainerTest, BadConfigIsAClearErrorWithExitCode2) {
   EXPECT_THAT(result.err, ::testing::HasSubstr("line 2"));
 }
 
+void WriteText(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr) << path;
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+
+// A step already checkpointed is not saved again at the end: the save of a
+// same-step checkpoint takes the complete one apart first, so a crash
+// during it would lose the newest checkpoint.
+TEST(TrainerTest, TheLastStepIsCheckpointedOnce) {
+  const std::string dir = TestTempDir() + "/once";
+  std::filesystem::remove_all(dir);
+  const std::string config = TestTempDir() + "/every5.textproto";
+  WriteText(config, "checkpoints { every_steps: 5 }\n");
+  const std::string trainer = RunfilePath("trainer/trainer") + " --config=" +
+                              config + " --checkpoint_dir=" + dir;
+  CommandResult result = RunCommand(trainer + " --steps=10");
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  auto count = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos;
+         at = text.find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count(result.err, "checkpoint-000000000010 ("), 1) << result.err;
+  EXPECT_EQ(count(result.err, "checkpoint of step 10 already written"), 1)
+      << result.err;
+  EXPECT_TRUE(std::filesystem::exists(
+      dir + "/checkpoints/checkpoint-000000000010/manifest.json"));
+}
+
+// What would fail a run later, or be ignored, is refused before any step:
+// exit 2 and one line naming it (exit 1 for data with nothing to train).
+TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
+  const std::string trainer = RunfilePath("trainer/trainer");
+  const std::string dir = TestTempDir() + "/refusals";
+  std::filesystem::create_directories(dir);
+  WriteText(dir + "/skip.textproto",
+            "tracker { fqns_to_skip: \"sparse_arch.t0\" }\n");
+  WriteText(dir + "/empty.plan", "");
+  WriteText(dir + "/empty.tsv", "");
+  WriteText(dir + "/criteo.textproto",
+            "model { kind: \"dlrm\" tables { name: \"c0\" num_embeddings: "
+            "100 embedding_dim: 4 feature_names: \"cat_0\" } }\n"
+            "data { batch_size: 8 criteo { paths: [\"" +
+                dir + "/empty.tsv\", \"" + dir + "/absent.tsv\"] } }\n");
+  std::filesystem::create_directories(dir + "/taken");
+  WriteText(dir + "/taken/checkpoints", "a file where a directory goes");
+  const struct {
+    std::string args;
+    std::string says;
+  } kRefusals[] = {
+      {"--steps=0", "--steps must be >= 1, or -1"},
+      {"--drain_s=-3", "--drain_s must be >= 0"},
+      {"--drain_s=nan", "--drain_s must be >= 0"},
+      {"--collective_timeout_s=0", "--collective_timeout_s"},
+      {"--max_restarts=-1", "--max_restarts must be >= 0"},
+      {"--master_port=70000", "--master_port"},
+      {"--nproc_per_node=2 --plan=" + dir + "/absent.plan",
+       "absent.plan': No such file"},
+      {"--nproc_per_node=2 --plan=" + dir + "/empty.plan", "plans no tables"},
+      {"--nproc_per_node=2 --listen=127.0.0.1:65535", "no port for local rank"},
+      {"--config=" + dir + "/skip.textproto",
+       "'sparse_arch.t0' skips nothing"},
+      {"--config=" + dir + "/criteo.textproto", "absent.tsv"},
+      {"--steps=2 --checkpoint_dir=" + dir + "/taken",
+       "taken/checkpoints': Not a directory"},
+  };
+  for (const auto& refusal : kRefusals) {
+    const CommandResult result = RunCommand(trainer + " " + refusal.args);
+    EXPECT_EQ(result.exit_code, 2) << refusal.args << ": " << result.err;
+    EXPECT_THAT(result.err, ::testing::HasSubstr(refusal.says))
+        << refusal.args;
+    EXPECT_THAT(result.err, ::testing::Not(::testing::HasSubstr("step 1")))
+        << refusal.args;
+  }
+  WriteText(dir + "/criteo.textproto",
+            "model { kind: \"dlrm\" tables { name: \"c0\" num_embeddings: "
+            "100 embedding_dim: 4 feature_names: \"cat_0\" } }\n"
+            "data { batch_size: 8 criteo { paths: [\"" +
+                dir + "/empty.tsv\"] } }\n");
+  const CommandResult empty =
+      RunCommand(trainer + " --config=" + dir + "/criteo.textproto");
+  EXPECT_EQ(empty.exit_code, 1) << empty.err;
+  EXPECT_THAT(empty.err, ::testing::HasSubstr("holds no batch"));
+}
+
 }  // namespace
 }  // namespace deltastream

@@ -35,6 +35,7 @@ TEST(TrackerStateTest, RestoreRefusesAnotherModeOrUntrackedTables) {
 
   options.mode = TrackingMode::kEmbedding;
   options.modules = {{"sparse.ec", false, {{"other", {"f9"}}}}};
+  options.fqns_to_skip.clear();  // no "ebc" among these modules
   auto other_tables = MakeTracker(options);
   status = other_tables->RestoreState(state);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);

@@ -34,9 +34,15 @@ TEST(FeatureMapTest, CleansPrefixesMapsFeaturesAndSkips) {
   EXPECT_EQ(map->fqns, std::vector<std::string>{kT1});
   EXPECT_TRUE(map->skipped_features.contains("f3"));
   EXPECT_TRUE(map->skipped_features.contains("f4"));
-  // "sparse.e" is not a component of "sparse.ec": nothing is skipped by it.
-  map = BuildFeatureMap(Model(), {"e"});
-  EXPECT_EQ(map->fqns.size(), 3u);
+  // "e" is not a component of "sparse.ec": an entry that skips nothing is
+  // refused (a misspelling, or a whole FQN where a component is meant).
+  for (const std::string entry : {"e", "sparse.ebc"}) {
+    map = BuildFeatureMap(Model(), {"t2", entry});
+    EXPECT_EQ(map.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(map.status().message().find("'" + entry + "' skips nothing"),
+              std::string::npos)
+        << map.status();
+  }
 }
 
 TEST(FeatureMapTest, DuplicateFeatureKeepsFirstTableWithWarning) {

@@ -95,7 +95,8 @@ pid_t StartRank(const LocalLaunchOptions& options, int rank, int port,
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  execv(argv[0], argv.data());
+  execv(options.executable.empty() ? argv[0] : options.executable.c_str(),
+        argv.data());
   _exit(127);
 }
 
@@ -135,6 +136,7 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
                      options.master_addr, ":", port, ", attempt ", attempt,
                      ")"));
     bool failed = false;
+    int first_failure_code = 1;  // the first failed rank's exit code
     absl::Time kill_at = absl::InfiniteFuture();
     int signals_seen = 0;
     while (!running.empty()) {
@@ -145,6 +147,9 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
         running.erase(pid);
         if (!Succeeded(status)) {
           log(absl::StrCat("rank ", rank, " ", Describe(status)));
+          if (!failed && WIFEXITED(status)) {
+            first_failure_code = WEXITSTATUS(status);
+          }
           if (!failed && !running.empty()) {
             log("stopping the other ranks");
             for (const auto& [other, r] : running) kill(other, SIGTERM);
@@ -174,7 +179,9 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
       }
     }
     if (!failed) return 0;
-    if (stop_requested || attempt >= options.max_restarts) return 1;
+    if (stop_requested || attempt >= options.max_restarts) {
+      return first_failure_code;
+    }
     log(absl::StrCat("restarting the group (restart ", attempt + 1, " of ",
                      options.max_restarts, ")"));
   }

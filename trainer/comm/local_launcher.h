@@ -15,8 +15,10 @@ namespace deltastream {
 // launches its own ranks (the trainer's --nproc_per_node).
 struct LocalLaunchOptions {
   int nproc_per_node = 1;
-  // The command every rank runs; argv[0] is the executable's path.
+  // The command every rank runs, argv[0] included, and the file it
+  // executes (empty: argv[0]).
   std::vector<std::string> argv;
+  std::string executable;
   // Rank 0 hosts the c10d store here; port 0: a port free at each launch.
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
@@ -62,7 +64,9 @@ std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
 // - Every rank exits 0: returns 0.
 // - A rank fails (non-zero exit, or killed by a signal): the others get
 //   SIGTERM, then SIGKILL after `grace`; with restarts left the group is
-//   started again, otherwise returns 1.
+//   started again, otherwise returns the exit code of the attempt's first
+//   failed rank (2 for a command line every rank refuses), or 1 when it
+//   was killed by a signal.
 // - A signal in `signals` (blocked by the caller: BlockTerminationSignals)
 //   is forwarded to every rank, which then stops as it would alone; a
 //   second one SIGKILLs them. Returns 0 when they then all exit 0 (no

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -72,6 +73,26 @@ bool ParseHex(absl::string_view text, uint64_t* value) {
   return true;
 }
 
+// OK when `path` is a file this process may read; otherwise the error,
+// naming it: what the system says (NotFound, PermissionDenied, ...), or
+// FailedPrecondition for a directory.
+absl::Status CheckDataFile(const std::string& path) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("criteo: cannot open '", path, "'"));
+  }
+  if (S_ISDIR(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("criteo: '", path, "' is a directory, not a file"));
+  }
+  if (access(path.c_str(), R_OK) != 0) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("criteo: cannot open '", path, "'"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // One file's lines, read in kChunkBytes chunks through zlib (which reads
@@ -86,15 +107,7 @@ class CriteoTsvSource::LineReader {
 
   static absl::StatusOr<std::unique_ptr<LineReader>> Open(
       const std::string& path) {
-    struct stat info;
-    if (stat(path.c_str(), &info) != 0) {
-      return absl::ErrnoToStatus(
-          errno, absl::StrCat("criteo: cannot open '", path, "'"));
-    }
-    if (S_ISDIR(info.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("criteo: '", path, "' is a directory, not a file"));
-    }
+    if (absl::Status status = CheckDataFile(path); !status.ok()) return status;
     errno = 0;
     gzFile file = gzopen(path.c_str(), "rb");
     if (file == nullptr) {
@@ -331,6 +344,10 @@ absl::StatusOr<std::unique_ptr<CriteoTsvSource>> CriteoTsvSource::Create(
   if (options.malformed_grace_lines < 0) {
     return invalid("malformed_grace_lines must be >= 0, got ",
                    options.malformed_grace_lines);
+  }
+  // Every file now, not when reached: a run must not fail hours in.
+  for (const std::string& path : options.paths) {
+    if (absl::Status status = CheckDataFile(path); !status.ok()) return status;
   }
   return std::unique_ptr<CriteoTsvSource>(
       new CriteoTsvSource(std::move(options)));

@@ -84,7 +84,10 @@ class CriteoTsvSource : public BatchSource {
 
   // InvalidArgument, naming the field: no paths, batch_size <= 0, num_rows
   // not 1 or 26 values or one <= 0, max_malformed_fraction outside [0, 1],
-  // malformed_grace_lines < 0. Files are opened when reached (by Next()).
+  // malformed_grace_lines < 0. Every path must be a file this process can
+  // read (the system's error naming it, FailedPrecondition for a
+  // directory); files are opened when reached (by Next(), which reports a
+  // file gone since the same way).
   static absl::StatusOr<std::unique_ptr<CriteoTsvSource>> Create(
       CriteoOptions options);
   ~CriteoTsvSource() override;

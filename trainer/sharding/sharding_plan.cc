@@ -282,13 +282,18 @@ absl::StatusOr<v1::ShardingPlan> ReadShardingPlan(const std::string& path) {
   absl::StatusOr<std::string> text = ReadSmallFile(path);
   if (!text.ok()) {
     return absl::NotFoundError(
-        absl::StrCat("cannot read the sharding plan '", path, "'"));
+        absl::StrCat("sharding plan: ", text.status().message()));
   }
   v1::ShardingPlan plan;
   if (absl::Status parsed = ParseTextProto(*text, &plan); !parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sharding plan '", path,
         "' is not a ShardingPlan in text format: ", parsed.message()));
+  }
+  if (plan.tables().empty()) {
+    // An empty file parses: it would stand for the default plan unseen.
+    return absl::InvalidArgumentError(
+        absl::StrCat("sharding plan '", path, "' plans no tables"));
   }
   return plan;
 }

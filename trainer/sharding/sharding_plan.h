@@ -56,8 +56,10 @@ absl::Status ValidateShardingPlan(
     bool pooled);
 
 // Reads a plan in protobuf text format (as the planner writes it).
-// NotFound when the file cannot be read; InvalidArgument with the parser's
-// line and column for a malformed file. Not validated against a model: see
+// NotFound when the file cannot be read (with the system's reason);
+// InvalidArgument with the parser's line and column for a malformed file,
+// or for a plan of no tables (an empty file). Not validated against a
+// model: see
 // ValidateShardingPlan.
 absl::StatusOr<v1::ShardingPlan> ReadShardingPlan(const std::string& path);
 // Writes `plan` in text format (atomically: a temporary file, then rename).

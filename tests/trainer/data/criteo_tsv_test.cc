@@ -457,11 +457,22 @@ TEST_F(CriteoTsvTest, DataWithOnlyMalformedLinesFails) {
   EXPECT_THAT(batch.status().message(), HasSubstr("a.csv:1: 1 fields"));
 }
 
-TEST_F(CriteoTsvTest, MissingFileIsNotFoundNamingThePath) {
+TEST_F(CriteoTsvTest, MissingFileIsRefusedAtCreateNamingThePath) {
   const std::string good = WritePlain("good.tsv", LineWithLabel(1));
   const std::string missing = Path("missing.tsv");
+  absl::StatusOr<std::unique_ptr<CriteoTsvSource>> source =
+      CriteoTsvSource::Create(OptionsFor({good, missing}, 1));
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(source.status().message(), HasSubstr(missing));
+}
+
+TEST_F(CriteoTsvTest, FileGoneSinceCreateIsNotFoundNamingThePath) {
+  const std::string good = WritePlain("good.tsv", LineWithLabel(1));
+  const std::string missing = WritePlain("gone.tsv", LineWithLabel(1));
   std::unique_ptr<CriteoTsvSource> source =
       MakeSource(OptionsFor({good, missing}, 1));
+  ASSERT_EQ(std::remove(missing.c_str()), 0);
   absl::StatusOr<std::optional<Batch>> first = source->Next();
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(first->has_value());
@@ -472,22 +483,22 @@ TEST_F(CriteoTsvTest, MissingFileIsNotFoundNamingThePath) {
 }
 
 TEST_F(CriteoTsvTest, DirectoryIsRejected) {
-  absl::StatusOr<std::optional<Batch>> batch =
-      MakeSource(OptionsFor({directory_}))->Next();
-  ASSERT_FALSE(batch.ok());
-  EXPECT_EQ(batch.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(batch.status().message(), HasSubstr(directory_));
+  absl::StatusOr<std::unique_ptr<CriteoTsvSource>> source =
+      CriteoTsvSource::Create(OptionsFor({directory_}));
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(source.status().message(), HasSubstr(directory_));
 }
 
 TEST_F(CriteoTsvTest, UnreadableFileIsPermissionDenied) {
   if (geteuid() == 0) GTEST_SKIP() << "root reads every file";
   const std::string path = WritePlain("secret.tsv", LineWithLabel(1));
   ASSERT_EQ(chmod(path.c_str(), 0), 0);
-  absl::StatusOr<std::optional<Batch>> batch =
-      MakeSource(OptionsFor({path}))->Next();
-  ASSERT_FALSE(batch.ok());
-  EXPECT_EQ(batch.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(batch.status().message(), HasSubstr(path));
+  absl::StatusOr<std::unique_ptr<CriteoTsvSource>> source =
+      CriteoTsvSource::Create(OptionsFor({path}));
+  ASSERT_FALSE(source.ok());
+  EXPECT_EQ(source.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(source.status().message(), HasSubstr(path));
 }
 
 TEST_F(CriteoTsvTest, TruncatedGzipIsDataLoss) {
@@ -519,7 +530,8 @@ TEST_F(CriteoTsvTest, RejectsBadOptionsNamingTheField) {
     EXPECT_EQ(source.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(source.status().message(), HasSubstr(field));
   };
-  const CriteoOptions good = OptionsFor({"x.tsv"});
+  const CriteoOptions good =
+      OptionsFor({WritePlain("x.tsv", LineWithLabel(1))});
   ASSERT_TRUE(CriteoTsvSource::Create(good).ok());
   CriteoOptions options = good;
   options.paths.clear();

@@ -190,7 +190,7 @@ launcher=$!
 wait_launcher 60
 elapsed=$(( $(date +%s) - start ))
 kill "$holder" 2> /dev/null
-[ "$rc" = 1 ] || fail "taken port: launcher exited $rc: $(cat "$DIR/taken.err")"
+[ "$rc" = 2 ] || fail "taken port: launcher exited $rc: $(cat "$DIR/taken.err")"
 grep -q 'rank 1 exited with code 2' "$DIR/taken.err" ||
   fail "taken port: rank 1's failure not named: $(cat "$DIR/taken.err")"
 grep -q 'before training started: exiting' "$DIR/taken.err" ||

@@ -106,8 +106,14 @@ TEST(ShardingPlanTest, TextFileRoundTripAndParseErrors) {
   absl::StatusOr<v1::ShardingPlan> parsed = ReadShardingPlan(bad);
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(parsed.status().message(), HasSubstr("line 2"));
-  EXPECT_EQ(ReadShardingPlan(TempPath("absent")).status().code(),
-            absl::StatusCode::kNotFound);
+  const absl::Status absent = ReadShardingPlan(TempPath("absent")).status();
+  EXPECT_EQ(absent.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(absent.message(), HasSubstr("No such file"));
+  const std::string empty = TempPath("empty.textproto");
+  std::ofstream(empty) << "";
+  const absl::Status none = ReadShardingPlan(empty).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.message(), HasSubstr("plans no tables"));
 }
 
 // World size 1: the sharded module is the unsharded one plus collectives
