@@ -9,6 +9,8 @@
 #include "base/file_io.h"
 #include "base/text_proto.h"
 #include "trainer/config_defaults.h"
+#include "trainer/models/model.h"
+#include "trainer/models/model.h"
 #include "trainer/optim/dense_optimizer.h"
 
 namespace deltastream {
@@ -103,6 +105,14 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   settings.dense_arch.assign(model.dense_arch().begin(),
                              model.dense_arch().end());
   settings.over_arch.assign(model.over_arch().begin(), model.over_arch().end());
+  RecModelConfig architecture;
+  architecture.num_dense = settings.num_dense;
+  architecture.dense_arch = settings.dense_arch;
+  architecture.over_arch = settings.over_arch;
+  architecture.tables = settings.tables;
+  if (absl::Status status = ValidateArchitecture(architecture); !status.ok()) {
+    return Invalid("model", status.message());
+  }
 
   const v1::SparseOptimizer& sparse = model.sparse_optimizer();
   if (!sparse.type().empty()) {

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "trainer/models/architecture_rule.h"
+#include "trainer/models/model.h"
 
 namespace deltastream {
 
@@ -40,37 +42,13 @@ void InitializeLinearLayers(torch::nn::Module& module, uint64_t seed) {
   }
 }
 
-absl::Status ValidateArchitecture(
-    int64_t num_dense, const std::vector<int64_t>& dense_arch,
-    const std::vector<int64_t>& over_arch,
-    const std::vector<EmbeddingTableConfig>& tables) {
-  if (num_dense < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_dense must be >= 1, got ", num_dense));
+absl::Status ValidateArchitecture(const RecModelConfig& config) {
+  std::vector<TableShape> tables;
+  for (const EmbeddingTableConfig& table : config.tables) {
+    tables.push_back({table.name, table.embedding_dim});
   }
-  for (const auto* arch : {&dense_arch, &over_arch}) {
-    if (arch->empty() || std::any_of(arch->begin(), arch->end(),
-                                     [](int64_t w) { return w <= 0; })) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          arch == &dense_arch ? "dense_arch" : "over_arch",
-          " needs positive widths, got [", absl::StrJoin(*arch, ", "), "]"));
-    }
-  }
-  if (over_arch.back() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("over_arch must end in 1 (the logit), got [",
-                     absl::StrJoin(over_arch, ", "), "]"));
-  }
-  if (tables.empty()) return absl::InvalidArgumentError("no tables");
-  for (const EmbeddingTableConfig& table : tables) {
-    if (table.embedding_dim != dense_arch.back()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table '", table.name, "' has dim ", table.embedding_dim,
-                       " but dense_arch ends in ", dense_arch.back(),
-                       ": the interaction needs one dim"));
-    }
-  }
-  return absl::OkStatus();
+  return ValidateArchitecture(config.num_dense, config.dense_arch,
+                              config.over_arch, tables);
 }
 
 absl::Status ValidateBatch(const Batch& batch, int64_t num_dense,

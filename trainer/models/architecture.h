@@ -38,13 +38,6 @@ inline uint64_t DenseParameterSeed(uint64_t model_seed) {
   return model_seed ^ 0x9E3779B97F4A7C15ULL;
 }
 
-// InvalidArgument unless num_dense >= 1, both archs are non-empty with
-// positive widths, over_arch ends in 1, there are tables, and every table's
-// dim is dense_arch's last width.
-absl::Status ValidateArchitecture(
-    int64_t num_dense, const std::vector<int64_t>& dense_arch,
-    const std::vector<int64_t>& over_arch,
-    const std::vector<EmbeddingTableConfig>& tables);
 
 // The checks a Forward makes on the batch's metadata (no device read):
 // InvalidArgument unless dense is a floating [B, num_dense] tensor on

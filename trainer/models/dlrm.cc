@@ -23,9 +23,7 @@ Dlrm::Dlrm(DlrmConfig config) : config_(std::move(config)) {}
 Dlrm::~Dlrm() = default;
 
 absl::StatusOr<std::unique_ptr<Dlrm>> Dlrm::Create(DlrmConfig config) {
-  if (absl::Status status = ValidateArchitecture(
-          config.num_dense, config.dense_arch, config.over_arch, config.tables);
-      !status.ok()) {
+  if (absl::Status status = ValidateArchitecture(config); !status.ok()) {
     return status;
   }
   absl::StatusOr<Embeddings> arch =

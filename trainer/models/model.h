@@ -53,6 +53,11 @@ struct RecModelConfig {
   v1::ShardingPlan plan;
 };
 
+// The shape rule (trainer/models/architecture_rule.h) of `config`: what
+// every model's Create checks before it builds anything, for a config's
+// resolution to check first (ResolveTrainerConfig).
+absl::Status ValidateArchitecture(const RecModelConfig& config);
+
 // A recommendation model as the trainer drives it: a click logit per example
 // from dense features and sparse IDs. Embedding tables live in embedding
 // modules whose fused optimizers update them inside backward; every other

@@ -24,9 +24,7 @@ SequenceModel::~SequenceModel() = default;
 
 absl::StatusOr<std::unique_ptr<SequenceModel>> SequenceModel::Create(
     SequenceModelConfig config) {
-  if (absl::Status status = ValidateArchitecture(
-          config.num_dense, config.dense_arch, config.over_arch, config.tables);
-      !status.ok()) {
+  if (absl::Status status = ValidateArchitecture(config); !status.ok()) {
     return status;
   }
   absl::StatusOr<Embeddings> arch =

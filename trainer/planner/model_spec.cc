@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/text_proto.h"
 #include "trainer/config_defaults.h"
+#include "trainer/models/architecture_rule.h"
 
 namespace deltastream::planner {
 namespace {
@@ -133,11 +134,21 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& given) {
   }
 
   // The dense parameters, as trainer/models builds them (float).
-  const int64_t dim = spec.tables.front().dim;
   const std::vector<int64_t> dense_arch(model.dense_arch().begin(),
                                         model.dense_arch().end());
   const std::vector<int64_t> over_arch(model.over_arch().begin(),
                                        model.over_arch().end());
+  std::vector<TableShape> shapes;
+  for (const TableSpec& table : spec.tables) {
+    shapes.push_back({table.name, table.dim});
+  }
+  // A model the trainer would not build is not planned.
+  if (absl::Status status = ValidateArchitecture(model.num_dense(), dense_arch,
+                                                 over_arch, shapes);
+      !status.ok()) {
+    return Invalid("model", status.message());
+  }
+  const int64_t dim = spec.tables.front().dim;
   int64_t features = 0;
   for (const TableSpec& table : spec.tables) features += table.num_features;
   const int64_t vectors = features + 1;

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <set>
 #include <utility>
+#include <vector>
 
 namespace deltastream::planner {
 namespace {
@@ -30,6 +31,7 @@ class Placer {
     partition_.ranks.resize(options.size());
     partition_.used.assign(topology.world_size, Storage());
     partition_.cost.assign(topology.world_size, Cost());
+    charged_.assign(topology.world_size, Storage());
   }
 
   Storage FreeOn(int rank) const {
@@ -49,18 +51,23 @@ class Placer {
     partition_.unplaced.push_back(UnplacedShard{
         options_[option]->table, static_cast<int>(shard), rank,
         estimate.storage, Missing(estimate.storage, FreeOn(rank))});
-    // Charged to the rank all the same, so that the next shard that does
-    // not fit goes elsewhere and `used` shows each rank's shortfall.
-    partition_.used[rank] += estimate.storage;
+    // Charged to the rank, so that the next shard that does not fit goes
+    // elsewhere and, in the end, `used` shows each rank's shortfall; shards
+    // placed later still see the room really left (a small table is not
+    // reported as unplaceable because a huge one did not fit).
+    charged_[rank] += estimate.storage;
   }
 
-  // The rank with the most room in the deciding tier (ties: lowest rank).
+  // The rank with the most room in the deciding tier, shards that found no
+  // room counted (ties: lowest rank).
   int RoomiestRank() const {
+    auto room = [&](int rank) {
+      return Primary(FreeOn(rank), topology_) -
+             Primary(charged_[rank], topology_);
+    };
     int best = 0;
     for (int rank = 1; rank < topology_.world_size; ++rank) {
-      if (Primary(FreeOn(rank), topology_) > Primary(FreeOn(best), topology_)) {
-        best = rank;
-      }
+      if (room(rank) > room(best)) best = rank;
     }
     return best;
   }
@@ -172,6 +179,9 @@ class Placer {
     for (const Cost& cost : partition_.cost) {
       partition_.max_cost = std::max(partition_.max_cost, cost.total());
     }
+    for (int rank = 0; rank < topology_.world_size; ++rank) {
+      partition_.used[rank] += charged_[rank];
+    }
     return std::move(partition_);
   }
 
@@ -180,6 +190,8 @@ class Placer {
   const Topology& topology_;
   const Storage usable_;
   Partition partition_;
+  // Per rank, the shards charged to it that found no room (Unplaced).
+  std::vector<Storage> charged_;
 };
 
 }  // namespace

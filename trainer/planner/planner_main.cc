@@ -10,11 +10,13 @@
 // flags or input.
 #include <google/protobuf/text_format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -78,10 +80,38 @@ absl::StatusOr<int64_t> GpuMemoryBytes() {
   return mib << 20;
 }
 
+// The flags' own ranges (0 keeps a default where the help says so).
+absl::Status CheckFlags() {
+  for (const auto& [name, value] :
+       {std::pair<const char*, double>{"hbm_gb", absl::GetFlag(FLAGS_hbm_gb)},
+        {"ddr_gb", absl::GetFlag(FLAGS_ddr_gb)}}) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be a number of GiB >= 0 (0: found "
+                                   "on this machine)"));
+    }
+  }
+  if (absl::GetFlag(FLAGS_batch_size) < 0) {
+    return absl::InvalidArgumentError(
+        "--batch_size must be >= 0 (0: the config's)");
+  }
+  if (absl::GetFlag(FLAGS_local_world_size) < 0) {
+    return absl::InvalidArgumentError(
+        "--local_world_size must be >= 0 (0: world_size)");
+  }
+  if (absl::GetFlag(FLAGS_dp_bins_per_device) < 1) {
+    return absl::InvalidArgumentError("--dp_bins_per_device must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
 int Run() {
   const int world_size = absl::GetFlag(FLAGS_world_size);
   if (world_size < 1)
     return Fail(kBadInput, "--world_size=N (N >= 1) is required");
+  if (absl::Status status = CheckFlags(); !status.ok()) {
+    return Fail(kBadInput, status);
+  }
 
   v1::TrainerConfig config;
   if (!absl::GetFlag(FLAGS_config).empty()) {
@@ -169,10 +199,13 @@ int Run() {
   absl::StatusOr<Plan> plan =
       MakePlan(model->tables, model->optimizer, topology, reservation, options);
   if (!plan.ok()) {
-    const bool nothing_fits =
-        plan.status().code() == absl::StatusCode::kResourceExhausted;
-    return Fail(nothing_fits ? kNothingFits : kBadInput,
-                plan.status().message());
+    if (plan.status().code() == absl::StatusCode::kResourceExhausted) {
+      // The report keeps its lines; its first is "planner: no plan fits:".
+      std::fprintf(stderr, "%s: %s\n", program_invocation_short_name,
+                   std::string(plan.status().message()).c_str());
+      return kNothingFits;
+    }
+    return Fail(kBadInput, plan.status().message());
   }
 
   const std::string out = absl::GetFlag(FLAGS_out);

@@ -29,11 +29,13 @@ std::string WriteFile(const std::string& name, const std::string& text) {
   return path;
 }
 
+// Tables of one dim, dense_arch's last width: a model the trainer builds.
 constexpr char kConfig[] = R"(
 model {
-  tables { name: "users" num_embeddings: 2000000 embedding_dim: 64 }
+  dense_arch: [256, 128]
+  tables { name: "users" num_embeddings: 2000000 embedding_dim: 128 }
   tables { name: "items" num_embeddings: 500000 embedding_dim: 128 }
-  tables { name: "tiny" num_embeddings: 100 embedding_dim: 16 }
+  tables { name: "tiny" num_embeddings: 100 embedding_dim: 128 }
   sparse_optimizer { type: "adam" }
 }
 data { batch_size: 1024 }
@@ -103,13 +105,17 @@ TEST(PlannerCli, EveryProposerAndGpus) {
 
 TEST(PlannerCli, NothingFitsExitsOneWithTheReasons) {
   const std::string config = WriteFile("huge.textproto", R"(
-model { tables { name: "huge" num_embeddings: 400000000 embedding_dim: 128 }
-        tables { name: "small" num_embeddings: 1000 embedding_dim: 16 } })");
+model { dense_arch: [64, 128]
+        tables { name: "huge" num_embeddings: 400000000 embedding_dim: 128 }
+        tables { name: "small" num_embeddings: 1000 embedding_dim: 128 } })");
   const CommandResult result =
       RunCommand(Planner("--config=" + config + " --world_size=2 --ddr_gb=8"));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_THAT(result.err, HasSubstr("no plan fits"));
   EXPECT_THAT(result.err, HasSubstr("table 'huge'"));
+  // The report keeps its lines (docs/planner.md), the first one prefixed.
+  EXPECT_THAT(result.err, HasSubstr("\n  table 'huge'"));
+  EXPECT_EQ(result.err.rfind("planner: no plan fits: ", 0), 0u) << result.err;
   EXPECT_THAT(result.err, HasSubstr("missing (its shards need"));
   EXPECT_THAT(result.err, HasSubstr("more ranks"));
   EXPECT_THAT(result.err, Not(HasSubstr("'small'")));
@@ -118,7 +124,8 @@ model { tables { name: "huge" num_embeddings: 400000000 embedding_dim: 128 }
 
   // A constraint that forbids the row-wise split that would fit.
   const std::string wide = WriteFile("wide.textproto", R"(
-model { tables { name: "wide" num_embeddings: 30000000 embedding_dim: 64 } })");
+model { dense_arch: [64]
+        tables { name: "wide" num_embeddings: 30000000 embedding_dim: 64 } })");
   const std::string constraints =
       WriteFile("constraints.textproto",
                 R"(tables { table: "wide" sharding_types: [TABLE_WISE] })");
@@ -153,12 +160,28 @@ TEST(PlannerCli, BadInputExitsTwo) {
            WriteFile("c.textproto", "tables { table: \"nope\" }"),
        "'nope'"},
       {"--world_size=2 --out=/nonexistent/dir/plan.textproto", "cannot write"},
+      {"--world_size=2 --batch_size=-5", "--batch_size must be >= 0"},
+      {"--world_size=2 --dp_bins_per_device=0", "--dp_bins_per_device"},
+      {"--world_size=2 --local_world_size=-1", "--local_world_size must be"},
+      {"--world_size=2 --device=cuda --hbm_gb=-1", "--hbm_gb must be"},
+      // A model the trainer would not build (ValidateArchitecture).
+      {"--world_size=2 --config=" +
+           WriteFile("mismatch.textproto",
+                     "model { dense_arch: [64, 8] tables { name: \"t0\" "
+                     "num_embeddings: 1000 embedding_dim: 16 } }"),
+       "dense_arch ends in 8"},
   };
   for (const Case& c : cases) {
     const CommandResult result = RunCommand(Planner(c.flags + " --ddr_gb=4"));
     EXPECT_EQ(result.exit_code, 2) << c.flags;
     EXPECT_THAT(result.err, HasSubstr(c.message)) << c.flags;
     ExpectNoCrash(result);
+  }
+  for (const char* ddr : {"-1", "nan"}) {
+    const CommandResult result =
+        RunCommand(Planner(std::string("--world_size=2 --ddr_gb=") + ddr));
+    EXPECT_EQ(result.exit_code, 2) << ddr;
+    EXPECT_THAT(result.err, HasSubstr("--ddr_gb must be")) << ddr;
   }
   const CommandResult env = RunCommand("STORAGE_RESERVE_PERCENT=lots " +
                                        Planner("--world_size=2 --ddr_gb=4"));

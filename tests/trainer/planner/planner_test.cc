@@ -562,8 +562,9 @@ TEST(ModelSpec, DefaultsMatchTheTrainer) {
   EXPECT_EQ(spec->optimizer, OptimizerKind::kRowwiseAdagrad);
   EXPECT_FALSE(spec->gpu);
   absl::StatusOr<v1::TrainerConfig> config = ParseConfigText(R"(
-    model { kind: "sequence" tables { name: "s" num_embeddings: 10
-            embedding_dim: 8 feature_names: ["a", "b"] dtype: "double" }
+    model { kind: "sequence" dense_arch: [8] tables { name: "s"
+            num_embeddings: 10 embedding_dim: 8 feature_names: ["a", "b"]
+            dtype: "double" }
             sparse_optimizer { type: "adam" } }
     data { batch_size: 64 synthetic { min_length: 2 max_length: 6 } }
     device: "cuda")");
