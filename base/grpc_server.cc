@@ -1,11 +1,15 @@
 #include "base/grpc_server.h"
 
 #include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -88,6 +92,46 @@ absl::Status ProbeBind(const std::string& address, const HostPort& listen) {
   return absl::OkStatus();
 }
 
+// InvalidArgument, naming the files, unless `cert_pem` begins with a PEM
+// certificate and `key_pem` holds the private key of that certificate:
+// what gRPC would find out only when the server starts, with lines of its
+// own and a failure that reads like a bound port.
+absl::Status CheckKeyCertPair(const std::string& cert_pem,
+                              const std::string& cert_path,
+                              const std::string& key_pem,
+                              const std::string& key_path) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(
+      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())),
+      &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr),
+      &X509_free);
+  if (cert == nullptr) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_cert '", cert_path, "' holds no PEM certificate"));
+  }
+  std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())),
+      &BIO_free);
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
+      PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr),
+      &EVP_PKEY_free);
+  if (key == nullptr) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_key '", key_path, "' holds no PEM private key (unencrypted)"));
+  }
+  if (X509_check_private_key(cert.get(), key.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_key '", key_path,
+                     "' is not the key of the certificate in --tls_cert '",
+                     cert_path, "'"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StartedServer> StartServer(
@@ -121,6 +165,11 @@ ServerCredentialsFromFiles(const std::string& tls_cert,
   if (!cert_pem.ok()) return cert_pem.status();
   absl::StatusOr<std::string> key_pem = ReadSmallFile(tls_key);
   if (!key_pem.ok()) return key_pem.status();
+  if (absl::Status pair = CheckKeyCertPair(*cert_pem, tls_cert, *key_pem,
+                                           tls_key);
+      !pair.ok()) {
+    return pair;
+  }
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({*key_pem, *cert_pem});
   return grpc::SslServerCredentials(ssl);

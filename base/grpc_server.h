@@ -47,7 +47,9 @@ absl::StatusOr<StartedServer> StartServer(
 
 // Server credentials from --tls_cert / --tls_key (PEM files): TLS when both
 // are given, insecure when both are empty. InvalidArgument when only one is
-// given; the file's error (NotFound, ...) naming it when one cannot be read.
+// given, or (naming the files) when the certificate or the unencrypted
+// private key does not parse or the key is not the certificate's; the
+// file's error (NotFound, ...) naming it when one cannot be read.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
 ServerCredentialsFromFiles(const std::string& tls_cert,
                            const std::string& tls_key);

@@ -17,9 +17,11 @@
 #include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -411,14 +413,34 @@ int WriteNpz(const ReceivedDelta& delta, const std::string& file,
   return 0;
 }
 
+// OK when `file` can be written (its "<file>.tmp", as WriteDeltaNpz writes
+// it first, can be created): checked before a read, which moves the
+// consumer's cursor, so that a bad path loses no rows.
+absl::Status CheckWritable(const std::string& file) {
+  const std::string tmp = file + ".tmp";
+  std::FILE* probe = std::fopen(tmp.c_str(), "wb");
+  if (probe == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno),
+                     "; nothing was read"));
+  }
+  std::fclose(probe);
+  std::remove(tmp.c_str());
+  return absl::OkStatus();
+}
+
 int RunGet(const Invocation& run) {
   std::optional<v1::GetDeltaRequest> request = ReadRequest("get", run);
   if (!request.has_value()) return kExitUsage;
+  const std::string file = absl::GetFlag(FLAGS_out);
+  if (!file.empty()) {
+    if (absl::Status writable = CheckWritable(file); !writable.ok()) {
+      return Fail(kExitFailure, writable);
+    }
+  }
   auto delta = run.client->GetDelta(*request);
   if (!delta.ok()) return Fail(kExitFailure, delta.status());
-  if (const std::string file = absl::GetFlag(FLAGS_out); !file.empty()) {
-    return WriteNpz(*delta, file, run.format);
-  }
+  if (!file.empty()) return WriteNpz(*delta, file, run.format);
   const v1::DeltaHeader& header = delta->header;
   if (Structured(run.format)) {
     json tables = json::object();
@@ -679,10 +701,11 @@ int RunChain(const Invocation& run) {
     return exit_code;
   }
   // Text: the layout scripts and tests/store:checkpoint_chain_test read;
-  // wide adds the consumer and the write time after RUN.
+  // wide adds the consumer and the write time after RUN. Batches [START,
+  // END), as in the JSON, the file names and every delta.
   const bool wide = run.format == OutputFormat::kWide;
-  std::printf("%-10s %12s %12s %12s %6s  %s%s\n", "KIND", "FROM_BATCH",
-              "TO_BATCH", "BYTES", "DENSE", "RUN",
+  std::printf("%-10s %12s %12s %12s %6s  %s%s\n", "KIND", "START_BATCH",
+              "END_BATCH", "BYTES", "DENSE", "RUN",
               wide ? "  CONSUMER  WRITTEN" : "");
   for (size_t i = 0; i < links->size(); ++i) {
     const ChainLink& link = (*links)[i];
@@ -703,7 +726,7 @@ int RunChain(const Invocation& run) {
     std::printf("%-10s %12lld %12lld %12lld %6s  %s%s\n",
                 link.full ? "full" : "increment",
                 static_cast<long long>(link.start_batch),
-                static_cast<long long>(link.end_batch - 1),
+                static_cast<long long>(link.end_batch),
                 static_cast<long long>(link.bytes),
                 !info.has_value()            ? "?"
                 : info->dense_parameters > 0 ? "yes"

@@ -163,8 +163,12 @@ absl::Status Predictor::Session() {
         added.status().code() != absl::StatusCode::kAlreadyExists) {
       return added.status();
     }
-    Log(absl::StrCat("added consumer '", options_.consumer, "' to ",
-                     options_.target));
+    // Said loudly: a misspelt name would hold rows on the trainer for good.
+    LogWarning(absl::StrCat(
+        "consumer '", options_.consumer, "' was not on ", options_.target,
+        ": added; the trainer keeps its unread rows until it is removed "
+        "(deltactl consumers remove ",
+        options_.consumer, ")"));
     cursor = tracker->current_batch();
   }
 

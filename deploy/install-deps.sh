@@ -10,7 +10,8 @@ set -euo pipefail
 # c10d), nlohmann JSON (deltactl); tests and benchmarks: GoogleTest/GoogleMock,
 # Google Benchmark; lint and formatting: clang (-Wthread-safety) with its
 # runtimes, clang-format, clang-tidy (tests/lint); NumPy (tests read .npz
-# files as users do), openssl (tests make TLS certificates); prometheus-cpp
+# files as users do), openssl (tests make TLS certificates) and libssl-dev
+# (the servers check TLS files); prometheus-cpp
 # (metrics over HTTP); the Python client and its tests (clients/python:
 # gRPC, protobuf, PyTorch; tests/deploy: YAML). All names checked with
 # `apt-cache policy`.
@@ -20,7 +21,7 @@ PACKAGES=(
   libabsl-dev librocksdb-dev libtorch-dev libgloo-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format clang-tidy
-  python3-numpy openssl prometheus-cpp-dev
+  python3-numpy openssl libssl-dev prometheus-cpp-dev
   python3-grpcio python3-protobuf python3-torch python3-yaml
 )
 

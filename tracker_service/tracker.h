@@ -235,8 +235,8 @@ struct TrackerState {
 //  (windows end at curr at most): rows recorded into it later, or read by a
 //  consumer that reads closed batches only, can then never hide inside a
 //  compacted lookup below a cursor. Results are the same.
-//  - Clear(c) moves c's cursor to the present and deletes what no consumer
-//    still needs; Clear() deletes everything.
+//  - Clear(c) moves c's cursor to the present (the open batch) and deletes
+//    what no consumer still needs; Clear() deletes everything recorded.
 //
 // Memory cap: after a record pushes the store over `memory_cap_bytes`, the
 // tracker (1) deletes what no consumer needs, (2) compacts between cursors,
@@ -349,10 +349,15 @@ class Tracker {
   absl::Status RemoveConsumer(absl::string_view name) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<std::string> Consumers() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Clear(c): c's cursor moves to the present (curr + 1); every lookup no
+  // Clear(c): c's cursor moves to the present, the open batch (as a read of
+  // the closed batches leaves it: rows recorded after the clear reach c, and
+  // rows the open batch held before it may reach c too); every lookup no
   // consumer still needs is deleted. NotFound for an unknown consumer.
+  // (TorchRec moves the cursor past the open batch, whose later rows that
+  // consumer would then never see.)
   absl::Status Clear(absl::string_view consumer) ABSL_LOCKS_EXCLUDED(mu_);
-  // Clear(): deletes everything; every cursor moves to the present.
+  // Clear(): deletes everything recorded so far; every cursor moves to the
+  // present, as above.
   void ClearAll() ABSL_LOCKS_EXCLUDED(mu_);
 
   TrackerStatus Status() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -487,7 +487,11 @@ void Tracker::MarkLostLocked(Consumer& consumer, int64_t batch) {
 }
 
 void Tracker::MoveToPresentLocked(Consumer& consumer) {
-  consumer.cursor = curr_batch_ + 1;
+  // The open batch stays ahead, as after a read of the closed batches: rows
+  // recorded into it after the clear must reach the consumer (a cursor past
+  // it would skip them with no resync); rows it already holds may reach the
+  // consumer again, which loses nothing.
+  consumer.cursor = curr_batch_;
   consumer.table_cursors.clear();
   consumer.pending.clear();
 }

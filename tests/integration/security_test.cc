@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -156,6 +157,33 @@ TEST(SecurityTest, TlsWithASelfSignedCertificate) {
   auto client = DeltaClient::Create(server.target(), options);
   ASSERT_TRUE(client->Record({{{"t", at::arange(3), {}}}}).ok());
   EXPECT_EQ(*client->Step(), 1);
+}
+
+// TLS files that gRPC would refuse only while starting (with lines of its
+// own, and a failure that read like an address in use) are refused first,
+// in one line that names them: exit 2.
+TEST(SecurityTest, MismatchedOrMalformedTlsFilesAreNamed) {
+  auto [cert, key] = SelfSignedCertificate("pair");
+  auto other = SelfSignedCertificate("stranger");
+  const std::string garbage = WriteFile("garbage.pem", "not a PEM file\n");
+  const std::string server =
+      RunfilePath("tracker_service/tracker_server") + " --listen=127.0.0.1:0 ";
+  const struct {
+    std::string flags;
+    std::string says;
+  } kRefusals[] = {
+      {"--tls_cert=" + cert + " --tls_key=" + other.second,
+       "is not the key of the certificate"},
+      {"--tls_cert=" + cert + " --tls_key=" + garbage, "holds no PEM private"},
+      {"--tls_cert=" + garbage + " --tls_key=" + key, "holds no PEM cert"},
+  };
+  for (const auto& refusal : kRefusals) {
+    const CommandResult result = RunCommand(server + refusal.flags);
+    EXPECT_EQ(result.exit_code, 2) << refusal.flags << ": " << result.err;
+    EXPECT_NE(result.err.find(refusal.says), std::string::npos) << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << result.err;
+  }
 }
 
 }  // namespace

@@ -136,6 +136,18 @@ TEST(ServerCliTest, GetWritesANumpyFile) {
   EXPECT_EQ(ids_only["tables"]["sparse.t1"]["ids"], json({2, 4}));
   EXPECT_FALSE(ids_only["tables"]["sparse.t1"].contains("states"))
       << ids_only.dump();
+  // A file that cannot be written is found before the read: the rows stay
+  // the consumer's to read (its cursor did not move).
+  ASSERT_TRUE(client
+                  ->Record({{{"sparse.t1", at::tensor({7}, at::kLong),
+                              at::tensor({5.0f, 6.0f}).reshape({1, 2})}}})
+                  .ok());
+  ASSERT_TRUE(client->Step().ok());
+  const CommandResult refused =
+      RunCommand(Deltactl(server, "get --consumer=c --out=/nonexistent/e.npz"));
+  ExpectCleanError(refused, "nothing was read");
+  json kept = Json(RunCommand(Deltactl(server, "get --json --consumer=c")));
+  EXPECT_EQ(kept["tables"]["sparse.t1"]["ids"], json({7})) << kept.dump();
 }
 
 // -o json is --json; -o yaml holds the same tree (read with PyYAML); -o wide

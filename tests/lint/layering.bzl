@@ -41,6 +41,7 @@ LAYERS = {
     "trainer": [
         "//trainer/comm:comm",
         "//trainer/data:data",
+        "//trainer/models:architecture_rule",
         "//trainer/models:models",
         "//trainer/modules:modules",
         "//trainer/optim:optim",

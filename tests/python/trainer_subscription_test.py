@@ -83,6 +83,11 @@ class TrainerSubscriptionTest(unittest.TestCase):
             pooled = model(torch.tensor([[0, 1]]))
             self.assertEqual(tuple(pooled.shape), (1, model.weight.shape[1]))
             self.assertTrue(p.status().ready)
+            # No IDs, and IDs of another integer width, are IDs too.
+            self.assertEqual(p.lookup(fqn, []).rows.shape,
+                             (0, model.weight.shape[1]))
+            narrow = p.lookup(fqn, np.asarray(PROBE_IDS, np.int32))
+            self.assertEqual(narrow.rows.shape[0], len(PROBE_IDS))
             with self.assertRaises(grpc.RpcError) as error:
                 p.lookup("no.such.table", PROBE_IDS)
             self.assertEqual(error.exception.code(), grpc.StatusCode.NOT_FOUND)

@@ -502,6 +502,9 @@ TEST(CheckpointChainTest, DeltactlShowsLinksAndGaps) {
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("2 links"));
   EXPECT_THAT(out, HasSubstr("no gaps"));
+  // Batches [START, END), as the JSON and the file names give them.
+  EXPECT_THAT(out, HasSubstr("START_BATCH"));
+  EXPECT_THAT(out, ::testing::ContainsRegex("increment +10 +20 "));
   ASSERT_TRUE(WriteChainLink(dir, Read(30, 40, {3}, 1)).ok());
   out = Deltactl("chain --json --dir=" + dir, &code);
   EXPECT_EQ(code, 1) << out;

@@ -16,6 +16,16 @@
 namespace deltastream {
 namespace {
 
+// A read of closed batches only, as the service makes them.
+Delta ReadClosed(Tracker& tracker, const std::string& consumer) {
+  DeltaRequest request;
+  request.consumer = consumer;
+  request.through_current_batch = false;
+  auto delta = tracker.GetDelta(request);
+  EXPECT_TRUE(delta.ok()) << delta.status();
+  return *std::move(delta);
+}
+
 TEST(TrackerTest, ClearOneConsumerMovesItToThePresent) {
   TrackerOptions options;
   options.consumers = {"a", "b"};
@@ -24,15 +34,51 @@ TEST(TrackerTest, ClearOneConsumerMovesItToThePresent) {
   tracker->Step();
   ASSERT_TRUE(tracker->Clear("a").ok());
   EXPECT_EQ(tracker->Status().usage.total.lookups, 1);  // b needs it
+  // Recorded after a's clear, into the batch that was open: a's to read.
   ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({2})}}).ok());
   tracker->Step();
   ASSERT_TRUE(tracker->Clear("b").ok());
-  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
-  EXPECT_TRUE(IdsOf(Read(*tracker, "a"), kT1).empty());
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 1);  // a needs it
+  EXPECT_EQ(IdsOf(Read(*tracker, "a"), kT1), std::vector<int64_t>{2});
   EXPECT_EQ(tracker->Clear("zz").code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({3})}}).ok());
   tracker->ClearAll();
   EXPECT_TRUE(IdsOf(Read(*tracker, "b"), kT1).empty());
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+}
+
+// A clear in the middle of a batch: what is recorded into that batch after
+// it reaches the cleared consumers, which read closed batches (the cursor
+// used to pass the open batch, and such rows were lost to them with no
+// resync).
+TEST(TrackerTest, RowsRecordedAfterAClearInTheOpenBatchAreRead) {
+  TrackerOptions options;
+  options.consumers = {"a", "b"};
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({2})}}).ok());
+  ASSERT_TRUE(tracker->Clear("a").ok());
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({3})}}).ok());
+  tracker->Step();
+  // a: the batch that was open when it cleared, 2 included (b still holds
+  // it); b: everything.
+  EXPECT_EQ(IdsOf(ReadClosed(*tracker, "a"), kT1),
+            (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(IdsOf(ReadClosed(*tracker, "b"), kT1),
+            (std::vector<int64_t>{1, 2, 3}));
+
+  // Clear of every consumer: what was recorded is gone, what follows in the
+  // same batch is read.
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({4})}}).ok());
+  tracker->ClearAll();
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({5})}}).ok());
+  tracker->Step();
+  for (const char* consumer : {"a", "b"}) {
+    const Delta delta = ReadClosed(*tracker, consumer);
+    EXPECT_EQ(IdsOf(delta, kT1), std::vector<int64_t>{5}) << consumer;
+    EXPECT_FALSE(delta.resync_required) << consumer;
+  }
 }
 
 TEST(TrackerTest, ConsumersAddedAndRemovedAtRunTime) {
@@ -245,16 +291,6 @@ TEST(TrackerTest, AcknowledgedReadSurvivesCompactionByOthers) {
   ASSERT_TRUE(tracker->Commit("a", a1->end_batch).ok());
   EXPECT_EQ(IdsOf(Read(*tracker, "a"), kT1), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(IdsOf(Read(*tracker, "b"), kT1), (std::vector<int64_t>{1, 2, 3}));
-}
-
-// A read of closed batches only, as the service makes them.
-Delta ReadClosed(Tracker& tracker, const std::string& consumer) {
-  DeltaRequest request;
-  request.consumer = consumer;
-  request.through_current_batch = false;
-  auto delta = tracker.GetDelta(request);
-  EXPECT_TRUE(delta.ok()) << delta.status();
-  return *std::move(delta);
 }
 
 TEST(TrackerTest, ConsumersReadingTheSameBatchesShareOneGather) {

@@ -6,6 +6,7 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <exception>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -34,8 +35,19 @@ at::Tensor InitialRows(const EmbeddingTableConfig& table, uint64_t seed) {
   const double low = table.init_min.value_or(-bound);
   const double high = table.init_max.value_or(bound);
   at::Generator generator = at::detail::createCPUGenerator(seed);
-  at::Tensor rows = at::empty({table.num_embeddings, table.embedding_dim},
-                              at::TensorOptions().dtype(table.dtype));
+  at::Tensor rows;
+  try {
+    rows = at::empty({table.num_embeddings, table.embedding_dim},
+                     at::TensorOptions().dtype(table.dtype));
+  } catch (const std::exception&) {
+    // LibTorch's own words name neither the table nor its size.
+    TORCH_CHECK(false, "table '", table.name, "' (", table.num_embeddings,
+                " x ", table.embedding_dim, ", ",
+                static_cast<double>(table.num_embeddings) *
+                    static_cast<double>(table.embedding_dim) *
+                    static_cast<double>(c10::elementSize(table.dtype)) / 1e9,
+                " GB): out of memory");
+  }
   if (low == high) return rows.fill_(low);
   return rows.uniform_(low, high, generator);
 }

@@ -366,7 +366,12 @@ class PredictorClient(_Connection):
         """Rows of table `fqn` for `ids` (int64 [n]). UNAVAILABLE before the
         predictor holds a version; NOT_FOUND for a table it does not hold."""
         request = predictor_pb2.LookupRequest(fqn=fqn)
-        tensors.from_numpy(np.asarray(ids).reshape(-1), request.ids)
+        array = np.asarray(ids).reshape(-1)
+        # [] is float64 to NumPy, and narrower integers are IDs all the same.
+        if array.size == 0 or array.dtype.kind == "i" or (
+                array.dtype.kind == "u" and array.dtype.itemsize < 8):
+            array = array.astype(np.int64)
+        tensors.from_numpy(array, request.ids)
         response = self.call(self._stub.Lookup, request)
         return LookupResult(version=response.version,
                             rows=tensors.to_numpy(response.rows),
