@@ -241,9 +241,10 @@ class RemoteModelDeltaTracker:
                     f"consumer {consumer!r} not in {self._consumers}")
             if len(self._consumers) > 1:
                 return
-        # The service moves every cursor past its open batch; a step after
-        # it opens a batch that the cursors read, so records that follow in
-        # this TorchRec batch stay visible, as after TorchRec's delete.
+        # The service deletes what was recorded and leaves its open batch
+        # ahead of every cursor; the step after it gives the records that
+        # follow in this TorchRec batch a service batch of their own, which
+        # every cursor reads, as after TorchRec's delete.
         self._client.clear()
         self._client.step()
         self._open_batch_recorded = False
