@@ -163,11 +163,14 @@ class RemoteModelDeltaTracker:
 
     def step(self) -> None:
         """Moves the batch index forward (TorchRec: at each forward's start)."""
-        for consumer, missed in self._read_this_batch.items():
-            if missed:
-                self._client.clear(consumer)
+        missed = [c for c, m in self._read_this_batch.items() if m]
         self._read_this_batch.clear()
         self._client.step()
+        # What was recorded in this batch after their read is not theirs
+        # (TorchRec's cursor passed it): a clear now, with the service's
+        # batches that hold it closed, moves their cursors past it.
+        for consumer in missed:
+            self._client.clear(consumer)
         self._open_batch_recorded = False
         self.curr_batch_idx += 1
 
@@ -219,8 +222,12 @@ class RemoteModelDeltaTracker:
         if consumer not in self._consumers:
             raise ValueError(f"consumer {consumer!r} not in {self._consumers}")
         if self._read_this_batch.get(consumer):
-            # A second read in one TorchRec batch starts past the open
-            # batch: what came after the first read is not c's.
+            # A second read in one TorchRec batch starts past what came
+            # after the first, which is not c's: the service's batches that
+            # hold it are closed, then a clear moves c's cursor past them.
+            if self._open_batch_recorded:
+                self._client.step()
+                self._open_batch_recorded = False
             self._client.clear(consumer)
         if self._open_batch_recorded:
             self._client.step()  # the service reads closed batches only
