@@ -108,7 +108,8 @@ std::string OffsetPort(const std::string& address, int offset) {
 
 // What --nproc_per_node's ranks would each refuse, refused once by the
 // launcher: every local rank's service port (PORT + local rank) must exist,
-// and a plan file must read as a plan.
+// and a plan file must read as a plan for that many ranks. (A port in use
+// is found by the rank that binds it, as under torchrun.)
 absl::Status CheckLaunch(const TrainerSettings& settings) {
   const int ranks = absl::GetFlag(FLAGS_nproc_per_node);
   absl::StatusOr<HostPort> listen = SplitHostPort(settings.service.listen);
@@ -122,6 +123,11 @@ absl::Status CheckLaunch(const TrainerSettings& settings) {
     absl::StatusOr<v1::ShardingPlan> plan =
         ReadShardingPlan(settings.plan_path);
     if (!plan.ok()) return plan.status();
+    if (plan->world_size() != ranks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sharding plan '", settings.plan_path, "' is for world size ",
+          plan->world_size(), ", --nproc_per_node starts ", ranks, " ranks"));
+    }
   }
   return absl::OkStatus();
 }

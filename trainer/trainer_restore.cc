@@ -142,8 +142,11 @@ absl::Status Trainer::RestoreOrStart() {
     while (tracker_->current_batch() < step_) tracker_->Step();
   }
   // Consumers that hold rows of later steps (from before a crash) hold
-  // changes this run lost: deltas tell them where this run starts.
-  tracker_->MarkRunStart(std::min(batch, step_));
+  // changes this run lost: deltas tell them where this run starts, the
+  // model's step. Batches before it are the model's history even when the
+  // tracker holds fewer of them (a snapshot behind the model, or none for
+  // this plan: a resharded restart); those who lack some resync (below).
+  tracker_->MarkRunStart(step_);
   if (s.group != nullptr && s.group->world_size() > 1) {
     // A commit (or read, or new consumer) may have reached some ranks before
     // their snapshot and others after: every rank takes the agreed cursors

@@ -187,6 +187,9 @@ TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
   WriteText(dir + "/skip.textproto",
             "tracker { fqns_to_skip: \"sparse_arch.t0\" }\n");
   WriteText(dir + "/empty.plan", "");
+  WriteText(dir + "/three.plan",
+            "world_size: 3 tables { table: \"t0\" sharding_type: "
+            "TABLE_WISE }\n");
   WriteText(dir + "/empty.tsv", "");
   WriteText(dir + "/criteo.textproto",
             "model { kind: \"dlrm\" tables { name: \"c0\" num_embeddings: "
@@ -208,6 +211,8 @@ TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
       {"--nproc_per_node=2 --plan=" + dir + "/absent.plan",
        "absent.plan': No such file"},
       {"--nproc_per_node=2 --plan=" + dir + "/empty.plan", "plans no tables"},
+      {"--nproc_per_node=2 --plan=" + dir + "/three.plan",
+       "is for world size 3, --nproc_per_node starts 2 ranks"},
       {"--nproc_per_node=2 --listen=127.0.0.1:65535", "no port for local rank"},
       {"--config=" + dir + "/skip.textproto",
        "'sparse_arch.t0' skips nothing"},

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "clients/delta_client.h"
@@ -196,6 +197,18 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
                   checked_types["TABLE_WISE"] == 1,
               name, " checked too few sharding types");
 
+  // A read of chosen tables names only tables every rank holds a shard of:
+  // a table-wise one is refused, naming its rank, before any rank reads.
+  for (const auto& [fqn, type] : sharding) {
+    v1::GetDeltaRequest chosen = Read("merged");
+    chosen.add_fqns(fqn);
+    if (type == "TABLE_WISE") {
+      const absl::Status refused = (*fan_in)->GetDelta(chosen).status();
+      RANK_EXPECT(refused.code() == absl::StatusCode::kUnimplemented &&
+                      absl::StrContains(refused.message(), "held by rank(s)"),
+                  name, " ", fqn, ": ", refused.ToString());
+    }
+  }
   // A commit reaches every rank: the next read starts where this one ended.
   RANK_OK((*fan_in)->Commit("merged", merged->header.end_batch()));
   absl::StatusOr<ReceivedDelta> next = (*fan_in)->GetDelta(Read("merged"));
