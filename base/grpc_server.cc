@@ -104,12 +104,11 @@ absl::Status CheckKeyCertPair(const std::string& cert_pem,
       BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())),
       &BIO_free);
   std::unique_ptr<X509, decltype(&X509_free)> cert(
-      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr),
-      &X509_free);
+      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr), &X509_free);
   if (cert == nullptr) {
     ERR_clear_error();
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tls_cert '", cert_path, "' holds no PEM certificate"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tls_cert '", cert_path, "' holds no PEM certificate"));
   }
   std::unique_ptr<BIO, decltype(&BIO_free)> key_bio(
       BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())),
@@ -124,10 +123,9 @@ absl::Status CheckKeyCertPair(const std::string& cert_pem,
   }
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     ERR_clear_error();
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tls_key '", key_path,
-                     "' is not the key of the certificate in --tls_cert '",
-                     cert_path, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_key '", key_path,
+        "' is not the key of the certificate in --tls_cert '", cert_path, "'"));
   }
   return absl::OkStatus();
 }
@@ -165,8 +163,8 @@ ServerCredentialsFromFiles(const std::string& tls_cert,
   if (!cert_pem.ok()) return cert_pem.status();
   absl::StatusOr<std::string> key_pem = ReadSmallFile(tls_key);
   if (!key_pem.ok()) return key_pem.status();
-  if (absl::Status pair = CheckKeyCertPair(*cert_pem, tls_cert, *key_pem,
-                                           tls_key);
+  if (absl::Status pair =
+          CheckKeyCertPair(*cert_pem, tls_cert, *key_pem, tls_key);
       !pair.ok()) {
     return pair;
   }

@@ -10,7 +10,6 @@
 #include "base/text_proto.h"
 #include "trainer/config_defaults.h"
 #include "trainer/models/model.h"
-#include "trainer/models/model.h"
 #include "trainer/optim/dense_optimizer.h"
 
 namespace deltastream {

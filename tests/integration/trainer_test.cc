@@ -159,8 +159,9 @@ TEST(TrainerTest, TheLastStepIsCheckpointedOnce) {
   std::filesystem::remove_all(dir);
   const std::string config = TestTempDir() + "/every5.textproto";
   WriteText(config, "checkpoints { every_steps: 5 }\n");
-  const std::string trainer = RunfilePath("trainer/trainer") + " --config=" +
-                              config + " --checkpoint_dir=" + dir;
+  const std::string trainer = RunfilePath("trainer/trainer") +
+                              " --config=" + config +
+                              " --checkpoint_dir=" + dir;
   CommandResult result = RunCommand(trainer + " --steps=10");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   auto count = [](const std::string& text, const std::string& what) {
@@ -176,6 +177,27 @@ TEST(TrainerTest, TheLastStepIsCheckpointedOnce) {
       << result.err;
   EXPECT_TRUE(std::filesystem::exists(
       dir + "/checkpoints/checkpoint-000000000010/manifest.json"));
+}
+
+// A restart whose tracker holds fewer batches than the model's step (no
+// snapshot for it: a resharded restart, or a lost database) starts its run
+// at the model's step, not at the tracker's: the batches before it are the
+// model's history, which consumers (a checkpoint chain) keep.
+TEST(TrainerTest, ARunStartsAtTheModelsStep) {
+  const std::string dir = TestTempDir() + "/run_start";
+  std::filesystem::remove_all(dir);
+  const CommandResult first = RunCommand(RunfilePath("trainer/trainer") +
+                                         " --steps=6 --checkpoint_dir=" + dir +
+                                         " --listen=127.0.0.1:0");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  std::filesystem::remove_all(dir + "/db");  // the tracker's snapshots
+  ServerProcess trainer({"--steps=-1", "--checkpoint_dir=" + dir},
+                        "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0) << "trainer did not start";
+  const CommandResult status = RunCommand(Deltactl(trainer, "status --json"));
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_EQ(json::parse(status.out)["run_start_batch"].get<int64_t>(), 6)
+      << status.out;
 }
 
 // What would fail a run later, or be ignored, is refused before any step:
@@ -214,8 +236,7 @@ TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
       {"--nproc_per_node=2 --plan=" + dir + "/three.plan",
        "is for world size 3, --nproc_per_node starts 2 ranks"},
       {"--nproc_per_node=2 --listen=127.0.0.1:65535", "no port for local rank"},
-      {"--config=" + dir + "/skip.textproto",
-       "'sparse_arch.t0' skips nothing"},
+      {"--config=" + dir + "/skip.textproto", "'sparse_arch.t0' skips nothing"},
       {"--config=" + dir + "/criteo.textproto", "absent.tsv"},
       {"--steps=2 --checkpoint_dir=" + dir + "/taken",
        "taken/checkpoints': Not a directory"},
@@ -223,8 +244,7 @@ TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
   for (const auto& refusal : kRefusals) {
     const CommandResult result = RunCommand(trainer + " " + refusal.args);
     EXPECT_EQ(result.exit_code, 2) << refusal.args << ": " << result.err;
-    EXPECT_THAT(result.err, ::testing::HasSubstr(refusal.says))
-        << refusal.args;
+    EXPECT_THAT(result.err, ::testing::HasSubstr(refusal.says)) << refusal.args;
     EXPECT_THAT(result.err, ::testing::Not(::testing::HasSubstr("step 1")))
         << refusal.args;
   }

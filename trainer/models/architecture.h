@@ -38,7 +38,6 @@ inline uint64_t DenseParameterSeed(uint64_t model_seed) {
   return model_seed ^ 0x9E3779B97F4A7C15ULL;
 }
 
-
 // The checks a Forward makes on the batch's metadata (no device read):
 // InvalidArgument unless dense is a floating [B, num_dense] tensor on
 // `device` and the sparse features have stride B.

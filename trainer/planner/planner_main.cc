@@ -87,8 +87,9 @@ absl::Status CheckFlags() {
         {"ddr_gb", absl::GetFlag(FLAGS_ddr_gb)}}) {
     if (!(value >= 0) || !std::isfinite(value)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--", name, " must be a number of GiB >= 0 (0: found "
-                                   "on this machine)"));
+          absl::StrCat("--", name,
+                       " must be a number of GiB >= 0 (0: found "
+                       "on this machine)"));
     }
   }
   if (absl::GetFlag(FLAGS_batch_size) < 0) {
