@@ -110,12 +110,6 @@ struct Invocation {
   TrackerClient* client = nullptr;
   // The one server at the target, for producers' calls (push, step).
   DeltaClient* server = nullptr;
-  // The flags given on the command line, by name.
-  std::vector<std::string> flags;
-
-  bool Given(absl::string_view flag) const {
-    return std::count(flags.begin(), flags.end(), flag) > 0;
-  }
 };
 
 // One command. Adding a command is one entry in Commands().
@@ -358,8 +352,7 @@ int RunStep(const Invocation& run) {
 // The read that get and subscribe ask for, from the flags; nullopt (after
 // the usage line) without --consumer or with both kinds of top-k. A top-k
 // flag given is sent whatever its value (the server checks its range).
-std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command,
-                                               const Invocation& run) {
+std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command) {
   v1::GetDeltaRequest request;
   request.set_consumer(absl::GetFlag(FLAGS_consumer));
   if (request.consumer().empty()) {
@@ -370,14 +363,14 @@ std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command,
        absl::StrSplit(absl::GetFlag(FLAGS_fqn), ',', absl::SkipEmpty())) {
     request.add_fqns(std::string(fqn));
   }
-  if (run.Given("top_percentage") && run.Given("top_count")) {
+  if (FlagGiven("top_percentage") && FlagGiven("top_count")) {
     Usage(command + " takes --top_percentage or --top_count, not both");
     return std::nullopt;
   }
-  if (run.Given("top_percentage")) {
+  if (FlagGiven("top_percentage")) {
     request.mutable_top_k()->set_percentage(
         absl::GetFlag(FLAGS_top_percentage));
-  } else if (run.Given("top_count")) {
+  } else if (FlagGiven("top_count")) {
     request.mutable_top_k()->set_count(absl::GetFlag(FLAGS_top_count));
   }
   request.set_include_scores(absl::GetFlag(FLAGS_scores));
@@ -430,7 +423,7 @@ absl::Status CheckWritable(const std::string& file) {
 }
 
 int RunGet(const Invocation& run) {
-  std::optional<v1::GetDeltaRequest> request = ReadRequest("get", run);
+  std::optional<v1::GetDeltaRequest> request = ReadRequest("get");
   if (!request.has_value()) return kExitUsage;
   const std::string file = absl::GetFlag(FLAGS_out);
   if (!file.empty()) {
@@ -500,7 +493,7 @@ int RunGet(const Invocation& run) {
 
 int RunSubscribe(const Invocation& run) {
   v1::SubscribeRequest request;
-  std::optional<v1::GetDeltaRequest> read = ReadRequest("subscribe", run);
+  std::optional<v1::GetDeltaRequest> read = ReadRequest("subscribe");
   if (!read.has_value()) return kExitUsage;
   *request.mutable_read() = *read;
   request.set_every_steps(absl::GetFlag(FLAGS_every_steps));
@@ -924,9 +917,9 @@ std::string FlagError() {
 
 // --target when given (not empty), else $DELTACTL_TARGET when set and not
 // empty, else the flag's default.
-absl::StatusOr<std::string> Target(const ParsedCommandLine& line) {
+absl::StatusOr<std::string> Target() {
   const std::string target = absl::GetFlag(FLAGS_target);
-  if (std::count(line.flags.begin(), line.flags.end(), "target") > 0) {
+  if (FlagGiven("target")) {
     if (target.empty()) {
       return absl::InvalidArgumentError("--target must not be empty");
     }
@@ -985,14 +978,12 @@ int Run(int argc, char** argv) {
   }
   Invocation run;
   run.args = std::move(args);
-  run.flags = line->flags;
   absl::StatusOr<OutputFormat> format =
       ParseOutputFormat(absl::GetFlag(FLAGS_output));
   if (!format.ok()) return Usage(format.status().message());
   run.format = *format;
   if (absl::GetFlag(FLAGS_json)) {
-    if (run.format != OutputFormat::kJson &&
-        std::count(line->flags.begin(), line->flags.end(), "output") > 0) {
+    if (run.format != OutputFormat::kJson && FlagGiven("output")) {
       return Usage(absl::StrCat("--json and -o ", absl::GetFlag(FLAGS_output),
                                 " disagree"));
     }
@@ -1002,7 +993,7 @@ int Run(int argc, char** argv) {
     return Usage(error);
   }
   if (!command->connects) return command->run(run);
-  absl::StatusOr<std::string> target = Target(*line);
+  absl::StatusOr<std::string> target = Target();
   if (!target.ok()) return Usage(target.status().message());
   ClientOptions client_options;
   client_options.timeout =

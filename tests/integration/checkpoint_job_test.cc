@@ -58,15 +58,6 @@ std::string WriteConfig(const std::string& work, const std::string& text) {
   return path;
 }
 
-int Count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos;
-       at = text.find(what, at + 1)) {
-    ++n;
-  }
-  return n;
-}
-
 // The trainer's newest checkpoint: its step and path ({-1, ""}: none yet).
 std::pair<int64_t, std::string> NewestCheckpoint(const std::string& dir) {
   const std::optional<std::string> path = LatestCheckpoint(dir);

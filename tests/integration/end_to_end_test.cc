@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -37,10 +36,6 @@
 
 namespace deltastream {
 namespace {
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
 
 int64_t TrainerBatch(const std::string& target) {
   auto client = DeltaClient::Create(target);

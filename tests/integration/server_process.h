@@ -150,6 +150,21 @@ inline std::string ReadText(const std::string& path) {
   return text.str();
 }
 
+// Replaces the file at `path` with `text`.
+inline void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+// How many times `what` occurs in `text` (overlaps counted).
+inline int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
 // A command running in the background, stdout and stderr to files.
 class Background {
  public:

@@ -144,13 +144,6 @@ TEST(TrainerTest, BadConfigIsAClearErrorWithExitCode2) {
   EXPECT_THAT(result.err, ::testing::HasSubstr("line 2"));
 }
 
-void WriteText(const std::string& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  ASSERT_NE(f, nullptr) << path;
-  std::fputs(text.c_str(), f);
-  std::fclose(f);
-}
-
 // A step already checkpointed is not saved again at the end: the save of a
 // same-step checkpoint takes the complete one apart first, so a crash
 // during it would lose the newest checkpoint.
@@ -164,16 +157,8 @@ TEST(TrainerTest, TheLastStepIsCheckpointedOnce) {
                               " --checkpoint_dir=" + dir;
   CommandResult result = RunCommand(trainer + " --steps=10");
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  auto count = [](const std::string& text, const std::string& what) {
-    int n = 0;
-    for (size_t at = text.find(what); at != std::string::npos;
-         at = text.find(what, at + 1)) {
-      ++n;
-    }
-    return n;
-  };
-  EXPECT_EQ(count(result.err, "checkpoint-000000000010 ("), 1) << result.err;
-  EXPECT_EQ(count(result.err, "checkpoint of step 10 already written"), 1)
+  EXPECT_EQ(Count(result.err, "checkpoint-000000000010 ("), 1) << result.err;
+  EXPECT_EQ(Count(result.err, "checkpoint of step 10 already written"), 1)
       << result.err;
   EXPECT_TRUE(std::filesystem::exists(
       dir + "/checkpoints/checkpoint-000000000010/manifest.json"));
