@@ -252,9 +252,27 @@ absl::StatusOr<ReceivedDelta> MergeParts(const v1::TopologyResponse& topology,
       data_parallel.insert(shard.fqn());
     }
   }
+  // A rank holding no shard of a table it was asked for (a read of chosen
+  // tables goes to every rank) answers it with no rows: not a piece.
+  std::map<std::string, std::set<int>> holders;
+  for (const v1::TableShard& shard : topology.shards()) {
+    holders[shard.fqn()].insert(shard.rank());
+  }
   std::map<std::string, std::vector<ReceivedTable*>> pieces;
-  for (ReceivedDelta& part : parts) {
-    for (auto& [fqn, table] : part.tables) pieces[fqn].push_back(&table);
+  std::map<std::string, ReceivedTable*> not_held;  // the first, by table
+  for (size_t r = 0; r < parts.size(); ++r) {
+    for (auto& [fqn, table] : parts[r].tables) {
+      auto held = holders.find(fqn);
+      if (held == holders.end() || held->second.count(static_cast<int>(r)) ||
+          HasRows(table)) {
+        pieces[fqn].push_back(&table);
+      } else {
+        not_held.emplace(fqn, &table);
+      }
+    }
+  }
+  for (auto& [fqn, table] : not_held) {
+    if (pieces[fqn].empty()) pieces[fqn].push_back(table);
   }
   bool same_start = true;
   for (const ReceivedDelta& part : parts) {
@@ -473,41 +491,9 @@ v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
 
 }  // namespace
 
-namespace {
-
-// OK unless `request` names a table that some rank of `topology` holds no
-// shard of: every rank takes the read at the cut, and a rank refuses a table
-// it does not hold (a known limit: such a table is read with the others).
-absl::Status CheckTablesOnEveryRank(const v1::TopologyResponse& topology,
-                                    const v1::GetDeltaRequest& request) {
-  if (request.fqns().empty()) return absl::OkStatus();
-  std::map<std::string, std::set<int>> ranks_of;
-  for (const v1::TableShard& shard : topology.shards()) {
-    ranks_of[shard.fqn()].insert(shard.rank());
-  }
-  for (const std::string& fqn : request.fqns()) {
-    auto it = ranks_of.find(fqn);
-    if (it == ranks_of.end()) continue;  // the ranks say it is unknown
-    if (static_cast<int>(it->second.size()) < topology.world_size()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "table '", fqn, "' is held by rank(s) ",
-          absl::StrJoin(it->second, ", "), " of ", topology.world_size(),
-          ": a read of chosen tables from a sharded trainer can name only "
-          "tables every rank holds a shard of; read it with every table"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
     const std::shared_ptr<const Ranks>& ranks,
     const v1::GetDeltaRequest& request) {
-  if (absl::Status s = CheckTablesOnEveryRank(ranks->topology, request);
-      !s.ok()) {
-    return s;
-  }
   v1::GetDeltaRequest at_cut = request;
   if (at_cut.cut() == 0) at_cut.set_cut(NewCut());
   std::vector<DeltaClient*> clients;

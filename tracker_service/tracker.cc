@@ -126,6 +126,12 @@ Tracker::Tracker(TrackerOptions options, FeatureMap feature_map,
                  LiveRowsReader* reader)
     : options_(std::move(options)),
       feature_map_(std::move(feature_map)),
+      held_elsewhere_([this] {
+        absl::flat_hash_set<std::string> elsewhere(options_.model_fqns.begin(),
+                                                   options_.model_fqns.end());
+        for (const std::string& fqn : feature_map_.fqns) elsewhere.erase(fqn);
+        return elsewhere;
+      }()),
       run_id_(NewRunId()),
       reader_(reader),
       store_(UpdateModeFor(options_.mode)) {

@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -51,6 +52,14 @@ struct TrackerOptions {
   // The trainer's tables, for feature-to-FQN mapping. Empty means "open": any
   // table FQN may be recorded with RecordTables (a standalone server).
   std::vector<TrackedModule> modules;
+  // Every table of the model, when the model is sharded across processes and
+  // this tracker holds only part of it (a sharded trainer's rank: the tables
+  // of its plan); empty otherwise. A read naming a table of the model that
+  // this tracker does not track (other ranks hold all of it) answers that
+  // table with no rows and moves its cursor as for any table, so one read of
+  // chosen tables can go to every rank; reads of every table leave such
+  // tables out.
+  std::vector<std::string> model_fqns;
 };
 
 struct DeltaRequest {
@@ -516,6 +525,9 @@ class Tracker {
 
   const TrackerOptions options_;
   const FeatureMap feature_map_;
+  // TrackerOptions::model_fqns that the feature map lacks: tables only other
+  // processes hold, read as tables without rows.
+  const absl::flat_hash_set<std::string> held_elsewhere_;
   const std::string run_id_;
   LiveRowsReader* const reader_;
   DeltaStore store_;

@@ -24,6 +24,22 @@ UniqueRows EmptyRows() {
   return rows;
 }
 
+// A read's table that other processes hold all of
+// (TrackerOptions::model_fqns): no rows, and empty states and scores where
+// the mode and the request give a table of this tracker's those.
+TableDelta NoRowsHeldHere(TrackingMode mode, const DeltaRequest& request,
+                          const std::string& fqn) {
+  TableDelta table;
+  table.ids = at::empty({0}, at::kLong);
+  if (mode == TrackingMode::kIdOnly || request.all_rows) return table;
+  table.states = at::empty({0, 1}, at::kFloat);
+  if (request.include_scores || request.top_k.has_value() ||
+      request.per_table_top_k.count(fqn) > 0) {
+    table.scores = at::empty({0}, at::kFloat);
+  }
+  return table;
+}
+
 // A filling read copies states in pieces of about this many bytes, telling
 // its StatesFill after each.
 constexpr int64_t kCopyPieceBytes = 256 << 10;
@@ -327,7 +343,8 @@ absl::Status Tracker::PrepareReadLocked(
       const bool known =
           std::find(fqns.begin(), fqns.end(), fqn) != fqns.end() ||
           std::find(feature_map_.fqns.begin(), feature_map_.fqns.end(), fqn) !=
-              feature_map_.fqns.end();
+              feature_map_.fqns.end() ||
+          held_elsewhere_.contains(fqn);
       if (!known) {
         return absl::NotFoundError(
             absl::StrCat("unknown table '", fqn,
@@ -352,6 +369,10 @@ absl::Status Tracker::PrepareReadLocked(
   for (const std::string& fqn : fqns) {
     const int64_t from = ReadFrom(*consumer, fqn, request, end);
     delta.start_batch = std::min(delta.start_batch, from);
+    if (held_elsewhere_.contains(fqn)) {
+      delta.tables[fqn] = NoRowsHeldHere(options_.mode, request, fqn);
+      continue;  // nothing to read (read.tables)
+    }
     // Compacting between every pair of cursors, not only from the largest
     // as TorchRec does, means the consumers that read later find one
     // merged lookup instead of re-uniquing the same batches each.

@@ -175,6 +175,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     });
     TrackerOptions options = s.tracker;
     options.modules = DescribeModules(modules);
+    if (s.group != nullptr) {
+      // A read of chosen tables goes to every rank; a rank answers a table
+      // only other ranks hold with no rows.
+      const ServiceTopology model = DescribeTopology(
+          s.group->rank(), WorldSize(s), trainer->model_->sharded_modules(),
+          modules, options.fqns_to_skip);
+      for (const ServiceTopology::Shard& shard : model.shards) {
+        options.model_fqns.push_back(shard.fqn);
+      }
+    }
     absl::StatusOr<std::unique_ptr<Tracker>> tracker =
         Tracker::Create(std::move(options), trainer->rows_reader_.get());
     if (!tracker.ok()) return tracker.status();

@@ -364,6 +364,47 @@ TEST(TrackerTest, ReadingTablesSeparatelyLosesNothing) {
             absl::StatusCode::kNotFound);
 }
 
+// A sharded trainer's rank: model_fqns lists a table only other ranks hold.
+TEST(TrackerTest, ATableOnlyOtherRanksHoldIsReadWithNoRows) {
+  constexpr char kElsewhere[] = "sparse.ec.embeddings.t9";
+  TrackerOptions options = EmbeddingOptions();
+  options.model_fqns = {kT1, kT2, kElsewhere};
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker
+                  ->RecordTables({{kT1, Ids({1}), at::ones({1, 2})},
+                                  {kT2, Ids({7}), at::ones({1, 2})}})
+                  .ok());
+  tracker->Step();
+  DeltaRequest chosen;
+  chosen.fqns = {kT1, kElsewhere};
+  absl::StatusOr<Delta> delta = tracker->GetDelta(chosen);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  ASSERT_EQ(delta->tables.size(), 2u);
+  EXPECT_EQ(IdsOf(*delta, kT1), std::vector<int64_t>{1});
+  const TableDelta& none = delta->tables.at(kElsewhere);
+  EXPECT_EQ(none.ids.numel(), 0);
+  EXPECT_EQ(none.states.size(0), 0);
+  const int64_t first_end = delta->end_batch;
+
+  // Its cursor moved as t1's did; reads of every table leave it out, and t2
+  // (not read) still has its row.
+  delta = tracker->GetDelta(chosen);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(delta->start_batch, first_end);
+  Delta every = Read(*tracker);
+  EXPECT_EQ(every.tables.count(kElsewhere), 0u);
+  EXPECT_EQ(IdsOf(every, kT2), std::vector<int64_t>{7});
+  // A table of no one's model is still unknown; so is recording into one
+  // held elsewhere.
+  DeltaRequest unknown;
+  unknown.fqns = {"sparse.ec.embeddings.t8"};
+  EXPECT_EQ(tracker->GetDelta(unknown).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      tracker->RecordTables({{kElsewhere, Ids({3}), at::ones({1, 2})}}).code(),
+      absl::StatusCode::kNotFound);
+}
+
 TEST(TrackerTest, ConcurrentStyleReadSeesOnlyClosedBatches) {
   auto tracker = MakeTracker({});
   ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1})}}).ok());

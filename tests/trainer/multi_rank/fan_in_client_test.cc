@@ -10,9 +10,10 @@
 // minimum; reads while the ranks train are consistent cuts (each rank's part
 // ends at the same batch, later each time, with the dense parameters); a
 // Commit reaches every rank (the next read starts where the
-// committed one ended). Then, in one process: a one-process trainer is read
-// through FanInClient as through a DeltaClient, and MergeRankDeltas refuses
-// parts that do not fit together.
+// committed one ended); a read of one chosen table, of every sharding type,
+// is that table of the merged read. Then, in one process: a one-process trainer
+// is read through FanInClient as through a DeltaClient, and MergeRankDeltas
+// refuses parts that do not fit together.
 #include "clients/fan_in_client.h"
 
 #include <ATen/ATen.h>
@@ -197,18 +198,32 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
                   checked_types["TABLE_WISE"] == 1,
               name, " checked too few sharding types");
 
-  // A read of chosen tables names only tables every rank holds a shard of:
-  // a table-wise one is refused, naming its rank, before any rank reads.
+  // A read of one chosen table, of any sharding type (a table-wise one too,
+  // which one rank holds and the other answers with no rows), is that table
+  // of the merged read: the same batches (nothing committed yet), the same
+  // rows.
   for (const auto& [fqn, type] : sharding) {
     v1::GetDeltaRequest chosen = Read("merged");
     chosen.add_fqns(fqn);
-    if (type == "TABLE_WISE") {
-      const absl::Status refused = (*fan_in)->GetDelta(chosen).status();
-      RANK_EXPECT(refused.code() == absl::StatusCode::kUnimplemented &&
-                      absl::StrContains(refused.message(), "held by rank(s)"),
-                  name, " ", fqn, ": ", refused.ToString());
-    }
+    absl::StatusOr<ReceivedDelta> one = (*fan_in)->GetDelta(chosen);
+    RANK_OK(one);
+    RANK_EXPECT(one->tables.size() == 1 && one->tables.count(fqn) == 1 &&
+                    one->header.end_batch() == merged->header.end_batch() &&
+                    one->header.start_batch() == merged->header.start_batch(),
+                name, " ", fqn, " (", type,
+                ") chosen read: ", one->tables.size(), " tables, ",
+                one->header.ShortDebugString());
+    const ReceivedTable& got = one->tables.at(fqn);
+    const ReceivedTable& want = merged->tables.at(fqn);
+    RANK_EXPECT(got.ids.equal(want.ids) && got.values.equal(want.values) &&
+                    got.states.defined() == want.states.defined() &&
+                    (!want.states.defined() || got.states.equal(want.states)),
+                name, " ", fqn, " (", type, ") chosen read: ", got.ids.numel(),
+                " rows, the merged read's ", want.ids.numel());
   }
+  // The commit below is of the newest read ending at that batch: every table.
+  merged = (*fan_in)->GetDelta(Read("merged"));
+  RANK_OK(merged);
   // A commit reaches every rank: the next read starts where this one ended.
   RANK_OK((*fan_in)->Commit("merged", merged->header.end_batch()));
   absl::StatusOr<ReceivedDelta> next = (*fan_in)->GetDelta(Read("merged"));
