@@ -124,11 +124,29 @@ absl::Status Trainer::RestoreOrStart() {
   } else if (batch > step_) {
     // Lookups of steps the model lost: their recorded rows are not the
     // model's any more.
+    // They are dropped and the tracker's batches restart at the model's
+    // step (a consumer version is a model step: verify_model compares them);
+    // cursors past it come back to it.
     log_(absl::StrFormat(
         "warning: tracker snapshot is at batch %d but the model at step %d; "
-        "the tracker recorded steps %d..%d that this run trains again: every "
-        "consumer is told to resync",
-        batch, step_, step_, batch - 1));
+        "the tracker recorded steps %d..%d that this run trains again: they "
+        "are dropped, its batches restart at %d and every consumer is told to "
+        "resync",
+        batch, step_, step_, batch - 1, step_));
+    TrackerState rewound = tracker_->SaveConsumers();
+    rewound.current_batch = step_;
+    rewound.compact_index = step_;
+    for (ConsumerState& consumer : rewound.consumers) {
+      consumer.cursor = std::min(consumer.cursor, step_);
+      for (auto& [fqn, cursor] : consumer.table_cursors) {
+        cursor = std::min(cursor, step_);
+      }
+      consumer.pending_reads.clear();
+    }
+    if (absl::Status status = tracker_->RestoreState(std::move(rewound));
+        !status.ok()) {
+      return status;
+    }
     tracker_->RequireResync();
   } else if (batch < step_) {
     // Changes of steps between the two were never recorded: a consumer

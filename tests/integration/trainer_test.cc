@@ -185,6 +185,28 @@ TEST(TrainerTest, ARunStartsAtTheModelsStep) {
       << status.out;
 }
 
+// A tracker snapshot ahead of the model (its checkpoint lost): the steps the
+// model trains again are dropped and the tracker's batches restart at the
+// model's step, so that the next restart finds both at one step (a consumer's
+// version is a model step).
+TEST(TrainerTest, ATrackerAheadOfTheModelRestartsAtTheModelsStep) {
+  const std::string trainer =
+      RunfilePath("trainer/trainer") +
+      " --listen=127.0.0.1:0 --checkpoint_dir=" + TestTempDir() + "/ahead";
+  std::filesystem::remove_all(TestTempDir() + "/ahead");
+  ASSERT_EQ(RunCommand(trainer + " --steps=6").exit_code, 0);
+  std::filesystem::remove_all(TestTempDir() +
+                              "/ahead/checkpoints/checkpoint-000000000006");
+  const CommandResult again = RunCommand(trainer + " --steps=3");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, ::testing::HasSubstr("its batches restart at 0"));
+  const CommandResult next = RunCommand(trainer + " --steps=1");
+  ASSERT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_THAT(next.err, ::testing::HasSubstr("(batch 3,")) << next.err;
+  EXPECT_THAT(next.err, ::testing::Not(::testing::HasSubstr("warning")))
+      << next.err;
+}
+
 // What would fail a run later, or be ignored, is refused before any step:
 // exit 2 and one line naming it (exit 1 for data with nothing to train).
 TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
