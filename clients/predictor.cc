@@ -74,6 +74,15 @@ bool IsFatal(const absl::Status& status) {
          status.code() == absl::StatusCode::kPermissionDenied;
 }
 
+// A replica write that failed in the replica's own storage (a full or
+// failing disk under --replica_db): retrying the trainer cannot fix it, and a
+// database whose write failed must not be written again.
+bool IsReplicaStorageFailure(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kInternal ||
+         status.code() == absl::StatusCode::kDataLoss ||
+         status.code() == absl::StatusCode::kResourceExhausted;
+}
+
 }  // namespace
 
 Predictor::Predictor(PredictorOptions options,
@@ -243,6 +252,7 @@ absl::Status Predictor::FullRead(const std::string& why) {
   if (absl::Status s =
           replica_->Reset({*delta}, header.end_batch(), header.run_id());
       !s.ok()) {
+    fatal_ = IsReplicaStorageFailure(s);
     return s;
   }
   staged_.clear();
@@ -387,6 +397,7 @@ bool Predictor::OnPush(ReceivedDelta&& delta) {
           absl::StrCat("a push could not be applied: ", s.message());
       NoteError(s);
     } else {
+      fatal_ = IsReplicaStorageFailure(s);
       push_error_ = s;
     }
     return false;

@@ -9,6 +9,7 @@
 #include <rocksdb/slice_transform.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <cstring>
@@ -297,7 +298,28 @@ class RocksRowStore : public Replica::RowStore {
   const rocksdb::Snapshot* snapshot_ = nullptr;
 };
 
+// ResourceExhausted when the disk under `path` has too little space for a
+// write of `bytes` to its write-ahead log. Debian's RocksDB aborts the
+// process (an assertion) when a WAL append fails and the same write then
+// syncs, so a write the disk cannot take must never reach it.
+absl::Status CheckRoomForWrite(const std::string& path, size_t bytes) {
+  struct statvfs disk;
+  if (statvfs(path.c_str(), &disk) != 0) return absl::OkStatus();
+  const uint64_t free_bytes =
+      static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize;
+  const uint64_t needed = 2 * static_cast<uint64_t>(bytes) + (1 << 20);
+  if (free_bytes >= needed) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("cannot write replica database '", path, "': ", free_bytes,
+                   " bytes free on its disk, a write of ", bytes,
+                   " bytes needs ", needed, " (No space left on device)"));
+}
+
 absl::Status RocksStagedWrite::Persist() {
+  if (absl::Status room = CheckRoomForWrite(store_->path_, batch.GetDataSize());
+      !room.ok()) {
+    return room;
+  }
   rocksdb::WriteOptions options;
   options.sync = true;  // durable when Apply returns
   rocksdb::Status status = store_->db_->Write(options, &batch);
