@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -52,6 +55,40 @@ absl::StatusOr<HeldVersion> ReadChainEnd(const std::string& dir) {
   return held;
 }
 
+namespace {
+
+// The first problem of the links a load of `dir` applies (VerifyChainLink:
+// every record's checksum), or nullopt when all are sound. Other errors (a
+// link that cannot be read at all) are returned.
+absl::StatusOr<std::optional<std::string>> FirstDamagedLink(
+    const std::string& dir) {
+  absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
+  if (!links.ok()) return links.status();
+  for (const ChainLink& link : AppliedLinks(*links)) {
+    absl::Status status = VerifyChainLink(link);
+    if (status.code() == absl::StatusCode::kDataLoss) {
+      return std::optional<std::string>(std::string(status.message()));
+    }
+    if (!status.ok()) return status;
+  }
+  return std::optional<std::string>();
+}
+
+// Removes the temporary files of link writes a crash cut short.
+void RemoveUnfinishedLinks(const std::string& dir) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::EndsWith(name, ".ckpt.tmp")) continue;
+    if (std::filesystem::remove(entry.path(), error)) {
+      LogInfo(absl::StrCat("removed ", name,
+                           ", a link whose write did not finish"));
+    }
+  }
+}
+
+}  // namespace
+
 bool UnreachableRetry::ShouldRetry(const absl::Status& status, absl::Time now) {
   just_started_ = false;
   if (status.code() != absl::StatusCode::kUnavailable &&
@@ -89,6 +126,20 @@ absl::Status CheckpointJob::Run() {
   if (!chain.ok()) return chain.status();
   chain_ = *std::move(chain);
   need_full_ = chain_.end_batch < 0;
+  RemoveUnfinishedLinks(options_.dir);
+  if (!need_full_) {
+    // Increments on a link that fails its checksums would never load: the
+    // next link is a full one, which supersedes it (kept on disk).
+    absl::StatusOr<std::optional<std::string>> damaged =
+        FirstDamagedLink(options_.dir);
+    if (!damaged.ok()) return damaged.status();
+    if (damaged->has_value()) {
+      LogWarning(absl::StrCat(**damaged,
+                              ": the chain cannot be loaded past it; the "
+                              "next link is a full one"));
+      need_full_ = true;
+    }
+  }
   {
     absl::MutexLock lock(&stats_mu_);
     stats_.chain_end_batch = chain_.end_batch;

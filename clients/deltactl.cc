@@ -667,7 +667,13 @@ int RunChain(const Invocation& run) {
     infos.push_back(info.ok() ? std::optional<ChainLinkInfo>(*info)
                               : std::nullopt);
   }
-  const int exit_code = problems.empty() ? 0 : kExitFailure;
+  // Problems go to the output with the links, and the first to stderr too.
+  const auto exit_code = [&] {
+    if (problems.empty()) return 0;
+    return Fail(kExitFailure,
+                absl::StrCat("the chain in '", dir, "' has ", problems.size(),
+                             " problem(s); the first: ", problems.front()));
+  };
   if (Structured(run.format)) {
     json out = {{"dir", dir},
                 {"links", json::array()},
@@ -691,7 +697,7 @@ int RunChain(const Invocation& run) {
       out["links"].push_back(std::move(entry));
     }
     PrintStructured(out, run.format);
-    return exit_code;
+    return exit_code();
   }
   // Text: the layout scripts and tests/store:checkpoint_chain_test read;
   // wide adds the consumer and the write time after RUN. Batches [START,
@@ -732,7 +738,8 @@ int RunChain(const Invocation& run) {
   for (const std::string& problem : problems) {
     std::printf("problem: %s\n", problem.c_str());
   }
-  return exit_code;
+  std::fflush(stdout);
+  return exit_code();
 }
 
 const std::vector<Command>& Commands() {

@@ -243,6 +243,44 @@ TEST(CheckpointJobTest, AConsumerThatReadBeforeGetsAFullBase) {
   EXPECT_FALSE(chain->run_id.empty());
 }
 
+// A job that starts on a chain whose applied link fails its checksum (bit
+// rot, a torn copy) writes a full link, which supersedes it, rather than
+// increments that could never be loaded; a link write a crash cut short
+// (its .tmp file) is removed.
+TEST(CheckpointJobTest, ADamagedChainGetsAFullLinkAndUnfinishedWritesGo) {
+  const std::string work = TestTempDir() + "/checkpoint_job_damaged";
+  std::filesystem::remove_all(work);
+  ServerProcess trainer({"--steps=-1", "--consumers=checkpoint"},
+                        "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  CommandResult first = RunCommand(Job(trainer, work, 2));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  absl::StatusOr<LoadedChain> sound = LoadChain(work);
+  ASSERT_TRUE(sound.ok()) << sound.status();
+  ASSERT_EQ(sound->links.size(), 2u);
+  const std::string damaged = sound->links[1].path;
+  {
+    std::fstream file(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(-20, std::ios::end);
+    const char byte = static_cast<char>(file.get() ^ 0x40);
+    file.seekp(-20, std::ios::end);
+    file.put(byte);
+  }
+  ASSERT_FALSE(LoadChain(work).ok());
+  const std::string unfinished =
+      work + "/full-000000000000-000000000099.ckpt.tmp";
+  std::ofstream(unfinished) << "half a link";
+
+  CommandResult again = RunCommand(Job(trainer, work, 1));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr("fails its checksum"));
+  EXPECT_THAT(again.out, HasSubstr("full batches 0.."));
+  EXPECT_FALSE(std::filesystem::exists(unfinished));
+  absl::StatusOr<LoadedChain> healed = LoadChain(work);
+  ASSERT_TRUE(healed.ok()) << healed.status();
+  EXPECT_GT(healed->end_batch, sound->end_batch);
+}
+
 TEST(CheckpointJobTest, RowsDroppedUnderTheMemoryCapMakeAFullLink) {
   const std::string work = TestTempDir() + "/checkpoint_job_resync";
   std::filesystem::remove_all(work);

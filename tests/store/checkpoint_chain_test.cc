@@ -510,6 +510,9 @@ TEST(CheckpointChainTest, DeltactlShowsLinksAndGaps) {
   EXPECT_EQ(code, 1) << out;
   EXPECT_THAT(out, HasSubstr("batches 20..29 missing"));
   EXPECT_THAT(out, HasSubstr("\"kind\":\"increment\""));
+  // The exit code's reason on stderr too, as every failed command's.
+  EXPECT_THAT(out, HasSubstr("deltactl: the chain in '" + dir +
+                             "' has 1 problem(s); the first: "));
 }
 
 // Issue 21, defect 6: `deltactl chain` said "no gaps" and exit 0 for links
