@@ -8,7 +8,7 @@
 // --checkpoint_dir takes the newest checkpoint of a trainer's
 // <checkpoint dir>/checkpoints. Prints one line per copy ("... matches the
 // trainer: yes"). Exit codes: 0 all match, 1 a copy differs or cannot be
-// read, 2 bad flags.
+// read (the trainer's checkpoint too: a damaged archive), 2 bad flags.
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -48,7 +48,13 @@ int Main() {
     return Fail(kExitUsage, "--checkpoint or --checkpoint_dir is required");
   }
   absl::StatusOr<CheckpointModel> model = ReadCheckpointModel(path);
-  if (!model.ok()) return Fail(kExitUsage, model.status());
+  if (!model.ok()) {
+    // A damaged checkpoint is a copy that cannot be read, not a bad flag.
+    return Fail(model.status().code() == absl::StatusCode::kDataLoss
+                    ? kExitFailure
+                    : kExitUsage,
+                model.status());
+  }
   int64_t rows = 0;
   for (const auto& [name, table] : model->tables) rows += table.size(0);
   std::printf(
