@@ -1,11 +1,11 @@
 #include "tracker_service/tracker_snapshots.h"
 
 #include <chrono>
-#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/exclusive_lockable.h"
+#include "base/log.h"
 #include "proto/snapshot.pb.h"
 
 namespace deltastream {
@@ -157,8 +157,7 @@ void TrackerSnapshots::StartPeriodic(absl::Duration interval) {
       }
       absl::StatusOr<SnapshotInfo> info = Snapshot();
       if (!info.ok()) {
-        std::fprintf(stderr, "snapshot failed: %s\n",
-                     std::string(info.status().message()).c_str());
+        LogError(absl::StrCat("snapshot failed: ", info.status().message()));
       }
     }
   });
