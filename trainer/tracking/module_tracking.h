@@ -3,8 +3,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -68,8 +70,20 @@ class ModuleRowsReader : public LiveRowsReader {
   explicit ModuleRowsReader(absl::Span<EmbeddingModule* const> modules,
                             RowOffsets row_offsets = {});
 
-  void PinRows() override ABSL_SHARED_LOCK_FUNCTION(mu_) { mu_.ReaderLock(); }
-  void UnpinRows() override ABSL_UNLOCK_FUNCTION(mu_) { mu_.ReaderUnlock(); }
+  // The thread holding the UpdateGuard holds the rows still already: its
+  // pins (the tracker's records of the lookups an accumulation window kept,
+  // made when the window is applied under the guard) take no lock. Any other
+  // thread's pin waits for the guard.
+  void PinRows() override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (updating_thread_.load() != std::this_thread::get_id()) {
+      mu_.ReaderLock();
+    }
+  }
+  void UnpinRows() override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (updating_thread_.load() != std::this_thread::get_id()) {
+      mu_.ReaderUnlock();
+    }
+  }
   absl::StatusOr<int64_t> NumRows(absl::string_view fqn) override;
   int64_t FirstRow(absl::string_view fqn) override;
   // These two take no lock: callers pin (LiveRowsReader).
@@ -87,18 +101,22 @@ class ModuleRowsReader : public LiveRowsReader {
   }
   absl::StatusOr<DenseParameters> ReadDense() override;
 
-  // Held by the training loop from backward through Tracker::Step(): pins
-  // (reads) wait until it ends. The training thread must not pin while it
-  // holds the guard.
+  // Held by the training loop from backward through Tracker::Step(): other
+  // threads' pins (reads) wait until it ends; the holder's own pins pass.
   class ABSL_SCOPED_LOCKABLE UpdateGuard {
    public:
     explicit UpdateGuard(ModuleRowsReader& reader)
         ABSL_EXCLUSIVE_LOCK_FUNCTION(reader.mu_)
-        : lock_(&reader.mu_) {}
-    ~UpdateGuard() ABSL_UNLOCK_FUNCTION() = default;
+        : lock_(&reader.mu_), reader_(reader) {
+      reader_.updating_thread_.store(std::this_thread::get_id());
+    }
+    ~UpdateGuard() ABSL_UNLOCK_FUNCTION() {
+      reader_.updating_thread_.store(std::thread::id());
+    }
 
    private:
     WriterLock lock_;
+    ModuleRowsReader& reader_;
   };
 
  private:
@@ -116,6 +134,8 @@ class ModuleRowsReader : public LiveRowsReader {
   const RowOffsets row_offsets_;
   std::function<DenseParameters()> dense_parameters_;
   SharedMutex mu_;
+  // The thread holding the UpdateGuard; none when no thread does.
+  std::atomic<std::thread::id> updating_thread_{};
 };
 
 }  // namespace deltastream

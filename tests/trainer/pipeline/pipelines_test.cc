@@ -301,6 +301,39 @@ TEST(TrackingUnderAccumulationTest, EmbeddingStatesAreTheRowsBeforeTheWindow) {
   }
 }
 
+// Optimizer-state modes record a window's lookups when it is applied, under
+// the training thread's update guard (their pins deadlocked on it).
+TEST(TrackingUnderAccumulationTest, OptimizerStateModesRecordAtTheWindowsEnd) {
+  const Examples examples = MakeExamples(256, 13);
+  for (const char* name : {"sequential", "sparse_dist"}) {
+    for (TrackingMode mode :
+         {TrackingMode::kRowwiseAdagrad, TrackingMode::kMomentumLast}) {
+      Tracked tracked(SparseOptimizerType::kRowwiseAdagrad, mode);
+      EmbeddingModule& module = *tracked.modules.at(0);
+      absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+          MakeTrainPipeline(Options(name, 2), tracked.Parts());
+      ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+      ExampleSource source(examples, Repeat(64, 4));
+      for (int window = 0; window < 2; ++window) {
+        ASSERT_TRUE((*pipeline)->Progress(source).ok()) << name;
+        ASSERT_TRUE((*pipeline)->Progress(source).ok()) << name;
+        const Delta delta = tracked.Read("between");
+        auto it = delta.tables.find(module.TableFqn(0));
+        ASSERT_NE(it, delta.tables.end()) << name;
+        EXPECT_GT(it->second.ids.numel(), 0) << name << " window " << window;
+        EXPECT_TRUE(it->second.values.equal(
+            module.weight(0).index_select(0, it->second.ids)))
+            << name << " window " << window;
+        // Row-wise Adagrad: latest - first, grown by the window; momentum
+        // last: the state as recorded, before the window (zero at first).
+        if (mode == TrackingMode::kRowwiseAdagrad || window > 0) {
+          EXPECT_GT(it->second.states.abs().sum().item<double>(), 0) << name;
+        }
+      }
+    }
+  }
+}
+
 TEST(PipelineTrackingTest, EveryPipelineGivesThePlainLoopsParametersAndDeltas) {
   const Examples examples = MakeExamples(384, 9);
   struct Reads {
