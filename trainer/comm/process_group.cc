@@ -230,22 +230,33 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(
   for (int r = 0; r < env.world_size; ++r) {
     joined.push_back(absl::StrCat("joined/", r));
   }
+  // Polled, not the store's blocking wait: on the store's host that wait
+  // outlived its timeout when a rank never came.
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + options.rendezvous_timeout;
+  std::vector<int> missing;
   try {
     impl->store->set(joined[env.rank], std::vector<uint8_t>{1});
-    impl->store->wait(joined, ToChrono(options.rendezvous_timeout));
-  } catch (const std::exception& e) {
-    std::vector<int> missing;
-    try {
+    while (true) {
+      missing.clear();
       for (int r = 0; r < env.world_size; ++r) {
         if (!impl->store->check({joined[r]})) missing.push_back(r);
       }
-    } catch (const std::exception&) {
+      if (missing.empty() || absl::Now() >= deadline) break;
+      absl::SleepFor(absl::Milliseconds(20));
     }
+  } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
-        "rank ", env.rank, " of ", env.world_size, ": ranks ",
-        absl::StrJoin(missing, ", "), " did not join through ", where,
-        " within ", absl::FormatDuration(options.rendezvous_timeout), ": ",
-        e.what()));
+        "rank ", env.rank, " of ", env.world_size, ": the store at ", where,
+        " failed after ", absl::FormatDuration(absl::Now() - start),
+        " while the ranks joined: ", e.what()));
+  }
+  if (!missing.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", env.rank, " of ", env.world_size, ": ",
+        missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+        " did not join through ", where, " within ",
+        absl::FormatDuration(options.rendezvous_timeout)));
   }
   try {
     if (impl->is_gloo) {

@@ -264,6 +264,28 @@ TEST(ProcessGroupTest, DeadStoreHostFailsTheOthers) {
   }
 }
 
+// Rank 0 of two whose rank 1 never starts (a pod left pending): the
+// rendezvous ends within its timeout, naming rank 1 (the store's blocking
+// wait outlived its timeout on the store's host).
+TEST(ProcessGroupTest, ARankThatNeverJoinsIsNamedWithinTheRendezvousTimeout) {
+  ProcessGroupOptions options;
+  options.env.rank = 0;
+  options.env.world_size = 2;
+  options.env.local_rank = 0;
+  options.env.local_world_size = 2;
+  options.env.master_port = ::deltastream::testing::FreePort();
+  options.timeout = absl::Seconds(2);
+  options.rendezvous_timeout = absl::Seconds(2);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Create(options);
+  ASSERT_FALSE(group.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_TRUE(absl::StrContains(group.status().message(),
+                                "rank 1 did not join through"))
+      << group.status();
+}
+
 class ScopedEnv {
  public:
   explicit ScopedEnv(std::map<std::string, std::string> vars) {
