@@ -101,6 +101,13 @@ absl::Status DeltaClient::ToStatus(const grpc::Status& status) const {
     return absl::Status(code, absl::StrCat("cannot reach ", target_, ": ",
                                            status.error_message()));
   }
+  if (code == absl::StatusCode::kUnimplemented &&
+      status.error_message().empty()) {
+    // gRPC's answer for a method the server does not have.
+    return absl::Status(code, absl::StrCat(target_,
+                                           " does not serve this call (not a "
+                                           "delta tracker service?)"));
+  }
   return absl::Status(code, status.error_message());
 }
 

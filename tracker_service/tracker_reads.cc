@@ -346,9 +346,15 @@ absl::Status Tracker::PrepareReadLocked(
               feature_map_.fqns.end() ||
           held_elsewhere_.contains(fqn);
       if (!known) {
+        // Every table of the model, whichever rank answers.
+        std::vector<std::string> elsewhere(held_elsewhere_.begin(),
+                                           held_elsewhere_.end());
+        std::sort(elsewhere.begin(), elsewhere.end());
+        std::vector<std::string> listed = fqns;
+        listed.insert(listed.end(), elsewhere.begin(), elsewhere.end());
         return absl::NotFoundError(
             absl::StrCat("unknown table '", fqn,
-                         "' (known: ", absl::StrJoin(fqns, ", "), ")"));
+                         "' (known: ", absl::StrJoin(listed, ", "), ")"));
       }
     }
     fqns = request.fqns;

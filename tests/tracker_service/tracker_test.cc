@@ -398,8 +398,11 @@ TEST(TrackerTest, ATableOnlyOtherRanksHoldIsReadWithNoRows) {
   // held elsewhere.
   DeltaRequest unknown;
   unknown.fqns = {"sparse.ec.embeddings.t8"};
-  EXPECT_EQ(tracker->GetDelta(unknown).status().code(),
-            absl::StatusCode::kNotFound);
+  const absl::Status refused = tracker->GetDelta(unknown).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kNotFound);
+  // It lists every table of the model, whichever rank answers.
+  EXPECT_NE(refused.message().find(kElsewhere), absl::string_view::npos)
+      << refused;
   EXPECT_EQ(
       tracker->RecordTables({{kElsewhere, Ids({3}), at::ones({1, 2})}}).code(),
       absl::StatusCode::kNotFound);
