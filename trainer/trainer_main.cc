@@ -108,7 +108,8 @@ std::string OffsetPort(const std::string& address, int offset) {
 
 // What --nproc_per_node's ranks would each refuse, refused once by the
 // launcher: every local rank's service port (PORT + local rank) must exist,
-// and a plan file must read as a plan for that many ranks. (A port in use
+// and a plan file must be a valid plan of the model's tables for that many
+// ranks. (A port in use
 // is found by the rank that binds it, as under torchrun.)
 absl::Status CheckLaunch(const TrainerSettings& settings) {
   const int ranks = absl::GetFlag(FLAGS_nproc_per_node);
@@ -127,6 +128,14 @@ absl::Status CheckLaunch(const TrainerSettings& settings) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sharding plan '", settings.plan_path, "' is for world size ",
           plan->world_size(), ", --nproc_per_node starts ", ranks, " ranks"));
+    }
+    // The check each rank's sharded collection makes (DLRM's is pooled).
+    if (absl::Status valid = ValidateShardingPlan(
+            *plan, settings.tables, ranks,
+            /*pooled=*/settings.model_kind == ModelKind::kDlrm);
+        !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad sharding plan '", settings.plan_path, "': ", valid.message()));
     }
   }
   return absl::OkStatus();

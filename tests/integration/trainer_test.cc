@@ -219,6 +219,10 @@ TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
   WriteText(dir + "/three.plan",
             "world_size: 3 tables { table: \"t0\" sharding_type: "
             "TABLE_WISE }\n");
+  WriteText(dir + "/overlap.plan",
+            "world_size: 2 tables { table: \"t0\" sharding_type: ROW_WISE "
+            "shards { rank: 0 row_offset: 0 rows: 60000 cols: 16 } "
+            "shards { rank: 1 row_offset: 50000 rows: 50000 cols: 16 } }\n");
   WriteText(dir + "/empty.tsv", "");
   WriteText(dir + "/criteo.textproto",
             "model { kind: \"dlrm\" tables { name: \"c0\" num_embeddings: "
@@ -242,6 +246,8 @@ TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
       {"--nproc_per_node=2 --plan=" + dir + "/empty.plan", "plans no tables"},
       {"--nproc_per_node=2 --plan=" + dir + "/three.plan",
        "is for world size 3, --nproc_per_node starts 2 ranks"},
+      {"--nproc_per_node=2 --plan=" + dir + "/overlap.plan",
+       "table 't0' shard 1 overlaps shard 0"},
       {"--nproc_per_node=2 --listen=127.0.0.1:65535", "no port for local rank"},
       {"--config=" + dir + "/skip.textproto", "'sparse_arch.t0' skips nothing"},
       {"--config=" + dir + "/criteo.textproto", "absent.tsv"},
