@@ -52,7 +52,8 @@
 // Connection flags (commands that talk to a server).
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
           "tracker server HOST:PORT; when not given, $DELTACTL_TARGET if set");
-ABSL_FLAG(int, timeout_ms, 10000, "deadline of each call");
+ABSL_FLAG(int, timeout_ms, 10000,
+          "deadline of each call; given, of streamed calls (get, push) too");
 ABSL_FLAG(std::string, token_file, "",
           "file whose first line is the bearer token to send");
 ABSL_FLAG(std::string, tls_ca, "",
@@ -1005,6 +1006,10 @@ int Run(int argc, char** argv) {
   ClientOptions client_options;
   client_options.timeout =
       std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  // Given, it bounds streamed calls too (`get`, `push`: a hung rank fails a
+  // read then); left out, a large read keeps the streams' own 10 minutes.
+  if (FlagGiven("timeout_ms"))
+    client_options.stream_timeout = client_options.timeout;
   if (absl::Status read =
           ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
                               absl::GetFlag(FLAGS_tls_ca), client_options);
