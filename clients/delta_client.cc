@@ -6,11 +6,13 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "base/file_io.h"
 #include "proto/tensor_codec.h"
 
@@ -414,6 +416,7 @@ struct ReadOfEach {
   grpc::ByteBuffer chunk;
   ReceivedDelta delta;
   bool last = false;
+  bool ended = false;      // Finish completed
   absl::Status malformed;  // a chunk AddDeltaChunk refused
   grpc::Status finished;
 };
@@ -451,21 +454,60 @@ absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
   size_t streams_open = clients.size();
   void* tag = nullptr;
   bool ok = false;
-  while (streams_open > 0 && queue.Next(&tag, &ok)) {
+  // Fails the read with `status` (the first failure only), naming stream i.
+  const auto fail = [&](size_t i, absl::Status status) {
+    if (!error.ok()) return;
+    error = std::move(status);
+    if (failed != nullptr) *failed = i;
+    for (ReadOfEach& other : reads) other.context.TryCancel();
+  };
+  // gRPC takes deadlines of the system clock.
+  using Clock = std::chrono::system_clock;
+  std::vector<Clock::time_point> idle_until(clients.size());
+  for (size_t i = 0; i < clients.size(); ++i) {
+    idle_until[i] = Clock::now() + clients[i]->options_.stream_idle_timeout;
+  }
+  while (streams_open > 0) {
+    // Once failed, the cancelled streams end without waiting for servers.
+    Clock::time_point wake = Clock::time_point::max();
+    for (size_t i = 0; i < reads.size() && error.ok(); ++i) {
+      if (!reads[i].ended) wake = std::min(wake, idle_until[i]);
+    }
+    const grpc::CompletionQueue::NextStatus next =
+        queue.AsyncNext(&tag, &ok, wake);
+    if (next == grpc::CompletionQueue::SHUTDOWN) break;
+    if (next == grpc::CompletionQueue::TIMEOUT) {
+      // Every idle stream is named: when one rank hangs, the others stall
+      // behind it at their next collective and go quiet too.
+      std::vector<size_t> idle;
+      for (size_t i = 0; i < reads.size(); ++i) {
+        if (!reads[i].ended && Clock::now() >= idle_until[i]) idle.push_back(i);
+      }
+      if (idle.empty()) continue;
+      std::string targets;
+      for (size_t i : idle) {
+        absl::StrAppend(&targets, targets.empty() ? "" : ", ",
+                        clients[i]->target_);
+      }
+      fail(idle[0], absl::DeadlineExceededError(absl::StrCat(
+                        targets, " sent nothing for ",
+                        absl::FormatDuration(absl::FromChrono(
+                            clients[idle[0]]->options_.stream_idle_timeout)),
+                        " (a hung server, or a trainer stalled behind one)")));
+      continue;
+    }
     const uintptr_t value = reinterpret_cast<uintptr_t>(tag);
     const size_t i = value / kSteps;
     ReadOfEach& read = reads[i];
+    idle_until[i] = Clock::now() + clients[i]->options_.stream_idle_timeout;
     const ReadStep step = static_cast<ReadStep>(value % kSteps);
     if (step == ReadStep::kFinished) {
       --streams_open;
+      read.ended = true;
       absl::Status status = read.malformed.ok()
                                 ? clients[i]->ToStatus(read.finished)
                                 : read.malformed;
-      if (!status.ok() && error.ok()) {
-        error = std::move(status);
-        if (failed != nullptr) *failed = i;
-        for (ReadOfEach& other : reads) other.context.TryCancel();
-      }
+      if (!status.ok()) fail(i, std::move(status));
       continue;
     }
     if (step == ReadStep::kChunk && ok) {

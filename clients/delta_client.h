@@ -65,6 +65,12 @@ struct ClientOptions {
   // Per-call deadline for unary calls; streams get `stream_timeout`.
   std::chrono::milliseconds timeout{10000};
   std::chrono::milliseconds stream_timeout{600000};
+  // GetDeltaFromEach: a stream that has received nothing for this long is
+  // taken for a hung server (a stopped rank, or ranks stalled behind one)
+  // and the read fails, DeadlineExceeded naming it, instead of waiting out
+  // `stream_timeout`. Longer than a step of the trainer: a read of a cut
+  // waits for the next step boundary before its first chunk.
+  std::chrono::milliseconds stream_idle_timeout{60000};
   int max_receive_message_bytes = 64 << 20;
   // A record's tables go in one message, all or nothing, up to this many
   // bytes; a larger table is sent in slices of rows, each its own message
@@ -171,7 +177,8 @@ class DeltaClient final : public TrackerClient {
   // stream: no thread per client). The deltas in the order of `clients`; or
   // the error of the first read to fail, as GetDelta would return it, with
   // `*failed` (when not null) set to that client's index: the other reads
-  // are cancelled then, and this returns once every stream has ended.
+  // are cancelled then, and this returns once every stream has ended. A
+  // stream idle for its client's `stream_idle_timeout` fails the read so.
   // `clients` are not owned and must outlive the call.
   static absl::StatusOr<std::vector<ReceivedDelta>> GetDeltaFromEach(
       absl::Span<DeltaClient* const> clients,

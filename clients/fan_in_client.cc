@@ -246,17 +246,15 @@ ReceivedDelta ResyncOnly(v1::DeltaHeader header) {
 
 absl::StatusOr<ReceivedDelta> MergeParts(const v1::TopologyResponse& topology,
                                          std::vector<ReceivedDelta> parts) {
-  absl::flat_hash_set<std::string> data_parallel;
-  for (const v1::TableShard& shard : topology.shards()) {
-    if (shard.sharding_type() == "DATA_PARALLEL") {
-      data_parallel.insert(shard.fqn());
-    }
-  }
   // A rank holding no shard of a table it was asked for (a read of chosen
   // tables goes to every rank) answers it with no rows: not a piece.
   std::map<std::string, std::set<int>> holders;
+  absl::flat_hash_set<std::string> data_parallel;
   for (const v1::TableShard& shard : topology.shards()) {
     holders[shard.fqn()].insert(shard.rank());
+    if (shard.sharding_type() == "DATA_PARALLEL") {
+      data_parallel.insert(shard.fqn());
+    }
   }
   std::map<std::string, std::vector<ReceivedTable*>> pieces;
   std::map<std::string, ReceivedTable*> not_held;  // the first, by table

@@ -2,12 +2,14 @@
 // one read of several servers on the calling thread gives each server's
 // delta as GetDelta does, chunk for chunk; the first read to fail names its
 // server and cancels the others (a read waiting for a consistent cut that
-// will never come is not waited for, and the server withdraws that cut).
+// will never come is not waited for, and the server withdraws that cut); a
+// stream that sends nothing for its idle timeout fails the read so.
 
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +68,7 @@ class Served {
   }
 
   DeltaClient* client() const { return client_.get(); }
+  const std::string& address() const { return started_.address; }
 
  private:
   std::unique_ptr<Tracker> tracker_;
@@ -146,6 +149,42 @@ TEST(GetDeltaFromEachTest, FirstFailureNamesItsServerAndCancelsTheOthers) {
     EXPECT_TRUE(cuts.Waiting().empty()) << "cut " << read.cut();
     read.set_cut(read.cut() + 1);
   }
+}
+
+TEST(GetDeltaFromEachTest, AStreamSilentForItsIdleTimeoutFailsTheRead) {
+  // Server a's trainer steps and never opens the cut: its stream sends
+  // nothing, as a stopped rank's would, while b answers at once.
+  StepCuts cuts(/*stepping=*/true);
+  Served a(&cuts), b;
+  a.Record(1, 10, 100);
+  b.Record(2, 500, 800);
+  ClientOptions options;
+  options.stream_idle_timeout = std::chrono::milliseconds(300);
+  std::unique_ptr<DeltaClient> quiet =
+      DeltaClient::Create(a.address(), options);
+  v1::GetDeltaRequest read = Read("each");
+  read.set_cut(7);
+  size_t failed = 99;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<ReceivedDelta>> each =
+      DeltaClient::GetDeltaFromEach({b.client(), quiet.get()}, read, &failed);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_EQ(each.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(each.status().message().find(a.address() + " sent nothing for"),
+            std::string::npos)
+      << each.status();
+  EXPECT_EQ(each.status().message().find(b.client()->target()),
+            std::string::npos)
+      << each.status();
+  EXPECT_EQ(failed, 1u);
+  const absl::Time cancelled = absl::Now();
+  while (!cuts.Waiting().empty() &&
+         absl::Now() - cancelled < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(cuts.Waiting().empty());
 }
 
 }  // namespace
