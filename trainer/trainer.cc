@@ -162,9 +162,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     trainer->eval_batches_.push_back(mine.To(trainer->model_->device()));
   }
 
+  // Every rank's shards of the model: the tracker's tables and, with the
+  // ranks' endpoints, the service's topology.
+  ServiceTopology topology;
   if (s.tracking) {
     std::vector<EmbeddingModule*> modules =
         trainer->model_->embedding_modules();
+    topology = DescribeTopology(
+        s.group != nullptr ? s.group->rank() : 0, WorldSize(s),
+        trainer->model_->sharded_modules(), modules, s.tracker.fqns_to_skip);
     // A sharded trainer records and serves global row IDs.
     const RowOffsets row_offsets =
         ShardRowOffsets(trainer->model_->sharded_modules());
@@ -178,10 +184,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     if (s.group != nullptr) {
       // A read of chosen tables goes to every rank; a rank answers a table
       // only other ranks hold with no rows.
-      const ServiceTopology model = DescribeTopology(
-          s.group->rank(), WorldSize(s), trainer->model_->sharded_modules(),
-          modules, options.fqns_to_skip);
-      for (const ServiceTopology::Shard& shard : model.shards) {
+      for (const ServiceTopology::Shard& shard : topology.shards) {
         options.model_fqns.push_back(shard.fqn);
       }
     }
@@ -211,11 +214,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     absl::StatusOr<std::vector<std::string>> endpoints =
         ExchangeEndpoints(s.group, ReachableAddress(trainer->host_->address()));
     if (!endpoints.ok()) return endpoints.status();
-    ServiceTopology topology =
-        DescribeTopology(s.group != nullptr ? s.group->rank() : 0, WorldSize(s),
-                         trainer->model_->sharded_modules(),
-                         trainer->model_->embedding_modules(),
-                         trainer->tracker_->options().fqns_to_skip);
     topology.endpoints = *std::move(endpoints);
     trainer->host_->SetTopology(std::move(topology));
   }
@@ -388,7 +386,18 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
   };
   if (absl::Status status = ServeCuts(); !status.ok()) return status;
   auto stopping = [&] { return rank_source_ == nullptr && stop.load(); };
-  while (!stopping() && (steps < 0 || progress.steps_this_run < steps)) {
+  while (steps < 0 || progress.steps_this_run < steps) {
+    // A run's last step ends the open accumulation window, so that its final
+    // checkpoint holds every step it counts: the step budget's last, or, on
+    // a stop request inside a window, one more. (Ranks stop at the data's
+    // end, which ends the window.)
+    if (stopping()) {
+      if (pipeline_->stats().window_position == 0) break;
+      pipeline_->EndWindowAtNextStep();
+    }
+    if (steps >= 0 && progress.steps_this_run + 1 == steps) {
+      pipeline_->EndWindowAtNextStep();
+    }
     const absl::Time step_start = absl::Now();
     absl::StatusOr<std::optional<TrainedStep>> trained =
         pipeline_->Progress(*source_);
@@ -455,13 +464,6 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
   }
   if (loss_count_ > 0 || progress.steps_this_run == 0) {
     if (absl::Status status = report(); !status.ok()) return status;
-  }
-  if (const int open = pipeline_->stats().window_position; open > 0) {
-    log_(absl::StrFormat(
-        "warning: the run ends inside an accumulation window (%d of its "
-        "micro-batches trained, not applied): the final checkpoint counts "
-        "their steps but its model does not hold them",
-        open));
   }
   if (absl::Status status = SaveState(); !status.ok()) return status;
   if (host_ != nullptr && settings_.drain_seconds > 0) {

@@ -235,9 +235,38 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + options.rendezvous_timeout;
   std::vector<int> missing;
+  // A launch no group can come of (a WORLD_SIZE the ranks do not share, two
+  // processes given one RANK) is refused by the rank that finds it, and
+  // through the store's "refused" key by every rank, at once.
+  const std::string refused_key = "refused";
+  std::string refused;
+  auto to_bytes = [](const std::string& text) {
+    return std::vector<uint8_t>(text.begin(), text.end());
+  };
   try {
-    impl->store->set(joined[env.rank], std::vector<uint8_t>{1});
-    while (true) {
+    const std::string size = std::to_string(env.world_size);
+    const std::vector<uint8_t> first =
+        impl->store->compareSet("world_size", {}, to_bytes(size));
+    if (const std::string agreed(first.begin(), first.end()); agreed != size) {
+      refused = absl::StrCat("WORLD_SIZE is ", size, " for rank ", env.rank,
+                             " and ", agreed,
+                             " for the ranks before it: every rank must be "
+                             "given the same WORLD_SIZE");
+    } else if (impl->store->add(absl::StrCat("joins/", env.rank), 1) > 1) {
+      refused = absl::StrCat("two processes were given RANK ", env.rank,
+                             ": every rank must be started once");
+    }
+    if (!refused.empty()) {
+      impl->store->set(refused_key, to_bytes(refused));
+    } else {
+      impl->store->set(joined[env.rank], std::vector<uint8_t>{1});
+    }
+    while (refused.empty()) {
+      if (impl->store->check({refused_key})) {
+        const std::vector<uint8_t> why = impl->store->get(refused_key);
+        refused.assign(why.begin(), why.end());
+        break;
+      }
       missing.clear();
       for (int r = 0; r < env.world_size; ++r) {
         if (!impl->store->check({joined[r]})) missing.push_back(r);
@@ -250,6 +279,12 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(
         "rank ", env.rank, " of ", env.world_size, ": the store at ", where,
         " failed after ", absl::FormatDuration(absl::Now() - start),
         " while the ranks joined: ", e.what()));
+  }
+  if (!refused.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", env.rank, " of ", env.world_size,
+                     ": the ranks joining through ", where,
+                     " cannot form a group: ", refused));
   }
   if (!missing.empty()) {
     return absl::UnavailableError(absl::StrCat(

@@ -119,6 +119,13 @@ class TrainPipeline {
   // flight.
   virtual absl::StatusOr<PipelineHandover> Release() = 0;
 
+  // Makes the next trained batch end the open accumulation window, as the
+  // data's last batch would (a window of m < K micro-batches, rescaled by
+  // K / m): for a run that stops there, so that its checkpoint holds every
+  // step it counts. Nothing at K = 1 or when the next batch ends the window
+  // anyway.
+  virtual void EndWindowAtNextStep() = 0;
+
   virtual PipelineStats stats() const = 0;
 
   // Mixed precision's loss scale, for checkpoints (its StateTensors): null

@@ -198,7 +198,8 @@ absl::StatusOr<TrainedStep> TrainStep::Train(
       loss.backward();
     }
     ++position_;
-    if (ends_window || position_ >= accumulation_steps_) {
+    if (ends_window || end_window_ || position_ >= accumulation_steps_) {
+      end_window_ = false;
       if (absl::Status applied = ApplyWindow(); !applied.ok()) return applied;
     }
     if (parts_.tracker != nullptr) parts_.tracker->Step();
@@ -208,13 +209,6 @@ absl::StatusOr<TrainedStep> TrainStep::Train(
   });
   if (!status.ok()) return status;
   return step;
-}
-
-absl::Status TrainStep::Flush() {
-  if (position_ == 0) return absl::OkStatus();
-  std::optional<ModuleRowsReader::UpdateGuard> guard;
-  if (parts_.rows_reader != nullptr) guard.emplace(*parts_.rows_reader);
-  return ApplyWindow();
 }
 
 }  // namespace deltastream

@@ -55,11 +55,11 @@ absl::StatusOr<std::vector<DistributedBatch>> DistributeInputs(
 //     accumulating when K > 1, see EmbeddingModule::SetAccumulating) keep
 //     their row gradients and lookups instead of updating rows;
 //   - at the window's end (the K-th micro-batch, or the last one of the
-//     data: the caller says so) the window is applied: gradients rescaled by
-//     K / m for a window of m < K micro-batches, the modules' hooks called
-//     and row gradients applied once (ApplyAccumulated), dense gradients
-//     averaged over the group once (AverageGradients), the dense optimizer
-//     stepped once;
+//     data or of the run: the caller says so) the window is applied:
+//     gradients rescaled by K / m for a window of m < K micro-batches, the
+//     modules' hooks called and row gradients applied once
+//     (ApplyAccumulated), dense gradients averaged over the group once
+//     (AverageGradients), the dense optimizer stepped once;
 //   - Tracker::Step() after every micro-batch.
 // Backward through Tracker::Step() runs under the rows reader's update
 // guard. K micro-batches of B then train exactly as one batch of K x B
@@ -102,10 +102,9 @@ class TrainStep {
   int window_position() const { return position_; }
   // Continues a window another pipeline opened (switching pipelines).
   void set_window_position(int position) { position_ = position; }
-  // Applies an open window now, as a last partial one (the data ended
-  // without the caller knowing it in time). OK and nothing done at a
-  // boundary.
-  absl::Status Flush();
+  // The next Train ends the window whatever its `ends_window` says
+  // (TrainPipeline::EndWindowAtNextStep).
+  void EndWindowAtNextStep() { end_window_ = true; }
 
   const TrainPipelineParts& parts() const { return parts_; }
   const std::shared_ptr<GradientScaler>& scaler() const { return scaler_; }
@@ -120,6 +119,7 @@ class TrainStep {
   // Whether the modules buffer row gradients (K > 1 or a scaler).
   bool accumulating_;
   int position_ = 0;
+  bool end_window_ = false;
 };
 
 // The part every pipeline built on TrainStep shares: the step, the stats it
@@ -136,6 +136,7 @@ class StepTrainPipeline : public TrainPipeline {
   GradientScaler* gradient_scaler() const override {
     return step_.scaler().get();
   }
+  void EndWindowAtNextStep() override { step_.EndWindowAtNextStep(); }
 
  protected:
   StepTrainPipeline(TrainPipelineParts parts, int accumulation_steps,

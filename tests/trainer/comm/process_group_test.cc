@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -161,16 +162,25 @@ TEST(ProcessGroupTest, CollectivesOnFourRanks) {
   ExpectRanksPassed(RunRanks("collectives", 4, absl::Seconds(60)));
 }
 
-TEST(ProcessGroupTest, CollectivesUnderTorchrunAgentStore) {
-  // torchrun's agent hosts the store: here a TCPStore server of this test
-  // process stands for the agent, and every rank is a client under
-  // /worker/attempt_3.
-  const int port = testing::FreePort();
+// A TCPStore server of this test process, standing for torchrun's agent:
+// a one-process group on a free port (its port, or 0 after a failure).
+int HostAgentStore(std::unique_ptr<ProcessGroup>& host) {
   ProcessGroupOptions agent;
-  agent.env.master_port = port;  // rank 0 of 1: hosts a TCPStore server
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> host =
+  agent.env.master_port = testing::FreePort();  // rank 0 of 1: the server
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> made =
       ProcessGroup::Create(agent);
-  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_TRUE(made.ok()) << made.status();
+  if (!made.ok()) return 0;
+  host = *std::move(made);
+  return agent.env.master_port;
+}
+
+TEST(ProcessGroupTest, CollectivesUnderTorchrunAgentStore) {
+  // torchrun's agent hosts the store, and every rank is a client under
+  // /worker/attempt_3.
+  std::unique_ptr<ProcessGroup> host;
+  const int port = HostAgentStore(host);
+  ASSERT_NE(port, 0);
   // The launcher picks its own port: point it at ours.
   ExpectRanksPassed(RunRanks("collectives", 2, absl::Seconds(60),
                              {{"TORCHELASTIC_USE_AGENT_STORE", "True"},
@@ -284,6 +294,55 @@ TEST(ProcessGroupTest, ARankThatNeverJoinsIsNamedWithinTheRendezvousTimeout) {
   EXPECT_TRUE(absl::StrContains(group.status().message(),
                                 "rank 1 did not join through"))
       << group.status();
+}
+
+// Two processes given one RANK, or ranks given different WORLD_SIZEs: the
+// rank that finds it, and every other through the store, fails at once
+// naming the fault (not after the rendezvous timeout, nor with Gloo's
+// connect error). Both "processes" are threads here, clients of a store
+// this test hosts as torchrun's agent would.
+TEST(ProcessGroupTest, ALaunchThatCannotFormAGroupIsRefusedAtOnce) {
+  std::unique_ptr<ProcessGroup> host;
+  const int port = HostAgentStore(host);
+  ASSERT_NE(port, 0);
+  struct Case {
+    int ranks[2], world_sizes[2];
+    std::string fault;
+  };
+  const Case cases[] = {
+      {{0, 0}, {2, 2}, "two processes were given RANK 0"},
+      {{0, 1},
+       {2, 3},
+       " for the ranks before it: every rank must be given "
+       "the same WORLD_SIZE"},
+  };
+  int attempt = 0;
+  for (const Case& c : cases) {
+    absl::Status status[2];
+    const absl::Time start = absl::Now();
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        ProcessGroupOptions options;
+        options.env.rank = c.ranks[i];
+        options.env.world_size = c.world_sizes[i];
+        options.env.local_world_size = c.world_sizes[i];
+        options.env.master_port = port;
+        options.env.use_agent_store = true;
+        options.env.restart_count = attempt;  // fresh keys per case
+        options.rendezvous_timeout = absl::Seconds(60);
+        status[i] = ProcessGroup::Create(options).status();
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    ++attempt;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << c.fault;
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(status[i].code(), absl::StatusCode::kFailedPrecondition)
+          << status[i];
+      EXPECT_TRUE(absl::StrContains(status[i].message(), c.fault)) << status[i];
+    }
+  }
 }
 
 class ScopedEnv {

@@ -176,6 +176,79 @@ constexpr char kPooledCases[] =
 constexpr char kSequenceCases[] =
     "sequence/row_wise/adagrad,sequence/mixed/adam";
 
+// A one-process trainer's tables (weights and optimizer states) and dense
+// parameters, by name.
+std::map<std::string, at::Tensor> ModelStates(Trainer& trainer) {
+  std::map<std::string, at::Tensor> all;
+  for (const auto& [name, tensor] :
+       trainer.model().embedding_modules()[0]->StateTensors()) {
+    all[name] = tensor;
+  }
+  for (const auto& item : trainer.model().dense().named_parameters()) {
+    all["dense." + item.key()] = item.value();
+  }
+  return all;
+}
+
+// A run whose step budget ends inside an accumulation window ends the
+// window at its last step (a short window, its gradients rescaled by K / m),
+// so that its final checkpoint holds every step it counts: one step of
+// K = 2 trains as one step of K = 1, run after run (before, the step's
+// gradients stayed buffered, in no checkpoint).
+TEST(TrainerWindowTest, ARunEndingInsideAWindowAppliesIt) {
+  for (const std::string pipeline : {"sequential", "base"}) {
+    const std::string config = absl::StrCat(SmallModelConfig(SmallModel()),
+                                            "pipeline: \"", pipeline, "\"\n");
+    absl::StatusOr<std::unique_ptr<Trainer>> windowed =
+        MakeTrainer(config + "accumulation_steps: 2\n");
+    ASSERT_TRUE(windowed.ok()) << windowed.status();
+    absl::StatusOr<std::unique_ptr<Trainer>> plain = MakeTrainer(config);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    const std::atomic<bool> stop{false};
+    for (int run = 1; run <= 2; ++run) {
+      ASSERT_TRUE((*windowed)->Run(stop, 1).ok());
+      ASSERT_TRUE((*plain)->Run(stop, 1).ok());
+      const std::map<std::string, at::Tensor> want = ModelStates(**plain);
+      std::map<std::string, at::Tensor> got = ModelStates(**windowed);
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [name, tensor] : want) {
+        EXPECT_LE(MaxDiff(got[name], tensor), 1e-6)
+            << pipeline << " run " << run << ": " << name;
+      }
+    }
+  }
+}
+
+// A stop request inside a window trains one more micro-batch, which ends
+// the window: the run stops at a window's end, as one that was not stopped.
+TEST(TrainerWindowTest, AStopInsideAWindowEndsTheWindowFirst) {
+  SmallModel model;
+  model.log_every_steps = 1;
+  const std::string config =
+      SmallModelConfig(model) + "accumulation_steps: 3\n";
+  std::atomic<bool> stop{false};
+  // The progress line of step 1 (inside the first window) asks to stop.
+  absl::StatusOr<std::unique_ptr<Trainer>> stopped = MakeTrainer(
+      config, nullptr, nullptr, "", [&stop](const std::string& line) {
+        if (absl::StrContains(line, "step 1 ")) stop = true;
+      });
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  absl::StatusOr<TrainerProgress> progress = (*stopped)->Run(stop, 10);
+  ASSERT_TRUE(progress.ok()) << progress.status();
+  ASSERT_TRUE(stop.load()) << "no progress line named step 1";
+  EXPECT_EQ(progress->step, 2);
+
+  absl::StatusOr<std::unique_ptr<Trainer>> straight = MakeTrainer(config);
+  ASSERT_TRUE(straight.ok()) << straight.status();
+  const std::atomic<bool> never{false};
+  ASSERT_TRUE((*straight)->Run(never, 2).ok());
+  const std::map<std::string, at::Tensor> want = ModelStates(**straight);
+  std::map<std::string, at::Tensor> got = ModelStates(**stopped);
+  for (const auto& [name, tensor] : want) {
+    EXPECT_EQ(MaxDiff(got[name], tensor), 0) << name;
+  }
+}
+
 TEST(MultiRankTrainerTest, TwoRanksTrainAsOneProcess) {
   ExpectRanksPassed(RunRanks(absl::StrCat(kPooledCases, ",", kSequenceCases), 2,
                              absl::Seconds(240)));
@@ -209,19 +282,8 @@ TEST(MultiRankTrainerTest, CheckpointsReshardAcrossWorldSizes) {
   ASSERT_TRUE((*uninterrupted)->Run(stop, 20).ok());
 
   double worst = 0;
-  auto states = [](Trainer& trainer) {
-    std::map<std::string, at::Tensor> all;
-    for (const auto& [name, tensor] :
-         trainer.model().embedding_modules()[0]->StateTensors()) {
-      all[name] = tensor;
-    }
-    for (const auto& item : trainer.model().dense().named_parameters()) {
-      all["dense." + item.key()] = item.value();
-    }
-    return all;
-  };
-  std::map<std::string, at::Tensor> want = states(**uninterrupted);
-  std::map<std::string, at::Tensor> got = states(**resumed);
+  std::map<std::string, at::Tensor> want = ModelStates(**uninterrupted);
+  std::map<std::string, at::Tensor> got = ModelStates(**resumed);
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [name, tensor] : want) {
     ASSERT_EQ(got.count(name), 1u) << name;

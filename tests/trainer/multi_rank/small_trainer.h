@@ -94,11 +94,11 @@ using PlanOfTables =
 // A trainer of the config `text`: one process without a group; with one,
 // a rank sharded by `plan` (written to a file of $TEST_TMPDIR; null: the
 // default plan). With `checkpoint_dir`, checkpoints and tracker snapshots
-// there. Logs nothing.
+// there. Its log lines go to `log` (null: nowhere).
 inline absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(
     const std::string& text, ProcessGroup* group = nullptr,
-    const PlanOfTables& plan = nullptr,
-    const std::string& checkpoint_dir = "") {
+    const PlanOfTables& plan = nullptr, const std::string& checkpoint_dir = "",
+    std::function<void(const std::string&)> log = nullptr) {
   absl::StatusOr<v1::TrainerConfig> config = ParseTrainerConfig(text);
   if (!config.ok()) return config.status();
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
@@ -116,7 +116,8 @@ inline absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(
   }
   settings->checkpoint_dir = checkpoint_dir;
   if (!checkpoint_dir.empty()) settings->service.db = checkpoint_dir + "/db";
-  return Trainer::Create(*std::move(settings), [](const std::string&) {});
+  if (log == nullptr) log = [](const std::string&) {};
+  return Trainer::Create(*std::move(settings), std::move(log));
 }
 
 // A rank of `group` (2 ranks) sharded by MixedPlanOfTwoRanks, or (`group`
