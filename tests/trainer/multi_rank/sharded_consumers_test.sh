@@ -340,7 +340,17 @@ run_case3() {
   local step=$restored
 
   # The predictor dies; started again on its replica database it carries
-  # on from its version, without a resync.
+  # on from its version, without a resync. Not before its resync is
+  # committed (a resync the trainer never saw committed is asked for again,
+  # rightly): the read after a commit applies a version more, so two more
+  # applies are the sign.
+  local applies
+  applies=$(wc -l < "$DIR/$case/predictor.applied")
+  for _ in $(seq 300); do
+    [ "$(wc -l < "$DIR/$case/predictor.applied")" -ge $((applies + 2)) ] &&
+      break
+    sleep 0.1
+  done
   kill -9 "$predictor"
   wait_exit "$predictor" 10
   local before
