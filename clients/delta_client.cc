@@ -390,24 +390,17 @@ std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> DeltaClient::ReadChunks(
 
 absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
     const v1::GetDeltaRequest& request) {
-  grpc::ClientContext context;
-  Prepare(context, CallKind::kStream);
-  auto reader = ReadChunks(kGetDelta, &context, request);
-  ReceivedDelta delta;
-  grpc::ByteBuffer chunk;
-  bool last = false;
-  while (reader->Read(&chunk)) {
-    if (absl::Status s = AddDeltaChunk(chunk, delta, &last); !s.ok()) {
-      context.TryCancel();
-      reader->Finish();
-      return s;
-    }
-  }
-  if (absl::Status s = ToStatus(reader->Finish()); !s.ok()) return s;
-  return delta;
+  DeltaClient* const self = this;
+  absl::StatusOr<std::vector<ReceivedDelta>> deltas =
+      GetDeltaFromEach(absl::MakeConstSpan(&self, 1), request);
+  if (!deltas.ok()) return deltas.status();
+  return std::move(deltas->front());
 }
 
 namespace {
+
+// gRPC takes deadlines of the system clock.
+using Clock = std::chrono::system_clock;
 
 // One stream of GetDeltaFromEach.
 struct ReadOfEach {
@@ -419,6 +412,7 @@ struct ReadOfEach {
   bool ended = false;      // Finish completed
   absl::Status malformed;  // a chunk AddDeltaChunk refused
   grpc::Status finished;
+  Clock::time_point idle_until;  // fails the read if nothing came by then
 };
 
 // What completed on GetDeltaFromEach's queue: the tag is a stream's index
@@ -461,17 +455,15 @@ absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
     if (failed != nullptr) *failed = i;
     for (ReadOfEach& other : reads) other.context.TryCancel();
   };
-  // gRPC takes deadlines of the system clock.
-  using Clock = std::chrono::system_clock;
-  std::vector<Clock::time_point> idle_until(clients.size());
   for (size_t i = 0; i < clients.size(); ++i) {
-    idle_until[i] = Clock::now() + clients[i]->options_.stream_idle_timeout;
+    reads[i].idle_until =
+        Clock::now() + clients[i]->options_.stream_idle_timeout;
   }
   while (streams_open > 0) {
     // Once failed, the cancelled streams end without waiting for servers.
     Clock::time_point wake = Clock::time_point::max();
     for (size_t i = 0; i < reads.size() && error.ok(); ++i) {
-      if (!reads[i].ended) wake = std::min(wake, idle_until[i]);
+      if (!reads[i].ended) wake = std::min(wake, reads[i].idle_until);
     }
     const grpc::CompletionQueue::NextStatus next =
         queue.AsyncNext(&tag, &ok, wake);
@@ -481,7 +473,9 @@ absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
       // behind it at their next collective and go quiet too.
       std::vector<size_t> idle;
       for (size_t i = 0; i < reads.size(); ++i) {
-        if (!reads[i].ended && Clock::now() >= idle_until[i]) idle.push_back(i);
+        if (!reads[i].ended && Clock::now() >= reads[i].idle_until) {
+          idle.push_back(i);
+        }
       }
       if (idle.empty()) continue;
       std::string targets;
@@ -499,7 +493,7 @@ absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
     const uintptr_t value = reinterpret_cast<uintptr_t>(tag);
     const size_t i = value / kSteps;
     ReadOfEach& read = reads[i];
-    idle_until[i] = Clock::now() + clients[i]->options_.stream_idle_timeout;
+    read.idle_until = Clock::now() + clients[i]->options_.stream_idle_timeout;
     const ReadStep step = static_cast<ReadStep>(value % kSteps);
     if (step == ReadStep::kFinished) {
       --streams_open;

@@ -65,11 +65,11 @@ struct ClientOptions {
   // Per-call deadline for unary calls; streams get `stream_timeout`.
   std::chrono::milliseconds timeout{10000};
   std::chrono::milliseconds stream_timeout{600000};
-  // GetDeltaFromEach: a stream that has received nothing for this long is
-  // taken for a hung server (a stopped rank, or ranks stalled behind one)
-  // and the read fails, DeadlineExceeded naming it, instead of waiting out
-  // `stream_timeout`. Longer than a step of the trainer: a read of a cut
-  // waits for the next step boundary before its first chunk.
+  // GetDelta and GetDeltaFromEach: a stream that has received nothing for
+  // this long is taken for a hung server (a stopped trainer or rank, or ranks
+  // stalled behind one) and the read fails, DeadlineExceeded naming it,
+  // instead of waiting out `stream_timeout`. Longer than a step of the trainer:
+  // a read of a cut waits for the next step boundary before its first chunk.
   std::chrono::milliseconds stream_idle_timeout{60000};
   int max_receive_message_bytes = 64 << 20;
   // A record's tables go in one message, all or nothing, up to this many
@@ -170,6 +170,7 @@ class DeltaClient final : public TrackerClient {
   // Closes the current batch; returns the new one.
   absl::StatusOr<int64_t> Step();
 
+  // GetDeltaFromEach of this one client.
   absl::StatusOr<ReceivedDelta> GetDelta(
       const v1::GetDeltaRequest& request) override;
   // Reads `request` from every one of `clients` at once, as GetDelta reads

@@ -3,7 +3,8 @@
 // delta as GetDelta does, chunk for chunk; the first read to fail names its
 // server and cancels the others (a read waiting for a consistent cut that
 // will never come is not waited for, and the server withdraws that cut); a
-// stream that sends nothing for its idle timeout fails the read so.
+// stream that sends nothing for its idle timeout fails the read so, and so
+// does GetDelta's read of one server.
 
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
@@ -185,6 +186,35 @@ TEST(GetDeltaFromEachTest, AStreamSilentForItsIdleTimeoutFailsTheRead) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_TRUE(cuts.Waiting().empty());
+}
+
+TEST(GetDeltaTest, AReadSilentForItsIdleTimeoutFails) {
+  // A one-process trainer that steps and never opens the cut: GetDelta,
+  // which reads one server as GetDeltaFromEach does, gives up after the idle
+  // timeout instead of the stream's 10 minutes.
+  StepCuts cuts(/*stepping=*/true);
+  Served a(&cuts);
+  a.Record(1, 10, 100);
+  ClientOptions options;
+  options.stream_idle_timeout = std::chrono::milliseconds(300);
+  std::unique_ptr<DeltaClient> quiet =
+      DeltaClient::Create(a.address(), options);
+  v1::GetDeltaRequest read = Read("one");
+  read.set_cut(7);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<ReceivedDelta> delta = quiet->GetDelta(read);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(300));
+  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_EQ(delta.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(delta.status().message().find(a.address() + " sent nothing for"),
+            std::string::npos)
+      << delta.status();
+  // The same server, read without a cut, answers as before.
+  read.clear_cut();
+  absl::StatusOr<ReceivedDelta> answered = quiet->GetDelta(read);
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_EQ(answered->tables.count(kTable), 1u);
 }
 
 }  // namespace
