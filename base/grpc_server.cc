@@ -132,12 +132,16 @@ absl::Status CheckKeyCertPair(const std::string& cert_pem,
 
 }  // namespace
 
+absl::Status CheckCanListen(const std::string& address) {
+  if (absl::Status s = ValidateListenAddress(address); !s.ok()) return s;
+  return ProbeBind(address, *SplitHostPort(address));
+}
+
 absl::StatusOr<StartedServer> StartServer(
     grpc::ServerBuilder& builder, const std::string& address,
     std::shared_ptr<grpc::ServerCredentials> credentials) {
-  if (absl::Status s = ValidateListenAddress(address); !s.ok()) return s;
+  if (absl::Status s = CheckCanListen(address); !s.ok()) return s;
   const HostPort listen = *SplitHostPort(address);
-  if (absl::Status s = ProbeBind(address, listen); !s.ok()) return s;
   StartedServer started;
   builder.AddListeningPort(address, std::move(credentials), &started.port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

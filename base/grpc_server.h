@@ -34,6 +34,13 @@ struct StartedServer {
   int port = 0;
 };
 
+// What StartServer checks before gRPC binds: OK when `address` could be
+// listened on now (port 0 always can; a host that does not resolve is left
+// to gRPC); InvalidArgument for a malformed address; Unavailable, one line,
+// when it is in use or not local. Another process may still take it before
+// the bind.
+absl::Status CheckCanListen(const std::string& address);
+
 // Adds `address` (validated first) to `builder`, with SO_REUSEPORT off, and
 // starts it. gRPC turns SO_REUSEPORT on by default, which lets a second
 // server bind an address already in use and take half of its new

@@ -42,4 +42,10 @@ std::string JoinHostPort(absl::string_view host, int port) {
   return absl::StrCat(host, ":", port);
 }
 
+std::string OffsetPort(const std::string& address, int offset) {
+  absl::StatusOr<HostPort> split = SplitHostPort(address);
+  if (offset == 0 || !split.ok() || split->port == 0) return address;
+  return JoinHostPort(split->host, split->port + offset);
+}
+
 }  // namespace deltastream

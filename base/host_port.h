@@ -34,6 +34,13 @@ absl::StatusOr<HostPort> SplitHostPort(absl::string_view address);
 // SplitHostPort(JoinHostPort(h, p)) gives back h and p.
 std::string JoinHostPort(absl::string_view host, int port);
 
+// `address` with its port moved up by `offset` (a local rank's own port of a
+// server every rank of a machine runs, torchrun-style: PORT + LOCAL_RANK).
+// `address` unchanged when its port is 0 (each rank picks a free one), the
+// offset is 0, or it does not split; the port may pass 65535 (the listen
+// address then fails validation, naming it).
+std::string OffsetPort(const std::string& address, int offset);
+
 }  // namespace deltastream
 
 #endif  // DELTASTREAM_BASE_HOST_PORT_H_

@@ -69,9 +69,10 @@ void MetricsEndpoint::Add(
 }
 
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetricsFromFlags(
-    std::shared_ptr<prometheus::Registry> registry) {
-  const std::string address = absl::GetFlag(FLAGS_metrics_listen);
-  if (address.empty()) return std::unique_ptr<MetricsEndpoint>();
+    std::shared_ptr<prometheus::Registry> registry, int port_offset) {
+  const std::string flag = absl::GetFlag(FLAGS_metrics_listen);
+  if (flag.empty()) return std::unique_ptr<MetricsEndpoint>();
+  const std::string address = OffsetPort(flag, port_offset);
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> endpoint =
       MetricsEndpoint::Start(address, std::move(registry));
   if (!endpoint.ok()) {

@@ -11,12 +11,16 @@
 #include <utility>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace prometheus {
 class Exposer;
 }  // namespace prometheus
+
+// HOST:PORT of the metrics endpoint; see StartMetricsFromFlags.
+ABSL_DECLARE_FLAG(std::string, metrics_listen);
 
 namespace deltastream {
 
@@ -74,10 +78,12 @@ class MetricsEndpoint {
 
 // Reads --metrics_listen (defined here: every binary linking this library
 // takes it; empty, the default, serves no metrics) and, when set, starts an
-// endpoint for `registry`. Returns nullptr when the flag is empty; the
-// errors of MetricsEndpoint::Start, naming the flag, otherwise.
+// endpoint for `registry`, on the flag's port plus `port_offset` (a rank's
+// local rank, so that the ranks of one machine do not share a port; port 0
+// stays 0). Returns nullptr when the flag is empty; the errors of
+// MetricsEndpoint::Start, naming the flag, otherwise.
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartMetricsFromFlags(
-    std::shared_ptr<prometheus::Registry> registry);
+    std::shared_ptr<prometheus::Registry> registry, int port_offset = 0);
 
 // For collectors that read a component's state at scrape time (a
 // prometheus::Collectable's Collect()): a family of `type` (counter or

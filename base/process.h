@@ -12,7 +12,8 @@ namespace deltastream {
 //
 // Exit codes, the same in every binary: 0 success, 1 a failed operation (a
 // refused request, an unreachable server, a failed run), 2 bad usage (a bad
-// flag or config, an address in use, a database refused at start).
+// flag or config, an address in use, a database or checkpoint refused at
+// start).
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 

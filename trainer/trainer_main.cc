@@ -46,6 +46,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/command_line.h"
+#include "base/grpc_server.h"
 #include "base/host_memory.h"
 #include "base/host_port.h"
 #include "base/metrics.h"
@@ -99,26 +100,51 @@ ABSL_FLAG(std::string, restore_chain, "",
 namespace deltastream {
 namespace {
 
-// "HOST:PORT" with PORT + offset (port 0 stays 0: any free port).
-std::string OffsetPort(const std::string& address, int offset) {
+// `address` (a listen flag's value, `what` naming it) as the `ranks` local
+// ranks each serve it, on its port plus their local rank: every one must
+// exist and be free now. OK for an empty address or port 0 (each rank picks
+// a free port).
+absl::Status CheckRankPorts(absl::string_view what, const std::string& address,
+                            int ranks) {
   absl::StatusOr<HostPort> listen = SplitHostPort(address);
-  if (offset == 0 || !listen.ok() || listen->port == 0) return address;
-  return JoinHostPort(listen->host, listen->port + offset);
+  if (address.empty() || !listen.ok() || listen->port == 0) {
+    return absl::OkStatus();
+  }
+  if (listen->port + ranks - 1 > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", what, " address ", address, " leaves no port for local rank ",
+        65536 - listen->port, " (each rank serves on the port plus its local ",
+        "rank)"));
+  }
+  for (int r = 0; r < ranks; ++r) {
+    if (absl::Status free = CheckCanListen(OffsetPort(address, r));
+        !free.ok()) {
+      return absl::Status(
+          free.code(),
+          absl::StrCat("local rank ", r, "'s ", what, ": ", free.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // What --nproc_per_node's ranks would each refuse, refused once by the
-// launcher: every local rank's service port (PORT + local rank) must exist,
-// and a plan file must be a valid plan of the model's tables for that many
-// ranks. (A port in use
-// is found by the rank that binds it, as under torchrun.)
+// launcher: every local rank's service and metrics ports (PORT + local rank)
+// must exist and be free now (a port taken after this check is still found
+// by the rank that binds it), and a plan file must be a valid plan of the
+// model's tables for that many ranks.
 absl::Status CheckLaunch(const TrainerSettings& settings) {
   const int ranks = absl::GetFlag(FLAGS_nproc_per_node);
-  absl::StatusOr<HostPort> listen = SplitHostPort(settings.service.listen);
-  if (listen.ok() && listen->port != 0 && listen->port + ranks - 1 > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the service address ", settings.service.listen, " leaves no port for ",
-        "local rank ", 65536 - listen->port, " (each rank serves on the port ",
-        "plus its local rank)"));
+  if (settings.serve) {
+    if (absl::Status s =
+            CheckRankPorts("service", settings.service.listen, ranks);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = CheckRankPorts(
+          "--metrics_listen", absl::GetFlag(FLAGS_metrics_listen), ranks);
+      !s.ok()) {
+    return s;
   }
   if (!settings.plan_path.empty()) {
     absl::StatusOr<v1::ShardingPlan> plan =
@@ -356,17 +382,30 @@ int Main(int argc, char** argv) {
   auto log = [rank](const std::string& line) {
     if (rank == 0) std::fprintf(stderr, "trainer: %s\n", line.c_str());
   };
+  // A rank that fails on its own tells the others why before it exits (they
+  // would otherwise wait out the collective timeout for a rank they take for
+  // dead or hung).
+  const auto fail = [&group, rank](int exit_code, const absl::Status& status) {
+    if (group == nullptr) return Fail(exit_code, status);
+    group->Leave(status);
+    return Fail(exit_code, absl::StrCat("rank ", rank, ": ", status.message()));
+  };
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*std::move(settings), log);
-  if (!trainer.ok()) return Fail(2, trainer.status().message());
+  if (!trainer.ok()) {
+    // Refused (2) for what it was given, unless a collective failed: the
+    // fault is then another rank's, or the network's.
+    const bool group_failed = group != nullptr && group->failed();
+    return fail(group_failed ? kExitFailure : kExitUsage, trainer.status());
+  }
   std::shared_ptr<TrackerMetrics> tracker_metrics;
   if ((*trainer)->tracker() != nullptr) {
     tracker_metrics = std::make_shared<TrackerMetrics>((*trainer)->tracker(),
                                                        (*trainer)->snapshots());
   }
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics =
-      StartMetricsFromFlags(registry);
-  if (!metrics.ok()) return Fail(kExitUsage, metrics.status());
+      StartMetricsFromFlags(registry, ranked ? env->local_rank : 0);
+  if (!metrics.ok()) return fail(kExitUsage, metrics.status());
   if (*metrics != nullptr) {
     if (tracker_metrics != nullptr) (*metrics)->Add(tracker_metrics);
     log(absl::StrCat("metrics on http://", (*metrics)->address(), "/metrics"));
@@ -380,11 +419,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<TrainerProgress> progress =
       (*trainer)->Run(signal_watch.stop(), (*trainer)->settings().steps);
   (*trainer)->StopService();
-  if (!progress.ok()) {
-    return Fail(1, ranked ? absl::StrCat("rank ", rank, ": ",
-                                         progress.status().message())
-                          : std::string(progress.status().message()));
-  }
+  if (!progress.ok()) return fail(kExitFailure, progress.status());
   if (rank != 0) return 0;
 
   const double seconds = absl::ToDoubleSeconds(progress->elapsed);

@@ -78,5 +78,13 @@ TEST(JoinHostPortTest, BracketsIpv6AndRoundTrips) {
   }
 }
 
+TEST(OffsetPortTest, MovesThePortUpAndLeavesPortZero) {
+  EXPECT_EQ(OffsetPort("127.0.0.1:50051", 3), "127.0.0.1:50054");
+  EXPECT_EQ(OffsetPort("[::1]:9464", 1), "[::1]:9465");
+  EXPECT_EQ(OffsetPort("localhost:9464", 0), "localhost:9464");
+  EXPECT_EQ(OffsetPort("localhost:0", 2), "localhost:0");
+  EXPECT_EQ(OffsetPort("no port", 2), "no port");
+}
+
 }  // namespace
 }  // namespace deltastream

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/process.h"
 
 namespace deltastream {
 
@@ -137,6 +138,7 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
                      ")"));
     bool failed = false;
     int first_failure_code = 1;  // the first failed rank's exit code
+    bool refused = false;        // a rank exited kExitUsage
     absl::Time kill_at = absl::InfiniteFuture();
     int signals_seen = 0;
     while (!running.empty()) {
@@ -150,6 +152,8 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
           if (!failed && WIFEXITED(status)) {
             first_failure_code = WEXITSTATUS(status);
           }
+          refused = refused ||
+                    (WIFEXITED(status) && WEXITSTATUS(status) == kExitUsage);
           if (!failed && !running.empty()) {
             log("stopping the other ranks");
             for (const auto& [other, r] : running) kill(other, SIGTERM);
@@ -180,7 +184,7 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
     }
     if (!failed) return 0;
     if (stop_requested || attempt >= options.max_restarts) {
-      return first_failure_code;
+      return refused ? kExitUsage : first_failure_code;
     }
     log(absl::StrCat("restarting the group (restart ", attempt + 1, " of ",
                      options.max_restarts, ")"));

@@ -24,6 +24,14 @@ std::chrono::milliseconds ToChrono(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+// A store value from text, and back.
+std::vector<uint8_t> Bytes(absl::string_view text) {
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+std::string Text(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
 bool IsLoopback(const std::string& addr) {
   return addr == "localhost" || absl::StartsWith(addr, "127.");
 }
@@ -113,6 +121,22 @@ struct ProcessGroup::Impl {
     }
   }
 
+  // The ranks that left the group (ProcessGroup::Leave) and why, in rank
+  // order; empty when the store cannot tell.
+  std::vector<std::pair<int, std::string>> LeftRanks() {
+    std::vector<std::pair<int, std::string>> left;
+    try {
+      for (int r = 0; r < size(); ++r) {
+        const std::string key = absl::StrCat("left/", r);
+        if (r != rank() && store->check({key})) {
+          left.emplace_back(r, Text(store->get(key)));
+        }
+      }
+    } catch (const std::exception&) {
+    }
+    return left;
+  }
+
   // Runs one collective `body` under the lock, converting c10d's exceptions
   // into the Status described in the header.
   template <typename F>
@@ -140,13 +164,19 @@ struct ProcessGroup::Impl {
             "rank 0 (the store's host at ", options.env.master_addr, ":",
             options.env.master_port, ") is unreachable, dead or hung (",
             missing.status().message(), ")");
-      } else if (missing->empty()) {
-        who = "every rank saw it fail";
       } else {
-        who = absl::StrCat(
-            missing->size() == 1 ? "rank " : "ranks ",
-            absl::StrJoin(*missing, ", "), " did not report within ",
-            absl::FormatDuration(options.timeout), " (dead or hung)");
+        std::vector<std::string> parts;
+        for (const auto& [r, why] : LeftRanks()) {
+          parts.push_back(absl::StrCat("rank ", r, " left the group: ", why));
+        }
+        if (!missing->empty()) {
+          parts.push_back(absl::StrCat(
+              missing->size() == 1 ? "rank " : "ranks ",
+              absl::StrJoin(*missing, ", "), " did not report within ",
+              absl::FormatDuration(options.timeout), " (dead or hung)"));
+        }
+        who = parts.empty() ? "every rank saw it fail"
+                            : absl::StrJoin(parts, "; ");
       }
       const std::string message = absl::StrCat(head, who, "; c10d: ", cause);
       broken = timed_out ? absl::DeadlineExceededError(message)
@@ -240,14 +270,11 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(
   // through the store's "refused" key by every rank, at once.
   const std::string refused_key = "refused";
   std::string refused;
-  auto to_bytes = [](const std::string& text) {
-    return std::vector<uint8_t>(text.begin(), text.end());
-  };
   try {
     const std::string size = std::to_string(env.world_size);
-    const std::vector<uint8_t> first =
-        impl->store->compareSet("world_size", {}, to_bytes(size));
-    if (const std::string agreed(first.begin(), first.end()); agreed != size) {
+    if (const std::string agreed =
+            Text(impl->store->compareSet("world_size", {}, Bytes(size)));
+        agreed != size) {
       refused = absl::StrCat("WORLD_SIZE is ", size, " for rank ", env.rank,
                              " and ", agreed,
                              " for the ranks before it: every rank must be "
@@ -257,14 +284,13 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(
                              ": every rank must be started once");
     }
     if (!refused.empty()) {
-      impl->store->set(refused_key, to_bytes(refused));
+      impl->store->set(refused_key, Bytes(refused));
     } else {
       impl->store->set(joined[env.rank], std::vector<uint8_t>{1});
     }
     while (refused.empty()) {
       if (impl->store->check({refused_key})) {
-        const std::vector<uint8_t> why = impl->store->get(refused_key);
-        refused.assign(why.begin(), why.end());
+        refused = Text(impl->store->get(refused_key));
         break;
       }
       missing.clear();
@@ -453,11 +479,30 @@ absl::StatusOr<int64_t> ProcessGroup::AllReduceMin(int64_t value,
   return tensor.cpu().item<int64_t>();
 }
 
+bool ProcessGroup::failed() const {
+  absl::MutexLock lock(&impl_->mu);
+  return !impl_->broken.ok();
+}
+
+void ProcessGroup::Leave(const absl::Status& why) {
+  absl::MutexLock lock(&impl_->mu);
+  if (!impl_->broken.ok()) return;
+  impl_->broken = absl::FailedPreconditionError(
+      absl::StrCat("rank ", impl_->rank(), " left the group: ", why.message()));
+  try {
+    impl_->store->set(absl::StrCat("left/", impl_->rank()),
+                      Bytes(why.message()));
+    impl_->store->set(absl::StrCat("failed/", impl_->rank()),
+                      std::vector<uint8_t>{1});
+  } catch (const std::exception&) {
+    // The store is gone: the others find this rank gone as a dead one.
+  }
+}
+
 absl::Status ProcessGroup::StoreSet(absl::string_view key,
                                     absl::string_view value) {
   try {
-    impl_->store->set(std::string(key),
-                      std::vector<uint8_t>(value.begin(), value.end()));
+    impl_->store->set(std::string(key), Bytes(value));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("store set '", key, "' failed: ", e.what()));
@@ -468,8 +513,7 @@ absl::Status ProcessGroup::StoreSet(absl::string_view key,
 absl::StatusOr<std::string> ProcessGroup::StoreGet(absl::string_view key) {
   try {
     impl_->store->wait({std::string(key)}, ToChrono(timeout()));
-    std::vector<uint8_t> value = impl_->store->get(std::string(key));
-    return std::string(value.begin(), value.end());
+    return Text(impl_->store->get(std::string(key)));
   } catch (const std::exception& e) {
     return absl::DeadlineExceededError(
         absl::StrCat("store get '", key, "' failed: ", e.what()));

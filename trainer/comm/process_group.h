@@ -55,7 +55,8 @@ struct CollectiveStats {
 // timeout passed) this rank records its failure in the store and waits up to
 // the timeout for the other ranks to do the same; the Status (Unavailable,
 // or DeadlineExceeded for a timeout) names the collective, its label, the
-// ranks that never reported (dead or hung), and c10d's own message. The
+// ranks that left the group and why (Leave), the ranks that never reported
+// (dead or hung), and c10d's own message. The
 // group is unusable afterwards (every later call fails at once): exit and
 // restart from a checkpoint. So that a dead peer fails the collective rather
 // than this process, Create sets SIGPIPE to be ignored (as Python does for
@@ -134,6 +135,18 @@ class ProcessGroup {
   // (DeadlineExceeded naming it).
   absl::Status StoreSet(absl::string_view key, absl::string_view value);
   absl::StatusOr<std::string> StoreGet(absl::string_view key);
+
+  // Tells the other ranks that this one leaves the group because of `why`
+  // (a failure of its own: a checkpoint it cannot read, a port it cannot
+  // bind), before it exits. Their next collective fails at once, naming this
+  // rank and `why`, instead of waiting out the timeout for a rank that never
+  // reports (dead or hung). Does nothing once the group has failed (the
+  // others know); every later call on this rank fails. Best effort: with the
+  // store gone, the others find this rank as they would a dead one.
+  void Leave(const absl::Status& why);
+  // Whether a collective has failed or Leave was called: every later call
+  // fails.
+  bool failed() const;
 
   // Per label, since construction or the last ResetStats.
   std::map<std::string, CollectiveStats> Stats() const;

@@ -140,6 +140,26 @@ int FailingRankScenario(ProcessGroup& group, bool hang) {
   return 0;
 }
 
+// Rank 1 fails on its own after the first collective (say its checkpoint
+// file is damaged), tells the group why (Leave) and exits; the others'
+// next collective fails at once with its reason.
+int LeavingRankScenario(ProcessGroup& group) {
+  at::Tensor t = at::ones({4});
+  RANK_OK(group.AllReduceSum(t, "test.first"));
+  const absl::Time start = absl::Now();
+  if (group.rank() == 1) {
+    group.Leave(absl::DataLossError("rank-00001-of-00003.pt is damaged"));
+    RANK_CHECK(!group.AllReduceSum(t, "test.after_leaving").ok());
+    return 0;
+  }
+  absl::Status s = group.AllReduceSum(t, "test.after_failure");
+  std::fprintf(
+      stderr, "FAILED after %lld ms: %s\n",
+      static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - start)),
+      s.ToString().c_str());
+  return s.ok() ? 0 : kCollectiveFailed;
+}
+
 int RunScenario(const std::string& scenario) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       testing::RankGroupFromEnv(absl::Seconds(20));
@@ -150,6 +170,7 @@ int RunScenario(const std::string& scenario) {
   if (scenario == "collectives") return CollectivesScenario(**group);
   if (scenario == "dead") return FailingRankScenario(**group, false);
   if (scenario == "hang") return FailingRankScenario(**group, true);
+  if (scenario == "leave") return LeavingRankScenario(**group);
   std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
   return 1;
 }
@@ -220,6 +241,32 @@ TEST(ProcessGroupTest, DeadRankFailsTheOthersWithItsName) {
 
 TEST(ProcessGroupTest, HungRankFailsTheOthersWithItsName) {
   ExpectFailureNamesRankOne("hang", 2);
+}
+
+// A rank that leaves (a failure of its own) is named with its reason by
+// every other rank at once, not after the timeout as a dead or hung one.
+TEST(ProcessGroupTest, ARankThatLeavesIsNamedWithItsReasonAtOnce) {
+  const int timeout_s = 20;
+  std::vector<RankResult> results =
+      RunRanks("leave", 3, absl::Seconds(60),
+               {{"TEST_COLLECTIVE_TIMEOUT_S", std::to_string(timeout_s)}});
+  EXPECT_EQ(results[1].exit_code, 0) << results[1].output;
+  for (int r : {0, 2}) {
+    const RankResult& result = results[r];
+    EXPECT_FALSE(result.timed_out) << "rank " << r << " hung";
+    EXPECT_EQ(result.exit_code, kCollectiveFailed) << result.output;
+    EXPECT_TRUE(absl::StrContains(
+        result.output,
+        "rank 1 left the group: rank-00001-of-00003.pt is damaged"))
+        << result.output;
+    EXPECT_FALSE(absl::StrContains(result.output, "did not report"))
+        << result.output;
+    const size_t at = result.output.find("FAILED after ");
+    ASSERT_NE(at, std::string::npos) << result.output;
+    EXPECT_LT(std::atoll(result.output.c_str() + at + 13), 5000)
+        << result.output;
+    if (r == 0) std::printf("rank 0 reported: %s", result.output.c_str());
+  }
 }
 
 // Gloo writes to a peer with writev(2): once the peer is gone that raises

@@ -9,10 +9,13 @@
 #  3. SIGTERM to the launcher stops both ranks at the same step, cleanly;
 #  4. `deltactl topology` against either rank lists both ranks and every
 #     table's shard, and `deltactl get` through one rank reads every rank's
-#     tables, merged;
-#  5. a rank that cannot start (its port taken) stops the group at once:
-#     the other rank, still waiting for it, exits on the launcher's SIGTERM
-#     without waiting out the grace period.
+#     tables, merged; each rank serves its metrics on --metrics_listen's
+#     port plus its local rank;
+#  5. a port a rank would serve on, already taken, is refused by the
+#     launcher before any rank starts (exit 2, naming the local rank);
+#  6. a rank that cannot start (its checkpoint file damaged) stops the group
+#     at once, named with its reason, without waiting out a timeout or the
+#     grace period.
 set -u
 TRAINER="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}/trainer/trainer"
 [ -x "$TRAINER" ] || TRAINER=trainer/trainer
@@ -119,10 +122,23 @@ if start_endless term; then
   grep -q '^trained' "$DIR/term.out" || fail "SIGTERM: no summary"
 fi
 
-# 4. The topology, from either rank.
+# 4. The topology, from either rank; each rank's metrics on its own port
+# (--metrics_listen's plus its local rank).
 config 32 -1 | sed 's/mode: "off"/mode: "id_only"/' > "$DIR/served.txt"
+metrics_port=$(python3 -c '
+import socket
+for _ in range(100):
+    a, b = socket.socket(), socket.socket()
+    a.bind(("127.0.0.1", 0))
+    try:
+        b.bind(("127.0.0.1", a.getsockname()[1] + 1))
+    except OSError:
+        continue
+    print(a.getsockname()[1])
+    break')
 "$TRAINER" --config="$DIR/served.txt" --nproc_per_node=2 \
-  --listen=127.0.0.1:0 > "$DIR/served.out" 2> "$DIR/served.err" &
+  --listen=127.0.0.1:0 --metrics_listen="127.0.0.1:$metrics_port" \
+  > "$DIR/served.out" 2> "$DIR/served.err" &
 launcher=$!
 for _ in $(seq 600); do
   [ "$(grep -c 'listening on' "$DIR/served.out")" = 2 ] && break
@@ -158,11 +174,19 @@ for name, t in tables.items():
     ids = t["ids"]
     assert ids and ids == sorted(set(ids)), name
 CHECK
+for port in "$metrics_port" $((metrics_port + 1)); do
+  python3 -c '
+import sys, urllib.request
+body = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+assert "deltastream_trainer_steps_total" in body, body[:500]' \
+    "http://127.0.0.1:$port/metrics" ||
+    fail "no trainer metrics on port $port: $(cat "$DIR/served.err")"
+done
 kill -TERM "$launcher"
 wait_launcher 30
 [ "$rc" = 0 ] || fail "served run exited $rc: $(cat "$DIR/served.err")"
 
-# 5. A rank that cannot start: rank 1's port (PORT + 1) is taken.
+# 5. Rank 1's port (PORT + 1) is taken.
 python3 - "$DIR/port" <<'HOLD' &
 import socket, sys, time
 for _ in range(100):
@@ -182,21 +206,46 @@ for _ in range(100):
 HOLD
 holder=$!
 for _ in $(seq 100); do [ -s "$DIR/port" ] && break; sleep 0.1; done
-start=$(date +%s)
+port=$(cat "$DIR/port")
 "$TRAINER" --config="$DIR/served.txt" --nproc_per_node=2 \
-  --listen="127.0.0.1:$(cat "$DIR/port")" > "$DIR/taken.out" \
-  2> "$DIR/taken.err" &
+  --listen="127.0.0.1:$port" > "$DIR/taken.out" 2> "$DIR/taken.err" &
+launcher=$!
+wait_launcher 30
+kill "$holder" 2> /dev/null
+[ "$rc" = 2 ] || fail "taken port: launcher exited $rc: $(cat "$DIR/taken.err")"
+grep -q "local rank 1's service: cannot listen on 127.0.0.1:$((port + 1)): address in use" \
+  "$DIR/taken.err" || fail "taken port: not named: $(cat "$DIR/taken.err")"
+! grep -q 'started 2 ranks' "$DIR/taken.err" ||
+  fail "taken port: ranks were started: $(cat "$DIR/taken.err")"
+
+# 6. Rank 1's checkpoint file is damaged (one byte flipped: its size, which
+# the manifest lists, is unchanged, so only reading it finds the fault).
+config 32 4 > "$DIR/saved.txt"
+"$TRAINER" --config="$DIR/saved.txt" --nproc_per_node=2 \
+  --checkpoint_dir="$DIR/ckpt" > "$DIR/saved.out" 2> "$DIR/saved.err" ||
+  fail "checkpointed run exited $?: $(cat "$DIR/saved.err")"
+python3 - "$DIR"/ckpt/checkpoints/checkpoint-*4/rank-00001-of-00002.pt <<'FLIP'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+data[len(data) // 2] ^= 0xFF
+open(sys.argv[1], "wb").write(data)
+FLIP
+start=$(date +%s)
+"$TRAINER" --config="$DIR/saved.txt" --nproc_per_node=2 --steps=8 \
+  --checkpoint_dir="$DIR/ckpt" --collective_timeout_s=60 \
+  > "$DIR/damaged.out" 2> "$DIR/damaged.err" &
 launcher=$!
 wait_launcher 60
 elapsed=$(( $(date +%s) - start ))
-kill "$holder" 2> /dev/null
-[ "$rc" = 2 ] || fail "taken port: launcher exited $rc: $(cat "$DIR/taken.err")"
-grep -q 'rank 1 exited with code 2' "$DIR/taken.err" ||
-  fail "taken port: rank 1's failure not named: $(cat "$DIR/taken.err")"
-grep -q 'before training started: exiting' "$DIR/taken.err" ||
-  fail "taken port: rank 0 did not exit on SIGTERM: $(cat "$DIR/taken.err")"
+[ "$rc" = 2 ] || fail "damaged checkpoint: launcher exited $rc: $(cat "$DIR/damaged.err")"
+grep -q 'rank 1 exited with code 2' "$DIR/damaged.err" ||
+  fail "damaged checkpoint: rank 1's failure not named: $(cat "$DIR/damaged.err")"
+grep -q "rank 1: .*rank-00001-of-00002.pt' is a damaged archive" "$DIR/damaged.err" ||
+  fail "damaged checkpoint: no reason: $(cat "$DIR/damaged.err")"
+! grep -q 'did not report' "$DIR/damaged.err" ||
+  fail "damaged checkpoint: rank 1 taken for dead or hung: $(cat "$DIR/damaged.err")"
 [ "$elapsed" -lt 20 ] ||
-  fail "taken port: the group took ${elapsed} s to stop (grace period 30 s)"
+  fail "damaged checkpoint: the group took ${elapsed} s to stop"
 echo "a rank that could not start stopped the group in ${elapsed} s"
 
 if [ "$failures" -gt 0 ]; then
