@@ -152,6 +152,27 @@ TEST(GetDeltaFromEachTest, FirstFailureNamesItsServerAndCancelsTheOthers) {
   }
 }
 
+constexpr absl::Duration kIdleTimeout = absl::Milliseconds(300);
+
+// A client of `address` whose reads give up after kIdleTimeout of silence.
+std::unique_ptr<DeltaClient> ImpatientClient(const std::string& address) {
+  ClientOptions options;
+  options.stream_idle_timeout = absl::ToChronoMilliseconds(kIdleTimeout);
+  return DeltaClient::Create(address, options);
+}
+
+// A read that failed `took` after it started because `address` sent nothing
+// for kIdleTimeout.
+void ExpectIdleTimeout(const absl::Status& status, absl::Duration took,
+                       const std::string& address) {
+  EXPECT_GE(took, kIdleTimeout);
+  EXPECT_LT(took, absl::Seconds(5));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(status.message().find(address + " sent nothing for"),
+            std::string::npos)
+      << status;
+}
+
 TEST(GetDeltaFromEachTest, AStreamSilentForItsIdleTimeoutFailsTheRead) {
   // Server a's trainer steps and never opens the cut: its stream sends
   // nothing, as a stopped rank's would, while b answers at once.
@@ -159,23 +180,14 @@ TEST(GetDeltaFromEachTest, AStreamSilentForItsIdleTimeoutFailsTheRead) {
   Served a(&cuts), b;
   a.Record(1, 10, 100);
   b.Record(2, 500, 800);
-  ClientOptions options;
-  options.stream_idle_timeout = std::chrono::milliseconds(300);
-  std::unique_ptr<DeltaClient> quiet =
-      DeltaClient::Create(a.address(), options);
+  std::unique_ptr<DeltaClient> quiet = ImpatientClient(a.address());
   v1::GetDeltaRequest read = Read("each");
   read.set_cut(7);
   size_t failed = 99;
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<ReceivedDelta>> each =
       DeltaClient::GetDeltaFromEach({b.client(), quiet.get()}, read, &failed);
-  const absl::Duration took = absl::Now() - start;
-  EXPECT_GE(took, absl::Milliseconds(300));
-  EXPECT_LT(took, absl::Seconds(5));
-  EXPECT_EQ(each.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(each.status().message().find(a.address() + " sent nothing for"),
-            std::string::npos)
-      << each.status();
+  ExpectIdleTimeout(each.status(), absl::Now() - start, a.address());
   EXPECT_EQ(each.status().message().find(b.client()->target()),
             std::string::npos)
       << each.status();
@@ -195,21 +207,12 @@ TEST(GetDeltaTest, AReadSilentForItsIdleTimeoutFails) {
   StepCuts cuts(/*stepping=*/true);
   Served a(&cuts);
   a.Record(1, 10, 100);
-  ClientOptions options;
-  options.stream_idle_timeout = std::chrono::milliseconds(300);
-  std::unique_ptr<DeltaClient> quiet =
-      DeltaClient::Create(a.address(), options);
+  std::unique_ptr<DeltaClient> quiet = ImpatientClient(a.address());
   v1::GetDeltaRequest read = Read("one");
   read.set_cut(7);
   const absl::Time start = absl::Now();
   absl::StatusOr<ReceivedDelta> delta = quiet->GetDelta(read);
-  const absl::Duration took = absl::Now() - start;
-  EXPECT_GE(took, absl::Milliseconds(300));
-  EXPECT_LT(took, absl::Seconds(5));
-  EXPECT_EQ(delta.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_NE(delta.status().message().find(a.address() + " sent nothing for"),
-            std::string::npos)
-      << delta.status();
+  ExpectIdleTimeout(delta.status(), absl::Now() - start, a.address());
   // The same server, read without a cut, answers as before.
   read.clear_cut();
   absl::StatusOr<ReceivedDelta> answered = quiet->GetDelta(read);

@@ -190,6 +190,27 @@ std::map<std::string, at::Tensor> ModelStates(Trainer& trainer) {
   return all;
 }
 
+// Expects every ModelStates tensor of `got` within `tolerance` of `want`'s
+// (`context` begins each message); returns the largest difference.
+double ExpectSameStates(Trainer& got, Trainer& want, double tolerance,
+                        const std::string& context) {
+  const std::map<std::string, at::Tensor> want_states = ModelStates(want);
+  const std::map<std::string, at::Tensor> got_states = ModelStates(got);
+  EXPECT_EQ(got_states.size(), want_states.size()) << context;
+  double worst = 0;
+  for (const auto& [name, tensor] : want_states) {
+    const auto it = got_states.find(name);
+    if (it == got_states.end()) {
+      ADD_FAILURE() << context << ": no " << name;
+      continue;
+    }
+    const double diff = MaxDiff(it->second, tensor);
+    worst = std::max(worst, diff);
+    EXPECT_LE(diff, tolerance) << context << ": " << name;
+  }
+  return worst;
+}
+
 // A run whose step budget ends inside an accumulation window ends the
 // window at its last step (a short window, its gradients rescaled by K / m),
 // so that its final checkpoint holds every step it counts: one step of
@@ -208,13 +229,8 @@ TEST(TrainerWindowTest, ARunEndingInsideAWindowAppliesIt) {
     for (int run = 1; run <= 2; ++run) {
       ASSERT_TRUE((*windowed)->Run(stop, 1).ok());
       ASSERT_TRUE((*plain)->Run(stop, 1).ok());
-      const std::map<std::string, at::Tensor> want = ModelStates(**plain);
-      std::map<std::string, at::Tensor> got = ModelStates(**windowed);
-      ASSERT_EQ(got.size(), want.size());
-      for (const auto& [name, tensor] : want) {
-        EXPECT_LE(MaxDiff(got[name], tensor), 1e-6)
-            << pipeline << " run " << run << ": " << name;
-      }
+      ExpectSameStates(**windowed, **plain, 1e-6,
+                       absl::StrCat(pipeline, " run ", run));
     }
   }
 }
@@ -242,11 +258,7 @@ TEST(TrainerWindowTest, AStopInsideAWindowEndsTheWindowFirst) {
   ASSERT_TRUE(straight.ok()) << straight.status();
   const std::atomic<bool> never{false};
   ASSERT_TRUE((*straight)->Run(never, 2).ok());
-  const std::map<std::string, at::Tensor> want = ModelStates(**straight);
-  std::map<std::string, at::Tensor> got = ModelStates(**stopped);
-  for (const auto& [name, tensor] : want) {
-    EXPECT_EQ(MaxDiff(got[name], tensor), 0) << name;
-  }
+  ExpectSameStates(**stopped, **straight, 0, "stopped");
 }
 
 TEST(MultiRankTrainerTest, TwoRanksTrainAsOneProcess) {
@@ -281,16 +293,8 @@ TEST(MultiRankTrainerTest, CheckpointsReshardAcrossWorldSizes) {
   ASSERT_TRUE(uninterrupted.ok()) << uninterrupted.status();
   ASSERT_TRUE((*uninterrupted)->Run(stop, 20).ok());
 
-  double worst = 0;
-  std::map<std::string, at::Tensor> want = ModelStates(**uninterrupted);
-  std::map<std::string, at::Tensor> got = ModelStates(**resumed);
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, tensor] : want) {
-    ASSERT_EQ(got.count(name), 1u) << name;
-    const double diff = MaxDiff(got[name], tensor);
-    worst = std::max(worst, diff);
-    EXPECT_LE(diff, kTolerance) << name;
-  }
+  const double worst =
+      ExpectSameStates(**resumed, **uninterrupted, kTolerance, "resumed");
   std::printf("2 -> 4 -> 1 ranks: max difference %g after 20 steps\n", worst);
 }
 
