@@ -183,8 +183,15 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
       }
     }
     if (!failed) return 0;
+    if (refused) {
+      // The same command line, config and files would be refused again.
+      if (attempt < options.max_restarts) {
+        log("not restarting: a rank refused its input (exit 2)");
+      }
+      return kExitUsage;
+    }
     if (stop_requested || attempt >= options.max_restarts) {
-      return refused ? kExitUsage : first_failure_code;
+      return first_failure_code;
     }
     log(absl::StrCat("restarting the group (restart ", attempt + 1, " of ",
                      options.max_restarts, ")"));

@@ -63,10 +63,11 @@ std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
 //
 // - Every rank exits 0: returns 0.
 // - A rank fails (non-zero exit, or killed by a signal): the others get
-//   SIGTERM, then SIGKILL after `grace`; with restarts left the group is
-//   started again, otherwise returns 2 when a rank exited 2 (it refused its
-//   command line, config or files: the others' failures follow from its
-//   leaving, whichever exited first), else the exit code of the attempt's
+//   SIGTERM, then SIGKILL after `grace`. When a rank exited 2 (it refused
+//   its command line, config or files) returns 2, with no restart (the same
+//   input would be refused again; the others' failures follow from its
+//   leaving, whichever exited first). Otherwise, with restarts left, the
+//   group is started again; else returns the exit code of the attempt's
 //   first failed rank, or 1 when it was killed by a signal.
 // - A signal in `signals` (blocked by the caller: BlockTerminationSignals)
 //   is forwarded to every rank, which then stops as it would alone; a

@@ -102,6 +102,43 @@ TEST(RunLocalRanksTest, ASingleRankKeepsLibTorchsDefault) {
   EXPECT_EQ(OmpNumThreadsOfRanks(1), (std::vector<std::string>{"unset"}));
 }
 
+// Ranks of `script` (/bin/sh, with $RANK and $DIR set) under two restarts:
+// the launcher's exit code and how many attempts started (each rank 0
+// appends a line to $DIR/attempts).
+std::pair<int, int> ExitCodeAndAttempts(const std::string& name,
+                                        const std::string& script) {
+  const std::string dir = absl::StrCat(TestTempDir(), "/", name);
+  LocalLaunchOptions options;
+  options.nproc_per_node = 2;
+  options.max_restarts = 2;
+  options.argv = {
+      "/bin/sh", "-c",
+      absl::StrCat("DIR=", dir, "; mkdir -p $DIR; [ $RANK = 0 ] && ",
+                   "echo started >> $DIR/attempts; ", script)};
+  options.grace = absl::Seconds(5);
+  sigset_t none;
+  sigemptyset(&none);
+  const int code = RunLocalRanks(options, none);
+  std::ifstream in(absl::StrCat(dir, "/attempts"));
+  int attempts = 0;
+  for (std::string line; std::getline(in, line);) ++attempts;
+  return {code, attempts};
+}
+
+TEST(RunLocalRanksTest, ARefusingRankEndsTheLaunchWithItsCode) {
+  // Rank 1 refuses (exit 2) after rank 0, failing for want of it, exited 1
+  // (rank 1 ignores the launcher's SIGTERM meanwhile, as a rank busy
+  // leaving would not see it). The launch exits 2 and is not restarted: it
+  // would be refused again.
+  EXPECT_EQ(ExitCodeAndAttempts("refused",
+                                "if [ $RANK = 1 ]; then trap '' TERM; "
+                                "sleep 0.3; exit 2; fi; exit 1"),
+            std::make_pair(2, 1));
+  // A failure that may pass (exit 1) is restarted, and ends with its code.
+  EXPECT_EQ(ExitCodeAndAttempts("failed", "[ $RANK = 1 ] && exit 1; sleep 30"),
+            std::make_pair(1, 3));
+}
+
 // Whether process `pid` is gone: no such process, or a zombie left for
 // whoever reaps orphans here.
 bool ProcessGone(pid_t pid) {
