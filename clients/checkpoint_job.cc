@@ -92,7 +92,8 @@ void RemoveUnfinishedLinks(const std::string& dir) {
 bool UnreachableRetry::ShouldRetry(const absl::Status& status, absl::Time now) {
   just_started_ = false;
   if (status.code() != absl::StatusCode::kUnavailable &&
-      status.code() != absl::StatusCode::kCancelled) {
+      status.code() != absl::StatusCode::kCancelled &&
+      status.code() != absl::StatusCode::kDeadlineExceeded) {
     return false;
   }
   if (!since_.has_value()) {

@@ -47,10 +47,11 @@ absl::Status ValidateCheckpointJobOptions(const CheckpointJobOptions& options);
 // chain's read errors.
 absl::StatusOr<HeldVersion> ReadChainEnd(const std::string& dir);
 
-// Whether a failed call is retried: Unavailable and Cancelled (a server that
-// shuts down cancels the calls in flight) are, for `limit` from the first
-// such failure since the last success; every other error is not. Not
-// thread-safe.
+// Whether a failed call is retried: Unavailable, Cancelled (a server that
+// shuts down cancels the calls in flight) and DeadlineExceeded (a stopped or
+// hung trainer: a read silent for the client's stream_idle_timeout) are, for
+// `limit` from the first such failure since the last success; every other
+// error is not. Not thread-safe.
 class UnreachableRetry {
  public:
   explicit UnreachableRetry(absl::Duration limit) : limit_(limit) {}

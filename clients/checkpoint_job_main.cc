@@ -23,8 +23,9 @@
 // whose start batch is before it), the links after that batch hold changes
 // the trainer lost: they are removed (each printed) before going on.
 // SIGTERM/SIGINT end it after the pull in progress. Exit codes: 0 done, 1 a
-// pull or write failed (an unreachable service, a trainer restarting, is
-// retried for --retry_s first: 60 s unless told), 2 bad flags (one line).
+// pull or write failed (an unreachable service, a trainer restarting, and a
+// stopped or hung one are retried for --retry_s first: 60 s unless told), 2
+// bad flags (one line).
 // --metrics_listen serves Prometheus metrics (clients/checkpoint_job_metrics.h;
 // its address is logged: "metrics on http://HOST:PORT/metrics").
 // The job itself: clients/checkpoint_job.h; this file holds flags and main.
@@ -58,8 +59,9 @@ ABSL_FLAG(int64_t, compact_every, 0,
 ABSL_FLAG(bool, dense, true,
           "store the model's dense parameters in every link");
 ABSL_FLAG(int64_t, retry_s, 60,
-          "keep retrying an unreachable service for this long (a trainer "
-          "restarting) before failing; 0: fail at once");
+          "keep retrying an unreachable or silent service for this long (a "
+          "trainer restarting, stopped or hung) before failing; 0: fail at "
+          "once");
 ABSL_FLAG(std::string, token_file, "", "bearer token (first line)");
 ABSL_FLAG(std::string, tls_ca, "", "PEM roots: connect with TLS");
 

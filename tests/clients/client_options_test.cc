@@ -62,14 +62,16 @@ TEST(CheckpointJobOptionsTest, RefusesEmptyNamesAndNegativeValues) {
   }
 }
 
-TEST(UnreachableRetryTest, RetriesUnavailableWithinTheWindow) {
+TEST(UnreachableRetryTest, RetriesUnreachableAndSilentWithinTheWindow) {
   UnreachableRetry retry(absl::Seconds(10));
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   EXPECT_TRUE(retry.ShouldRetry(absl::UnavailableError("refused"), t0));
   EXPECT_TRUE(retry.just_started());
   EXPECT_TRUE(retry.ShouldRetry(absl::CancelledError("shutdown"),
-                                t0 + absl::Seconds(9)));
+                                t0 + absl::Seconds(8)));
   EXPECT_FALSE(retry.just_started());
+  EXPECT_TRUE(retry.ShouldRetry(absl::DeadlineExceededError("sent nothing"),
+                                t0 + absl::Seconds(9)));
   EXPECT_FALSE(retry.ShouldRetry(absl::UnavailableError("refused"),
                                  t0 + absl::Seconds(10)));
   // A success starts a new window.
