@@ -145,6 +145,9 @@ absl::StatusOr<StartedServer> StartServer(
   StartedServer started;
   builder.AddListeningPort(address, std::move(credentials), &started.port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+      kMinPingIntervalMs);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || started.port == 0) {
     if (started.server != nullptr) started.server->Shutdown();

@@ -41,13 +41,19 @@ struct StartedServer {
 // the bind.
 absl::Status CheckCanListen(const std::string& address);
 
-// Adds `address` (validated first) to `builder`, with SO_REUSEPORT off, and
-// starts it. gRPC turns SO_REUSEPORT on by default, which lets a second
-// server bind an address already in use and take half of its new
-// connections; here such a bind fails instead. The caller sets everything
-// else on `builder` (services, limits) before calling.
-// InvalidArgument: a malformed address. Unavailable: the address is in use
-// or not local.
+// The shortest interval between a client's keepalive pings that servers
+// started here accept while they send nothing (gRPC's default, 5 minutes,
+// closes the connection of a client that pings an idle subscription every
+// 20 s: clients/delta_client.h's keepalive).
+inline constexpr int kMinPingIntervalMs = 5000;
+
+// Adds `address` (validated first) to `builder`, with SO_REUSEPORT off and
+// keepalive pings accepted every kMinPingIntervalMs, and starts it. gRPC turns
+// SO_REUSEPORT on by default, which lets a second server bind an address
+// already in use and take half of its new connections; here such a bind fails
+// instead. The caller sets everything else on `builder` (services, limits)
+// before calling. InvalidArgument: a malformed address. Unavailable: the
+// address is in use or not local.
 absl::StatusOr<StartedServer> StartServer(
     grpc::ServerBuilder& builder, const std::string& address,
     std::shared_ptr<grpc::ServerCredentials> credentials);

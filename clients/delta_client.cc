@@ -63,6 +63,13 @@ std::unique_ptr<DeltaClient> DeltaClient::Create(const std::string& target,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
               std::min(100, max_backoff_ms));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_backoff_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(options.keepalive_time.count()));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              static_cast<int>(options.keepalive_timeout.count()));
+  // Keep pinging a subscription with no deltas to send (gRPC stops after 2
+  // pings without data by default).
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the time
   // one connection attempt may take (default 20 s). At 100 ms, a handshake
   // on a loaded machine failed with "connection attempt timed out before

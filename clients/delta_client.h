@@ -71,6 +71,16 @@ struct ClientOptions {
   // instead of waiting out `stream_timeout`. Longer than a step of the trainer:
   // a read of a cut waits for the next step boundary before its first chunk.
   std::chrono::milliseconds stream_idle_timeout{60000};
+  // While a call is open, the channel pings the server after `keepalive_time`
+  // without frames from it and drops the connection when a ping has no
+  // answer within `keepalive_timeout`: a subscription (which may rightly be
+  // silent for as long as the trainer does not step) to a server whose host
+  // died or was cut off (no FIN, no RST) or that is stopped fails as
+  // Unavailable, and the caller reconnects, instead of waiting forever.
+  // Servers of this project (base/grpc_server.h) accept pings every
+  // kMinPingIntervalMs; a smaller keepalive_time gets the connection closed.
+  std::chrono::milliseconds keepalive_time{20000};
+  std::chrono::milliseconds keepalive_timeout{20000};
   int max_receive_message_bytes = 64 << 20;
   // A record's tables go in one message, all or nothing, up to this many
   // bytes; a larger table is sent in slices of rows, each its own message

@@ -1,5 +1,6 @@
 // Subscribe against the real tracker_server: pushes every N steps or T ms,
-// each delta whole, nothing twice, cancellation and server shutdown.
+// each delta whole, nothing twice, cancellation and server shutdown; an idle
+// subscription kept by keepalive pings, and a stopped server found by them.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -7,10 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "base/grpc_server.h"
 #include "clients/delta_client.h"
 #include "tests/integration/server_process.h"
 
@@ -29,8 +32,9 @@ struct Pushed {
 // Collects a subscription's deltas on a thread of its own.
 class Subscriber {
  public:
-  Subscriber(const std::string& target, v1::SubscribeRequest request)
-      : client_(DeltaClient::Create(target)) {
+  Subscriber(const std::string& target, v1::SubscribeRequest request,
+             ClientOptions options = {})
+      : client_(DeltaClient::Create(target, options)) {
     thread_ = std::thread([this, request] {
       status_ = client_->Subscribe(
           request,
@@ -48,6 +52,7 @@ class Subscriber {
             return true;
           },
           &subscription_);
+      ended_ = true;
     });
   }
   ~Subscriber() { Stop().IgnoreError(); }
@@ -73,6 +78,17 @@ class Subscriber {
     return false;
   }
 
+  // Waits up to `limit` for the subscription to end by itself; its status
+  // then (Stop's), or nullopt when it did not end.
+  std::optional<absl::Status> WaitForEnded(std::chrono::seconds limit) {
+    const auto deadline = steady_clock::now() + limit;
+    while (!ended_ && steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    if (!ended_) return std::nullopt;
+    return Stop();
+  }
+
   std::vector<Pushed> pushed() {
     std::lock_guard<std::mutex> lock(mu_);
     return pushed_;
@@ -82,6 +98,7 @@ class Subscriber {
   std::unique_ptr<DeltaClient> client_;
   Subscription subscription_;
   std::thread thread_;
+  std::atomic<bool> ended_{false};
   absl::Status status_;
   std::mutex mu_;
   std::vector<Pushed> pushed_;
@@ -122,6 +139,34 @@ TEST(SubscribeTest, PushesEveryNStepsEachBatchOnce) {
   EXPECT_EQ(pushed[1].ids, (std::vector<int64_t>{100, 101}));
   EXPECT_EQ(pushed[2].ids, (std::vector<int64_t>{102, 103}));
   EXPECT_EQ(pushed[3].ids, (std::vector<int64_t>{104, 105}));
+}
+
+// An idle subscription (nothing to push) stays open while the client pings
+// the server (the server accepts its pings: gRPC's default would close the
+// connection after the fourth); once the server stops answering (SIGSTOP,
+// as a dead host or a cut link would), the pings find it and the
+// subscription fails as Unavailable instead of waiting forever.
+TEST(SubscribeTest, KeepalivePingsKeepAnIdleSubscriptionAndFindAStoppedServer) {
+  ServerProcess server({"--consumers=s"});
+  ASSERT_GT(server.port(), 0);
+  auto producer = DeltaClient::Create(server.target());
+  ClientOptions options;
+  options.keepalive_time = milliseconds(kMinPingIntervalMs);
+  options.keepalive_timeout = milliseconds(1000);
+  Subscriber subscriber(server.target(), Every("s", 1, 0), options);
+  ASSERT_TRUE(subscriber.WaitForEnd(0));
+  std::this_thread::sleep_for(milliseconds(4 * kMinPingIntervalMs + 2000));
+  RecordAndStep(*producer, 7);
+  ASSERT_TRUE(subscriber.WaitForEnd(1)) << "the idle subscription was closed";
+
+  server.Signal(SIGSTOP);
+  const auto stopped = steady_clock::now();
+  const std::optional<absl::Status> ended =
+      subscriber.WaitForEnded(std::chrono::seconds(30));
+  server.Signal(SIGCONT);
+  ASSERT_TRUE(ended.has_value()) << "still waiting on a stopped server";
+  EXPECT_EQ(ended->code(), absl::StatusCode::kUnavailable) << *ended;
+  EXPECT_LT(steady_clock::now() - stopped, std::chrono::seconds(15));
 }
 
 TEST(SubscribeTest, PushesAfterTMillisecondsWhenABatchClosed) {
