@@ -66,9 +66,10 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{10000};
   std::chrono::milliseconds stream_timeout{600000};
   // GetDelta and GetDeltaFromEach: a stream that has received nothing for
-  // this long is taken for a hung server (a stopped trainer or rank, or ranks
+  // this long is taken for a hung server (a trainer or rank stuck, or ranks
   // stalled behind one) and the read fails, DeadlineExceeded naming it,
-  // instead of waiting out `stream_timeout`. Longer than a step of the trainer:
+  // instead of waiting out `stream_timeout`. (A stopped process or a dead
+  // host is found by the keepalive pings below, as Unavailable.) Longer than a step of the trainer:
   // a read of a cut waits for the next step boundary before its first chunk.
   std::chrono::milliseconds stream_idle_timeout{60000};
   // While a call is open, the channel pings the server after `keepalive_time`
