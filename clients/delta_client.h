@@ -69,12 +69,13 @@ struct ClientOptions {
   // this long is taken for a hung server (a trainer or rank stuck, or ranks
   // stalled behind one) and the read fails, DeadlineExceeded naming it,
   // instead of waiting out `stream_timeout`. (A stopped process or a dead
-  // host is found by the keepalive pings below, as Unavailable.) Longer than a step of the trainer:
-  // a read of a cut waits for the next step boundary before its first chunk.
+  // host is found by the keepalive pings below, as Unavailable.) Longer than a
+  // step of the trainer: a read of a cut waits for the next step boundary
+  // before its first chunk.
   std::chrono::milliseconds stream_idle_timeout{60000};
-  // While a call is open, the channel pings the server after `keepalive_time`
-  // without frames from it and drops the connection when a ping has no
-  // answer within `keepalive_timeout`: a subscription (which may rightly be
+  // While a call is open, the channel pings the server every
+  // `keepalive_time` and drops the connection when a ping has no answer
+  // within `keepalive_timeout`: a subscription (which may rightly be
   // silent for as long as the trainer does not step) to a server whose host
   // died or was cut off (no FIN, no RST) or that is stopped fails as
   // Unavailable, and the caller reconnects, instead of waiting forever.
