@@ -354,8 +354,8 @@ DeltaStore::DeferredRows DeltaStore::DeferredRowsIn(const Table& table,
   };
   if (last - first == 1 && first->rows) return sorted(*first->rows, {});
   // The lookups outlive this read (the reader lock is held; a deferred copy
-  // comes before any change): index their rows where they are and copy each
-  // kept one once, into the result.
+  // comes before any change but an Append): index their rows where they are
+  // and copy each kept one once, into the result.
   RowIndex index(mode_, table.row_bytes(), RowIndex::Rows::kBorrowed);
   std::vector<at::Tensor> borrowed;
   for (auto it = first; it != last; ++it) {

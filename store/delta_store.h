@@ -184,9 +184,10 @@ class DeltaStore {
   // complete and `rows.states` allocated, which `gather` fills (null when
   // `rows` is complete already: no states, no rows, a device table). The
   // gather reads the table's memory without the store's lock: the caller
-  // finishes it (RowGather::Copy of every row) before anything changes that
-  // table (Append, Compact*, Delete*, Clear, ReleaseRecorded, Import), and
-  // then the rows equal GetUniqueTable's.
+  // finishes it (RowGather::Copy of every row) before anything but Append
+  // changes that table (Compact*, Delete*, Clear, ReleaseRecorded, Import),
+  // and then the rows equal GetUniqueTable's. Append may run meanwhile: it
+  // adds lookups and moves or frees no row held.
   struct DeferredRows {
     UniqueRows rows;
     std::unique_ptr<RowGather> gather;

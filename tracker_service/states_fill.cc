@@ -19,10 +19,19 @@ void StatesFill::AwaitRows(const std::string& fqn, int64_t rows) {
   WriterLock lock(&mu_);
   ExclusiveLockable lockable(mu_);
   changed_.wait(lockable, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (finished_) return true;
-    auto it = copied_.find(fqn);
-    return it == copied_.end() || it->second >= rows;
+    return HasRowsLocked(fqn, rows);
   });
+}
+
+bool StatesFill::HasRows(const std::string& fqn, int64_t rows) {
+  WriterLock lock(&mu_);
+  return HasRowsLocked(fqn, rows);
+}
+
+bool StatesFill::HasRowsLocked(const std::string& fqn, int64_t rows) const {
+  if (finished_) return true;
+  auto it = copied_.find(fqn);
+  return it == copied_.end() || it->second >= rows;
 }
 
 void StatesFill::HandOut(absl::StatusOr<Delta> delta) {

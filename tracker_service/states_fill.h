@@ -24,7 +24,7 @@ struct Delta;
 // that a caller sends the first rows while later ones are copied.
 //
 // Thread-safe. The destructor waits until the read has finished (its copies
-// take what a read's copies take under the tracker's lock).
+// take what GetDelta's copies take).
 class StatesFill {
  public:
   StatesFill() = default;
@@ -36,6 +36,8 @@ class StatesFill {
   // for a table whose states came complete (or that has none), and for every
   // table once the read has ended.
   void AwaitRows(const std::string& fqn, int64_t rows) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether AwaitRows(fqn, rows) would return at once.
+  bool HasRows(const std::string& fqn, int64_t rows) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The read's thread (Tracker): the delta (or why there is none), once
   // (later calls do nothing); then, for each table it copies, that rows are
@@ -53,6 +55,9 @@ class StatesFill {
   // The caller: waits for HandOut.
   absl::StatusOr<Delta> AwaitDelta() ABSL_LOCKS_EXCLUDED(mu_);
 
+  bool HasRowsLocked(const std::string& fqn, int64_t rows) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   SharedMutex mu_;
   std::condition_variable_any changed_;
   std::unique_ptr<absl::StatusOr<Delta>> delta_ ABSL_GUARDED_BY(mu_);
@@ -67,8 +72,8 @@ class StatesFill {
 // that a read does not pay for a thread of its own (its start, its stack's
 // page faults, the malloc arena it picks, its exit: 0.2-0.3 ms of CPU a read
 // per serving process in fan_in_bench at load 6-8). The reads lose nothing
-// by the queue: each holds the tracker's lock from its start to its last
-// copy, so two never ran at once.
+// by the queue: each waits for the one before it to end its copy
+// (Tracker::ChangeLock), so two never ran at once.
 //
 // Thread-safe. The destructor runs what is queued, then joins the thread.
 class FillThread {
@@ -79,8 +84,8 @@ class FillThread {
   ~FillThread() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Queues `read` to run on the thread. `read` must not wait for a later
-  // read (none does: a read waits only for the tracker's lock and its
-  // LiveRowsReader's pin).
+  // read (none does: a read waits only for the tracker's lock, the copy of
+  // the read before it and its LiveRowsReader's pin).
   void Run(std::function<void()> read) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

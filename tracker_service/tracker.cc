@@ -239,7 +239,11 @@ absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables,
       !status.ok()) {
     return status;
   }
-  EnforceMemoryCapLocked();
+  if (copying_) {
+    cap_deferred_ = true;  // the cap may drop rows a read is copying
+  } else {
+    EnforceMemoryCapLocked();
+  }
   return absl::OkStatus();
 }
 
@@ -297,6 +301,14 @@ int64_t Tracker::current_batch() const {
 void Tracker::TriggerCompaction() {
   if (!options_.auto_compact) return;
   WriterLock lock(&mu_);
+  if (copying_) {
+    compaction_deferred_ = true;  // the copy's end compacts
+    return;
+  }
+  CompactOpenWindowLocked();
+}
+
+void Tracker::CompactOpenWindowLocked() {
   if (curr_compact_index_ >= curr_batch_) return;  // once per step
   for (const std::string& fqn : store_.Fqns()) {
     store_.CompactTableTiered(fqn, MaxCursor(fqn), curr_batch_);
@@ -304,14 +316,24 @@ void Tracker::TriggerCompaction() {
   curr_compact_index_ = curr_batch_;
 }
 
+Tracker::ChangeLock::ChangeLock(Tracker* tracker) : tracker_(tracker) {
+  tracker_->mu_.Lock();
+  ExclusiveLockable held(tracker_->mu_);
+  tracker_->copy_ended_.wait(held, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return !tracker_->copying_;
+  });
+}
+
+Tracker::ChangeLock::~ChangeLock() { tracker_->mu_.Unlock(); }
+
 void Tracker::Compact(int64_t start, int64_t end) {
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   shared_reads_.clear();  // the window may cross a cursor
   store_.Compact(start, end);
 }
 
 void Tracker::CompactAll() {
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   CompactAllLocked();
 }
 
@@ -381,7 +403,7 @@ absl::Status Tracker::AddConsumer(absl::string_view name) {
   if (absl::Status status = ValidateName("consumer name", name); !status.ok()) {
     return status;
   }
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   if (FindConsumer(name) != nullptr) {
     return absl::AlreadyExistsError(
         absl::StrCat("consumer '", name, "' already exists"));
@@ -394,7 +416,7 @@ absl::Status Tracker::AddConsumer(absl::string_view name) {
 }
 
 absl::Status Tracker::RemoveConsumer(absl::string_view name) {
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   auto it = consumers_.find(name);
   if (it == consumers_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
@@ -416,7 +438,7 @@ std::vector<std::string> Tracker::Consumers() const {
 }
 
 absl::Status Tracker::Clear(absl::string_view name) {
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   Consumer* consumer = FindConsumer(name);
   if (consumer == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
@@ -427,7 +449,7 @@ absl::Status Tracker::Clear(absl::string_view name) {
 }
 
 void Tracker::ClearAll() {
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   shared_reads_.clear();
   store_.Delete();
   for (auto& [name, consumer] : consumers_) MoveToPresentLocked(*consumer);
@@ -476,19 +498,19 @@ TrackerStatus Tracker::Status() const {
 }
 
 void Tracker::MarkRunStart(int64_t batch) {
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   run_start_batch_ = batch;
 }
 
 void Tracker::RequireResync() {
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   for (auto& [name, consumer] : consumers_) {
     MarkLostLocked(*consumer, INT64_MAX);
   }
 }
 
 void Tracker::RequireResyncBefore(int64_t batch) {
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   for (auto& [name, consumer] : consumers_) {
     // Table cursors stand ahead of the consumer's own: it is the lowest.
     if (consumer->cursor < batch) MarkLostLocked(*consumer, batch - 1);

@@ -255,8 +255,11 @@ struct TrackerState {
 //
 // Errors are values; a rejected call changes nothing, and a read that fails
 // moves no cursor. Thread safety: every method may be called from any thread;
-// calls are serialised, so a read blocks recording while it compacts, gathers
-// and reads live rows. Calls that read rows pin them first
+// calls are serialised, except that records and steps go on while a read
+// reads live rows or a filling read (GetDeltaFilling) copies its rows: a read
+// blocks recording while it compacts and finds its rows, and (GetDelta) while
+// it copies them. During a filling read's copy the memory cap and
+// auto-compaction wait for its end. Calls that read rows pin them first
 // (LiveRowsReader::PinRows), then take the tracker's lock: the trainer
 // neither changes rows nor closes a batch during such a read, so the values
 // it returns are exactly the tables after its end batch.
@@ -327,8 +330,10 @@ class Tracker {
   // GetDelta for a caller that sends the rows as they come (the service's
   // stream): the read runs on the tracker's fill thread (FillThread, one per
   // tracker, kept), which hands out the delta once its IDs are known and then
-  // copies the tables' state rows into it in pieces, holding the tracker's
-  // lock meanwhile as GetDelta holds it for its copy. Send a table's rows once
+  // copies the tables' state rows into it in pieces, with the tracker's lock
+  // released (records and steps go on; every other change waits) unless the
+  // read goes through the open batch, and delivers the read (moves the
+  // cursors) once they are copied. Send a table's rows once
   // (*fill)->AwaitRows says they are there; `*fill` (set on success and on
   // error) must go before the tracker (its destructor waits for the read). A
   // read that works with the states itself (scores, top-k, momentum_diff,
@@ -470,6 +475,9 @@ class Tracker {
   void CompactBetweenCursorsLocked(const std::string& fqn)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnforceMemoryCapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Auto-compaction of every table from its furthest cursor to the open
+  // batch, once per step (TriggerCompaction).
+  void CompactOpenWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells WaitForBatchAfter callers the current batch.
   void PublishBatch(int64_t batch) ABSL_LOCKS_EXCLUDED(step_mu_);
   // The time batch `batch` was opened (the first one known at or after it).
@@ -478,7 +486,9 @@ class Tracker {
   // with `spec` (its top-k, or null) after it hands the delta out.
   bool DefersStates(const DeltaRequest& request, const TopK* spec) const;
   // GetDelta's read; with `fill` (GetDeltaFilling), hands the delta out
-  // to it and copies the deferred states afterwards, still under the lock.
+  // to it and copies the deferred states afterwards: with the lock released
+  // (copying_) unless the read goes through the open batch, and delivers the
+  // read once they are copied.
   // With a LiveRowsReader and no `fill`, the live rows (values, optimizer
   // states, dense parameters) are read with the lock released (the pin
   // holds the rows still, and the training thread records meanwhile); the
@@ -486,6 +496,9 @@ class Tracker {
   absl::StatusOr<Delta> GetDeltaUnguarded(const DeltaRequest& request,
                                           StatesFill* fill)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // GetDeltaUnguarded's read with `fill`.
+  absl::StatusOr<Delta> FillingRead(const DeltaRequest& request,
+                                    StatesFill* fill) ABSL_LOCKS_EXCLUDED(mu_);
   // A read between its parts (GetDeltaUnguarded).
   struct PreparedRead;
   // The read's part under the lock: checks the consumer and tables, and takes
@@ -533,6 +546,30 @@ class Tracker {
   DeltaStore store_;
 
   mutable SharedMutex mu_;
+  // A filling read copies its rows with mu_ released, so that the training
+  // thread's records and steps do not wait for the copy. Meanwhile nothing
+  // may change the rows it copies or the consumer it then delivers to: every
+  // other change takes mu_ with a ChangeLock, which waits for the copy's end;
+  // a record appends only (DeltaStore::Append moves no held row) and leaves
+  // the memory cap to the copy's end, and auto-compaction waits there too.
+  bool copying_ ABSL_GUARDED_BY(mu_) = false;
+  bool cap_deferred_ ABSL_GUARDED_BY(mu_) = false;
+  bool compaction_deferred_ ABSL_GUARDED_BY(mu_) = false;
+  // Signalled when copying_ turns false.
+  mutable std::condition_variable_any copy_ended_;
+  // Holds mu_ exclusively once no filling read is copying: what every change
+  // but a record, a step and auto-compaction locks with.
+  class ABSL_SCOPED_LOCKABLE ChangeLock {
+   public:
+    explicit ChangeLock(Tracker* tracker)
+        ABSL_EXCLUSIVE_LOCK_FUNCTION(tracker->mu_);
+    ~ChangeLock() ABSL_UNLOCK_FUNCTION();
+    ChangeLock(const ChangeLock&) = delete;
+    ChangeLock& operator=(const ChangeLock&) = delete;
+
+   private:
+    Tracker* const tracker_;
+  };
   int64_t curr_batch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t curr_compact_index_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t run_start_batch_ ABSL_GUARDED_BY(mu_) = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -53,6 +54,8 @@ class PendingCopies {
   PendingCopies(const PendingCopies&) = delete;
   PendingCopies& operator=(const PendingCopies&) = delete;
   ~PendingCopies() { CopyAll(); }
+
+  bool empty() const { return gathers_.empty(); }
 
   void Add(const std::string& fqn, std::unique_ptr<RowGather> gather) {
     fill_->Expect(fqn);
@@ -276,42 +279,33 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
         "inside a trainer)");
   }
 
+  if (fill != nullptr) return FillingRead(request, fill);
+
   // Rows stay still from here to the end of the read (see LiveRowsReader).
   LiveRowsReader::Pin pin(reader_);
   // Live rows are read with the lock released, when there are any, unless
   //  - the read goes through the open batch (the training thread's own read,
   //    between its lookups and Step(): a record meanwhile would land in a
   //    batch the read has passed),
-  //  - it fills (its deferred copies need the store as the read found it),
   //  - or it is the last attempt: a read whose consumer keeps changing under
   //    it reads all under the lock.
   constexpr int kUnlockedAttempts = 2;
+  const auto no_deferred_copies = [](const std::string&,
+                                     std::unique_ptr<RowGather>) {};
   for (int attempt = 0;; ++attempt) {
-    const bool unlocked = reader_ != nullptr && fill == nullptr &&
+    const bool unlocked = reader_ != nullptr &&
                           !request.through_current_batch &&
                           attempt < kUnlockedAttempts;
     PreparedRead read;
     {
-      WriterLock lock(&mu_);
-      PendingCopies copies(fill);  // copied before the lock is released
-      if (absl::Status s = PrepareReadLocked(
-              request, fill,
-              [&copies](const std::string& fqn,
-                        std::unique_ptr<RowGather> gather) {
-                copies.Add(fqn, std::move(gather));
-              },
-              read);
+      ChangeLock lock(this);
+      if (absl::Status s = PrepareReadLocked(request, /*fill=*/nullptr,
+                                             no_deferred_copies, read);
           !s.ok()) {
         return s;
       }
       if (!unlocked) {
         if (absl::Status s = ReadLiveRows(request, read); !s.ok()) return s;
-        if (fill != nullptr) {
-          fill->HandOut(read.delta);  // tensor handles: no copy
-          // Before the cursors move: a delete on read may drop what they
-          // copy.
-          copies.CopyAll();
-        }
         DeliverLocked(request, read);
         return std::move(read.delta);
       }
@@ -319,11 +313,65 @@ absl::StatusOr<Delta> Tracker::GetDeltaUnguarded(const DeltaRequest& request,
     }
     // A failed read has moved nothing.
     if (absl::Status s = ReadLiveRows(request, read); !s.ok()) return s;
-    WriterLock lock(&mu_);
+    ChangeLock lock(this);
     if (!UnchangedLocked(read)) continue;
     DeliverLocked(request, read);
     return std::move(read.delta);
   }
+}
+
+absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
+                                           StatesFill* fill) {
+  // Rows stay still until the live rows are read (see LiveRowsReader); the
+  // deferred copies read recorded states, not live rows.
+  std::optional<LiveRowsReader::Pin> pin;
+  pin.emplace(reader_);
+  PreparedRead read;
+  PendingCopies copies(fill);  // whatever is left is copied on return
+  {
+    ChangeLock lock(this);
+    absl::Status s = PrepareReadLocked(
+        request, fill,
+        [&copies](const std::string& fqn, std::unique_ptr<RowGather> gather) {
+          copies.Add(fqn, std::move(gather));
+        },
+        read);
+    if (s.ok()) s = ReadLiveRows(request, read);
+    if (!s.ok()) {
+      copies.CopyAll();  // no shared read keeps unwritten rows
+      return s;
+    }
+    fill->HandOut(read.delta);  // tensor handles: no copy
+    // A read through the open batch copies under the lock: a record
+    // meanwhile would land in a batch the read has passed.
+    if (copies.empty() || request.through_current_batch) {
+      copies.CopyAll();  // before the cursors move: a delete may drop rows
+      DeliverLocked(request, read);
+      return std::move(read.delta);
+    }
+    copying_ = true;
+  }
+  pin.reset();
+  const auto end_copy = [&](bool copied) {
+    {
+      WriterLock lock(&mu_);
+      copying_ = false;
+      if (copied) DeliverLocked(request, read);
+      if (std::exchange(cap_deferred_, false)) EnforceMemoryCapLocked();
+      if (std::exchange(compaction_deferred_, false)) {
+        CompactOpenWindowLocked();
+      }
+    }
+    copy_ended_.notify_all();
+  };
+  try {
+    copies.CopyAll();
+  } catch (...) {
+    end_copy(false);
+    throw;
+  }
+  end_copy(true);
+  return std::move(read.delta);
 }
 
 absl::Status Tracker::PrepareReadLocked(
@@ -524,7 +572,7 @@ void Tracker::MoveToPresentLocked(Consumer& consumer) {
 }
 
 absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   Consumer* consumer = FindConsumer(name);
   if (consumer == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));

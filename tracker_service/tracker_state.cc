@@ -49,7 +49,7 @@ absl::Status Tracker::SetConsumers(std::vector<ConsumerState> consumers) {
           absl::StrCat("consumer '", c.name, "' appears twice"));
     }
   }
-  WriterLock lock(&mu_);
+  ChangeLock lock(this);
   for (ConsumerState& c : consumers) {
     std::unique_ptr<Consumer>& consumer = consumers_[c.name];
     if (consumer == nullptr) {
@@ -154,7 +154,7 @@ absl::Status Tracker::RestoreState(TrackerState state) {
     consumers.emplace(name, std::move(consumer));
   }
   {
-    WriterLock lock(&mu_);
+    ChangeLock lock(this);
     if (absl::Status status = store_.Import(std::move(state.tables));
         !status.ok()) {
       return status;

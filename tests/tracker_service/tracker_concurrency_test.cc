@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
@@ -125,6 +126,117 @@ TEST(TrackerConcurrencyTest, RecordsDoNotWaitForAReadOfLiveRows) {
   // belongs to the next read.
   tracker->Step();
   EXPECT_EQ(ToIds(Read(*tracker).tables[kT1].ids), (std::vector<int64_t>{5}));
+}
+
+// A filling read (the service's stream) copies its rows with the tracker's
+// lock released: the training thread records, steps and triggers compaction
+// while a large read's rows are still being copied (with the lock held for
+// the copy, the record returned only after the last row, in every attempt).
+// The read is delivered after its copy, so what was recorded meanwhile goes
+// to the next read, and the compaction deferred to the copy's end changes no
+// answer.
+TEST(TrackerConcurrencyTest, RecordsDoNotWaitForAFillingReadsCopy) {
+  TrackerOptions options = EmbeddingOptions();
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options);
+  constexpr int64_t kRows = 250000, kDim = 64;  // 64 MB of rows to copy
+  const at::Tensor states = at::randn({kRows, kDim});
+  DeltaRequest closed;
+  closed.through_current_batch = false;
+  bool recorded_during_copy = false;
+  for (int attempt = 0; attempt < 5 && !recorded_during_copy; ++attempt) {
+    ASSERT_TRUE(
+        tracker->RecordTables({{kT1, at::arange(kRows, at::kLong), states}})
+            .ok());
+    tracker->Step();
+    std::unique_ptr<StatesFill> fill;
+    absl::StatusOr<Delta> delta = tracker->GetDeltaFilling(closed, &fill);
+    ASSERT_TRUE(delta.ok()) << delta.status();
+    const at::Tensor late = at::full({2, kDim}, -1.0f);
+    ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({7, 3}), late}}).ok());
+    tracker->Step();
+    tracker->TriggerCompaction();
+    recorded_during_copy = !fill->HasRows(kT1, kRows);
+    fill->AwaitRows(kT1, kRows);
+    EXPECT_TRUE(at::equal(delta->tables.at(kT1).states, states));
+    fill.reset();  // waits for the read's end: delivered
+    const absl::StatusOr<Delta> next = tracker->GetDelta(closed);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->start_batch, delta->end_batch);
+    EXPECT_EQ(IdsOf(*next, kT1), (std::vector<int64_t>{3, 7}));
+    EXPECT_TRUE(at::equal(next->tables.at(kT1).states, late));
+  }
+  EXPECT_TRUE(recorded_during_copy)
+      << "every record waited for the copy of a filling read";
+}
+
+// Filling reads of two consumers, each copying with the lock released, while
+// the training thread records, compacts and steps and another thread
+// compacts and reads the status: every consumer gets every row once, with its
+// state, and nothing is left.
+TEST(TrackerConcurrencyTest, FillingReadsDuringTrainingMissNothing) {
+  TrackerOptions options = EmbeddingOptions();
+  options.consumers = {"a", "b"};
+  options.auto_compact = true;
+  options.memory_cap_bytes = 64 << 20;  // applied, never reached
+  auto tracker = MakeTracker(options);
+  constexpr int64_t kBatches = 200, kPerBatch = 3000, kDim = 8;
+  std::atomic<bool> done{false};
+  std::map<std::string, std::vector<int64_t>> seen = {{"a", {}}, {"b", {}}};
+  std::vector<std::thread> threads;
+  for (const std::string consumer : {"a", "b"}) {
+    threads.emplace_back([&, consumer] {
+      DeltaRequest request;
+      request.consumer = consumer;
+      request.through_current_batch = false;
+      std::vector<int64_t>& mine = seen.at(consumer);
+      bool last = false;
+      while (!last) {
+        last = done.load();
+        std::unique_ptr<StatesFill> fill;
+        absl::StatusOr<Delta> delta = tracker->GetDeltaFilling(request, &fill);
+        ASSERT_TRUE(delta.ok()) << delta.status();
+        const std::vector<int64_t> ids = IdsOf(*delta, kT1);
+        fill->AwaitRows(kT1, static_cast<int64_t>(ids.size()));
+        if (ids.empty()) continue;
+        // Row i's state is ID i in every column.
+        const at::Tensor& rows = delta->tables.at(kT1).states;
+        ASSERT_TRUE(at::equal(rows, delta->tables.at(kT1)
+                                        .ids.to(at::kFloat)
+                                        .unsqueeze(1)
+                                        .expand({-1, kDim})))
+            << consumer;
+        mine.insert(mine.end(), ids.begin(), ids.end());
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    while (!done.load()) {
+      tracker->CompactAll();
+      EXPECT_GE(tracker->Status().current_batch, 0);
+    }
+  });
+  for (int64_t b = 0; b < kBatches; ++b) {
+    const at::Tensor ids = at::arange(b * kPerBatch, (b + 1) * kPerBatch);
+    const at::Tensor states =
+        ids.to(at::kFloat).unsqueeze(1).expand({-1, kDim}).contiguous();
+    ASSERT_TRUE(tracker->RecordTables({{kT1, ids, states}}).ok());
+    tracker->TriggerCompaction();
+    tracker->Step();
+  }
+  done = true;
+  for (std::thread& t : threads) t.join();
+  for (const std::string consumer : {"a", "b"}) {
+    std::vector<int64_t>& ids = seen[consumer];
+    std::sort(ids.begin(), ids.end());
+    ASSERT_EQ(ids.size(), static_cast<size_t>(kBatches * kPerBatch))
+        << consumer;
+    for (int64_t i = 0; i < kBatches * kPerBatch; ++i) {
+      ASSERT_EQ(ids[i], i) << consumer;
+    }
+  }
+  EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+  EXPECT_EQ(tracker->Status().cap_drops, 0);
 }
 
 TEST(TrackerConcurrencyTest, AReadWhoseConsumerChangedMeanwhileReadsAgain) {
