@@ -384,14 +384,15 @@ absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
   return absl::OkStatus();
 }
 
-template <typename Request>
-std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> DeltaClient::ReadChunks(
-    const char* method, grpc::ClientContext* context, const Request& request) {
+std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>
+DeltaClient::ReadSubscription(grpc::ClientContext* context,
+                              const v1::SubscribeRequest& request) {
   return std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
       grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
           channel_.get(),
-          grpc::internal::RpcMethod(
-              method, grpc::internal::RpcMethod::SERVER_STREAMING, channel_),
+          grpc::internal::RpcMethod(kSubscribe,
+                                    grpc::internal::RpcMethod::SERVER_STREAMING,
+                                    channel_),
           context, request));
 }
 
@@ -542,7 +543,7 @@ absl::Status DeltaClient::Subscribe(
   grpc::ClientContext& context =
       subscription != nullptr ? subscription->context_ : own.context_;
   Prepare(context, CallKind::kSubscription);
-  auto reader = ReadChunks(kSubscribe, &context, request);
+  auto reader = ReadSubscription(&context, request);
   ReceivedDelta delta;
   grpc::ByteBuffer chunk;
   bool stopped = false;

@@ -227,10 +227,10 @@ class DeltaClient final : public TrackerClient {
                                                      const Request&, Response*),
       const Request& request);
   absl::Status ToStatus(const grpc::Status& status) const;
-  // A server stream of DeltaChunks as raw bytes (decoded by hand, see .cc).
-  template <typename Request>
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> ReadChunks(
-      const char* method, grpc::ClientContext* context, const Request& request);
+  // A subscription's stream of DeltaChunks as raw bytes (decoded by hand,
+  // see .cc).
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> ReadSubscription(
+      grpc::ClientContext* context, const v1::SubscribeRequest& request);
 
   const std::string target_;
   const ClientOptions options_;

@@ -32,6 +32,12 @@ std::string Text(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
 }
 
+// The store keys a failing rank writes: "failed/<rank>" once it has seen the
+// group fail (ProcessGroup's MissingRanks, Leave), "left/<rank>" with its
+// reason when it leaves (Leave).
+std::string FailedKey(int rank) { return absl::StrCat("failed/", rank); }
+std::string LeftKey(int rank) { return absl::StrCat("left/", rank); }
+
 bool IsLoopback(const std::string& addr) {
   return addr == "localhost" || absl::StartsWith(addr, "127.");
 }
@@ -102,12 +108,12 @@ struct ProcessGroup::Impl {
     // given up first.
     std::optional<std::vector<int>> last_seen;
     try {
-      store->set(absl::StrCat("failed/", rank()), std::vector<uint8_t>{1});
+      store->set(FailedKey(rank()), std::vector<uint8_t>{1});
       const absl::Time deadline = absl::Now() + options.timeout;
       while (true) {
         std::vector<int> missing;
         for (int r = 0; r < size(); ++r) {
-          if (r != rank() && !store->check({absl::StrCat("failed/", r)})) {
+          if (r != rank() && !store->check({FailedKey(r)})) {
             missing.push_back(r);
           }
         }
@@ -127,7 +133,7 @@ struct ProcessGroup::Impl {
     std::vector<std::pair<int, std::string>> left;
     try {
       for (int r = 0; r < size(); ++r) {
-        const std::string key = absl::StrCat("left/", r);
+        const std::string key = LeftKey(r);
         if (r != rank() && store->check({key})) {
           left.emplace_back(r, Text(store->get(key)));
         }
@@ -490,10 +496,8 @@ void ProcessGroup::Leave(const absl::Status& why) {
   impl_->broken = absl::FailedPreconditionError(
       absl::StrCat("rank ", impl_->rank(), " left the group: ", why.message()));
   try {
-    impl_->store->set(absl::StrCat("left/", impl_->rank()),
-                      Bytes(why.message()));
-    impl_->store->set(absl::StrCat("failed/", impl_->rank()),
-                      std::vector<uint8_t>{1});
+    impl_->store->set(LeftKey(impl_->rank()), Bytes(why.message()));
+    impl_->store->set(FailedKey(impl_->rank()), std::vector<uint8_t>{1});
   } catch (const std::exception&) {
     // The store is gone: the others find this rank gone as a dead one.
   }
