@@ -528,10 +528,13 @@ grpc::Status DeltaTrackerService::Subscribe(
       push.all_rows = next.all_rows;
       push.continue_from = next.continue_from;
       push.include_dense = next.include_dense;
-      absl::StatusOr<Delta> delta = tracker_->GetDelta(push);
+      // As a streamed GetDelta: sent while its rows are copied, with the
+      // tracker's lock released (Tracker::GetDeltaFilling).
+      std::unique_ptr<StatesFill> fill;
+      absl::StatusOr<Delta> delta = tracker_->GetDeltaFilling(push, &fill);
       if (!delta.ok()) return ToGrpcStatus(delta.status());
       if (grpc::Status s =
-              WriteDelta(context, *delta, read_request, sink, nullptr);
+              WriteDelta(context, *delta, read_request, sink, fill.get());
           !s.ok()) {
         return s;
       }

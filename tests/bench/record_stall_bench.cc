@@ -5,8 +5,9 @@
 // compaction, over and over: its tracker calls are what is timed. Each run
 // records a delta of --rows rows into table "t" and has a consumer read
 // everything through the service (DeltaClient::GetDelta, the service's
-// streamed read, which copies the delta's rows) while training goes on, then
-// lets training run alone for as long.
+// streamed read, which copies the delta's rows; or, with --read=subscribe,
+// the push of a subscription that pushes every step, as the predictor reads)
+// while training goes on, then lets training run alone for as long.
 //
 //   bazel run -c opt //tests/bench:record_stall_bench -- [--rows=200000
 //     --dim=64 --batch_ids=4096 --repeat=20]
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -40,6 +42,9 @@ ABSL_FLAG(int64_t, dim, 64, "float32 state dim");
 ABSL_FLAG(int64_t, batch_ids, 4096, "IDs the training thread records a step");
 ABSL_FLAG(double, step_ms, 5,
           "the training thread's compute between records (busy), ms");
+ABSL_FLAG(std::string, read, "get",
+          "get (a GetDelta per run) or subscribe (one subscription, a push "
+          "a step, as the predictor reads)");
 ABSL_FLAG(int, repeat, 20, "runs; medians are reported");
 
 namespace deltastream {
@@ -109,23 +114,62 @@ int Main() {
   const at::Tensor ids = at::randperm(rows, at::kLong);
   const at::Tensor states = at::randn({rows, dim});
   std::vector<std::pair<Clock::time_point, Clock::time_point>> reads;
+  // --read=subscribe: the subscription's pushes, the delta's rows among them.
+  const bool subscribe = absl::GetFlag(FLAGS_read) == "subscribe";
+  Subscription subscription;
+  std::mutex pushed_mu;
+  std::condition_variable pushed;
+  int64_t pushes_of_t = 0;
+  std::thread subscriber;
+  if (subscribe) {
+    subscriber = std::thread([&] {
+      v1::SubscribeRequest request;
+      request.mutable_read()->set_consumer("c");
+      request.set_every_steps(1);
+      const absl::Status status = client->Subscribe(
+          request,
+          [&](ReceivedDelta&& delta) {
+            if (delta.tables["t"].ids.numel() == rows) {
+              std::lock_guard<std::mutex> lock(pushed_mu);
+              ++pushes_of_t;
+              pushed.notify_all();
+            }
+            return true;
+          },
+          &subscription);
+      if (!subscription.cancelled()) {
+        std::fprintf(stderr, "record_stall_bench: subscription ended: %s\n",
+                     status.ToString().c_str());
+        std::exit(1);
+      }
+    });
+  }
   for (int run = 0; run <= repeat; ++run) {
     if (!(*tracker)->RecordTables({{"t", ids, states}}).ok()) return 1;
     // The delta's batch closes at the training thread's next step.
     const int64_t batch = (*tracker)->current_batch();
     (*tracker)->WaitForBatchAfter(batch, absl::InfiniteFuture());
-    v1::GetDeltaRequest request;
-    request.set_consumer("c");
     const Clock::time_point start = Clock::now();
-    absl::StatusOr<ReceivedDelta> delta = client->GetDelta(request);
-    const Clock::time_point end = Clock::now();
-    if (!delta.ok() || delta->tables["t"].ids.numel() != rows) {
-      std::fprintf(stderr, "record_stall_bench: read failed: %s\n",
-                   delta.status().ToString().c_str());
-      return 1;
+    if (subscribe) {
+      std::unique_lock<std::mutex> lock(pushed_mu);
+      pushed.wait(lock, [&] { return pushes_of_t > run; });
+    } else {
+      v1::GetDeltaRequest request;
+      request.set_consumer("c");
+      absl::StatusOr<ReceivedDelta> delta = client->GetDelta(request);
+      if (!delta.ok() || delta->tables["t"].ids.numel() != rows) {
+        std::fprintf(stderr, "record_stall_bench: read failed: %s\n",
+                     delta.status().ToString().c_str());
+        return 1;
+      }
     }
+    const Clock::time_point end = Clock::now();
     if (run > 0) reads.emplace_back(start, end);
     std::this_thread::sleep_for(end - start);  // training alone
+  }
+  if (subscribe) {
+    subscription.Cancel();
+    subscriber.join();
   }
   stop = true;
   trainer.join();
@@ -151,12 +195,13 @@ int Main() {
   }
   std::printf(
       "record_stall_bench: a %.1f MiB delta (%lld rows x %lld float32) read "
-      "by one consumer while a training thread records %lld IDs every %.1f "
+      "by one consumer (--read=%s) while a training thread records %lld IDs "
+      "every %.1f "
       "ms; medians of %zu runs; load %s\n",
       (ids.nbytes() + states.nbytes()) / 1048576.0,
       static_cast<long long>(rows), static_cast<long long>(dim),
-      static_cast<long long>(batch_ids), absl::GetFlag(FLAGS_step_ms),
-      reads.size(), bench::LoadAverage().c_str());
+      absl::GetFlag(FLAGS_read).c_str(), static_cast<long long>(batch_ids),
+      absl::GetFlag(FLAGS_step_ms), reads.size(), bench::LoadAverage().c_str());
   std::printf("  read                              %.2f ms\n",
               bench::Median(read_ms));
   std::printf("  longest tracker call of each read  %.3f ms (max %.3f)\n",
