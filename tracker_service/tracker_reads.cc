@@ -327,27 +327,34 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
   std::optional<LiveRowsReader::Pin> pin;
   pin.emplace(reader_);
   PreparedRead read;
-  PendingCopies copies(fill);  // whatever is left is copied on return
+  PendingCopies copies(fill);
   {
     ChangeLock lock(this);
-    absl::Status s = PrepareReadLocked(
-        request, fill,
-        [&copies](const std::string& fqn, std::unique_ptr<RowGather> gather) {
-          copies.Add(fqn, std::move(gather));
-        },
-        read);
-    if (s.ok()) s = ReadLiveRows(request, read);
-    if (!s.ok()) {
-      copies.CopyAll();  // no shared read keeps unwritten rows
-      return s;
-    }
-    fill->HandOut(read.delta);  // tensor handles: no copy
-    // A read through the open batch copies under the lock: a record
-    // meanwhile would land in a batch the read has passed.
-    if (copies.empty() || request.through_current_batch) {
-      copies.CopyAll();  // before the cursors move: a delete may drop rows
-      DeliverLocked(request, read);
-      return std::move(read.delta);
+    // A read that fails copies what it deferred under the lock: no shared
+    // read keeps unwritten rows.
+    try {
+      absl::Status s = PrepareReadLocked(
+          request, fill,
+          [&copies](const std::string& fqn, std::unique_ptr<RowGather> gather) {
+            copies.Add(fqn, std::move(gather));
+          },
+          read);
+      if (s.ok()) s = ReadLiveRows(request, read);
+      if (!s.ok()) {
+        copies.CopyAll();
+        return s;
+      }
+      fill->HandOut(read.delta);  // tensor handles: no copy
+      // A read through the open batch copies under the lock: a record
+      // meanwhile would land in a batch the read has passed.
+      if (copies.empty() || request.through_current_batch) {
+        copies.CopyAll();  // before the cursors move: a delete may drop rows
+        DeliverLocked(request, read);
+        return std::move(read.delta);
+      }
+    } catch (...) {
+      copies.CopyAll();
+      throw;
     }
     copying_ = true;
   }
