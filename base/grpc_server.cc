@@ -132,6 +132,12 @@ absl::Status CheckKeyCertPair(const std::string& cert_pem,
 
 }  // namespace
 
+absl::Status ValidateKeepalive(int keepalive_ms) {
+  if (keepalive_ms > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the keepalive interval must be > 0 ms, got ", keepalive_ms));
+}
+
 absl::Status CheckCanListen(const std::string& address) {
   if (absl::Status s = ValidateListenAddress(address); !s.ok()) return s;
   return ProbeBind(address, *SplitHostPort(address));
@@ -139,8 +145,9 @@ absl::Status CheckCanListen(const std::string& address) {
 
 absl::StatusOr<StartedServer> StartServer(
     grpc::ServerBuilder& builder, const std::string& address,
-    std::shared_ptr<grpc::ServerCredentials> credentials) {
+    std::shared_ptr<grpc::ServerCredentials> credentials, int keepalive_ms) {
   if (absl::Status s = CheckCanListen(address); !s.ok()) return s;
+  if (absl::Status s = ValidateKeepalive(keepalive_ms); !s.ok()) return s;
   const HostPort listen = *SplitHostPort(address);
   StartedServer started;
   builder.AddListeningPort(address, std::move(credentials), &started.port);
@@ -148,6 +155,11 @@ absl::StatusOr<StartedServer> StartServer(
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
       kMinPingIntervalMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  // Keep pinging a call with nothing to send (an idle subscription): gRPC
+  // stops after 2 pings without data by default.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || started.port == 0) {
     if (started.server != nullptr) started.server->Shutdown();

@@ -47,8 +47,21 @@ absl::Status CheckCanListen(const std::string& address);
 // 20 s: clients/delta_client.h's keepalive).
 inline constexpr int kMinPingIntervalMs = 5000;
 
-// Adds `address` (validated first) to `builder`, with SO_REUSEPORT off and
-// keepalive pings accepted every kMinPingIntervalMs, and starts it. gRPC turns
+// How often a server started here pings a client that has a call open, and
+// how long it waits for the answer before it closes the connection and
+// cancels the client's calls (gRPC's default: a ping every 2 hours). A
+// subscriber whose host died or whose link was cut sends no FIN; without
+// these pings its Subscribe call, and the server thread serving it, would
+// stay open until the server stops. Found within twice this.
+inline constexpr int kServerKeepaliveMs = 20000;
+
+// OK when `keepalive_ms` > 0; InvalidArgument, one line, otherwise.
+absl::Status ValidateKeepalive(int keepalive_ms);
+
+// Adds `address` (validated first) to `builder`, with SO_REUSEPORT off,
+// keepalive pings accepted every kMinPingIntervalMs and sent every
+// `keepalive_ms` (> 0) to clients with calls open (a client that does not
+// answer within `keepalive_ms` is dropped), and starts it. gRPC turns
 // SO_REUSEPORT on by default, which lets a second server bind an address
 // already in use and take half of its new connections; here such a bind fails
 // instead. The caller sets everything else on `builder` (services, limits)
@@ -56,7 +69,8 @@ inline constexpr int kMinPingIntervalMs = 5000;
 // address is in use or not local.
 absl::StatusOr<StartedServer> StartServer(
     grpc::ServerBuilder& builder, const std::string& address,
-    std::shared_ptr<grpc::ServerCredentials> credentials);
+    std::shared_ptr<grpc::ServerCredentials> credentials,
+    int keepalive_ms = kServerKeepaliveMs);
 
 // Server credentials from --tls_cert / --tls_key (PEM files): TLS when both
 // are given, insecure when both are empty. InvalidArgument when only one is

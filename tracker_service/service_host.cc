@@ -40,6 +40,10 @@ absl::Status ValidateServiceHostOptions(const ServiceHostOptions& options) {
         "call), got ",
         options.max_concurrent_streams));
   }
+  if (absl::Status status = ValidateKeepalive(options.keepalive_ms);
+      !status.ok()) {
+    return status;
+  }
   if (options.snapshot_interval_s < 0 ||
       (options.snapshot_interval_s > 0 && options.db.empty())) {
     return absl::InvalidArgumentError(
@@ -100,7 +104,7 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
                              options.max_concurrent_streams);
   builder.RegisterService(host->service_.get());
   absl::StatusOr<StartedServer> started =
-      StartServer(builder, options.listen, *credentials);
+      StartServer(builder, options.listen, *credentials, options.keepalive_ms);
   if (!started.ok()) return started.status();
   host->server_ = std::move(started->server);
   host->address_ = std::move(started->address);

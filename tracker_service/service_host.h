@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/grpc_server.h"
 #include "tracker_service/service_topology.h"
 #include "tracker_service/tracker.h"
 #include "tracker_service/tracker_snapshots.h"
@@ -42,6 +43,11 @@ struct ServiceHostOptions {
   // Largest request accepted, and concurrent streams per client: both > 0.
   int max_message_bytes = 64 << 20;
   int max_concurrent_streams = 64;
+  // Pings to clients with calls open, and how long an answer may take before
+  // the client is dropped and its calls cancelled (base/grpc_server.h's
+  // kServerKeepaliveMs): a subscriber that vanished is found within twice
+  // this. > 0.
+  int keepalive_ms = kServerKeepaliveMs;
   // When set (not owned; must outlive the host), every RPC is counted and
   // timed by method and code (base/rpc_metrics.h).
   RpcMetrics* rpc_metrics = nullptr;
@@ -56,9 +62,9 @@ struct ServiceHostOptions {
 
 // The checks Start makes before it touches anything: `listen` by
 // base/grpc_server's rule (HOST:PORT, port 0..65535), max_message_bytes and
-// max_concurrent_streams > 0, a snapshot interval >= 0 and only with a
-// database, TLS certificate and key together. InvalidArgument, one line.
-// Binaries call it first, so that a bad flag is refused before any other
+// max_concurrent_streams > 0, keepalive_ms > 0, a snapshot interval >= 0 and
+// only with a database, TLS certificate and key together. InvalidArgument, one
+// line. Binaries call it first, so that a bad flag is refused before any other
 // work (and before gRPC could log anything).
 absl::Status ValidateServiceHostOptions(const ServiceHostOptions& options);
 

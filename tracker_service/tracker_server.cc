@@ -55,6 +55,9 @@ ABSL_FLAG(int64_t, memory_cap_bytes, 0,
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "largest request accepted (> 0)");
 ABSL_FLAG(int, max_concurrent_streams, 64,
           "concurrent streams per client (> 0)");
+ABSL_FLAG(int, keepalive_ms, deltastream::kServerKeepaliveMs,
+          "ping clients with calls open this often; drop one that does not "
+          "answer within it (> 0)");
 ABSL_FLAG(std::string, db, "",
           "RocksDB directory for snapshots; its latest is restored on start");
 ABSL_FLAG(int, snapshot_interval_s, 0,
@@ -84,6 +87,7 @@ int Main() {
   host_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   host_options.max_concurrent_streams =
       absl::GetFlag(FLAGS_max_concurrent_streams);
+  host_options.keepalive_ms = absl::GetFlag(FLAGS_keepalive_ms);
   // Named by their flags here; the service host checks them too.
   if (absl::Status listen = ValidateListenAddress(host_options.listen);
       !listen.ok()) {
@@ -94,6 +98,11 @@ int Main() {
   }
   if (host_options.max_concurrent_streams <= 0) {
     return Fail(kExitUsage, "--max_concurrent_streams must be > 0");
+  }
+  if (absl::Status keepalive = ValidateKeepalive(host_options.keepalive_ms);
+      !keepalive.ok()) {
+    return Fail(kExitUsage,
+                absl::StrCat("--keepalive_ms: ", keepalive.message()));
   }
   if (host_options.snapshot_interval_s < 0 ||
       (host_options.snapshot_interval_s > 0 && host_options.db.empty())) {

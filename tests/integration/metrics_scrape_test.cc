@@ -13,15 +13,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "proto/predictor.grpc.pb.h"
 #include "proto/tensor_codec.h"
 #include "tests/base/grpc_health.h"
@@ -320,6 +323,56 @@ TEST_F(MetricsScrapeTest, TrackerServerServesTrackerAndRpcMetrics) {
       std::regex("[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z INFO tracker_server: "
                  "metrics on")))
       << ReadText(log);
+}
+
+// The Subscribe calls `scrape` counts as handled (ended), whatever their code.
+double SubscribesHandled(const std::string& scrape) {
+  double handled = 0;
+  std::istringstream lines(scrape);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (absl::StartsWith(line, "grpc_server_handled_total{") &&
+        line.find("grpc_method=\"Subscribe\"") != std::string::npos) {
+      handled += std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr);
+    }
+  }
+  return handled;
+}
+
+// A subscriber that stops answering without closing its connection (its
+// host died, its link was cut; here SIGSTOP, so its kernel still acknowledges
+// every TCP segment and no FIN ever comes) is found by the server's keepalive
+// pings: its Subscribe call ends, counted as handled, instead of holding a
+// server thread until the server stops.
+TEST_F(MetricsScrapeTest, TrackerServerDropsASubscriberThatStoppedAnswering) {
+  const std::string log = work_ + "/server.log";
+  ServerProcess server(
+      {"--consumers=s", "--metrics_listen=127.0.0.1:0", "--keepalive_ms=1000"},
+      "tracker_service/tracker_server", log);
+  ASSERT_GT(server.port(), 0);
+  const int metrics_port = MetricsPort(log);
+  ASSERT_GT(metrics_port, 0) << ReadText(log);
+  Background subscriber(RunfilePath("clients/deltactl") + " --target=" +
+                            server.target() + " subscribe --json --consumer=s",
+                        work_ + "/subscriber");
+  ScrapeUntil(metrics_port, [](const std::string& s) {
+    return Value(s,
+                 "grpc_server_started_total{grpc_method=\"Subscribe\","
+                 "grpc_service=\"deltastream.v1.DeltaTracker\"}") == 1;
+  });
+  // Still open after several pings, answered.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  ASSERT_EQ(SubscribesHandled(ScrapeMetrics(metrics_port)), 0)
+      << subscriber.err();
+
+  subscriber.Signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  ScrapeUntil(metrics_port,
+              [](const std::string& s) { return SubscribesHandled(s) == 1; });
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped,
+            std::chrono::seconds(15));
+  subscriber.Signal(SIGCONT);
+  subscriber.Stop(SIGKILL);
 }
 
 // The lookup API with --tls_cert/--tls_key and --auth_token_file: health

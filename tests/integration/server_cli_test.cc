@@ -325,6 +325,8 @@ TEST(ServerCliTest, BadServerFlagsAreOneLineAndExit2) {
                    "--max_message_bytes must be > 0", 2);
   ExpectCleanError(RunCommand(server + "--max_message_bytes=-5"),
                    "--max_message_bytes must be > 0", 2);
+  ExpectCleanError(RunCommand(server + "--keepalive_ms=0"),
+                   "--keepalive_ms: the keepalive interval must be > 0 ms", 2);
   ExpectCleanError(RunCommand(binary + "--listen=127.0.0.1:99999"), "--listen",
                    2);
   ExpectCleanError(RunCommand(binary + "--listen=garbage"), "--listen", 2);

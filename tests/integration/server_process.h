@@ -192,6 +192,10 @@ class Background {
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
+  // Sends `signal` without waiting.
+  void Signal(int signal) {
+    if (pid_ > 0) kill(pid_, signal);
+  }
   std::string out() const { return ReadText(out_); }
   std::string err() const { return ReadText(err_); }
 
