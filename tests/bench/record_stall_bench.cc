@@ -10,7 +10,7 @@
 // while training goes on, then lets training run alone for as long.
 //
 //   bazel run -c opt //tests/bench:record_stall_bench -- [--rows=200000
-//     --dim=64 --batch_ids=4096 --repeat=20]
+//     --dim=64 --batch_ids=4096 --step_ms=5 --read=get|subscribe --repeat=20]
 //
 // Prints, over --repeat runs (after one warm-up run), the median of each
 // read's longest tracker call of the training thread (record, step and
@@ -67,6 +67,13 @@ int Main() {
   const int64_t dim = absl::GetFlag(FLAGS_dim);
   const int64_t batch_ids = absl::GetFlag(FLAGS_batch_ids);
   const int repeat = absl::GetFlag(FLAGS_repeat);
+  const std::string read = absl::GetFlag(FLAGS_read);
+  if (read != "get" && read != "subscribe") {
+    std::fprintf(stderr,
+                 "record_stall_bench: --read is get or subscribe, not '%s'\n",
+                 read.c_str());
+    return 2;
+  }
   TrackerOptions options;
   options.mode = TrackingMode::kEmbedding;
   options.auto_compact = true;
@@ -96,7 +103,7 @@ int Main() {
       const Clock::time_point computed = Clock::now() + compute;
       while (Clock::now() < computed) {
       }
-      const Iteration begun{Clock::now(), {}};
+      const Clock::time_point begun = Clock::now();
       if (!(*tracker)
                ->RecordTables({{"train", pool_ids[step % 8].contiguous(),
                                 pool_states[step % 8].contiguous()}})
@@ -107,7 +114,7 @@ int Main() {
       (*tracker)->Step();
       (*tracker)->TriggerCompaction();
       std::lock_guard<std::mutex> lock(mu);
-      iterations.push_back({begun.start, Clock::now()});
+      iterations.push_back({begun, Clock::now()});
     }
   });
 
@@ -115,7 +122,7 @@ int Main() {
   const at::Tensor states = at::randn({rows, dim});
   std::vector<std::pair<Clock::time_point, Clock::time_point>> reads;
   // --read=subscribe: the subscription's pushes, the delta's rows among them.
-  const bool subscribe = absl::GetFlag(FLAGS_read) == "subscribe";
+  const bool subscribe = read == "subscribe";
   Subscription subscription;
   std::mutex pushed_mu;
   std::condition_variable pushed;
@@ -199,9 +206,9 @@ int Main() {
       "every %.1f "
       "ms; medians of %zu runs; load %s\n",
       (ids.nbytes() + states.nbytes()) / 1048576.0,
-      static_cast<long long>(rows), static_cast<long long>(dim),
-      absl::GetFlag(FLAGS_read).c_str(), static_cast<long long>(batch_ids),
-      absl::GetFlag(FLAGS_step_ms), reads.size(), bench::LoadAverage().c_str());
+      static_cast<long long>(rows), static_cast<long long>(dim), read.c_str(),
+      static_cast<long long>(batch_ids), absl::GetFlag(FLAGS_step_ms),
+      reads.size(), bench::LoadAverage().c_str());
   std::printf("  read                              %.2f ms\n",
               bench::Median(read_ms));
   std::printf("  longest tracker call of each read  %.3f ms (max %.3f)\n",
