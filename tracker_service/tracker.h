@@ -256,9 +256,9 @@ struct TrackerState {
 // Errors are values; a rejected call changes nothing, and a read that fails
 // moves no cursor. Thread safety: every method may be called from any thread;
 // calls are serialised, except that records and steps go on while a read
-// reads live rows or a filling read (GetDeltaFilling) copies its rows: a read
-// blocks recording while it compacts and finds its rows, and (GetDelta) while
-// it copies them. During a filling read's copy the memory cap and
+// reads live rows or copies recorded rows: a read blocks recording while it
+// compacts and finds its rows, and copies them with the lock released (unless
+// it goes through the open batch). During a read's copy the memory cap and
 // auto-compaction wait for its end. Calls that read rows pin them first
 // (LiveRowsReader::PinRows), then take the tracker's lock: the trainer
 // neither changes rows nor closes a batch during such a read, so the values
@@ -322,9 +322,11 @@ class Tracker {
   // open batch: the most compaction that changes no consumer's reads.
   void CompactAll() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Reads a delta (see above). NotFound for an unknown consumer or table;
-  // InvalidArgument for a bad top-k; FailedPrecondition for scores that need a
-  // LiveRowsReader when there is none.
+  // Reads a delta (see above); a read that copies recorded rows copies them
+  // on this thread with the lock released, as GetDeltaFilling's thread does,
+  // and returns once they are all there. NotFound for an unknown consumer or
+  // table; InvalidArgument for a bad top-k; FailedPrecondition for scores
+  // that need a LiveRowsReader when there is none.
   absl::StatusOr<Delta> GetDelta(const DeltaRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_);
   // GetDelta for a caller that sends the rows as they come (the service's
@@ -485,10 +487,11 @@ class Tracker {
   // Whether a filling read of `request` may copy the states of a table read
   // with `spec` (its top-k, or null) after it hands the delta out.
   bool DefersStates(const DeltaRequest& request, const TopK* spec) const;
-  // GetDelta's read; with `fill` (GetDeltaFilling), hands the delta out
-  // to it and copies the deferred states afterwards: with the lock released
-  // (copying_) unless the read goes through the open batch, and delivers the
-  // read once they are copied.
+  // A read of recorded rows (GetDelta, GetDeltaFilling); with `fill`,
+  // hands the delta out to it and copies the deferred states afterwards:
+  // with the lock released (copying_), as the dense parameters are read,
+  // unless the read goes through the open batch, and delivers the read once
+  // they are copied.
   // With a LiveRowsReader and no `fill`, the live rows (values, optimizer
   // states, dense parameters) are read with the lock released (the pin
   // holds the rows still, and the training thread records meanwhile); the
@@ -496,9 +499,17 @@ class Tracker {
   absl::StatusOr<Delta> GetDeltaUnguarded(const DeltaRequest& request,
                                           StatesFill* fill)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // GetDeltaUnguarded's read with `fill`.
+  // GetDeltaUnguarded's read with `fill`. A read that fails (or throws)
+  // has moved nothing and leaves no shared read with unwritten rows.
   absl::StatusOr<Delta> FillingRead(const DeltaRequest& request,
                                     StatesFill* fill) ABSL_LOCKS_EXCLUDED(mu_);
+  // A filling read that failed with copies deferred: drops every shared read
+  // (some may be its own, whose rows were never written).
+  void DropSharedReadsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At the end of a read's copy: the memory cap and auto-compaction that
+  // records and steps deferred meanwhile. Their failure (out of memory) is
+  // logged, not the read's: the next record and step apply them again.
+  void ApplyDeferredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A read between its parts (GetDeltaUnguarded).
   struct PreparedRead;
   // The read's part under the lock: checks the consumer and tables, and takes

@@ -7,8 +7,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/log.h"
 #include "base/torch_status.h"
 #include "tracker_service/table_scores.h"
 #include "tracker_service/tracker.h"
@@ -45,22 +47,23 @@ TableDelta NoRowsHeldHere(TrackingMode mode, const DeltaRequest& request,
 // its StatesFill after each.
 constexpr int64_t kCopyPieceBytes = 256 << 10;
 
-// The deferred state copies of one read (Tracker::GetDeltaFilling), by table.
-// Whatever is left when it goes out of scope (a read that failed after some
-// tables) is copied then: no shared read keeps unwritten rows.
+// The deferred state copies of one read (Tracker::FillingRead), by table. A
+// read that fails discards them.
 class PendingCopies {
  public:
   explicit PendingCopies(StatesFill* fill) : fill_(fill) {}
   PendingCopies(const PendingCopies&) = delete;
   PendingCopies& operator=(const PendingCopies&) = delete;
-  ~PendingCopies() { CopyAll(); }
 
   bool empty() const { return gathers_.empty(); }
 
   void Add(const std::string& fqn, std::unique_ptr<RowGather> gather) {
-    fill_->Expect(fqn);
     gathers_.emplace_back(fqn, std::move(gather));
+    fill_->Expect(fqn);
   }
+
+  // Drops what is left uncopied (a read that failed).
+  void Discard() { gathers_.clear(); }
 
   // Copies every table's rows, piece by piece, telling the fill.
   void CopyAll() {
@@ -207,8 +210,20 @@ void Tracker::ReleaseSharedReadsLocked() {
 }
 
 absl::StatusOr<Delta> Tracker::GetDelta(const DeltaRequest& request) {
-  // No exception leaves a read; one that fails has moved nothing.
-  return CatchTorchErrors([&] { return GetDeltaUnguarded(request, nullptr); });
+  const TopK* every_table =
+      request.top_k.has_value() ? &*request.top_k : nullptr;
+  if (!DefersStates(request, every_table)) {
+    // No exception leaves a read; one that fails has moved nothing.
+    return CatchTorchErrors(
+        [&] { return GetDeltaUnguarded(request, nullptr); });
+  }
+  // A filling read on this thread: the rows are copied with the lock
+  // released, and the delta returned once they are all there.
+  StatesFill fill;
+  absl::StatusOr<Delta> delta =
+      CatchTorchErrors([&] { return GetDeltaUnguarded(request, &fill); });
+  fill.Finish();
+  return delta;
 }
 
 bool Tracker::DefersStates(const DeltaRequest& request,
@@ -230,7 +245,8 @@ absl::StatusOr<Delta> Tracker::GetDeltaFilling(
       request.top_k.has_value() ? &*request.top_k : nullptr;
   if (!DefersStates(request, every_table)) {
     // Nothing to copy after the hand-out: no thread to hand over to.
-    absl::StatusOr<Delta> delta = GetDelta(request);
+    absl::StatusOr<Delta> delta =
+        CatchTorchErrors([&] { return GetDeltaUnguarded(request, nullptr); });
     raw->Finish();
     return delta;
   }
@@ -330,8 +346,6 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
   PendingCopies copies(fill);
   {
     ChangeLock lock(this);
-    // A read that fails copies what it deferred under the lock: no shared
-    // read keeps unwritten rows.
     try {
       absl::Status s = PrepareReadLocked(
           request, fill,
@@ -339,39 +353,55 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
             copies.Add(fqn, std::move(gather));
           },
           read);
-      if (s.ok()) s = ReadLiveRows(request, read);
       if (!s.ok()) {
-        copies.CopyAll();
+        copies.Discard();
+        DropSharedReadsLocked();
         return s;
       }
-      fill->HandOut(read.delta);  // tensor handles: no copy
-      // A read through the open batch copies under the lock: a record
-      // meanwhile would land in a batch the read has passed.
-      if (copies.empty() || request.through_current_batch) {
+      // A read through the open batch reads and copies under the lock: a
+      // record meanwhile would land in a batch the read has passed. So does
+      // one with nothing to copy or read from the trainer's model.
+      if (request.through_current_batch ||
+          (copies.empty() && !request.include_dense)) {
+        if (absl::Status s = ReadLiveRows(request, read); !s.ok()) {
+          copies.Discard();
+          DropSharedReadsLocked();
+          return s;
+        }
+        fill->HandOut(read.delta);  // tensor handles: no copy
         copies.CopyAll();  // before the cursors move: a delete may drop rows
         DeliverLocked(request, read);
         return std::move(read.delta);
       }
     } catch (...) {
-      copies.CopyAll();
+      copies.Discard();
+      DropSharedReadsLocked();
       throw;
     }
     copying_ = true;
   }
-  pin.reset();
+  // From here to end_copy, records and steps go on; every other change
+  // waits.
   const auto end_copy = [&](bool copied) {
-    {
-      WriterLock lock(&mu_);
-      copying_ = false;
-      if (copied) DeliverLocked(request, read);
-      if (std::exchange(cap_deferred_, false)) EnforceMemoryCapLocked();
-      if (std::exchange(compaction_deferred_, false)) {
-        CompactOpenWindowLocked();
-      }
+    // Waiters in ChangeLock wake whatever happens below.
+    absl::Cleanup wake = [this] { copy_ended_.notify_all(); };
+    WriterLock lock(&mu_);
+    copying_ = false;
+    if (copied) {
+      DeliverLocked(request, read);
+    } else {
+      copies.Discard();
+      DropSharedReadsLocked();
     }
-    copy_ended_.notify_all();
+    ApplyDeferredLocked();
   };
   try {
+    if (absl::Status s = ReadLiveRows(request, read); !s.ok()) {
+      end_copy(false);
+      return s;
+    }
+    fill->HandOut(read.delta);  // tensor handles: no copy
+    pin.reset();
     copies.CopyAll();
   } catch (...) {
     end_copy(false);
@@ -379,6 +409,25 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
   }
   end_copy(true);
   return std::move(read.delta);
+}
+
+void Tracker::DropSharedReadsLocked() { shared_reads_.clear(); }
+
+void Tracker::ApplyDeferredLocked() {
+  const bool cap = std::exchange(cap_deferred_, false);
+  const bool compaction = std::exchange(compaction_deferred_, false);
+  const absl::Status status =
+      CatchTorchErrors([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        if (cap) EnforceMemoryCapLocked();
+        if (compaction) CompactOpenWindowLocked();
+        return absl::OkStatus();
+      });
+  if (!status.ok()) {
+    LogWarning(absl::StrCat(
+        "tracker: the memory cap or compaction deferred to the end of a "
+        "read's copy failed (",
+        status.ToString(), "); the next record and step apply them"));
+  }
 }
 
 absl::Status Tracker::PrepareReadLocked(

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 #include <thread>
@@ -168,6 +169,71 @@ TEST(TrackerConcurrencyTest, RecordsDoNotWaitForAFillingReadsCopy) {
   }
   EXPECT_TRUE(recorded_during_copy)
       << "every record waited for the copy of a filling read";
+}
+
+// In-process GetDelta copies the same way, on the calling thread: the
+// training thread goes on recording and stepping while a 64 MB read copies,
+// and the next read gets exactly what was recorded meanwhile. (With the copy
+// under the lock, of the records after the read's start only the one that
+// waited for its end, and the few until its thread says it ended, would
+// complete.)
+TEST(TrackerConcurrencyTest, RecordsDoNotWaitForGetDeltasCopy) {
+  TrackerOptions options = EmbeddingOptions();
+  options.auto_compact = true;
+  auto tracker = MakeTracker(options);
+  constexpr int64_t kRows = 250000, kDim = 64;  // 64 MB of rows to copy
+  const at::Tensor states = at::randn({kRows, kDim});
+  DeltaRequest closed;
+  closed.through_current_batch = false;
+  int64_t most_after_start = 0;
+  for (int attempt = 0; attempt < 5 && most_after_start < 20; ++attempt) {
+    ASSERT_TRUE(
+        tracker->RecordTables({{kT1, at::arange(kRows, at::kLong), states}})
+            .ok());
+    tracker->Step();
+    std::atomic<bool> reading{true};
+    absl::StatusOr<Delta> delta;
+    std::thread reader([&] {
+      delta = tracker->GetDelta(closed);
+      reading = false;
+    });
+    // Each recorded ID, and whether the read had not ended when its record
+    // and step returned.
+    std::vector<std::pair<int64_t, bool>> recorded;
+    while (reading.load()) {
+      const int64_t id = kRows + static_cast<int64_t>(recorded.size());
+      ASSERT_TRUE(
+          tracker->RecordTables({{kT1, Ids({id}), at::full({1, kDim}, 2.0f)}})
+              .ok());
+      tracker->Step();
+      tracker->TriggerCompaction();
+      recorded.emplace_back(id, reading.load());
+    }
+    reader.join();
+    ASSERT_TRUE(delta.ok()) << delta.status();
+    std::vector<int64_t> all = IdsOf(*delta, kT1);
+    ASSERT_GE(all.size(), kRows);
+    EXPECT_TRUE(
+        at::equal(delta->tables.at(kT1).states.narrow(0, 0, kRows), states));
+    // Records before the read took its batches are in it; the rest follow.
+    const std::set<int64_t> read(all.begin(), all.end());
+    int64_t after_start = 0;
+    for (const auto& [id, during] : recorded) {
+      after_start += during && read.count(id) == 0;
+    }
+    most_after_start = std::max(most_after_start, after_start);
+    const absl::StatusOr<Delta> next = tracker->GetDelta(closed);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->start_batch, delta->end_batch);
+    const std::vector<int64_t> later = IdsOf(*next, kT1);
+    all.insert(all.end(), later.begin(), later.end());
+    std::vector<int64_t> expected(kRows);
+    std::iota(expected.begin(), expected.end(), 0);
+    for (const auto& [id, during] : recorded) expected.push_back(id);
+    EXPECT_EQ(all, expected);
+  }
+  EXPECT_GE(most_after_start, 20)
+      << "records waited for the copy of an in-process GetDelta";
 }
 
 // Filling reads of two consumers, each copying with the lock released, while
