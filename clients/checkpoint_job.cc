@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/file_io.h"
 #include "base/log.h"
 #include "clients/checkpoint_chain.h"
 
@@ -128,6 +129,11 @@ absl::Status CheckpointJob::Run() {
   chain_ = *std::move(chain);
   need_full_ = chain_.end_batch < 0;
   RemoveUnfinishedLinks(options_.dir);
+  if (std::filesystem::is_directory(options_.dir)) {
+    // A link renamed into place by a job killed before its directory was
+    // synced is on disk now, before this job commits any read it holds.
+    if (absl::Status s = SyncDirectory(options_.dir); !s.ok()) return s;
+  }
   if (!need_full_) {
     // Increments on a link that fails its checksums would never load: the
     // next link is a full one, which supersedes it (kept on disk).

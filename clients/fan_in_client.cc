@@ -208,7 +208,9 @@ v1::DeltaHeader MergeHeaders(const std::vector<ReceivedDelta>& parts) {
   int64_t oldest = 0;
   for (const ReceivedDelta& part : parts) {
     const v1::DeltaHeader& h = part.header;
-    header.set_start_batch(std::min(header.start_batch(), h.start_batch()));
+    // What every part covers: a part that starts later (its rank's cursor
+    // moved on a read this consumer never got) is a gap, not hidden.
+    header.set_start_batch(std::max(header.start_batch(), h.start_batch()));
     header.set_end_batch(std::min(header.end_batch(), h.end_batch()));
     header.set_resync_required(header.resync_required() || h.resync_required());
     header.set_all_rows(header.all_rows() && h.all_rows());
@@ -291,7 +293,10 @@ absl::StatusOr<ReceivedDelta> MergeParts(const v1::TopologyResponse& topology,
         columns ? JoinColumns(fqn, list)
                 : ConcatRows(fqn, list, data_parallel.contains(fqn));
     if (!table.ok()) {
-      if (columns && (!same_start || merged.header.resync_required())) {
+      // A read of all rows is the resync itself: it gets the error, never
+      // an empty table set that would wipe the consumer's replica.
+      if (columns && !merged.header.all_rows() &&
+          (!same_start || merged.header.resync_required())) {
         return ResyncOnly(merged.header);
       }
       return table.status();

@@ -42,7 +42,9 @@ namespace deltastream {
 // merged header: resync_required if any rank says so (and, without rows,
 // when a column-wise table's blocks carry other IDs because the ranks'
 // parts start at different batches: cursors restored from snapshots of
-// different steps), lost_rows summed, the
+// different steps), start_batch the latest rank's (the batches every
+// part covers: a rank whose cursor moved on a read the consumer never got
+// starts later, and the consumer sees the gap), lost_rows summed, the
 // change times spanning all ranks, run_id joining the ranks' (a restart of
 // any rank is a new run), run_start_batch the latest rank's.
 //

@@ -490,7 +490,12 @@ absl::StatusOr<ChainLink> WriteChainLinkContent(
                                             e.what_without_backtrace()));
   }
   std::error_code error;
-  std::filesystem::create_directories(dir, error);
+  if (std::filesystem::create_directories(dir, error)) {
+    // The new directory's entry durable too, before any link in it is.
+    const std::filesystem::path parent =
+        std::filesystem::absolute(dir).parent_path();
+    if (absl::Status s = SyncDirectory(parent.string()); !s.ok()) return s;
+  }
   ChainLink written{dir + "/" + LinkName(content.full, start, end),
                     content.full, start, end, 0};
   absl::StatusOr<DurableFile> file = DurableFile::Create(written.path);
@@ -680,10 +685,10 @@ absl::StatusOr<std::vector<ChainLink>> TruncateChainAfter(
           absl::StrCat("cannot remove '", link.path, "': ", error.message(),
                        " (removed ", removed.size(), " links before it)"));
     }
-    removed.push_back(link);
-  }
-  if (!removed.empty()) {
+    // Each removal durable before the next: a file system that does not keep
+    // unlinks in order could otherwise keep a later one and lose this one.
     if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
+    removed.push_back(link);
   }
   return removed;
 }

@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/log.h"
 #include "base/rocksdb_options.h"
 #include "proto/snapshot.pb.h"
 #include "proto/tensor_codec.h"
@@ -36,6 +38,19 @@ std::string GenerationPrefix(uint64_t generation) {
   std::string key(kGenerationsBegin);
   AppendBigEndian(key, generation, 8);
   return key;
+}
+
+// Deletes every generation before `generation` (a snapshot's, or leftovers of
+// an interrupted write or a cleanup that failed): their files, then their
+// keys.
+rocksdb::Status DeleteGenerationsBefore(rocksdb::DB& db, uint64_t generation) {
+  const std::string begin(kGenerationsBegin);
+  const std::string end = GenerationPrefix(generation);
+  rocksdb::Slice begin_slice(begin), end_slice(end);
+  rocksdb::DeleteFilesInRange(&db, db.DefaultColumnFamily(), &begin_slice,
+                              &end_slice);
+  return db.DeleteRange(rocksdb::WriteOptions(), db.DefaultColumnFamily(),
+                        begin_slice, end_slice);
 }
 
 std::string ManifestKey(uint64_t generation) {
@@ -197,15 +212,7 @@ absl::StatusOr<std::unique_ptr<SnapshotDb>> SnapshotDb::Open(
     snapshots->latest_ = info;
     // A process killed between a snapshot's ingestion and the deletion of the
     // previous one leaves older generations behind.
-    const std::string begin(kGenerationsBegin);
-    const std::string end = GenerationPrefix(info.generation);
-    rocksdb::Slice begin_slice(begin), end_slice(end);
-    rocksdb::DeleteFilesInRange(snapshots->db_.get(),
-                                snapshots->db_->DefaultColumnFamily(),
-                                &begin_slice, &end_slice);
-    status = snapshots->db_->DeleteRange(rocksdb::WriteOptions(),
-                                         snapshots->db_->DefaultColumnFamily(),
-                                         begin_slice, end_slice);
+    status = DeleteGenerationsBefore(*snapshots->db_, info.generation);
     if (!status.ok()) return FromRocks(status, "cannot clean", path);
   }
   std::error_code error;
@@ -241,6 +248,11 @@ absl::StatusOr<SnapshotInfo> SnapshotDb::Write(const Snapshot& snapshot) {
   rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), DurableDbOptions());
   rocksdb::Status status = writer.Open(file);
   if (!status.ok()) return FromRocks(status, "cannot write", path_);
+  // A write that fails leaves no staging file behind (ingestion moves it).
+  absl::Cleanup remove_staging = [&file] {
+    std::error_code ignored;
+    fs::remove(file, ignored);
+  };
 
   int64_t payload = 0;
   try {
@@ -316,27 +328,27 @@ absl::StatusOr<SnapshotInfo> SnapshotDb::Write(const Snapshot& snapshot) {
   rocksdb::IngestExternalFileOptions ingest;
   ingest.move_files = true;
   status = db_->IngestExternalFile({file}, ingest);
-  fs::remove(file, error);
   if (!status.ok()) return FromRocks(status, "cannot ingest into", path_);
 
-  if (latest_.has_value()) {
-    const std::string begin = GenerationPrefix(latest_->generation);
-    const std::string end = GenerationPrefix(generation);
-    rocksdb::Slice begin_slice(begin), end_slice(end);
-    rocksdb::DeleteFilesInRange(db_.get(), db_->DefaultColumnFamily(),
-                                &begin_slice, &end_slice);
-    status =
-        db_->DeleteRange(rocksdb::WriteOptions(), db_->DefaultColumnFamily(),
-                         begin_slice, end_slice);
-    if (!status.ok()) return FromRocks(status, "cannot clean", path_);
-  }
+  // The new generation is durable and the newest: the next write must not
+  // reuse its number, whatever the cleanup below does.
   SnapshotInfo info;
   info.generation = generation;
   info.written_at = start;
   info.payload_bytes = payload;
   info.owner_batch = snapshot.owner_batch;
-  info.elapsed = absl::Now() - start;
   latest_ = info;
+  // A cleanup that fails leaves older generations for the next write's or
+  // Open's: never read (the newest manifest wins), only space.
+  status = DeleteGenerationsBefore(*db_, generation);
+  if (!status.ok()) {
+    LogWarning(absl::StrCat("snapshot database '", path_,
+                            "': older generations stay until the next "
+                            "snapshot: ",
+                            status.ToString()));
+  }
+  info.elapsed = absl::Now() - start;
+  latest_->elapsed = info.elapsed;
   return info;
 }
 

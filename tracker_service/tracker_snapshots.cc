@@ -107,6 +107,7 @@ void TrackerSnapshots::StopPeriodic() {
 }
 
 absl::StatusOr<std::optional<SnapshotInfo>> TrackerSnapshots::Restore() {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
   SnapshotInfo info;
   absl::StatusOr<std::optional<deltastream::Snapshot>> snapshot =
       db_->Read(&info);
@@ -130,6 +131,7 @@ absl::StatusOr<std::optional<SnapshotInfo>> TrackerSnapshots::Restore() {
 }
 
 absl::StatusOr<SnapshotInfo> TrackerSnapshots::Snapshot() {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
   const absl::Time start = absl::Now();
   TrackerState state = tracker_->SaveState();
   deltastream::Snapshot snapshot;

@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -66,6 +67,10 @@ class TrackerSnapshots {
 
   const std::unique_ptr<SnapshotDb> db_;
   Tracker* const tracker_;
+  // One snapshot (or restore) at a time, the tracker's state taken and
+  // written under it: generations follow the tracker's states in order (the
+  // periodic thread, the Snapshot RPC and the trainer's own may overlap).
+  std::mutex snapshot_mu_;
   // Wakes the periodic thread to stop (SharedMutex and
   // condition_variable_any: see exclusive_lockable.h).
   SharedMutex periodic_mu_;

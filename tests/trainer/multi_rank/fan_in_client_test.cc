@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "clients/delta_client.h"
+#include "clients/delta_continuity.h"
 #include "tests/trainer/comm/rank_launcher.h"
 #include "tests/trainer/multi_rank/small_trainer.h"
 #include "trainer/comm/process_group.h"
@@ -347,6 +348,13 @@ ReceivedTable Block(std::vector<int64_t> ids, int64_t col_offset,
   return table;
 }
 
+// Whole rows (no column block) of `ids`, valued as Block's.
+ReceivedTable FullRows(std::vector<int64_t> ids, int64_t offset) {
+  ReceivedTable table = Block(std::move(ids), offset, 4);
+  table.col_offset = table.table_cols = 0;
+  return table;
+}
+
 v1::TopologyResponse TwoRanks(const std::string& fqn, const std::string& type) {
   v1::TopologyResponse topology;
   topology.set_world_size(2);
@@ -411,54 +419,86 @@ TEST(MergeRankDeltasTest, ColumnBlocksFromDifferentStartsAskForAResync) {
   EXPECT_EQ(merged->header.fqns_size(), 0);
 }
 
+TEST(MergeRankDeltasTest, AllRowsColumnBlocksThatDoNotJoinAreAnError) {
+  // The read of all rows is the resync: no empty delta that would reset the
+  // consumer's replica to nothing.
+  std::vector<ReceivedDelta> parts =
+      Parts(Block({1, 5}, 0, 2), Block({1, 6}, 2, 2));
+  for (ReceivedDelta& part : parts) {
+    part.header.set_all_rows(true);
+    part.header.set_resync_required(true);
+  }
+  parts[1].header.set_start_batch(3);
+  EXPECT_EQ(MergeRankDeltas(TwoRanks("t", "COLUMN_WISE"), std::move(parts))
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+}
+
+// Rank 0's cursor moved on a read the consumer never got (a cut rank 0
+// served while rank 1 withdrew): the merged read starts where rank 0's part
+// does, and the consumer at batch 5 sees the gap instead of missing rank 0's
+// rows of batches 5..7.
+TEST(MergeRankDeltasTest, APartThatStartsLaterIsAGapForTheConsumer) {
+  std::vector<ReceivedDelta> parts =
+      Parts(FullRows({3, 7}, 0), FullRows({1, 9}, 1));
+  parts[0].header.set_start_batch(8);
+  parts[1].header.set_start_batch(5);
+  for (ReceivedDelta& part : parts) part.header.set_end_batch(12);
+  absl::StatusOr<ReceivedDelta> merged =
+      MergeRankDeltas(TwoRanks("t", "ROW_WISE"), std::move(parts));
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(merged->header.start_batch(), 8);
+  EXPECT_EQ(ClassifyDelta({5, merged->header.run_id()}, 5, merged->header).fit,
+            DeltaFit::kGap);
+  // A consumer that holds batch 8 (rank 1's part redelivers 5..7: acknowledged
+  // reads whose commit reached rank 0 only) continues.
+  EXPECT_EQ(ClassifyDelta({8, merged->header.run_id()}, 8, merged->header).fit,
+            DeltaFit::kContinues);
+}
+
 TEST(MergeRankDeltasTest, SortsRowsAndKeepsOneDataParallelRowPerId) {
-  auto full = [](std::vector<int64_t> ids, int64_t offset) {
-    ReceivedTable table = Block(std::move(ids), offset, 4);
-    table.col_offset = table.table_cols = 0;
-    return table;
-  };
-  absl::StatusOr<ReceivedDelta> rows = MergeRankDeltas(
-      TwoRanks("t", "ROW_WISE"), Parts(full({3, 7}, 0), full({1, 9}, 1)));
+  absl::StatusOr<ReceivedDelta> rows =
+      MergeRankDeltas(TwoRanks("t", "ROW_WISE"),
+                      Parts(FullRows({3, 7}, 0), FullRows({1, 9}, 1)));
   ASSERT_TRUE(rows.ok()) << rows.status();
   EXPECT_TRUE(rows->tables.at("t").ids.equal(at::tensor({1L, 3L, 7L, 9L})));
   EXPECT_TRUE(rows->tables.at("t").values[0].equal(
       at::tensor({100.f, 101.f, 102.f, 103.f})));
   // The same ID from two ranks: data-parallel keeps one, else an error.
-  absl::StatusOr<ReceivedDelta> copies = MergeRankDeltas(
-      TwoRanks("t", "DATA_PARALLEL"), Parts(full({3, 7}, 0), full({3, 9}, 0)));
+  absl::StatusOr<ReceivedDelta> copies =
+      MergeRankDeltas(TwoRanks("t", "DATA_PARALLEL"),
+                      Parts(FullRows({3, 7}, 0), FullRows({3, 9}, 0)));
   ASSERT_TRUE(copies.ok()) << copies.status();
   EXPECT_TRUE(copies->tables.at("t").ids.equal(at::tensor({3L, 7L, 9L})));
   EXPECT_EQ(MergeRankDeltas(TwoRanks("t", "ROW_WISE"),
-                            Parts(full({3, 7}, 0), full({3, 9}, 0)))
+                            Parts(FullRows({3, 7}, 0), FullRows({3, 9}, 0)))
                 .status()
                 .code(),
             absl::StatusCode::kDataLoss);
 }
 
 TEST(MergeRankDeltasTest, ConcatenatesDisjointRowBlocksInIdOrder) {
-  auto full = [](std::vector<int64_t> ids, int64_t offset) {
-    ReceivedTable table = Block(std::move(ids), offset, 4);
-    table.col_offset = table.table_cols = 0;
-    return table;
-  };
   // Rank 1 holds the lower block: its rows come first.
-  absl::StatusOr<ReceivedDelta> blocks = MergeRankDeltas(
-      TwoRanks("t", "ROW_WISE"), Parts(full({6, 8}, 0), full({1, 2, 5}, 1)));
+  absl::StatusOr<ReceivedDelta> blocks =
+      MergeRankDeltas(TwoRanks("t", "ROW_WISE"),
+                      Parts(FullRows({6, 8}, 0), FullRows({1, 2, 5}, 1)));
   ASSERT_TRUE(blocks.ok()) << blocks.status();
   const ReceivedTable& t = blocks->tables.at("t");
   EXPECT_TRUE(t.ids.equal(at::tensor({1L, 2L, 5L, 6L, 8L})));
   EXPECT_TRUE(t.values.equal(
-      at::cat({full({1, 2, 5}, 1).values, full({6, 8}, 0).values})));
+      at::cat({FullRows({1, 2, 5}, 1).values, FullRows({6, 8}, 0).values})));
   // A part whose IDs do not ascend is still merged sorted.
-  absl::StatusOr<ReceivedDelta> unsorted = MergeRankDeltas(
-      TwoRanks("t", "ROW_WISE"), Parts(full({9, 7}, 0), full({1, 2}, 1)));
+  absl::StatusOr<ReceivedDelta> unsorted =
+      MergeRankDeltas(TwoRanks("t", "ROW_WISE"),
+                      Parts(FullRows({9, 7}, 0), FullRows({1, 2}, 1)));
   ASSERT_TRUE(unsorted.ok()) << unsorted.status();
   const ReceivedTable& u = unsorted->tables.at("t");
   EXPECT_TRUE(u.ids.equal(at::tensor({1L, 2L, 7L, 9L})));
-  EXPECT_TRUE(u.values[2].equal(full({9, 7}, 0).values[1]));
+  EXPECT_TRUE(u.values[2].equal(FullRows({9, 7}, 0).values[1]));
   // Touching ranges (the same ID on both ranks) are refused, as before.
   EXPECT_EQ(MergeRankDeltas(TwoRanks("t", "ROW_WISE"),
-                            Parts(full({1, 3}, 0), full({3, 9}, 0)))
+                            Parts(FullRows({1, 3}, 0), FullRows({3, 9}, 0)))
                 .status()
                 .code(),
             absl::StatusCode::kDataLoss);
