@@ -509,6 +509,12 @@ absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
       absl::Status status = read.malformed.ok()
                                 ? clients[i]->ToStatus(read.finished)
                                 : read.malformed;
+      if (status.ok() && !read.last) {
+        // A stream cut short is never taken for a whole delta.
+        status = absl::DataLossError(
+            absl::StrCat(clients[i]->target_,
+                         " ended a delta's stream before its last chunk"));
+      }
       if (!status.ok()) fail(i, std::move(status));
       continue;
     }

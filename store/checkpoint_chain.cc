@@ -116,24 +116,9 @@ class LinkFileReader {
   // null, through a buffer, to check it); its size. DataLoss when it is
   // truncated, has another size or fails its checksum.
   absl::StatusOr<uint64_t> ReadRecord(char* dst, uint64_t max) {
-    char prefix[kRecordPrefixBytes];
-    if (absl::Status s = ReadExact(prefix, kRecordPrefixBytes); !s.ok()) {
-      return s;
-    }
-    uint64_t size = 0;
-    uint32_t crc = 0;
-    std::memcpy(&size, prefix, 8);
-    std::memcpy(&crc, prefix + 8, 4);
-    if (size > size_ - offset_) {
-      return Corrupt(path_, absl::StrCat("is truncated: a record of ", size,
-                                         " bytes at offset ", offset_, " has ",
-                                         size_ - offset_, " left"));
-    }
-    if (size == 0 || size > max) {
-      return Corrupt(path_, absl::StrCat("is corrupt: a record of ", size,
-                                         " bytes at offset ", offset_,
-                                         " where 1 to ", max, " belong"));
-    }
+    absl::StatusOr<RecordPrefix> prefix = ReadPrefix(max);
+    if (!prefix.ok()) return prefix.status();
+    const uint64_t size = prefix->size;
     uint32_t actual = CrcOf(nullptr, 0);
     if (dst != nullptr) {
       if (absl::Status s = ReadExact(dst, size); !s.ok()) return s;
@@ -147,16 +132,71 @@ class LinkFileReader {
         done += n;
       }
     }
-    if (actual != crc) {
-      return Corrupt(path_, absl::StrCat("fails its checksum at offset ",
-                                         offset_ - size, ": corrupt"));
+    if (absl::Status s = CheckCrc(actual, prefix->crc, size); !s.ok()) {
+      return s;
     }
     return size;
+  }
+
+  // The next record, of 1 to `max` bytes, in a string of its size. Errors
+  // as ReadRecord.
+  absl::StatusOr<std::string> ReadRecordString(uint64_t max) {
+    absl::StatusOr<RecordPrefix> prefix = ReadPrefix(max);
+    if (!prefix.ok()) return prefix.status();
+    std::string record(prefix->size, '\0');
+    if (absl::Status s = ReadExact(record.data(), record.size()); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            CheckCrc(Crc(CrcOf(nullptr, 0), record.data(), record.size()),
+                     prefix->crc, record.size());
+        !s.ok()) {
+      return s;
+    }
+    return record;
   }
 
  private:
   LinkFileReader(std::string path, int fd, uint64_t size)
       : path_(std::move(path)), fd_(fd), size_(size) {}
+
+  struct RecordPrefix {
+    uint64_t size = 0;
+    uint32_t crc = 0;
+  };
+
+  // A record's size and checksum, the size checked: 1 to `max` bytes, all
+  // in the file. DataLoss otherwise.
+  absl::StatusOr<RecordPrefix> ReadPrefix(uint64_t max) {
+    char bytes[kRecordPrefixBytes];
+    if (absl::Status s = ReadExact(bytes, kRecordPrefixBytes); !s.ok()) {
+      return s;
+    }
+    RecordPrefix prefix;
+    std::memcpy(&prefix.size, bytes, 8);
+    std::memcpy(&prefix.crc, bytes + 8, 4);
+    if (prefix.size > size_ - offset_) {
+      return Corrupt(path_,
+                     absl::StrCat("is truncated: a record of ", prefix.size,
+                                  " bytes at offset ", offset_, " has ",
+                                  size_ - offset_, " left"));
+    }
+    if (prefix.size == 0 || prefix.size > max) {
+      return Corrupt(
+          path_, absl::StrCat("is corrupt: a record of ", prefix.size,
+                              " bytes at offset ", offset_, " where 1 to ", max,
+                              " belong"));
+    }
+    return prefix;
+  }
+
+  // DataLoss unless the `size` bytes just read, of checksum `actual`, match
+  // the record's `expected`.
+  absl::Status CheckCrc(uint32_t actual, uint32_t expected, uint64_t size) {
+    if (actual == expected) return absl::OkStatus();
+    return Corrupt(path_, absl::StrCat("fails its checksum at offset ",
+                                       offset_ - size, ": corrupt"));
+  }
 
   std::string path_;
   int fd_ = -1;
@@ -279,14 +319,11 @@ absl::StatusOr<LinkFile> ReadLinkFile(const std::string& path, bool keep,
   }
   LinkFile file;
   {
-    std::string description(
-        std::min(kMaxDescriptionBytes, reader->size() - reader->offset()),
-        '\0');
-    absl::StatusOr<uint64_t> n =
-        reader->ReadRecord(description.data(), description.size());
-    if (!n.ok()) return n.status();
-    description.resize(*n);
-    if (!file.link.ParseFromString(description)) {
+    // Allocated at the size its record says, not at the most it may be.
+    absl::StatusOr<std::string> description =
+        reader->ReadRecordString(kMaxDescriptionBytes);
+    if (!description.ok()) return description.status();
+    if (!file.link.ParseFromString(*description)) {
       return Corrupt(path, "does not parse");
     }
   }

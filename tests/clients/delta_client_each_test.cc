@@ -4,9 +4,11 @@
 // server and cancels the others (a read waiting for a consistent cut that
 // will never come is not waited for, and the server withdraws that cut); a
 // stream that sends nothing for its idle timeout fails the read so, and so
-// does GetDelta's read of one server.
+// does GetDelta's read of one server; a stream that ends OK before its
+// delta's last chunk is DataLoss.
 
 #include <ATen/ATen.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -218,6 +220,61 @@ TEST(GetDeltaTest, AReadSilentForItsIdleTimeoutFails) {
   absl::StatusOr<ReceivedDelta> answered = quiet->GetDelta(read);
   ASSERT_TRUE(answered.ok()) << answered.status();
   EXPECT_EQ(answered->tables.count(kTable), 1u);
+}
+
+// A server that answers every call with one chunk of a delta (a header, no
+// `last`) and then ends the stream OK: a delta cut short.
+class CutShortReactor : public grpc::ServerGenericBidiReactor {
+ public:
+  CutShortReactor() { StartRead(&request_); }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    v1::DeltaChunk chunk;
+    chunk.mutable_header()->set_end_batch(5);
+    const std::string bytes = chunk.SerializeAsString();
+    grpc::Slice slice(bytes);
+    response_ = grpc::ByteBuffer(&slice, 1);
+    StartWrite(&response_);
+  }
+  void OnWriteDone(bool) override { Finish(grpc::Status::OK); }
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::ByteBuffer request_, response_;
+};
+
+class CutShortService : public grpc::CallbackGenericService {
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext*) override {
+    return new CutShortReactor;
+  }
+};
+
+TEST(GetDeltaFromEachTest, AStreamEndedBeforeItsLastChunkIsDataLoss) {
+  CutShortService cut_short;
+  grpc::ServerBuilder builder;
+  builder.RegisterCallbackGenericService(&cut_short);
+  absl::StatusOr<StartedServer> started =
+      StartServer(builder, "127.0.0.1:0", grpc::InsecureServerCredentials());
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<DeltaClient> short_client =
+      DeltaClient::Create(started->address);
+  Served b;
+  b.Record(2, 50, 80);
+  size_t failed = 99;
+  absl::StatusOr<std::vector<ReceivedDelta>> each =
+      DeltaClient::GetDeltaFromEach({b.client(), short_client.get()},
+                                    Read("each"), &failed);
+  EXPECT_EQ(each.status().code(), absl::StatusCode::kDataLoss) << each.status();
+  EXPECT_NE(each.status().message().find(started->address), std::string::npos)
+      << each.status();
+  EXPECT_EQ(failed, 1u);
+  absl::StatusOr<ReceivedDelta> one = short_client->GetDelta(Read("one"));
+  EXPECT_EQ(one.status().code(), absl::StatusCode::kDataLoss) << one.status();
+  started->server->Shutdown();
 }
 
 }  // namespace
