@@ -430,7 +430,8 @@ std::vector<ChainLink> FromNewestFull(const std::vector<ChainLink>& links) {
 
 }  // namespace
 
-ChainTables MergeTables(const ChainTables& base, const ChainTables& later) {
+absl::StatusOr<ChainTables> MergeTables(const ChainTables& base,
+                                        const ChainTables& later) {
   ChainTables merged = base;
   for (const auto& [fqn, table] : later) {
     auto it = merged.find(fqn);
@@ -439,6 +440,15 @@ ChainTables MergeTables(const ChainTables& base, const ChainTables& later) {
       continue;
     }
     if (table.ids.numel() == 0) continue;
+    const at::Tensor& held = it->second.values;
+    if (held.sizes().slice(1) != table.values.sizes().slice(1) ||
+        held.scalar_type() != table.values.scalar_type()) {
+      return absl::DataLossError(absl::StrCat(
+          "table '", fqn, "' has rows of ", c10::str(held.sizes().slice(1)),
+          " ", c10::toString(held.scalar_type()), " in one link and of ",
+          c10::str(table.values.sizes().slice(1)), " ",
+          c10::toString(table.values.scalar_type()), " in a later one"));
+    }
     at::Tensor ids = at::cat({it->second.ids, table.ids});
     at::Tensor values = at::cat({it->second.values, table.values});
     // A stable sort keeps equal IDs in order: the last of a run is the newer.
@@ -661,8 +671,18 @@ absl::StatusOr<LoadedChain> LoadChain(const std::string& dir) {
       loaded.dense = std::move(read->dense);
       loaded.dense_batch = read->link.dense_batch();
     }
-    loaded.tables = link.full ? std::move(read->tables)
-                              : MergeTables(loaded.tables, read->tables);
+    if (link.full) {
+      loaded.tables = std::move(read->tables);
+    } else {
+      absl::StatusOr<ChainTables> merged =
+          MergeTables(loaded.tables, read->tables);
+      if (!merged.ok()) {
+        return absl::Status(merged.status().code(),
+                            absl::StrCat("cannot load '", link.path,
+                                         "': ", merged.status().message()));
+      }
+      loaded.tables = *std::move(merged);
+    }
     loaded.end_batch = link.end_batch;
     loaded.run_id = read->link.run_id();
     loaded.run_start_batch = read->link.run_start_batch();

@@ -173,8 +173,10 @@ absl::StatusOr<std::vector<ChainLink>> TruncateChainAfter(
     const std::string& dir, int64_t batch);
 
 // `later`'s rows over `base`'s, per table (IDs ascending; a row in both takes
-// `later`'s values).
-ChainTables MergeTables(const ChainTables& base, const ChainTables& later);
+// `later`'s values). DataLoss, naming the table, when its rows have another
+// width or type in `later` than in `base`.
+absl::StatusOr<ChainTables> MergeTables(const ChainTables& base,
+                                        const ChainTables& later);
 
 }  // namespace deltastream
 

@@ -100,6 +100,21 @@ TEST(CheckpointChainTest, BaseAndIncrementsLoadNewestValues) {
             (std::vector<float>{2, 10, 21, 33, 52}));
 }
 
+TEST(CheckpointChainTest, ATableWhoseWidthChangesBetweenLinksIsDataLoss) {
+  const std::string dir = FreshDir("chain_width");
+  ASSERT_TRUE(WriteChainLink(dir, Full(10, {1, 2, 3}, 0)).ok());
+  ReceivedDelta wider = Read(10, 20, {2, 5}, 1);
+  wider.tables["t"].values = at::zeros({2, 3});
+  ASSERT_TRUE(WriteChainLink(dir, wider).ok());
+  absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss)
+      << loaded.status();
+  EXPECT_THAT(std::string(loaded.status().message()),
+              HasSubstr("table 't' has rows of [2] Float in one link and of "
+                        "[3] Float in a later one"));
+  EXPECT_EQ(CompactChain(dir).status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST(CheckpointChainTest, MissingDuplicatedOrOverlappingIncrementsAreRefused) {
   const std::string dir = FreshDir("gap");
   ASSERT_TRUE(WriteChainLink(dir, Full(10, {1}, 0)).ok());
