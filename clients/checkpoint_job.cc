@@ -125,6 +125,15 @@ void CheckpointJob::Wait(absl::Duration duration) {
 
 absl::Status CheckpointJob::Run() {
   absl::StatusOr<HeldVersion> chain = ReadChainEnd(options_.dir);
+  if (chain.status().code() == absl::StatusCode::kDataLoss) {
+    // The newest link's description is damaged: where the chain ends, and
+    // which run wrote it, are not known. A full link supersedes it (kept on
+    // disk), as any damaged link below.
+    LogWarning(absl::StrCat(chain.status().message(),
+                            ": the chain's end is not known; the next link "
+                            "is a full one"));
+    chain = HeldVersion{};
+  }
   if (!chain.ok()) return chain.status();
   chain_ = *std::move(chain);
   need_full_ = chain_.end_batch < 0;
@@ -188,6 +197,15 @@ absl::Status CheckpointJob::DropLostLinks(const v1::DeltaHeader& header) {
                            link.start_batch, link.end_batch - 1));
   }
   absl::StatusOr<HeldVersion> chain = ReadChainEnd(options_.dir);
+  if (chain.status().code() == absl::StatusCode::kDataLoss) {
+    // The newest link's description is damaged: where the chain ends, and
+    // which run wrote it, are not known. A full link supersedes it (kept on
+    // disk), as any damaged link below.
+    LogWarning(absl::StrCat(chain.status().message(),
+                            ": the chain's end is not known; the next link "
+                            "is a full one"));
+    chain = HeldVersion{};
+  }
   if (!chain.ok()) return chain.status();
   chain_ = *std::move(chain);
   absl::MutexLock lock(&stats_mu_);

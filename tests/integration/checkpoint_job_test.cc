@@ -245,7 +245,8 @@ TEST(CheckpointJobTest, AConsumerThatReadBeforeGetsAFullBase) {
 
 // A job that starts on a chain whose applied link fails its checksum (bit
 // rot, a torn copy) writes a full link, which supersedes it, rather than
-// increments that could never be loaded; a link write a crash cut short
+// increments that could never be loaded, also when the damaged link is the
+// newest and its description unreadable; a link write a crash cut short
 // (its .tmp file) is removed.
 TEST(CheckpointJobTest, ADamagedChainGetsAFullLinkAndUnfinishedWritesGo) {
   const std::string work = TestTempDir() + "/checkpoint_job_damaged";
@@ -279,6 +280,26 @@ TEST(CheckpointJobTest, ADamagedChainGetsAFullLinkAndUnfinishedWritesGo) {
   absl::StatusOr<LoadedChain> healed = LoadChain(work);
   ASSERT_TRUE(healed.ok()) << healed.status();
   EXPECT_GT(healed->end_batch, sound->end_batch);
+
+  // The newest link's description damaged (its first record, just after the
+  // magic and the record's size and checksum): the chain's end is not known,
+  // and the job starts with a full link all the same.
+  {
+    std::fstream file(healed->links.back().path,
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.seekg(21);
+    const char byte = static_cast<char>(file.get() ^ 0x40);
+    file.seekp(21);
+    file.put(byte);
+  }
+  ASSERT_FALSE(LoadChain(work).ok());
+  CommandResult third = RunCommand(Job(trainer, work, 1));
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_THAT(third.err, HasSubstr("the chain's end is not known"));
+  EXPECT_THAT(third.out, HasSubstr("full batches 0.."));
+  absl::StatusOr<LoadedChain> healed_again = LoadChain(work);
+  ASSERT_TRUE(healed_again.ok()) << healed_again.status();
+  EXPECT_GE(healed_again->end_batch, healed->end_batch);
 }
 
 TEST(CheckpointJobTest, RowsDroppedUnderTheMemoryCapMakeAFullLink) {
