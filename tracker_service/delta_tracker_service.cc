@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "base/subscription_schedule.h"
 #include "base/torch_status.h"
@@ -343,6 +344,19 @@ grpc::Status DeltaTrackerService::WriteDelta(grpc::ServerContext* context,
                                              const v1::GetDeltaRequest& request,
                                              ChunkSink& sink,
                                              StatesFill* fill) {
+  grpc::Status status = WriteChunks(context, delta, request, sink, fill);
+  // Without acknowledged reads the read was delivered (its cursor moved)
+  // before its chunks went out: if they did not all reach the consumer, its
+  // next read says so (resync_required) instead of leaving them out.
+  if (!status.ok() && !tracker_->options().acknowledged_reads) {
+    tracker_->RequireResyncOf(delta.consumer);
+  }
+  return status;
+}
+
+grpc::Status DeltaTrackerService::WriteChunks(
+    grpc::ServerContext* context, const Delta& delta,
+    const v1::GetDeltaRequest& request, ChunkSink& sink, StatesFill* fill) {
   const int64_t chunk_bytes = ChunkBytes(request);
   v1::DeltaChunk chunk;
   v1::DeltaHeader* header = chunk.mutable_header();
@@ -465,9 +479,10 @@ absl::StatusOr<Delta> DeltaTrackerService::ReadAtCut(
       !s.ok()) {
     return s;
   }
-  absl::StatusOr<Delta> delta = get_delta();
-  options_.step_cuts->Finish(cut);
-  return delta;
+  // Released whatever the read does (a throw included): the trainer's step
+  // holding for the cut goes on.
+  absl::Cleanup finish = [&] { options_.step_cuts->Finish(cut); };
+  return get_delta();
 }
 
 grpc::Status DeltaTrackerService::GetDelta(
@@ -498,6 +513,11 @@ grpc::Status DeltaTrackerService::Subscribe(
             Authorize(context, Action::kRead, read_request.consumer());
         !s.ok()) {
       return s;
+    }
+    if (read_request.cut() != 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "a subscription's pushes read no cut (read.cut "
+                          "is for one GetDelta of a sharded trainer)");
     }
     absl::StatusOr<DeltaRequest> read = ToDeltaRequest(read_request);
     if (!read.ok()) return ToGrpcStatus(read.status());

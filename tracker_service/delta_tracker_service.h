@@ -44,8 +44,10 @@ struct ServiceOptions {
 // consumer never sees half a step. Step() also triggers auto-compaction.
 //
 // Without acknowledged reads, a read's cursor moves before its chunks are
-// sent: a consumer that needs at-least-once delivery across disconnects runs
-// the tracker with acknowledged reads and commits.
+// sent; a read whose stream fails makes its consumer resync (its next read
+// says resync_required). A consumer that needs at-least-once delivery across
+// disconnects, without a resync, runs the tracker with acknowledged reads
+// and commits.
 //
 // Every request is validated before it reaches the tracker (names by
 // tracker_service/names.h; records with RecordTables' check_values;
@@ -77,7 +79,7 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   // What Topology answers from now on, and which columns this rank's chunks
   // of a column-wise shard say they hold (DeltaChunk.col_offset, table_cols:
   // the shards of `topology.rank`). Before the first call Topology is
-  // FailedPrecondition. Thread-safe.
+  // Unavailable. Thread-safe.
   void SetTopology(ServiceTopology topology) ABSL_LOCKS_EXCLUDED(topology_mu_);
 
   grpc::Status Record(grpc::ServerContext* context,
@@ -150,12 +152,18 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   grpc::Status ServeDelta(grpc::ServerContext* context,
                           const v1::GetDeltaRequest& request, ChunkSink& sink,
                           bool fill_while_sending);
-  // Streams `delta` as `request` asks (chunk size, fields left out); the
-  // last chunk has `last`. With `fill`, each chunk's rows once `fill` has
-  // them.
+  // Streams `delta` as `request` asks (WriteChunks); a stream that fails
+  // without acknowledged reads makes the consumer resync
+  // (Tracker::RequireResyncOf): its cursor moved past rows it never got.
   grpc::Status WriteDelta(grpc::ServerContext* context, const Delta& delta,
                           const v1::GetDeltaRequest& request, ChunkSink& sink,
                           StatesFill* fill);
+  // `delta`'s chunks as `request` asks (chunk size, fields left out); the
+  // last chunk has `last`. With `fill`, each chunk's rows once `fill` has
+  // them.
+  grpc::Status WriteChunks(grpc::ServerContext* context, const Delta& delta,
+                           const v1::GetDeltaRequest& request, ChunkSink& sink,
+                           StatesFill* fill);
   void FillStatus(v1::StatusResponse* response) const;
 
   Tracker* const tracker_;

@@ -509,6 +509,13 @@ void Tracker::RequireResync() {
   }
 }
 
+void Tracker::RequireResyncOf(absl::string_view consumer) {
+  ChangeLock lock(this);
+  if (Consumer* found = FindConsumer(consumer)) {
+    MarkLostLocked(*found, INT64_MAX);
+  }
+}
+
 void Tracker::RequireResyncBefore(int64_t batch) {
   ChangeLock lock(this);
   for (auto& [name, consumer] : consumers_) {

@@ -423,6 +423,10 @@ class Tracker {
   // not read through them needs them). Committing a pending read that ends
   // at or after `batch` ends such a consumer's resync: that read held them.
   void RequireResyncBefore(int64_t batch) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for one consumer (nothing for an unknown one): without
+  // acknowledged reads, a read delivered to it whose rows never reached it
+  // (the service's send failed: the client went away, or refused a message).
+  void RequireResyncOf(absl::string_view consumer) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The feature -> table FQN map and tracked table FQNs.
   const FeatureMap& feature_map() const { return feature_map_; }

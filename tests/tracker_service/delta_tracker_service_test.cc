@@ -15,6 +15,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/grpc_server.h"
@@ -55,8 +56,9 @@ class GeneratedSplitGetDelta final
   }
 };
 
-std::unique_ptr<Tracker> MakeTracker() {
+std::unique_ptr<Tracker> MakeTracker(bool acknowledged_reads = false) {
   TrackerOptions options;
+  options.acknowledged_reads = acknowledged_reads;
   options.mode = TrackingMode::kEmbedding;
   options.consumers = {"bytes", "messages"};
   auto tracker = Tracker::Create(options);
@@ -176,6 +178,69 @@ TEST(DeltaTrackerServiceTest, GetDeltaBytesAreTheMessagesSubscribeWrites) {
   ASSERT_TRUE(stub->Status(&status_context, v1::StatusRequest(), &status).ok());
   EXPECT_EQ(status.consumers_size(), 2);
   server->server->Shutdown();
+}
+
+// A client that goes away after the first chunk of a 64 MB read: without
+// acknowledged reads the read was delivered (its cursor moved), so the
+// consumer's next read says resync_required instead of leaving those rows
+// out; with acknowledged reads nothing is lost and the next read brings them
+// again.
+TEST(DeltaTrackerServiceTest, AReadWhoseStreamFailsIsNotASilentLoss) {
+  for (const bool acknowledged : {false, true}) {
+    SCOPED_TRACE(acknowledged ? "acknowledged" : "not acknowledged");
+    std::unique_ptr<Tracker> tracker = MakeTracker(acknowledged);
+    DeltaTrackerService service(tracker.get());
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&service);
+    absl::StatusOr<StartedServer> server =
+        StartServer(builder, "127.0.0.1:0", grpc::InsecureServerCredentials());
+    ASSERT_TRUE(server.ok()) << server.status();
+    auto channel = grpc::CreateChannel(server->address,
+                                       grpc::InsecureChannelCredentials());
+    auto stub = v1::DeltaTracker::NewStub(channel);
+    constexpr int64_t kRows = 250000;
+    ASSERT_TRUE(tracker
+                    ->RecordTables({{kTable, at::arange(kRows, at::kLong),
+                                     at::randn({kRows, 64})}})
+                    .ok());
+    tracker->Step();
+
+    v1::GetDeltaRequest read;
+    read.set_consumer("bytes");
+    read.set_max_chunk_bytes(64 << 10);
+    {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+      auto reader = stub->GetDelta(&context, read);
+      v1::DeltaChunk chunk;
+      ASSERT_TRUE(reader->Read(&chunk));
+      context.TryCancel();
+      EXPECT_FALSE(reader->Finish().ok());
+    }
+    // The server learns of it when its next write fails.
+    const auto consumer_status = [&] {
+      for (const ConsumerStatus& c : tracker->Status().consumers) {
+        if (c.name == "bytes") return c;
+      }
+      return ConsumerStatus{};
+    };
+    const auto until = std::chrono::steady_clock::now() + kCallTimeout;
+    while (!acknowledged && !consumer_status().resync_required &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(consumer_status().resync_required, !acknowledged);
+    DeltaRequest closed;
+    closed.consumer = "bytes";
+    closed.through_current_batch = false;
+    absl::StatusOr<Delta> next = tracker->GetDelta(closed);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->resync_required, !acknowledged);
+    const int64_t rows =
+        next->tables.count(kTable) ? next->tables.at(kTable).ids.numel() : 0;
+    EXPECT_EQ(rows, acknowledged ? kRows : 0);
+    server->server->Shutdown();
+  }
 }
 
 }  // namespace
