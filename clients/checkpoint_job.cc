@@ -58,6 +58,19 @@ absl::StatusOr<HeldVersion> ReadChainEnd(const std::string& dir) {
 
 namespace {
 
+// ReadChainEnd, except that a chain whose newest link's description is
+// damaged (DataLoss) ends nowhere known: end_batch -1, as an empty chain, so
+// that the next link is a full one, which supersedes it (kept on disk), as
+// any damaged link.
+absl::StatusOr<HeldVersion> ChainEndOrUnknown(const std::string& dir) {
+  absl::StatusOr<HeldVersion> chain = ReadChainEnd(dir);
+  if (chain.status().code() != absl::StatusCode::kDataLoss) return chain;
+  LogWarning(absl::StrCat(chain.status().message(),
+                          ": the chain's end is not known; the next link "
+                          "is a full one"));
+  return HeldVersion{};
+}
+
 // The first problem of the links a load of `dir` applies (VerifyChainLink:
 // every record's checksum), or nullopt when all are sound. Other errors (a
 // link that cannot be read at all) are returned.
@@ -124,16 +137,7 @@ void CheckpointJob::Wait(absl::Duration duration) {
 }
 
 absl::Status CheckpointJob::Run() {
-  absl::StatusOr<HeldVersion> chain = ReadChainEnd(options_.dir);
-  if (chain.status().code() == absl::StatusCode::kDataLoss) {
-    // The newest link's description is damaged: where the chain ends, and
-    // which run wrote it, are not known. A full link supersedes it (kept on
-    // disk), as any damaged link below.
-    LogWarning(absl::StrCat(chain.status().message(),
-                            ": the chain's end is not known; the next link "
-                            "is a full one"));
-    chain = HeldVersion{};
-  }
+  absl::StatusOr<HeldVersion> chain = ChainEndOrUnknown(options_.dir);
   if (!chain.ok()) return chain.status();
   chain_ = *std::move(chain);
   need_full_ = chain_.end_batch < 0;
@@ -196,16 +200,7 @@ absl::Status CheckpointJob::DropLostLinks(const v1::DeltaHeader& header) {
     Report(absl::StrFormat("removed %s (batches %d..%d)", LinkName(link),
                            link.start_batch, link.end_batch - 1));
   }
-  absl::StatusOr<HeldVersion> chain = ReadChainEnd(options_.dir);
-  if (chain.status().code() == absl::StatusCode::kDataLoss) {
-    // The newest link's description is damaged: where the chain ends, and
-    // which run wrote it, are not known. A full link supersedes it (kept on
-    // disk), as any damaged link below.
-    LogWarning(absl::StrCat(chain.status().message(),
-                            ": the chain's end is not known; the next link "
-                            "is a full one"));
-    chain = HeldVersion{};
-  }
+  absl::StatusOr<HeldVersion> chain = ChainEndOrUnknown(options_.dir);
   if (!chain.ok()) return chain.status();
   chain_ = *std::move(chain);
   absl::MutexLock lock(&stats_mu_);

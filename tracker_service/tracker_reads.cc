@@ -48,7 +48,8 @@ TableDelta NoRowsHeldHere(TrackingMode mode, const DeltaRequest& request,
 constexpr int64_t kCopyPieceBytes = 256 << 10;
 
 // The deferred state copies of one read (Tracker::FillingRead), by table. A
-// read that fails discards them.
+// read that fails drops them uncopied (and the shared reads: see
+// Tracker::DropSharedReadsLocked).
 class PendingCopies {
  public:
   explicit PendingCopies(StatesFill* fill) : fill_(fill) {}
@@ -61,9 +62,6 @@ class PendingCopies {
     gathers_.emplace_back(fqn, std::move(gather));
     fill_->Expect(fqn);
   }
-
-  // Drops what is left uncopied (a read that failed).
-  void Discard() { gathers_.clear(); }
 
   // Copies every table's rows, piece by piece, telling the fill.
   void CopyAll() {
@@ -245,8 +243,7 @@ absl::StatusOr<Delta> Tracker::GetDeltaFilling(
       request.top_k.has_value() ? &*request.top_k : nullptr;
   if (!DefersStates(request, every_table)) {
     // Nothing to copy after the hand-out: no thread to hand over to.
-    absl::StatusOr<Delta> delta =
-        CatchTorchErrors([&] { return GetDeltaUnguarded(request, nullptr); });
+    absl::StatusOr<Delta> delta = GetDelta(request);
     raw->Finish();
     return delta;
   }
@@ -354,7 +351,6 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
           },
           read);
       if (!s.ok()) {
-        copies.Discard();
         DropSharedReadsLocked();
         return s;
       }
@@ -364,7 +360,6 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
       if (request.through_current_batch ||
           (copies.empty() && !request.include_dense)) {
         if (absl::Status s = ReadLiveRows(request, read); !s.ok()) {
-          copies.Discard();
           DropSharedReadsLocked();
           return s;
         }
@@ -374,7 +369,6 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
         return std::move(read.delta);
       }
     } catch (...) {
-      copies.Discard();
       DropSharedReadsLocked();
       throw;
     }
@@ -390,7 +384,6 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
     if (copied) {
       DeliverLocked(request, read);
     } else {
-      copies.Discard();
       DropSharedReadsLocked();
     }
     ApplyDeferredLocked();

@@ -66,6 +66,30 @@ std::unique_ptr<Tracker> MakeTracker(bool acknowledged_reads = false) {
   return *std::move(tracker);
 }
 
+// `tracker`'s DeltaTrackerService on a real gRPC server on loopback, and a
+// stub of it (null when the server did not start: a failure is recorded).
+// The server shuts down with it.
+struct Served {
+  explicit Served(Tracker* tracker) : service(tracker) {
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&service);
+    absl::StatusOr<StartedServer> started =
+        StartServer(builder, "127.0.0.1:0", grpc::InsecureServerCredentials());
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (!started.ok()) return;
+    server = *std::move(started);
+    stub = v1::DeltaTracker::NewStub(grpc::CreateChannel(
+        server.address, grpc::InsecureChannelCredentials()));
+  }
+  ~Served() {
+    if (server.server != nullptr) server.server->Shutdown();
+  }
+
+  DeltaTrackerService service;
+  StartedServer server;
+  std::unique_ptr<v1::DeltaTracker::Stub> stub;
+};
+
 TEST(DeltaTrackerServiceTest, GetDeltaIsSwappedInTheSlotTheGeneratorGaveIt) {
   const google::protobuf::ServiceDescriptor* service =
       google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(
@@ -96,14 +120,9 @@ std::vector<v1::DeltaChunk> ReadUntilLast(Reader& reader) {
 
 TEST(DeltaTrackerServiceTest, GetDeltaBytesAreTheMessagesSubscribeWrites) {
   std::unique_ptr<Tracker> tracker = MakeTracker();
-  DeltaTrackerService service(tracker.get());
-  grpc::ServerBuilder builder;
-  builder.RegisterService(&service);
-  absl::StatusOr<StartedServer> server =
-      StartServer(builder, "127.0.0.1:0", grpc::InsecureServerCredentials());
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto stub = v1::DeltaTracker::NewStub(
-      grpc::CreateChannel(server->address, grpc::InsecureChannelCredentials()));
+  Served served(tracker.get());
+  ASSERT_NE(served.stub, nullptr);
+  v1::DeltaTracker::Stub* stub = served.stub.get();
 
   // Two batches of 600 rows over 1000 IDs: repeats, which the read keeps
   // once (its first state).
@@ -177,7 +196,6 @@ TEST(DeltaTrackerServiceTest, GetDeltaBytesAreTheMessagesSubscribeWrites) {
   v1::StatusResponse status;
   ASSERT_TRUE(stub->Status(&status_context, v1::StatusRequest(), &status).ok());
   EXPECT_EQ(status.consumers_size(), 2);
-  server->server->Shutdown();
 }
 
 // A client that goes away after the first chunk of a 64 MB read: without
@@ -189,15 +207,9 @@ TEST(DeltaTrackerServiceTest, AReadWhoseStreamFailsIsNotASilentLoss) {
   for (const bool acknowledged : {false, true}) {
     SCOPED_TRACE(acknowledged ? "acknowledged" : "not acknowledged");
     std::unique_ptr<Tracker> tracker = MakeTracker(acknowledged);
-    DeltaTrackerService service(tracker.get());
-    grpc::ServerBuilder builder;
-    builder.RegisterService(&service);
-    absl::StatusOr<StartedServer> server =
-        StartServer(builder, "127.0.0.1:0", grpc::InsecureServerCredentials());
-    ASSERT_TRUE(server.ok()) << server.status();
-    auto channel = grpc::CreateChannel(server->address,
-                                       grpc::InsecureChannelCredentials());
-    auto stub = v1::DeltaTracker::NewStub(channel);
+    Served served(tracker.get());
+    ASSERT_NE(served.stub, nullptr);
+    v1::DeltaTracker::Stub* stub = served.stub.get();
     constexpr int64_t kRows = 250000;
     ASSERT_TRUE(tracker
                     ->RecordTables({{kTable, at::arange(kRows, at::kLong),
@@ -239,7 +251,6 @@ TEST(DeltaTrackerServiceTest, AReadWhoseStreamFailsIsNotASilentLoss) {
     const int64_t rows =
         next->tables.count(kTable) ? next->tables.at(kTable).ids.numel() : 0;
     EXPECT_EQ(rows, acknowledged ? kRows : 0);
-    server->server->Shutdown();
   }
 }
 

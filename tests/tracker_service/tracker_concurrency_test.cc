@@ -129,6 +129,23 @@ TEST(TrackerConcurrencyTest, RecordsDoNotWaitForAReadOfLiveRows) {
   EXPECT_EQ(ToIds(Read(*tracker).tables[kT1].ids), (std::vector<int64_t>{5}));
 }
 
+// What the tests of a large read's copy share: 64 MB of rows to copy
+// (kCopyRows x kCopyDim) recorded into an auto-compacted embedding tracker,
+// read from its closed batches.
+constexpr int64_t kCopyRows = 250000, kCopyDim = 64;
+
+std::unique_ptr<Tracker> AutoCompactingTracker() {
+  TrackerOptions options = EmbeddingOptions();
+  options.auto_compact = true;
+  return MakeTracker(options);
+}
+
+DeltaRequest ClosedBatches() {
+  DeltaRequest closed;
+  closed.through_current_batch = false;
+  return closed;
+}
+
 // A filling read (the service's stream) copies its rows with the tracker's
 // lock released: the training thread records, steps and triggers compaction
 // while a large read's rows are still being copied (with the lock held for
@@ -137,28 +154,24 @@ TEST(TrackerConcurrencyTest, RecordsDoNotWaitForAReadOfLiveRows) {
 // to the next read, and the compaction deferred to the copy's end changes no
 // answer.
 TEST(TrackerConcurrencyTest, RecordsDoNotWaitForAFillingReadsCopy) {
-  TrackerOptions options = EmbeddingOptions();
-  options.auto_compact = true;
-  auto tracker = MakeTracker(options);
-  constexpr int64_t kRows = 250000, kDim = 64;  // 64 MB of rows to copy
-  const at::Tensor states = at::randn({kRows, kDim});
-  DeltaRequest closed;
-  closed.through_current_batch = false;
+  auto tracker = AutoCompactingTracker();
+  const at::Tensor states = at::randn({kCopyRows, kCopyDim});
+  const DeltaRequest closed = ClosedBatches();
   bool recorded_during_copy = false;
   for (int attempt = 0; attempt < 5 && !recorded_during_copy; ++attempt) {
     ASSERT_TRUE(
-        tracker->RecordTables({{kT1, at::arange(kRows, at::kLong), states}})
+        tracker->RecordTables({{kT1, at::arange(kCopyRows, at::kLong), states}})
             .ok());
     tracker->Step();
     std::unique_ptr<StatesFill> fill;
     absl::StatusOr<Delta> delta = tracker->GetDeltaFilling(closed, &fill);
     ASSERT_TRUE(delta.ok()) << delta.status();
-    const at::Tensor late = at::full({2, kDim}, -1.0f);
+    const at::Tensor late = at::full({2, kCopyDim}, -1.0f);
     ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({7, 3}), late}}).ok());
     tracker->Step();
     tracker->TriggerCompaction();
-    recorded_during_copy = !fill->HasRows(kT1, kRows);
-    fill->AwaitRows(kT1, kRows);
+    recorded_during_copy = !fill->HasRows(kT1, kCopyRows);
+    fill->AwaitRows(kT1, kCopyRows);
     EXPECT_TRUE(at::equal(delta->tables.at(kT1).states, states));
     fill.reset();  // waits for the read's end: delivered
     const absl::StatusOr<Delta> next = tracker->GetDelta(closed);
@@ -178,17 +191,13 @@ TEST(TrackerConcurrencyTest, RecordsDoNotWaitForAFillingReadsCopy) {
 // waited for its end, and the few until its thread says it ended, would
 // complete.)
 TEST(TrackerConcurrencyTest, RecordsDoNotWaitForGetDeltasCopy) {
-  TrackerOptions options = EmbeddingOptions();
-  options.auto_compact = true;
-  auto tracker = MakeTracker(options);
-  constexpr int64_t kRows = 250000, kDim = 64;  // 64 MB of rows to copy
-  const at::Tensor states = at::randn({kRows, kDim});
-  DeltaRequest closed;
-  closed.through_current_batch = false;
+  auto tracker = AutoCompactingTracker();
+  const at::Tensor states = at::randn({kCopyRows, kCopyDim});
+  const DeltaRequest closed = ClosedBatches();
   int64_t most_after_start = 0;
   for (int attempt = 0; attempt < 5 && most_after_start < 20; ++attempt) {
     ASSERT_TRUE(
-        tracker->RecordTables({{kT1, at::arange(kRows, at::kLong), states}})
+        tracker->RecordTables({{kT1, at::arange(kCopyRows, at::kLong), states}})
             .ok());
     tracker->Step();
     std::atomic<bool> reading{true};
@@ -201,9 +210,10 @@ TEST(TrackerConcurrencyTest, RecordsDoNotWaitForGetDeltasCopy) {
     // and step returned.
     std::vector<std::pair<int64_t, bool>> recorded;
     while (reading.load()) {
-      const int64_t id = kRows + static_cast<int64_t>(recorded.size());
+      const int64_t id = kCopyRows + static_cast<int64_t>(recorded.size());
       ASSERT_TRUE(
-          tracker->RecordTables({{kT1, Ids({id}), at::full({1, kDim}, 2.0f)}})
+          tracker
+              ->RecordTables({{kT1, Ids({id}), at::full({1, kCopyDim}, 2.0f)}})
               .ok());
       tracker->Step();
       tracker->TriggerCompaction();
@@ -212,9 +222,9 @@ TEST(TrackerConcurrencyTest, RecordsDoNotWaitForGetDeltasCopy) {
     reader.join();
     ASSERT_TRUE(delta.ok()) << delta.status();
     std::vector<int64_t> all = IdsOf(*delta, kT1);
-    ASSERT_GE(all.size(), kRows);
-    EXPECT_TRUE(
-        at::equal(delta->tables.at(kT1).states.narrow(0, 0, kRows), states));
+    ASSERT_GE(all.size(), kCopyRows);
+    EXPECT_TRUE(at::equal(delta->tables.at(kT1).states.narrow(0, 0, kCopyRows),
+                          states));
     // Records before the read took its batches are in it; the rest follow.
     const std::set<int64_t> read(all.begin(), all.end());
     int64_t after_start = 0;
@@ -227,7 +237,7 @@ TEST(TrackerConcurrencyTest, RecordsDoNotWaitForGetDeltasCopy) {
     EXPECT_EQ(next->start_batch, delta->end_batch);
     const std::vector<int64_t> later = IdsOf(*next, kT1);
     all.insert(all.end(), later.begin(), later.end());
-    std::vector<int64_t> expected(kRows);
+    std::vector<int64_t> expected(kCopyRows);
     std::iota(expected.begin(), expected.end(), 0);
     for (const auto& [id, during] : recorded) expected.push_back(id);
     EXPECT_EQ(all, expected);
