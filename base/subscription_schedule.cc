@@ -20,7 +20,8 @@ absl::Status CheckRange(absl::string_view field, int64_t value, int64_t max) {
 }  // namespace
 
 absl::StatusOr<SubscriptionSchedule> SubscriptionSchedule::Create(
-    const SubscriptionPeriods& periods, absl::Time now) {
+    const SubscriptionPeriods& periods, absl::Time now,
+    std::optional<int64_t> continue_from) {
   for (auto [field, value, max] :
        {std::make_tuple("every_steps", periods.every_steps, kMaxEverySteps),
         std::make_tuple("every_ms", periods.every_ms, kMaxEveryMs),
@@ -32,11 +33,12 @@ absl::StatusOr<SubscriptionSchedule> SubscriptionSchedule::Create(
       return status;
     }
   }
-  return SubscriptionSchedule(periods, now);
+  return SubscriptionSchedule(periods, now, continue_from);
 }
 
 SubscriptionSchedule::SubscriptionSchedule(const SubscriptionPeriods& periods,
-                                           absl::Time now)
+                                           absl::Time now,
+                                           std::optional<int64_t> continue_from)
     : every_steps_(std::max<int64_t>(1, periods.every_steps)),
       every_(periods.every_ms > 0 ? absl::Milliseconds(periods.every_ms)
                                   : absl::InfiniteDuration()),
@@ -44,6 +46,7 @@ SubscriptionSchedule::SubscriptionSchedule(const SubscriptionPeriods& periods,
       dense_every_(periods.dense_every_ms > 0
                        ? absl::Milliseconds(periods.dense_every_ms)
                        : absl::ZeroDuration()),
+      first_continue_from_(continue_from),
       last_push_(now) {}
 
 bool SubscriptionSchedule::Due(int64_t current_batch, absl::Time now) const {
@@ -69,7 +72,11 @@ SubscriptionSchedule::Push SubscriptionSchedule::NextPush(
     absl::Time now) const {
   Push push;
   push.all_rows = all_rows && first_;
-  if (!first_) push.continue_from = pushed_through_;
+  if (!first_) {
+    push.continue_from = pushed_through_;
+  } else if (!push.all_rows) {
+    push.continue_from = first_continue_from_;
+  }
   push.include_dense = include_dense && DenseDue(current_batch, now);
   return push;
 }

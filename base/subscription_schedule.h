@@ -27,9 +27,10 @@ struct SubscriptionPeriods {
 // the gRPC Subscribe handler (tracker_service/) and of a fan-in client's
 // subscription to a sharded trainer (clients/fan_in_client.h), so that both
 // only translate. The first push reads from the consumer's cursor (with all
-// rows when the read asks for them); each later push reads the batches
-// closed since the previous push, from that push's end (continue_from: in
-// acknowledged mode the previous push may still be uncommitted).
+// rows when the read asks for them), or from the request's continue_from;
+// each later push reads the batches closed since the previous push, from
+// that push's end (continue_from: in acknowledged mode the previous push may
+// still be uncommitted).
 //
 // Not thread-safe: one subscription's stream owns its schedule.
 class SubscriptionSchedule {
@@ -40,9 +41,13 @@ class SubscriptionSchedule {
   static constexpr int64_t kMaxEveryMs = int64_t{366} * 24 * 3600 * 1000;
 
   // InvalidArgument, naming the field, for a period below 0 or above its
-  // maximum. `now`: when the subscription starts.
+  // maximum. `now`: when the subscription starts. `continue_from`: the
+  // request's, where the first push starts when it reads no full rows (a
+  // consumer resuming from the version it holds: a sharded trainer's ranks
+  // then start where it is, even those that never got its last commit).
   static absl::StatusOr<SubscriptionSchedule> Create(
-      const SubscriptionPeriods& periods, absl::Time now);
+      const SubscriptionPeriods& periods, absl::Time now,
+      std::optional<int64_t> continue_from = std::nullopt);
 
   // Whether a push is due with the tracker at `current_batch` at `now`.
   bool Due(int64_t current_batch, absl::Time now) const;
@@ -50,7 +55,7 @@ class SubscriptionSchedule {
   // What the push that is due reads, beyond the subscription's request.
   struct Push {
     bool all_rows = false;  // the request's all_rows, on the first push only
-    // Every later push: the previous push's end.
+    // Every later push: the previous push's end; the first: the request's.
     std::optional<int64_t> continue_from;
     bool include_dense = false;  // the request's, by the dense periods
   };
@@ -72,7 +77,8 @@ class SubscriptionSchedule {
   Wake NextWake(absl::Time now, absl::Duration check) const;
 
  private:
-  SubscriptionSchedule(const SubscriptionPeriods& periods, absl::Time now);
+  SubscriptionSchedule(const SubscriptionPeriods& periods, absl::Time now,
+                       std::optional<int64_t> continue_from);
   bool DenseDue(int64_t current_batch, absl::Time now) const;
 
   int64_t every_steps_;
@@ -80,6 +86,7 @@ class SubscriptionSchedule {
   int64_t dense_every_steps_;
   absl::Duration dense_every_;
   bool first_ = true;
+  std::optional<int64_t> first_continue_from_;
   int64_t pushed_through_ = 0;
   absl::Time last_push_;
   int64_t dense_through_ = 0;

@@ -230,6 +230,12 @@ absl::Status CheckpointJob::Pull(bool* again) {
   request.set_consumer(options_.consumer);
   request.set_omit_states(true);
   request.set_all_rows(need_full_);
+  // After the chain's end, also where the read that ended there is still
+  // uncommitted (the job died before its commit reached every rank of a
+  // sharded trainer): those rows are on disk already.
+  if (!need_full_ && chain_.end_batch >= 0) {
+    request.set_continue_from(chain_.end_batch);
+  }
   request.set_include_dense(options_.dense);
   absl::StatusOr<ReceivedDelta> delta = client_->GetDelta(request);
   if (!delta.ok()) return failed_call(delta.status());

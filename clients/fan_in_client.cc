@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -569,7 +570,10 @@ absl::Status FanInClient::PollingSubscribe(
   absl::StatusOr<SubscriptionSchedule> schedule = SubscriptionSchedule::Create(
       {request.every_steps(), request.every_ms(), request.dense_every_steps(),
        request.dense_every_ms()},
-      absl::Now());
+      absl::Now(),
+      request.read().has_continue_from()
+          ? std::optional<int64_t>(request.read().continue_from())
+          : std::nullopt);
   if (!schedule.ok()) return schedule.status();
   const v1::GetDeltaRequest& base = request.read();
   while (!subscription.cancelled()) {

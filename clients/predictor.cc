@@ -205,6 +205,13 @@ absl::Status Predictor::Session() {
   read->set_consumer(options_.consumer);
   read->set_omit_states(true);
   read->set_include_dense(true);
+  // The first push starts after the version held, also on a rank that
+  // still holds that read uncommitted (a sharded trainer's rank that the
+  // commit never reached before a crash): the ranks' parts start together
+  // and no resync follows.
+  if (const int64_t held = replica_->Version(); held >= 0) {
+    read->set_continue_from(held);
+  }
   request.set_every_ms(options_.every_ms);
   request.set_every_steps(options_.every_steps > 0 || options_.every_ms == 0
                               ? options_.every_steps

@@ -525,7 +525,7 @@ grpc::Status DeltaTrackerService::Subscribe(
         SubscriptionSchedule::Create(
             {request->every_steps(), request->every_ms(),
              request->dense_every_steps(), request->dense_every_ms()},
-            absl::Now());
+            absl::Now(), read->continue_from);
     if (!schedule.ok()) return ToGrpcStatus(schedule.status());
     MessageSink sink(writer);
     while (true) {

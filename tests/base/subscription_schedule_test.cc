@@ -45,6 +45,20 @@ TEST(SubscriptionScheduleTest, FirstPushAtOnceThenEveryNSteps) {
   EXPECT_EQ(wake.deadline, kStart + absl::Milliseconds(100));
 }
 
+TEST(SubscriptionScheduleTest, FirstPushStartsAtTheRequestsContinueFrom) {
+  absl::StatusOr<SubscriptionSchedule> schedule =
+      SubscriptionSchedule::Create({}, kStart, /*continue_from=*/7);
+  ASSERT_TRUE(schedule.ok()) << schedule.status();
+  // A read of every row is whole: it starts nowhere in particular.
+  EXPECT_FALSE(schedule->NextPush(/*all_rows=*/true, false, 9, kStart)
+                   .continue_from.has_value());
+  Push first = schedule->NextPush(false, false, 9, kStart);
+  ASSERT_TRUE(first.continue_from.has_value());
+  EXPECT_EQ(*first.continue_from, 7);
+  schedule->Pushed(first, 9, kStart);
+  EXPECT_EQ(*schedule->NextPush(false, false, 10, kStart).continue_from, 9);
+}
+
 TEST(SubscriptionScheduleTest, TimerPushesOnlyWhenABatchClosed) {
   SubscriptionSchedule schedule = Make({/*every_steps=*/100, /*every_ms=*/50});
   schedule.Pushed(schedule.NextPush(false, false, 0, kStart), 0, kStart);

@@ -1,6 +1,8 @@
 // Subscribe against the real tracker_server: pushes every N steps or T ms,
-// each delta whole, nothing twice, cancellation and server shutdown; an idle
-// subscription kept by keepalive pings, and a stopped server found by them.
+// each delta whole, nothing twice, cancellation and server shutdown; in
+// acknowledged mode each push on from the last, and a first push on from
+// the request's continue_from; an idle subscription kept by keepalive pings,
+// and a stopped server found by them.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -214,6 +216,16 @@ TEST(SubscribeTest, AcknowledgedPushesFollowEachOtherAndComeAgainAfterABreak) {
   ASSERT_FALSE(again.pushed().empty());
   EXPECT_EQ(again.pushed()[0].start_batch, 1);
   EXPECT_EQ(again.pushed()[0].ids, (std::vector<int64_t>{101, 102}));
+  // A consumer that holds batch 2 (the end of an uncommitted push) resumes
+  // there: its first push brings only what it lacks.
+  v1::SubscribeRequest resume = Every("s", 1, 0);
+  resume.mutable_read()->set_continue_from(2);
+  Subscriber resumed(server.target(), resume);
+  ASSERT_TRUE(resumed.WaitForEnd(3));
+  EXPECT_TRUE(resumed.Stop().ok());
+  ASSERT_FALSE(resumed.pushed().empty());
+  EXPECT_EQ(resumed.pushed()[0].start_batch, 2);
+  EXPECT_EQ(resumed.pushed()[0].ids, std::vector<int64_t>{102});
 }
 
 TEST(SubscribeTest, UnknownConsumerOrBadRequestIsAnError) {

@@ -10,7 +10,9 @@
 // minimum; reads while the ranks train are consistent cuts (each rank's part
 // ends at the same batch, later each time, with the dense parameters); a
 // Commit reaches every rank (the next read starts where the
-// committed one ended); a read of one chosen table, of every sharding type,
+// committed one ended), and a consumer whose commit reached one rank only
+// resumes without a resync when it subscribes on from the version it holds
+// (continue_from); a read of one chosen table, of every sharding type,
 // is that table of the merged read. Then, in one process: a one-process trainer
 // is read through FanInClient as through a DeltaClient, and MergeRankDeltas
 // refuses parts that do not fit together.
@@ -62,7 +64,8 @@ std::string Config(const std::string& kind, const std::string& mode) {
   model.batch = kBatch;
   model.fifth_table = true;
   model.tracker = absl::StrCat("mode: \"", mode, R"(" listen: "127.0.0.1:0"
-  consumers: ["parts", "merged", "cuts"] acknowledged_reads: true)");
+  consumers: ["parts", "merged", "cuts", "resumed"]
+  acknowledged_reads: true)");
   return SmallModelConfig(model);
 }
 
@@ -104,6 +107,41 @@ int CheckConsumerChanges(FanInClient& fan_in, const std::string& rank1,
   RANK_OK(added);
   RANK_EXPECT(listed(*added, "half"), name, " 'half' is not listed");
   RANK_OK(fan_in.RemoveConsumer("half"));
+  return 0;
+}
+
+// A consumer that died between its commit's ranks (consumer "resumed": the
+// commit of its first read reached rank 1, address `rank1`, only): a read
+// from its cursors starts at two batches, and the column-wise table's blocks
+// do not join (a resync); a subscription on from the version it holds
+// (read.continue_from, as a predictor resumes) starts every rank there,
+// with no resync.
+int CheckResumeAfterAHalfCommit(FanInClient& fan_in, const std::string& rank1,
+                                const std::string& name) {
+  absl::StatusOr<ReceivedDelta> held = fan_in.GetDelta(Read("resumed"));
+  RANK_OK(held);
+  const int64_t end = held->header.end_batch();
+  RANK_EXPECT(!held->header.resync_required() && !held->tables.empty(), name,
+              " first read of 'resumed': ", held->header.ShortDebugString());
+  RANK_OK(DeltaClient::Create(rank1)->Commit("resumed", end));
+  absl::StatusOr<ReceivedDelta> from_cursors = fan_in.GetDelta(Read("resumed"));
+  RANK_OK(from_cursors);
+  RANK_EXPECT(from_cursors->header.resync_required(), name,
+              " the ranks' cursors differ, yet no resync: ",
+              from_cursors->header.ShortDebugString());
+  v1::SubscribeRequest resume;
+  *resume.mutable_read() = Read("resumed");
+  resume.mutable_read()->set_continue_from(end);
+  std::vector<v1::DeltaHeader> pushes;
+  RANK_OK(fan_in.Subscribe(resume, [&](ReceivedDelta&& push) {
+    pushes.push_back(push.header);
+    return false;  // the first push is the one that matters
+  }));
+  RANK_EXPECT(pushes.size() == 1 && !pushes[0].resync_required() &&
+                  pushes[0].start_batch() == end &&
+                  pushes[0].end_batch() == end,
+              name, " the resumed subscription's first push: ",
+              pushes.empty() ? "none" : pushes[0].ShortDebugString());
   return 0;
 }
 
@@ -221,6 +259,11 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
                     (!want.states.defined() || got.states.equal(want.states)),
                 name, " ", fqn, " (", type, ") chosen read: ", got.ids.numel(),
                 " rows, the merged read's ", want.ids.numel());
+  }
+  if (int rc = CheckResumeAfterAHalfCommit(
+          **fan_in, topology->endpoints(1).address(), name);
+      rc != 0) {
+    return rc;
   }
   // The commit below is of the newest read ending at that batch: every table.
   merged = (*fan_in)->GetDelta(Read("merged"));
