@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -69,6 +70,17 @@ std::string TableKey(absl::string_view fqn) {
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
                        absl::string_view path) {
   return FromRocksStatus(status, what, "replica", path);
+}
+
+// The dense parameters' record (kDenseKey), encoded: protobuf's limit.
+constexpr uint64_t kMaxDenseRecordBytes = INT_MAX;
+
+absl::Status TooMuchDense(uint64_t bytes, absl::string_view path) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the dense parameters take ", bytes,
+      " bytes: a replica database holds at most ", kMaxDenseRecordBytes,
+      " bytes of them (one record); the replica at ", path,
+      " keeps the version it had"));
 }
 
 class RocksRowStore;
@@ -153,6 +165,12 @@ class RocksRowStore : public Replica::RowStore {
       v1::ReplicaStateRecord dense;
       dense.set_version(plan.replaces_dense ? plan.version : -1);
       dense.set_has_dense(!dense_after.empty());
+      // One record holds them all: past protobuf's 2 GiB limit it would be
+      // written empty, and the replica would come back without them. Looked
+      // at before the tensors are copied into the record, and after.
+      uint64_t payload = 0;
+      for (const auto& [name, tensor] : dense_after) payload += tensor.nbytes();
+      if (payload > kMaxDenseRecordBytes) return TooMuchDense(payload, path_);
       for (const auto& [name, tensor] : dense_after) {
         v1::NamedTensor* named = dense.add_dense();
         named->set_name(name);
@@ -160,6 +178,10 @@ class RocksRowStore : public Replica::RowStore {
             !s.ok()) {
           return s;
         }
+      }
+      if (const size_t bytes = dense.ByteSizeLong();
+          bytes > kMaxDenseRecordBytes) {
+        return TooMuchDense(bytes, path_);
       }
       status = batch.Put(ToSlice(kDenseKey), dense.SerializeAsString());
     }

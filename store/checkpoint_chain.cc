@@ -565,7 +565,20 @@ absl::StatusOr<ChainLink> WriteChainLinkContent(
 absl::StatusOr<std::vector<ChainLink>> ListChain(const std::string& dir) {
   std::vector<ChainLink> links;
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+  // A directory that cannot be read is not an empty chain: a job would
+  // start a new one beside links it cannot see.
+  auto unreadable = [&] {
+    return absl::InternalError(absl::StrCat(
+        "cannot list the checkpoint chain '", dir, "': ", error.message()));
+  };
+  std::filesystem::directory_iterator it(dir, error);
+  if (error) {
+    if (error == std::errc::no_such_file_or_directory) return links;
+    return unreadable();
+  }
+  for (; it != std::filesystem::directory_iterator(); it.increment(error)) {
+    if (error) return unreadable();
+    const std::filesystem::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
     if (name.size() < 5 || name.compare(name.size() - 5, 5, ".ckpt") != 0) {
       continue;  // temporaries and other files
@@ -581,9 +594,12 @@ absl::StatusOr<std::vector<ChainLink>> ListChain(const std::string& dir) {
           absl::StrCat("'", link.path, "' is not a checkpoint link name"));
     }
     link.full = parts[0] == "full";
-    link.bytes = static_cast<int64_t>(entry.file_size(error));
+    std::error_code size_error;  // a link removed meanwhile: 0 bytes
+    link.bytes = static_cast<int64_t>(entry.file_size(size_error));
+    if (size_error) link.bytes = 0;
     links.push_back(std::move(link));
   }
+  if (error) return unreadable();
   std::sort(links.begin(), links.end(),
             [](const ChainLink& a, const ChainLink& b) {
               return std::tie(a.start_batch, a.end_batch, b.full) <

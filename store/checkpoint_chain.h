@@ -97,7 +97,7 @@ absl::StatusOr<ChainLink> WriteChainLinkContent(
 
 // The links of `dir` by position (names only; nothing is read). A name that
 // looks like a link but does not parse is DataLoss. A missing directory is an
-// empty chain.
+// empty chain; one that cannot be read (permissions, I/O) is Internal.
 absl::StatusOr<std::vector<ChainLink>> ListChain(const std::string& dir);
 
 // Where the chain has holes or overlaps, one line each, e.g. "batches

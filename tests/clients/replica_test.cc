@@ -1,7 +1,8 @@
 // The replica's contracts (clients/replica.h) on both backends: applies and
 // lookups, dense parameters swapped with the rows, resets, reopening a
 // RocksDB replica bit for bit (and refusing a damaged one), bad input changing
-// nothing, and lookups running while applies install (run under TSan too).
+// nothing, dense parameters too large for the database refused, and lookups
+// running while applies install (run under TSan too).
 #include "clients/replica.h"
 
 #include <ATen/ATen.h>
@@ -473,6 +474,37 @@ TEST(RocksDbReplicaTest, ReopenRefusesRowsThatDisagreeWithTheirTable) {
               absl::string_view::npos)
         << replica.status();
   }
+}
+
+TEST(RocksDbReplicaTest, DenseParametersPastOneRecordAreRefusedNotLost) {
+  // Past protobuf's 2 GiB limit their record would be written empty, and the
+  // reopened replica would have none. The tensor's pages are never touched.
+  const std::string dir = FreshDir("huge_dense");
+  const at::Tensor huge = at::empty({(int64_t{1} << 29) + 1}, at::kFloat);
+  {
+    absl::StatusOr<std::unique_ptr<Replica>> replica =
+        Replica::Open(AtPath(dir));
+    ASSERT_TRUE(replica.ok()) << replica.status();
+    ASSERT_TRUE((*replica)
+                    ->Apply({Delta({{"t", Ids({1}), Filled(1, 2, 1)}},
+                                   {{"w", at::ones({3})}})},
+                            1, "r")
+                    .ok());
+    const absl::Status refused = (*replica)->Apply(
+        {Delta({{"t", Ids({2}), Filled(1, 2, 2)}}, {{"w", huge}})}, 2, "r");
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+    EXPECT_NE(refused.message().find("dense parameters take"),
+              std::string::npos)
+        << refused;
+    EXPECT_EQ((*replica)->Version(), 1);
+  }
+  absl::StatusOr<std::unique_ptr<Replica>> reopened =
+      Replica::Open(AtPath(dir));
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ((*reopened)->Version(), 1);
+  ReplicaDense dense = (*reopened)->Dense();
+  ASSERT_EQ(dense.parameters.size(), 1u);
+  EXPECT_TRUE(at::equal(dense.parameters[0].second, at::ones({3})));
 }
 
 TEST(RocksDbReplicaTest, RefusesDirectoriesThatAreNotReplicas) {

@@ -336,6 +336,22 @@ TEST(CheckpointChainTest, TruncationRemovesTheLinksAfterARestartPoint) {
   EXPECT_TRUE(removed->empty());
 }
 
+TEST(CheckpointChainTest, AChainThatCannotBeListedIsAnErrorNotEmpty) {
+  // No directory: an empty chain. A path that is no directory (as one that
+  // cannot be read): an error naming it, never an empty chain a job would
+  // start again beside.
+  EXPECT_TRUE(ListChain(FreshDir("absent"))->empty());
+  const std::string file = FreshDir("file_not_dir");
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  absl::StatusOr<std::vector<ChainLink>> listed = ListChain(file);
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kInternal)
+      << listed.status();
+  EXPECT_NE(listed.status().message().find(file), std::string::npos);
+  EXPECT_EQ(LoadChain(file).status().code(), absl::StatusCode::kInternal);
+}
+
 TEST(CheckpointChainTest, LinkInfoOfBadFilesIsRefused) {
   const std::string dir = FreshDir("info");
   EXPECT_EQ(ReadChainLinkInfo(dir + "/missing.ckpt").status().code(),
