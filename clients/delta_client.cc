@@ -306,6 +306,54 @@ absl::Status ReadRowsInto(CodedInputStream& in, int64_t row_offset,
   return absl::OkStatus();
 }
 
+// Adds a dense parameter, or a piece of one (NamedTensor.piece_of), to
+// `delta`: pieces in order, each continuing the last parameter.
+absl::Status AddDenseParameter(const v1::NamedTensor& named,
+                               ReceivedDelta& delta) {
+  const std::string& name = named.name();
+  auto bad = [&name](absl::string_view what) {
+    return Malformed(absl::StrCat("dense parameter '", name, "': ", what));
+  };
+  absl::StatusOr<at::Tensor> tensor = DecodeTensor(named.tensor());
+  if (!tensor.ok()) return bad(tensor.status().message());
+  const int64_t received = delta.dense_elements_received;
+  if (named.piece_of_size() == 0) {
+    if (received > 0) return bad("a whole parameter within another's pieces");
+    delta.dense.emplace_back(name, *std::move(tensor));
+    return absl::OkStatus();
+  }
+  const int64_t offset = named.piece_offset();
+  if (offset != received) {
+    return bad(absl::StrCat("a piece at element ", offset, " where ", received,
+                            " came next"));
+  }
+  if (offset == 0) {
+    absl::StatusOr<WireLayout> layout = CheckLayout(
+        named.tensor().dtype(),
+        std::vector<int64_t>(named.piece_of().begin(), named.piece_of().end()));
+    if (!layout.ok()) return bad(layout.status().message());
+    try {
+      delta.dense.emplace_back(name, at::empty(layout->shape, layout->dtype));
+    } catch (const c10::Error&) {  // a shape no memory holds
+      return bad(absl::StrCat("no memory for ", layout->bytes, " bytes"));
+    }
+  } else if (delta.dense.empty() || delta.dense.back().first != name) {
+    return bad("a piece of a parameter that did not start");
+  }
+  at::Tensor& whole = delta.dense.back().second;
+  const int64_t n = tensor->numel();
+  if (tensor->dim() != 1 || n == 0 || offset + n > whole.numel() ||
+      tensor->scalar_type() != whole.scalar_type()) {
+    return bad(absl::StrCat(
+        "a piece of ", n, " ", c10::toString(tensor->scalar_type()),
+        " elements at ", offset, " of a parameter of ", whole.numel(), " ",
+        c10::toString(whole.scalar_type())));
+  }
+  whole.view(-1).narrow(0, offset, n).copy_(*tensor);
+  delta.dense_elements_received = offset + n == whole.numel() ? 0 : offset + n;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
@@ -362,19 +410,17 @@ absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
         return Malformed("dense parameter");
       }
       in.PopLimit(limit);
-      absl::StatusOr<at::Tensor> tensor = DecodeTensor(named.tensor());
-      if (!tensor.ok()) {
-        return absl::DataLossError(
-            absl::StrCat("dense parameter '", named.name(),
-                         "': ", tensor.status().message()));
-      }
-      delta.dense.emplace_back(named.name(), *std::move(tensor));
+      if (absl::Status s = AddDenseParameter(named, delta); !s.ok()) return s;
     } else if (!WireFormatLite::SkipField(&in, tag)) {
       return Malformed("unknown field");
     }
   }
   if (!in.ConsumedEntireMessage()) return Malformed("truncated");
   if (!fqn.empty()) delta.tables[fqn];  // a table with no rows
+  if (*last && delta.dense_elements_received > 0) {
+    return Malformed(absl::StrCat("the delta ended within dense parameter '",
+                                  delta.dense.back().first, "'"));
+  }
   if (*last && static_cast<int64_t>(delta.dense.size()) !=
                    delta.header.dense_parameters()) {
     return Malformed(absl::StrCat("the delta ended with ", delta.dense.size(),

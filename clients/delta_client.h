@@ -42,6 +42,10 @@ struct ReceivedDelta {
   // The model's dense parameters at header.end_batch, in the model's order,
   // when the read asked for them (include_dense); empty otherwise.
   std::vector<std::pair<std::string, at::Tensor>> dense;
+  // AddDeltaChunk's bookkeeping while the last dense parameter comes in
+  // pieces (v1::NamedTensor.piece_of): how many of its elements arrived; 0
+  // once it is whole.
+  int64_t dense_elements_received = 0;
 };
 
 // Adds one serialized v1::DeltaChunk (a GetDelta or Subscribe message) to

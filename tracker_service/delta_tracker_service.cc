@@ -425,22 +425,39 @@ grpc::Status DeltaTrackerService::WriteChunks(
       offset += n;
     } while (offset < rows);
   }
-  // One dense parameter per chunk (a parameter is not split: it must fit the
-  // message limit on its own).
+  // One dense parameter per chunk, or one piece of a parameter larger than
+  // kWholeDenseBytes: elements of the row-major parameter, in order.
   v1::DeltaChunk dense_chunk;
   if (chunk.has_header()) dense_chunk.mutable_header()->Swap(header);
   for (const auto& [name, tensor] : delta.dense) {
     --tables_left;
-    if (context->IsCancelled()) return kClientGone;
-    v1::NamedTensor* dense = dense_chunk.mutable_dense();
-    dense->set_name(name);
-    if (absl::Status s = EncodeTensor(tensor, dense->mutable_tensor());
-        !s.ok()) {
-      return ToGrpcStatus(s);
-    }
-    dense_chunk.set_last(tables_left == 0);
-    if (grpc::Status s = write(dense_chunk, {}); !s.ok()) return s;
-    dense_chunk.Clear();
+    const at::Tensor host = tensor.cpu().contiguous();
+    const bool whole = static_cast<int64_t>(host.nbytes()) <= kWholeDenseBytes;
+    const int64_t elements = host.numel();
+    const int64_t per_piece =
+        whole ? elements
+              : std::max<int64_t>(1, chunk_bytes / host.element_size());
+    int64_t offset = 0;
+    do {
+      if (context->IsCancelled()) return kClientGone;
+      const int64_t n = std::min(per_piece, elements - offset);
+      v1::NamedTensor* dense = dense_chunk.mutable_dense();
+      dense->set_name(name);
+      if (!whole) {
+        dense->set_piece_offset(offset);
+        for (int64_t size : host.sizes()) dense->add_piece_of(size);
+      }
+      if (absl::Status s =
+              EncodeTensor(whole ? host : host.view(-1).narrow(0, offset, n),
+                           dense->mutable_tensor());
+          !s.ok()) {
+        return ToGrpcStatus(s);
+      }
+      offset += n;
+      dense_chunk.set_last(tables_left == 0 && offset >= elements);
+      if (grpc::Status s = write(dense_chunk, {}); !s.ok()) return s;
+      dense_chunk.Clear();
+    } while (offset < elements);
   }
   return grpc::Status::OK;
 }

@@ -59,6 +59,10 @@ struct ServiceOptions {
 class DeltaTrackerService final : public v1::DeltaTracker::Service {
  public:
   static constexpr int64_t kDefaultChunkBytes = 1 << 20;
+  // A dense parameter of up to this many bytes goes whole, in one chunk (a
+  // client with gRPC's usual 64 MiB message limit reads it); a larger one in
+  // pieces of the read's chunk bytes (v1::NamedTensor.piece_of).
+  static constexpr int64_t kWholeDenseBytes = 32 << 20;
   // How long a read naming a cut waits for the other ranks when its call
   // has no deadline.
   static constexpr absl::Duration kCutWaitWithoutDeadline = absl::Seconds(30);

@@ -1,5 +1,6 @@
 // AddDeltaChunk, the client's hand-written DeltaChunk parser, against
-// protobuf's own serialization; malformed bytes are DataLoss, never a crash.
+// protobuf's own serialization, dense parameters whole and in pieces;
+// malformed bytes are DataLoss, never a crash.
 
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
@@ -79,6 +80,86 @@ TEST(DeltaChunkTest, ReassemblesWhatProtobufSerialized) {
   EXPECT_FALSE(delta.tables["a"].values.defined());
   EXPECT_EQ(delta.tables["b"].ids.numel(), 0);
   EXPECT_EQ(delta.tables["b"].states.sizes(), (std::vector<int64_t>{0, 3}));
+}
+
+// Dense chunks as the service writes them: `whole` in one, `big` in pieces
+// of `per_piece` elements; the last chunk says so.
+std::vector<v1::DeltaChunk> DenseChunks(const at::Tensor& whole,
+                                        const at::Tensor& big,
+                                        int64_t per_piece) {
+  std::vector<v1::DeltaChunk> chunks;
+  v1::DeltaChunk& first = chunks.emplace_back();
+  first.mutable_header()->set_dense_parameters(2);
+  first.mutable_dense()->set_name("whole");
+  EXPECT_TRUE(
+      EncodeTensor(whole, first.mutable_dense()->mutable_tensor()).ok());
+  for (int64_t offset = 0; offset < big.numel(); offset += per_piece) {
+    v1::NamedTensor* piece = chunks.emplace_back().mutable_dense();
+    piece->set_name("big");
+    piece->set_piece_offset(offset);
+    for (int64_t size : big.sizes()) piece->add_piece_of(size);
+    EXPECT_TRUE(
+        EncodeTensor(big.view(-1).narrow(
+                         0, offset, std::min(per_piece, big.numel() - offset)),
+                     piece->mutable_tensor())
+            .ok());
+  }
+  chunks.back().set_last(true);
+  return chunks;
+}
+
+// Adds `chunks` in order: the first refusal, or OK.
+absl::Status AddAll(const std::vector<v1::DeltaChunk>& chunks,
+                    ReceivedDelta& delta) {
+  bool last = false;
+  for (const v1::DeltaChunk& chunk : chunks) {
+    grpc::ByteBuffer buffer = Serialize(chunk);
+    if (absl::Status s = AddDeltaChunk(buffer, delta, &last); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+TEST(DeltaChunkTest, ADenseParameterInPiecesIsReassembled) {
+  const at::Tensor whole = at::randn({4});
+  const at::Tensor big = at::randn({5, 7}).to(at::kHalf);
+  ReceivedDelta delta;
+  ASSERT_TRUE(AddAll(DenseChunks(whole, big, 12), delta).ok());
+  ASSERT_EQ(delta.dense.size(), 2u);
+  EXPECT_EQ(delta.dense[0].first, "whole");
+  EXPECT_TRUE(at::equal(delta.dense[0].second, whole));
+  EXPECT_EQ(delta.dense[1].first, "big");
+  EXPECT_TRUE(at::equal(delta.dense[1].second, big));
+  EXPECT_EQ(delta.dense_elements_received, 0);
+}
+
+TEST(DeltaChunkTest, DensePiecesOutOfOrderOrCutShortAreDataLoss) {
+  const at::Tensor whole = at::randn({4});
+  const at::Tensor big = at::randn({5, 7});
+  auto refused = [](std::vector<v1::DeltaChunk> chunks) {
+    ReceivedDelta delta;
+    return AddAll(chunks, delta);
+  };
+  std::vector<v1::DeltaChunk> swapped = DenseChunks(whole, big, 12);
+  std::swap(swapped[1], swapped[2]);
+  EXPECT_EQ(refused(swapped).code(), absl::StatusCode::kDataLoss);
+  std::vector<v1::DeltaChunk> short_of_one = DenseChunks(whole, big, 12);
+  short_of_one.erase(short_of_one.end() - 2);  // the delta's last chunk stays
+  EXPECT_EQ(refused(short_of_one).code(), absl::StatusCode::kDataLoss);
+  std::vector<v1::DeltaChunk> ended = DenseChunks(whole, big, 12);
+  ended.pop_back();
+  ended.back().set_last(true);  // the delta ends within "big"
+  absl::Status within = refused(ended);
+  EXPECT_EQ(within.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(within.message().find("within dense parameter 'big'"),
+            std::string::npos)
+      << within;
+  std::vector<v1::DeltaChunk> other_type = DenseChunks(whole, big, 12);
+  ASSERT_TRUE(EncodeTensor(at::randn({12}).to(at::kDouble),
+                           other_type[2].mutable_dense()->mutable_tensor())
+                  .ok());
+  EXPECT_EQ(refused(other_type).code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(DeltaChunkTest, MalformedBytesAreDataLossNeverACrash) {

@@ -180,5 +180,60 @@ class TensorsTest(unittest.TestCase):
             deltastream.from_numpy(np.array(["x"]))
 
 
+class DenseAssemblyTest(unittest.TestCase):
+    """A dense parameter in pieces (NamedTensor.piece_of), as the service
+    sends one larger than a message, is put back together; pieces out of
+    order, or a delta that ends within one, are an error."""
+
+    @staticmethod
+    def chunks(whole, big, per_piece):
+        from deltastream._proto import tracker_pb2
+        first = tracker_pb2.DeltaChunk()
+        first.header.dense_parameters = 2
+        first.dense.name = "whole"
+        deltastream.from_numpy(whole, first.dense.tensor)
+        out = [first]
+        flat = big.reshape(-1)
+        for offset in range(0, flat.size, per_piece):
+            chunk = tracker_pb2.DeltaChunk()
+            chunk.dense.name = "big"
+            chunk.dense.piece_offset = offset
+            chunk.dense.piece_of.extend(big.shape)
+            deltastream.from_numpy(flat[offset:offset + per_piece],
+                                   chunk.dense.tensor)
+            out.append(chunk)
+        out[-1].last = True
+        return out
+
+    def assemble(self, chunks):
+        from deltastream.client import _DeltaAssembler
+        assembler = _DeltaAssembler()
+        delta = None
+        for chunk in chunks:
+            delta = assembler.add(chunk)
+        return delta
+
+    def test_pieces_in_order_make_the_parameter(self):
+        whole = np.arange(4, dtype=np.float32)
+        big = np.random.default_rng(3).standard_normal((5, 7)).astype(
+            np.float32)
+        delta = self.assemble(self.chunks(whole, big, 12))
+        self.assertEqual(list(delta.dense), ["whole", "big"])
+        np.testing.assert_array_equal(delta.dense["whole"], whole)
+        np.testing.assert_array_equal(delta.dense["big"], big)
+
+    def test_pieces_out_of_order_or_cut_short_are_errors(self):
+        whole = np.arange(4, dtype=np.float32)
+        big = np.ones((5, 7), np.float32)
+        swapped = self.chunks(whole, big, 12)
+        swapped[1], swapped[2] = swapped[2], swapped[1]
+        with self.assertRaisesRegex(ValueError, "out of order"):
+            self.assemble(swapped)
+        ended = self.chunks(whole, big, 12)[:-1]
+        ended[-1].last = True
+        with self.assertRaisesRegex(ValueError, "within dense parameter"):
+            self.assemble(ended)
+
+
 if __name__ == "__main__":
     unittest.main()

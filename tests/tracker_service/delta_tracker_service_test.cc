@@ -1,7 +1,8 @@
 // DeltaTrackerService over a real gRPC server on loopback. GetDelta is served
 // from the delta's tensors (bytes out) in the slot the generated service gives
 // it, found by name; the messages it puts on the wire are those Subscribe
-// writes through protobuf for the same rows.
+// writes through protobuf for the same rows; a dense parameter larger than
+// one message goes in pieces.
 
 #include "tracker_service/delta_tracker_service.h"
 
@@ -13,14 +14,18 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/grpc_server.h"
+#include "clients/delta_client.h"
 #include "proto/tensor_codec.h"
 #include "proto/tracker.grpc.pb.h"
+#include "tracker_service/live_rows_reader.h"
 #include "tracker_service/tracker.h"
 
 namespace deltastream {
@@ -56,12 +61,15 @@ class GeneratedSplitGetDelta final
   }
 };
 
-std::unique_ptr<Tracker> MakeTracker(bool acknowledged_reads = false) {
+// `reader`: where the tracker reads the model's dense parameters (null:
+// none), as a trainer's does.
+std::unique_ptr<Tracker> MakeTracker(bool acknowledged_reads = false,
+                                     LiveRowsReader* reader = nullptr) {
   TrackerOptions options;
   options.acknowledged_reads = acknowledged_reads;
   options.mode = TrackingMode::kEmbedding;
   options.consumers = {"bytes", "messages"};
-  auto tracker = Tracker::Create(options);
+  auto tracker = Tracker::Create(options, reader);
   EXPECT_TRUE(tracker.ok()) << tracker.status();
   return *std::move(tracker);
 }
@@ -203,6 +211,102 @@ TEST(DeltaTrackerServiceTest, GetDeltaBytesAreTheMessagesSubscribeWrites) {
 // consumer's next read says resync_required instead of leaving those rows
 // out; with acknowledged reads nothing is lost and the next read brings them
 // again.
+// Dense parameters from a trainer's model, as the tracker reads them.
+class DenseReader final : public LiveRowsReader {
+ public:
+  explicit DenseReader(std::vector<std::pair<std::string, at::Tensor>> dense)
+      : dense_(std::move(dense)) {}
+  absl::StatusOr<at::Tensor> ReadEmbeddings(absl::string_view fqn,
+                                            const at::Tensor&) override {
+    return absl::NotFoundError(absl::StrCat("no table '", fqn, "'"));
+  }
+  absl::StatusOr<at::Tensor> ReadOptimizerStates(absl::string_view fqn,
+                                                 const at::Tensor&) override {
+    return ReadEmbeddings(fqn, at::Tensor());
+  }
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> ReadDense()
+      override {
+    return dense_;
+  }
+
+ private:
+  std::vector<std::pair<std::string, at::Tensor>> dense_;
+};
+
+TEST(DeltaTrackerServiceTest, ADenseParameterPastOneMessageComesInPieces) {
+  // More than kWholeDenseBytes: in pieces of the read's chunk bytes, which a
+  // client of 64 MiB messages reads (whole, it would be refused); a small
+  // one whole, as before pieces existed.
+  const at::Tensor big =
+      at::randn({(DeltaTrackerService::kWholeDenseBytes >> 12) + 3, 1024});
+  const at::Tensor small = at::randn({3, 2}).to(at::kBFloat16);
+  DenseReader reader({{"big", big}, {"small", small}});
+  std::unique_ptr<Tracker> tracker = MakeTracker(false, &reader);
+  tracker->Step();
+  Served served(tracker.get());
+  ASSERT_NE(served.stub, nullptr);
+  constexpr int64_t kChunkBytes = 2 << 20;  // the stub takes 4 MiB messages
+  v1::GetDeltaRequest read;
+  read.set_consumer("bytes");
+  read.set_include_dense(true);
+  read.set_max_chunk_bytes(kChunkBytes);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallTimeout);
+  std::vector<v1::DeltaChunk> chunks =
+      ReadUntilLast(*served.stub->GetDelta(&context, read));
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_EQ(chunks[0].header().dense_parameters(), 2);
+
+  at::Tensor assembled = at::full_like(big, std::nanf(""));
+  int64_t next = 0;
+  int pieces = 0;
+  for (const v1::DeltaChunk& chunk : chunks) {
+    ASSERT_TRUE(chunk.has_dense());
+    const v1::NamedTensor& dense = chunk.dense();
+    absl::StatusOr<at::Tensor> tensor = DecodeTensor(dense.tensor());
+    ASSERT_TRUE(tensor.ok()) << tensor.status();
+    if (dense.name() == "small") {
+      EXPECT_EQ(dense.piece_of_size(), 0);
+      EXPECT_TRUE(at::equal(*tensor, small));
+      continue;
+    }
+    ASSERT_EQ(dense.name(), "big");
+    ASSERT_EQ(
+        std::vector<int64_t>(dense.piece_of().begin(), dense.piece_of().end()),
+        big.sizes().vec());
+    ASSERT_EQ(dense.piece_offset(), next);
+    ASSERT_EQ(tensor->dim(), 1);
+    EXPECT_LE(static_cast<int64_t>(tensor->nbytes()), kChunkBytes);
+    assembled.view(-1).narrow(0, next, tensor->numel()).copy_(*tensor);
+    next += tensor->numel();
+    ++pieces;
+  }
+  EXPECT_EQ(next, big.numel());
+  EXPECT_GE(pieces, DeltaTrackerService::kWholeDenseBytes / kChunkBytes);
+  EXPECT_TRUE(at::equal(assembled, big));
+  EXPECT_TRUE(chunks.back().last());
+}
+
+TEST(DeltaTrackerServiceTest, ADenseParameterPastAClientsMessageLimitArrives) {
+  // 80 MiB: whole, it would pass DeltaClient's 64 MiB message limit and the
+  // read would fail (RESOURCE_EXHAUSTED) however often it came again.
+  const at::Tensor big = at::randn({20 << 10, 1024});
+  DenseReader reader({{"big", big}});
+  std::unique_ptr<Tracker> tracker = MakeTracker(false, &reader);
+  tracker->Step();
+  Served served(tracker.get());
+  ASSERT_NE(served.stub, nullptr);
+  v1::GetDeltaRequest read;
+  read.set_consumer("bytes");
+  read.set_include_dense(true);
+  absl::StatusOr<ReceivedDelta> delta =
+      DeltaClient::Create(served.server.address)->GetDelta(read);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  ASSERT_EQ(delta->dense.size(), 1u);
+  EXPECT_EQ(delta->dense[0].first, "big");
+  EXPECT_TRUE(at::equal(delta->dense[0].second, big));
+}
+
 TEST(DeltaTrackerServiceTest, AReadWhoseStreamFailsIsNotASilentLoss) {
   for (const bool acknowledged : {false, true}) {
     SCOPED_TRACE(acknowledged ? "acknowledged" : "not acknowledged");

@@ -117,6 +117,8 @@ class _DeltaAssembler:
     def __init__(self):
         self._delta: Optional[Delta] = None
         self._pending: Dict[str, Dict[str, np.ndarray]] = {}
+        # A dense parameter coming in pieces: its name, array, elements in.
+        self._dense_piece: Optional[Tuple[str, np.ndarray, int]] = None
 
     def add(self, chunk: tracker_pb2.DeltaChunk) -> Optional[Delta]:
         """Adds a chunk; returns the delta when `chunk` is its last one."""
@@ -131,20 +133,52 @@ class _DeltaAssembler:
                 newest_change_unix_micros=h.newest_change_unix_micros,
                 run_id=h.run_id, run_start_batch=h.run_start_batch)
             self._pending = {}
+            self._dense_piece = None
         if self._delta is None:
             raise ValueError("delta stream without a header")
         if chunk.HasField("dense"):
-            self._delta.dense[chunk.dense.name] = tensors.to_numpy(
-                chunk.dense.tensor)
+            self._add_dense(chunk.dense)
         elif chunk.fqn:
             self._add_rows(chunk)
         if not chunk.last:
             return None
+        if self._dense_piece is not None:
+            raise ValueError("the delta ended within dense parameter "
+                             f"'{self._dense_piece[0]}'")
         delta, self._delta = self._delta, None
         for fqn, table in delta.tables.items():
             if table is None:  # announced, never sent
                 delta.tables[fqn] = TableDelta(ids=np.empty(0, np.int64))
         return delta
+
+    def _add_dense(self, named) -> None:
+        """A dense parameter, or the next piece of one (NamedTensor.piece_of):
+        pieces in order, each continuing the parameter the last one began."""
+        piece = tensors.to_numpy(named.tensor)
+        if not named.piece_of:
+            if self._dense_piece is not None:
+                raise ValueError(f"dense parameter '{named.name}' within the "
+                                 f"pieces of '{self._dense_piece[0]}'")
+            self._delta.dense[named.name] = piece
+            return
+        if named.piece_offset == 0 and self._dense_piece is None:
+            self._dense_piece = (
+                named.name, np.empty(tuple(named.piece_of), piece.dtype), 0)
+        name, whole, received = self._dense_piece or (None, None, 0)
+        if (name != named.name or named.piece_offset != received
+                or piece.ndim != 1 or piece.size == 0
+                or piece.dtype != whole.dtype
+                or received + piece.size > whole.size):
+            raise ValueError(f"dense parameter '{named.name}': a piece of "
+                             f"{piece.size} elements at {named.piece_offset} "
+                             "out of order")
+        whole.reshape(-1)[received:received + piece.size] = piece
+        received += piece.size
+        if received == whole.size:
+            self._delta.dense[name] = whole
+            self._dense_piece = None
+        else:
+            self._dense_piece = (name, whole, received)
 
     def _add_rows(self, chunk: tracker_pb2.DeltaChunk) -> None:
         fields = {}
