@@ -297,8 +297,18 @@ DeltaTrackerService::DeltaTrackerService(Tracker* tracker,
 grpc::Status DeltaTrackerService::Authorize(const grpc::ServerContext* context,
                                             Action action,
                                             absl::string_view consumer) const {
-  if (options_.auth == nullptr) return grpc::Status::OK;
-  return options_.auth->Check(*context, action, consumer);
+  if (options_.auth != nullptr) {
+    if (grpc::Status s = options_.auth->Check(*context, action, consumer);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (action == Action::kRecord && !options_.network_producers) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this tracker records its own process's lookups (a "
+                        "trainer's): Record and Step are not served");
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status DeltaTrackerService::Record(

@@ -33,6 +33,11 @@ struct ServiceOptions {
   // wait for the step boundary where every rank serves it. Null: a cut is
   // read at once (one process). Not owned; outlives the service.
   StepCuts* step_cuts = nullptr;
+  // Record and Step are served. False where the tracker's own process is its
+  // one producer (a trainer): a Step from outside would split a training
+  // step, and a Record would put rows no model looked up into every
+  // consumer's delta; both are then FAILED_PRECONDITION, whatever the token.
+  bool network_producers = true;
 };
 
 // The gRPC face of a Tracker: validates requests, translates them and the

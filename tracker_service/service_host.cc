@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
   service_options.snapshots = host->snapshots_.get();
   service_options.auth = host->auth_.get();
   service_options.step_cuts = options.step_cuts;
+  service_options.network_producers = options.network_producers;
   host->service_ =
       std::make_unique<DeltaTrackerService>(tracker, service_options);
   grpc::EnableDefaultHealthCheckService(true);

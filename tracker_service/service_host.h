@@ -58,6 +58,8 @@ struct ServiceHostOptions {
   // UNAVAILABLE, so that no client takes the rank for a whole model. False:
   // one process, whole tables, from the start.
   bool topology_from_owner = false;
+  // See ServiceOptions::network_producers: false in a trainer.
+  bool network_producers = true;
 };
 
 // The checks Start makes before it touches anything: `listen` by

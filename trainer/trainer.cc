@@ -198,6 +198,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       return status;
     }
   }
+  // The training thread is the tracker's one producer.
+  trainer->settings_.service.network_producers = false;
   if (s.group != nullptr && s.tracking && s.serve) {
     // Fan-in reads are served at a step boundary every rank agrees on.
     trainer->step_cuts_ = std::make_unique<StepCuts>(/*stepping=*/true);

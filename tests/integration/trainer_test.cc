@@ -1,7 +1,8 @@
 // The trainer binary as a user runs it: trains on the embedded defaults with
 // the tracker service in-process; deltactl reads deltas while it trains
-// (IDs, live values); SIGTERM ends it cleanly with a final checkpoint and
-// snapshot; a restart resumes the model, the data and the consumers' cursors.
+// (IDs, live values) and cannot step it; SIGTERM ends it cleanly with a final
+// checkpoint and snapshot; a restart resumes the model, the data and the
+// consumers' cursors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -68,6 +69,12 @@ TEST(TrainerTest, ServesDeltasWhileTrainingAndResumesAfterSigterm) {
     EXPECT_GT(table["states"][0][0].get<double>(), 0);
     const int64_t read_through = delta["batch"].get<int64_t>();
     EXPECT_GE(read_through, 20);
+    // The training thread is the tracker's one producer: a step from outside
+    // would split a training step.
+    CommandResult stepped = RunCommand(Deltactl(trainer, "step"));
+    EXPECT_NE(stepped.exit_code, 0);
+    EXPECT_THAT(stepped.err,
+                testing::HasSubstr("Record and Step are not served"));
 
     EXPECT_EQ(trainer.Stop(SIGTERM), 0) << "trainer did not exit cleanly";
     stopped_at = read_through;

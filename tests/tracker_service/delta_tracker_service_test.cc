@@ -2,7 +2,8 @@
 // from the delta's tensors (bytes out) in the slot the generated service gives
 // it, found by name; the messages it puts on the wire are those Subscribe
 // writes through protobuf for the same rows; a dense parameter larger than
-// one message goes in pieces.
+// one message goes in pieces; a tracker fed by its own process (a trainer's)
+// serves no Record or Step.
 
 #include "tracker_service/delta_tracker_service.h"
 
@@ -78,7 +79,8 @@ std::unique_ptr<Tracker> MakeTracker(bool acknowledged_reads = false,
 // stub of it (null when the server did not start: a failure is recorded).
 // The server shuts down with it.
 struct Served {
-  explicit Served(Tracker* tracker) : service(tracker) {
+  explicit Served(Tracker* tracker, ServiceOptions options = {})
+      : service(tracker, options) {
     grpc::ServerBuilder builder;
     builder.RegisterService(&service);
     absl::StatusOr<StartedServer> started =
@@ -356,6 +358,46 @@ TEST(DeltaTrackerServiceTest, AReadWhoseStreamFailsIsNotASilentLoss) {
         next->tables.count(kTable) ? next->tables.at(kTable).ids.numel() : 0;
     EXPECT_EQ(rows, acknowledged ? kRows : 0);
   }
+}
+
+}  // namespace
+}  // namespace deltastream
+
+namespace deltastream {
+namespace {
+
+TEST(DeltaTrackerServiceTest, ATrackerFedByItsOwnProcessServesNoRecordOrStep) {
+  std::unique_ptr<Tracker> tracker = MakeTracker();
+  ASSERT_TRUE(
+      tracker
+          ->RecordTables({{kTable, at::arange(3, at::kLong), at::ones({3, 2})}})
+          .ok());
+  tracker->Step();
+  ServiceOptions options;
+  options.network_producers = false;
+  Served served(tracker.get(), options);
+  ASSERT_NE(served.stub, nullptr);
+  std::unique_ptr<DeltaClient> client =
+      DeltaClient::Create(served.server.address);
+
+  absl::StatusOr<int64_t> stepped = client->Step();
+  EXPECT_EQ(stepped.status().code(), absl::StatusCode::kFailedPrecondition)
+      << stepped.status();
+  EXPECT_EQ(tracker->current_batch(), 1);
+  absl::StatusOr<int64_t> recorded = client->Record(
+      {{{kTable, at::arange(10, 13, at::kLong), at::zeros({3, 2})}}});
+  EXPECT_EQ(recorded.status().code(), absl::StatusCode::kFailedPrecondition)
+      << recorded.status();
+  tracker->Step();
+
+  // Only the process's own rows, and the reads are served as ever.
+  v1::GetDeltaRequest read;
+  read.set_consumer("bytes");
+  absl::StatusOr<ReceivedDelta> delta = client->GetDelta(read);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  ASSERT_EQ(delta->tables.count(kTable), 1u);
+  EXPECT_TRUE(
+      at::equal(delta->tables.at(kTable).ids, at::arange(3, at::kLong)));
 }
 
 }  // namespace
