@@ -241,9 +241,11 @@ absl::Status Malformed(absl::string_view what) {
 
 // Reads one v1::Tensor message holding rows [row_offset, ...) of a table of
 // `table_rows` rows: its data goes from the received bytes straight into
-// `*table` (allocated on the first chunk).
+// `*table` (allocated on the first chunk). `*received` rows of it came
+// before: the chunk must start there, and adds its rows.
 absl::Status ReadRowsInto(CodedInputStream& in, int64_t row_offset,
-                          int64_t table_rows, at::Tensor* table) {
+                          int64_t table_rows, at::Tensor* table,
+                          int64_t* received) {
   uint32_t length = 0;
   if (!in.ReadVarint32(&length)) return Malformed("tensor length");
   const CodedInputStream::Limit limit = in.PushLimit(length);
@@ -302,6 +304,30 @@ absl::Status ReadRowsInto(CodedInputStream& in, int64_t row_offset,
     absl::StatusOr<char*> destination =
         RowsDestination(*layout, row_offset, table_rows, table);
     if (!destination.ok()) return Malformed(destination.status().message());
+  }
+  if (row_offset != *received) {
+    return Malformed(absl::StrCat("rows from ", row_offset, " where row ",
+                                  *received, " came next"));
+  }
+  *received += shape[0];  // RowsDestination checked it has a first dim
+  return absl::OkStatus();
+}
+
+// OK when every tensor of every table of `delta` holds all its rows.
+absl::Status CheckRowsCovered(const ReceivedDelta& delta) {
+  constexpr const char* kFields[] = {"ids", "states", "values", "scores"};
+  for (const auto& [fqn, table] : delta.tables) {
+    const at::Tensor* tensors[] = {&table.ids, &table.states, &table.values,
+                                   &table.scores};
+    for (int f = 0; f < 4; ++f) {
+      if (!tensors[f]->defined()) continue;
+      const int64_t rows = tensors[f]->size(0);
+      if (table.rows_received[f] != rows) {
+        return Malformed(absl::StrCat(
+            "table '", fqn, "': the delta ended with ", table.rows_received[f],
+            " of its ", rows, " rows of ", kFields[f]));
+      }
+    }
   }
   return absl::OkStatus();
 }
@@ -390,7 +416,8 @@ absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
       at::Tensor* target[] = {&table.ids, &table.states, &table.values,
                               &table.scores};
       if (absl::Status s =
-              ReadRowsInto(in, row_offset, table_rows, target[field - 5]);
+              ReadRowsInto(in, row_offset, table_rows, target[field - 5],
+                           &table.rows_received[field - 5]);
           !s.ok()) {
         return absl::DataLossError(
             absl::StrCat("table '", fqn, "': ", s.message()));
@@ -427,7 +454,7 @@ absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
                                   " of its ", delta.header.dense_parameters(),
                                   " dense parameters"));
   }
-  return absl::OkStatus();
+  return *last ? CheckRowsCovered(delta) : absl::OkStatus();
 }
 
 std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>

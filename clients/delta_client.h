@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 #include <grpcpp/grpcpp.h>
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -34,6 +35,10 @@ struct ReceivedTable {
   // shard of a sharded trainer. table_cols 0: the full width.
   int64_t col_offset = 0;
   int64_t table_cols = 0;
+  // AddDeltaChunk's bookkeeping: how many rows of ids, states, values and
+  // scores arrived, in order from row 0. A delta must cover every row of
+  // each tensor it sends (rows left out would be read uninitialised).
+  std::array<int64_t, 4> rows_received{};
 };
 
 struct ReceivedDelta {
@@ -53,8 +58,10 @@ struct ReceivedDelta {
 // are copied once, from gRPC's buffers straight into the tables, instead of
 // into the message's strings first (stream_bench: 44% -> 80-100% of a bare
 // stream). Needs the table's name and row range (fields 2-4) before its
-// tensors (5-8), as protobuf writes them. DataLoss, naming what is wrong, for
-// malformed bytes; `delta` may then hold part of the chunk.
+// tensors (5-8), as protobuf writes them, and each table's rows in order:
+// every tensor's rows from row 0 on, all of them by the last chunk. DataLoss,
+// naming what is wrong, for malformed bytes, rows out of order, or a delta
+// that ends without some; `delta` may then hold part of the chunk.
 absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
                            bool* last);
 

@@ -1,6 +1,7 @@
 // AddDeltaChunk, the client's hand-written DeltaChunk parser, against
 // protobuf's own serialization, dense parameters whole and in pieces;
-// malformed bytes are DataLoss, never a crash.
+// rows left out or out of order and malformed bytes are DataLoss, never a
+// crash.
 
 #include <ATen/ATen.h>
 #include <grpcpp/grpcpp.h>
@@ -160,6 +161,39 @@ TEST(DeltaChunkTest, DensePiecesOutOfOrderOrCutShortAreDataLoss) {
                            other_type[2].mutable_dense()->mutable_tensor())
                   .ok());
   EXPECT_EQ(refused(other_type).code(), absl::StatusCode::kDataLoss);
+}
+
+// Rows a server left out would be read uninitialised: a table's chunks must
+// come in row order and cover every row of each tensor by the last chunk.
+TEST(DeltaChunkTest, RowsLeftOutOrOutOfOrderAreDataLoss) {
+  const at::Tensor ids = at::arange(100, at::kLong);
+  const at::Tensor states = at::randn({100, 4});
+  auto refused = [](std::vector<v1::DeltaChunk> chunks) {
+    chunks.back().set_last(true);
+    ReceivedDelta delta;
+    return AddAll(chunks, delta);
+  };
+  auto expect_refused = [&](std::vector<v1::DeltaChunk> chunks,
+                            absl::string_view says) {
+    absl::Status status = refused(std::move(chunks));
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+    EXPECT_NE(status.message().find(says), std::string::npos) << status;
+  };
+  ASSERT_TRUE(refused(Chunks("t", ids, states, 30)).ok());
+
+  std::vector<v1::DeltaChunk> missing_middle = Chunks("t", ids, states, 30);
+  missing_middle.erase(missing_middle.begin() + 1);
+  expect_refused(missing_middle, "rows from 60 where row 30 came next");
+  std::vector<v1::DeltaChunk> swapped = Chunks("t", ids, states, 30);
+  std::swap(swapped[0], swapped[1]);
+  expect_refused(swapped, "rows from 30 where row 0 came next");
+  std::vector<v1::DeltaChunk> cut_short = Chunks("t", ids, states, 30);
+  cut_short.pop_back();
+  expect_refused(cut_short, "the delta ended with 90 of its 100 rows of ids");
+  // The states of one chunk left out: the ids are whole, the states not.
+  std::vector<v1::DeltaChunk> no_states = Chunks("t", ids, states, 30);
+  no_states.back().clear_states();
+  expect_refused(no_states, "90 of its 100 rows of states");
 }
 
 TEST(DeltaChunkTest, MalformedBytesAreDataLossNeverACrash) {

@@ -235,5 +235,62 @@ class DenseAssemblyTest(unittest.TestCase):
             self.assemble(ended)
 
 
+class RowAssemblyTest(unittest.TestCase):
+    """A table in several chunks is put back together; chunks out of row
+    order, or a delta that ends before a table's last rows, are an error
+    (rows left out would be read uninitialised, or the table lost)."""
+
+    @staticmethod
+    def chunks(ids, states, per_chunk):
+        from deltastream._proto import tracker_pb2
+        out = []
+        for offset in range(0, len(ids), per_chunk):
+            chunk = tracker_pb2.DeltaChunk(fqn="t", row_offset=offset,
+                                           table_rows=len(ids))
+            deltastream.from_numpy(ids[offset:offset + per_chunk], chunk.ids)
+            deltastream.from_numpy(states[offset:offset + per_chunk],
+                                   chunk.states)
+            out.append(chunk)
+        out[0].header.fqns.append("t")
+        return out
+
+    def assemble(self, chunks):
+        from deltastream.client import _DeltaAssembler
+        chunks[-1].last = True
+        assembler = _DeltaAssembler()
+        delta = None
+        for chunk in chunks:
+            delta = assembler.add(chunk)
+        return delta
+
+    def setUp(self):
+        self.ids = np.arange(100, dtype=np.int64)
+        self.states = np.random.default_rng(5).standard_normal(
+            (100, 4)).astype(np.float32)
+
+    def test_chunks_in_order_make_the_table(self):
+        delta = self.assemble(self.chunks(self.ids, self.states, 30))
+        np.testing.assert_array_equal(delta.tables["t"].ids, self.ids)
+        np.testing.assert_array_equal(delta.tables["t"].states, self.states)
+
+    def test_rows_left_out_or_out_of_order_are_errors(self):
+        missing = self.chunks(self.ids, self.states, 30)
+        del missing[1]
+        with self.assertRaisesRegex(ValueError,
+                                    "rows from 60 where row 30 came next"):
+            self.assemble(missing)
+        swapped = self.chunks(self.ids, self.states, 30)
+        swapped[1], swapped[2] = swapped[2], swapped[1]
+        with self.assertRaisesRegex(ValueError, "came next"):
+            self.assemble(swapped)
+        cut_short = self.chunks(self.ids, self.states, 30)[:-1]
+        with self.assertRaisesRegex(ValueError, "ended with 90 of its 100"):
+            self.assemble(cut_short)
+        no_states = self.chunks(self.ids, self.states, 30)
+        no_states[-1].ClearField("states")
+        with self.assertRaisesRegex(ValueError, "a chunk of"):
+            self.assemble(no_states)
+
+
 if __name__ == "__main__":
     unittest.main()

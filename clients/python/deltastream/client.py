@@ -116,7 +116,8 @@ class _DeltaAssembler:
 
     def __init__(self):
         self._delta: Optional[Delta] = None
-        self._pending: Dict[str, Dict[str, np.ndarray]] = {}
+        # Tables coming in several chunks: their arrays, and the next row.
+        self._pending: Dict[str, Tuple[Dict[str, np.ndarray], int]] = {}
         # A dense parameter coming in pieces: its name, array, elements in.
         self._dense_piece: Optional[Tuple[str, np.ndarray, int]] = None
 
@@ -145,6 +146,9 @@ class _DeltaAssembler:
         if self._dense_piece is not None:
             raise ValueError("the delta ended within dense parameter "
                              f"'{self._dense_piece[0]}'")
+        for fqn, (arrays, received) in self._pending.items():
+            raise ValueError(f"table '{fqn}': the delta ended with "
+                             f"{received} of its {len(arrays['ids'])} rows")
         delta, self._delta = self._delta, None
         for fqn, table in delta.tables.items():
             if table is None:  # announced, never sent
@@ -165,13 +169,15 @@ class _DeltaAssembler:
             self._dense_piece = (
                 named.name, np.empty(tuple(named.piece_of), piece.dtype), 0)
         name, whole, received = self._dense_piece or (None, None, 0)
-        if (name != named.name or named.piece_offset != received
-                or piece.ndim != 1 or piece.size == 0
-                or piece.dtype != whole.dtype
+        if name != named.name or named.piece_offset != received:
+            raise ValueError(f"dense parameter '{named.name}': a piece at "
+                             f"element {named.piece_offset} out of order")
+        if (piece.ndim != 1 or piece.size == 0 or piece.dtype != whole.dtype
                 or received + piece.size > whole.size):
             raise ValueError(f"dense parameter '{named.name}': a piece of "
-                             f"{piece.size} elements at {named.piece_offset} "
-                             "out of order")
+                             f"{piece.size} {piece.dtype} elements at "
+                             f"{received} of a parameter of {whole.size} "
+                             f"{whole.dtype}")
         whole.reshape(-1)[received:received + piece.size] = piece
         received += piece.size
         if received == whole.size:
@@ -181,28 +187,43 @@ class _DeltaAssembler:
             self._dense_piece = (name, whole, received)
 
     def _add_rows(self, chunk: tracker_pb2.DeltaChunk) -> None:
+        """One chunk of a table's rows: a table's chunks come in row order
+        and, by the delta's last chunk, cover every row of each array (rows
+        left out would be read uninitialised)."""
         fields = {}
         for name in ("ids", "states", "values", "scores"):
             if chunk.HasField(name):
                 fields[name] = tensors.to_numpy(getattr(chunk, name))
-        rows = chunk.table_rows
-        whole = chunk.row_offset == 0 and all(
-            a.shape[0] == rows for a in fields.values())
-        if whole:  # one chunk: the arrays share the message's bytes
+        if "ids" not in fields:
+            raise ValueError(f"table '{chunk.fqn}': a chunk without ids")
+        rows, start = chunk.table_rows, chunk.row_offset
+        end = start + fields["ids"].shape[0]
+        if any(a.ndim == 0 or a.shape[0] != end - start
+               for a in fields.values()):
+            raise ValueError(f"table '{chunk.fqn}': a chunk whose arrays "
+                             "hold different numbers of rows")
+        if end > rows:
+            raise ValueError(f"chunk rows [{start}, {end}) of "
+                             f"{chunk.fqn} past its {rows} rows")
+        arrays, received = self._pending.pop(chunk.fqn, ({}, 0))
+        if start != received:
+            raise ValueError(f"table '{chunk.fqn}': rows from {start} where "
+                             f"row {received} came next")
+        if start == 0 and end == rows:  # one chunk: share the message's bytes
             self._delta.tables[chunk.fqn] = TableDelta(**fields)
             return
-        arrays = self._pending.setdefault(chunk.fqn, {})
+        if start > 0 and set(fields) != set(arrays):
+            raise ValueError(f"table '{chunk.fqn}': a chunk of "
+                             f"{sorted(fields)} after chunks of "
+                             f"{sorted(arrays)}")
         for name, part in fields.items():
             if name not in arrays:
                 arrays[name] = np.empty((rows,) + part.shape[1:], part.dtype)
-            end = chunk.row_offset + part.shape[0]
-            if end > rows:
-                raise ValueError(f"chunk rows [{chunk.row_offset}, {end}) of "
-                                 f"{chunk.fqn} past its {rows} rows")
-            arrays[name][chunk.row_offset:end] = part
-        if chunk.row_offset + fields["ids"].shape[0] >= rows:
-            self._delta.tables[chunk.fqn] = TableDelta(
-                **self._pending.pop(chunk.fqn))
+            arrays[name][start:end] = part
+        if end == rows:
+            self._delta.tables[chunk.fqn] = TableDelta(**arrays)
+        else:
+            self._pending[chunk.fqn] = (arrays, end)
 
 
 def _read_request(consumer: str, fqns: Optional[Iterable[str]], top_k: TopK,
