@@ -145,4 +145,25 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
   return contents;
 }
 
+absl::StatusOr<std::vector<std::filesystem::directory_entry>> ListDirectory(
+    const std::string& dir, absl::string_view what) {
+  std::vector<std::filesystem::directory_entry> entries;
+  std::error_code error;
+  auto unreadable = [&] {
+    return absl::InternalError(
+        absl::StrCat("cannot list ", what, " '", dir, "': ", error.message()));
+  };
+  std::filesystem::directory_iterator it(dir, error);
+  if (error) {
+    if (error == std::errc::no_such_file_or_directory) return entries;
+    return unreadable();
+  }
+  for (; it != std::filesystem::directory_iterator(); it.increment(error)) {
+    if (error) return unreadable();
+    entries.push_back(*it);
+  }
+  if (error) return unreadable();
+  return entries;
+}
+
 }  // namespace deltastream

@@ -2,7 +2,9 @@
 #define DELTASTREAM_BASE_FILE_IO_H_
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,6 +61,13 @@ absl::Status SyncDirectory(const std::string& dir);
 // than `max_bytes`; Internal on a read error.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           uint64_t max_bytes = 64 << 20);
+
+// The entries of directory `dir`, in no order; none when it does not exist.
+// Internal, "cannot list <what> '<dir>': <reason>", when it cannot be listed
+// (an I/O error, no permission, a file in its place), also part way: a
+// directory read in part is never taken for one that holds less.
+absl::StatusOr<std::vector<std::filesystem::directory_entry>> ListDirectory(
+    const std::string& dir, absl::string_view what);
 
 }  // namespace deltastream
 

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/file_io.h"
 
 namespace deltastream {
 namespace {
@@ -151,8 +152,11 @@ absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenForCheck(
   for (const rocksdb::LiveFileMetaData& file : live) {
     referenced.insert(fs::path(file.name).filename().string());
   }
+  absl::StatusOr<std::vector<fs::directory_entry>> entries =
+      ListDirectory(path, absl::StrCat("the ", kind, " database"));
+  if (!entries.ok()) return entries.status();
   std::vector<std::string> orphans;
-  for (const auto& entry : fs::directory_iterator(path, error)) {
+  for (const fs::directory_entry& entry : *entries) {
     const std::string name = entry.path().filename().string();
     if (absl::EndsWith(name, ".sst") && referenced.count(name) == 0) {
       orphans.push_back(name);

@@ -89,11 +89,15 @@ absl::StatusOr<std::optional<std::string>> FirstDamagedLink(
 }
 
 // Removes the temporary files of link writes a crash cut short.
+// Best effort: a directory it cannot list is ListChain's to report.
 void RemoveUnfinishedLinks(const std::string& dir) {
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+  absl::StatusOr<std::vector<std::filesystem::directory_entry>> entries =
+      ListDirectory(dir, "the checkpoint chain");
+  if (!entries.ok()) return;
+  for (const std::filesystem::directory_entry& entry : *entries) {
     const std::string name = entry.path().filename().string();
     if (!absl::EndsWith(name, ".ckpt.tmp")) continue;
+    std::error_code error;
     if (std::filesystem::remove(entry.path(), error)) {
       LogInfo(absl::StrCat("removed ", name,
                            ", a link whose write did not finish"));

@@ -563,22 +563,13 @@ absl::StatusOr<ChainLink> WriteChainLinkContent(
 }
 
 absl::StatusOr<std::vector<ChainLink>> ListChain(const std::string& dir) {
-  std::vector<ChainLink> links;
-  std::error_code error;
   // A directory that cannot be read is not an empty chain: a job would
   // start a new one beside links it cannot see.
-  auto unreadable = [&] {
-    return absl::InternalError(absl::StrCat(
-        "cannot list the checkpoint chain '", dir, "': ", error.message()));
-  };
-  std::filesystem::directory_iterator it(dir, error);
-  if (error) {
-    if (error == std::errc::no_such_file_or_directory) return links;
-    return unreadable();
-  }
-  for (; it != std::filesystem::directory_iterator(); it.increment(error)) {
-    if (error) return unreadable();
-    const std::filesystem::directory_entry& entry = *it;
+  absl::StatusOr<std::vector<std::filesystem::directory_entry>> entries =
+      ListDirectory(dir, "the checkpoint chain");
+  if (!entries.ok()) return entries.status();
+  std::vector<ChainLink> links;
+  for (const std::filesystem::directory_entry& entry : *entries) {
     const std::string name = entry.path().filename().string();
     if (name.size() < 5 || name.compare(name.size() - 5, 5, ".ckpt") != 0) {
       continue;  // temporaries and other files
@@ -599,7 +590,6 @@ absl::StatusOr<std::vector<ChainLink>> ListChain(const std::string& dir) {
     if (size_error) link.bytes = 0;
     links.push_back(std::move(link));
   }
-  if (error) return unreadable();
   std::sort(links.begin(), links.end(),
             [](const ChainLink& a, const ChainLink& b) {
               return std::tie(a.start_batch, a.end_batch, b.full) <

@@ -271,11 +271,16 @@ struct CheckpointEntry {
 };
 
 // Checkpoint directories and old files in `dir`, by step (a directory
-// before a file of the same step).
-std::vector<CheckpointEntry> CheckpointEntries(const std::string& dir) {
+// before a file of the same step); none when `dir` does not exist. Internal,
+// naming `dir`, when it cannot be listed: taken for empty, a trainer would
+// start again from step 0.
+absl::StatusOr<std::vector<CheckpointEntry>> CheckpointEntries(
+    const std::string& dir) {
+  absl::StatusOr<std::vector<fs::directory_entry>> items =
+      ListDirectory(dir, "the checkpoints in");
+  if (!items.ok()) return items.status();
   std::vector<CheckpointEntry> entries;
-  std::error_code error;
-  for (const auto& item : fs::directory_iterator(dir, error)) {
+  for (const fs::directory_entry& item : *items) {
     const std::string path = item.path().string();
     std::optional<int64_t> step = CheckpointStep(path);
     if (!step.has_value()) continue;
@@ -309,10 +314,12 @@ void RemoveCheckpoint(const CheckpointEntry& entry) {
 
 // Rank 0, after step `step`'s manifest: keeps the newest `keep` complete
 // checkpoints, and no incomplete one older than `step`.
+// A directory it cannot list is left as it is.
 void RotateCheckpoints(const std::string& dir, int64_t step, int64_t keep) {
-  std::vector<CheckpointEntry> entries = CheckpointEntries(dir);
+  absl::StatusOr<std::vector<CheckpointEntry>> entries = CheckpointEntries(dir);
+  if (!entries.ok()) return;
   int64_t kept = 0;
-  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+  for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
     if (Complete(*it)) {
       if (++kept > std::max<int64_t>(keep, 1)) RemoveCheckpoint(*it);
     } else if (it->step < step) {
@@ -504,9 +511,11 @@ std::optional<int64_t> CheckpointStep(const std::string& path) {
   return step;
 }
 
-std::optional<std::string> LatestCheckpoint(const std::string& dir) {
-  std::vector<CheckpointEntry> entries = CheckpointEntries(dir);
-  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+absl::StatusOr<std::optional<std::string>> LatestCheckpoint(
+    const std::string& dir) {
+  absl::StatusOr<std::vector<CheckpointEntry>> entries = CheckpointEntries(dir);
+  if (!entries.ok()) return entries.status();
+  for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
     if (Complete(*it)) return it->path;
   }
   return std::nullopt;

@@ -107,8 +107,11 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
 // The newest complete checkpoint in `dir` (a directory whose manifest parses
 // and whose rank files all exist with the sizes it lists, or an old
 // single-file checkpoint); nullopt when there is none (or no dir). Reads
-// manifests only, from the newest down.
-std::optional<std::string> LatestCheckpoint(const std::string& dir);
+// manifests only, from the newest down. Internal, naming `dir`, when it
+// cannot be listed (an I/O error, a file in its place): never taken for
+// empty, which would start a run again from step 0.
+absl::StatusOr<std::optional<std::string>> LatestCheckpoint(
+    const std::string& dir);
 
 // The step in a checkpoint's name ("checkpoint-<step>" or, old,
 // "checkpoint-<step>.pt", any directory); nullopt for another name.

@@ -42,16 +42,30 @@ absl::Status Trainer::RestoreOrStart() {
             "': ", error ? error.message() : "a file is in its place"));
       }
     }
-    checkpoint = LatestCheckpoint(s.checkpoint_dir + "/checkpoints");
+    absl::StatusOr<std::optional<std::string>> latest =
+        LatestCheckpoint(s.checkpoint_dir + "/checkpoints");
+    if (latest.ok()) checkpoint = *latest;
+    if (s.group == nullptr && !latest.ok()) return latest.status();
     if (s.group != nullptr) {
       // Every rank restores the same step: the newest that all of them
       // saved (a checkpoint is complete only once every rank's file is).
-      const int64_t mine = checkpoint.has_value()
-                               ? CheckpointStep(*checkpoint).value_or(-1)
-                               : -1;
+      // A rank that cannot list them says so (kUnlisted) rather than
+      // leave the others waiting.
+      constexpr int64_t kNone = -1;
+      constexpr int64_t kUnlisted = -2;
+      const int64_t mine = !latest.ok() ? kUnlisted
+                           : checkpoint.has_value()
+                               ? CheckpointStep(*checkpoint).value_or(kNone)
+                               : kNone;
       absl::StatusOr<int64_t> lowest =
           s.group->AllReduceMin(mine, "restore.checkpoint_step");
       if (!lowest.ok()) return lowest.status();
+      if (!latest.ok()) return latest.status();
+      if (*lowest == kUnlisted) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "another rank cannot list the checkpoints in '%s/checkpoints'",
+            s.checkpoint_dir));
+      }
       absl::StatusOr<int64_t> highest =
           s.group->AllReduceMin(-mine, "restore.checkpoint_step");
       if (!highest.ok()) return highest.status();

@@ -37,7 +37,10 @@ namespace {
 int Main() {
   std::string path = absl::GetFlag(FLAGS_checkpoint);
   if (path.empty() && !absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
-    path = LatestCheckpoint(absl::GetFlag(FLAGS_checkpoint_dir)).value_or("");
+    absl::StatusOr<std::optional<std::string>> latest =
+        LatestCheckpoint(absl::GetFlag(FLAGS_checkpoint_dir));
+    if (!latest.ok()) return Fail(kExitFailure, latest.status());
+    path = latest->value_or("");
     if (path.empty()) {
       return Fail(kExitUsage,
                   absl::StrCat("no checkpoint in '",

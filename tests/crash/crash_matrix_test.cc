@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "clients/npz_file.h"
 #include "clients/replica.h"
@@ -112,7 +113,7 @@ void DamageEveryFile(
   ASSERT_FALSE(baseline.empty());
   for (const auto& [path, bytes] : baseline) {
     const std::string name = fs::path(path).filename().string();
-    if (name == "LOCK" || name.rfind("LOG", 0) == 0) continue;  // no data
+    if (name == "LOCK" || absl::StartsWith(name, "LOG")) continue;  // no data
     std::vector<Damage> damages = Damages();
     damages.push_back({"delete", nullptr});
     for (const Damage& damage : damages) {
@@ -500,7 +501,7 @@ std::unique_ptr<RecModel> SmallModel() {
 
 void SetModelState(RecModel& model, int64_t state) {
   torch::NoGradGuard no_grad;
-  for (at::Tensor p : model.dense().parameters()) {
+  for (const at::Tensor& p : model.dense().parameters()) {
     p.fill_(static_cast<double>(state));
   }
 }
@@ -513,7 +514,7 @@ std::map<std::string, at::Tensor>& TrainerTables() {
 }
 
 Outcome CheckTrainerCheckpoint(const std::string& dir) {
-  std::optional<std::string> latest = LatestCheckpoint(dir);
+  std::optional<std::string> latest = LatestCheckpoint(dir).value();
   if (!latest.has_value()) return {absl::OkStatus(), 0};
   absl::StatusOr<CheckpointModel> model = ReadCheckpointModel(*latest);
   if (!model.ok()) return {model.status()};
@@ -543,7 +544,7 @@ TEST_F(CrashMatrixTest, TrainerCheckpoints) {
   }
   {
     absl::StatusOr<CheckpointModel> saved =
-        ReadCheckpointModel(*LatestCheckpoint(dir));
+        ReadCheckpointModel(*LatestCheckpoint(dir).value());
     ASSERT_TRUE(saved.ok()) << saved.status();
     ASSERT_FALSE(saved->tables.empty());
     TrainerTables() = saved->tables;

@@ -60,7 +60,7 @@ std::string WriteConfig(const std::string& work, const std::string& text) {
 
 // The trainer's newest checkpoint: its step and path ({-1, ""}: none yet).
 std::pair<int64_t, std::string> NewestCheckpoint(const std::string& dir) {
-  const std::optional<std::string> path = LatestCheckpoint(dir);
+  const std::optional<std::string> path = LatestCheckpoint(dir).value();
   if (!path.has_value()) return {-1, ""};
   return {CheckpointStep(*path).value_or(-1), *path};
 }

@@ -101,7 +101,8 @@ class PredictorClient {
 
 // The trainer's final model: its newest full checkpoint.
 CheckpointModel FinalModel(const std::string& run_dir) {
-  std::optional<std::string> path = LatestCheckpoint(run_dir + "/checkpoints");
+  std::optional<std::string> path =
+      LatestCheckpoint(run_dir + "/checkpoints").value();
   EXPECT_TRUE(path.has_value());
   absl::StatusOr<CheckpointModel> model =
       ReadCheckpointModel(path.value_or(""));

@@ -200,8 +200,9 @@ int RunScenario(const std::string& scenario) {
     RANK_OK(model.status());
     std::unique_ptr<torch::optim::Optimizer> optimizer = DenseAdam(**model);
     if (resume) {
-      absl::StatusOr<CheckpointInfo> info = LoadCheckpoint(
-          *LatestCheckpoint(dir + "/train"), **model, *optimizer, group->get());
+      absl::StatusOr<CheckpointInfo> info =
+          LoadCheckpoint(*LatestCheckpoint(dir + "/train").value(), **model,
+                         *optimizer, group->get());
       RANK_OK(info.status());
     }
     const int first = resume ? 2 : 0;
@@ -220,7 +221,7 @@ int RunScenario(const std::string& scenario) {
                                       torch::optim::SGDOptions(0.1));
     const std::string sub = absl::StrCat(dir, "/", name);
     if (scenario == "load") {
-      std::optional<std::string> latest = LatestCheckpoint(sub);
+      std::optional<std::string> latest = LatestCheckpoint(sub).value();
       if (!latest.has_value()) RANK_OK(absl::NotFoundError(sub));
       absl::StatusOr<CheckpointInfo> info =
           LoadCheckpoint(*latest, **model, dense_optimizer, group->get());
@@ -260,7 +261,7 @@ TEST(CheckpointReshardingTest, SavedByTwoRanksRestoresUnderAnyLayout) {
       RunRanks("save", 2, absl::Seconds(120), {{"CHECKPOINT_DIR", dir}}));
   const std::string checkpoint =
       absl::StrCat(dir, "/adagrad/checkpoint-000000000007");
-  ASSERT_EQ(LatestCheckpoint(dir + "/adagrad"), checkpoint);
+  ASSERT_EQ(LatestCheckpoint(dir + "/adagrad").value(), checkpoint);
 
   // Rank 0's file: its shards, the data-parallel table, the dense part;
   // rank 1's: its shards only.
@@ -338,7 +339,8 @@ TEST(CheckpointReshardingTest, TrainingContinuesUnderFourRanksAsUninterrupted) {
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   std::unique_ptr<torch::optim::Optimizer> resumed_optimizer =
       DenseAdam(**resumed);
-  std::optional<std::string> latest = LatestCheckpoint(dir + "/resumed");
+  std::optional<std::string> latest =
+      LatestCheckpoint(dir + "/resumed").value();
   ASSERT_TRUE(latest.has_value());
   absl::StatusOr<CheckpointInfo> info =
       LoadCheckpoint(*latest, **resumed, *resumed_optimizer);
@@ -404,7 +406,7 @@ TEST(CheckpointReshardingTest, AnErrorOnOneRankFailsEveryRank) {
   }
   EXPECT_TRUE(absl::StrContains(results[0].output, "rank 1"))
       << results[0].output;
-  EXPECT_EQ(LatestCheckpoint(dir + "/adagrad"), std::nullopt);
+  EXPECT_EQ(LatestCheckpoint(dir + "/adagrad").value(), std::nullopt);
 }
 
 TEST(CheckpointReshardingTest, ADeadRankFailsTheSaveNamingIt) {
@@ -416,7 +418,7 @@ TEST(CheckpointReshardingTest, ADeadRankFailsTheSaveNamingIt) {
   EXPECT_EQ(results[0].exit_code, 3) << results[0].output;
   EXPECT_TRUE(absl::StrContains(results[0].output, "rank 1 did not report"))
       << results[0].output;
-  EXPECT_EQ(LatestCheckpoint(dir + "/adagrad"), std::nullopt);
+  EXPECT_EQ(LatestCheckpoint(dir + "/adagrad").value(), std::nullopt);
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ TEST_P(CheckpointTest, RoundTripRestoresEveryState) {
   EXPECT_GT(info->bytes, 0);
   EXPECT_TRUE(fs::exists(info->path + "/rank-00000-of-00001.pt"));
   EXPECT_TRUE(fs::exists(info->path + "/manifest.json"));
-  EXPECT_EQ(LatestCheckpoint(dir), info->path);
+  EXPECT_EQ(LatestCheckpoint(dir).value(), info->path);
   EXPECT_EQ(CheckpointStep(info->path), 12);
 
   std::unique_ptr<Dlrm> loaded = Model(GetParam(), 2);  // other values
@@ -157,27 +157,27 @@ TEST(CheckpointFilesTest, KeepsTheNewestAndNeverPicksATornOne) {
   EXPECT_FALSE(fs::exists(dir + "/checkpoint-000000000001"));
   const std::string two = dir + "/checkpoint-000000000002";
   const std::string three = dir + "/checkpoint-000000000003";
-  EXPECT_EQ(LatestCheckpoint(dir), three);
+  EXPECT_EQ(LatestCheckpoint(dir).value(), three);
 
   // A rank file missing, shorter, or the manifest missing: not complete.
   const std::string rank_file = three + "/rank-00000-of-00001.pt";
   const std::string moved = dir + "/moved";
   fs::rename(rank_file, moved);
-  EXPECT_EQ(LatestCheckpoint(dir), two);
+  EXPECT_EQ(LatestCheckpoint(dir).value(), two);
   {
     absl::StatusOr<std::string> bytes = ReadSmallFile(moved);
     ASSERT_TRUE(bytes.ok());
     std::ofstream(rank_file, std::ios::binary)
         << bytes->substr(0, bytes->size() - 1);
   }
-  EXPECT_EQ(LatestCheckpoint(dir), two);
+  EXPECT_EQ(LatestCheckpoint(dir).value(), two);
   fs::rename(moved, rank_file);
-  EXPECT_EQ(LatestCheckpoint(dir), three);
+  EXPECT_EQ(LatestCheckpoint(dir).value(), three);
   fs::remove(three + "/manifest.json");
-  EXPECT_EQ(LatestCheckpoint(dir), two);
+  EXPECT_EQ(LatestCheckpoint(dir).value(), two);
   // A manifest that does not parse.
   std::ofstream(three + "/manifest.json") << "{\"step\": ";
-  EXPECT_EQ(LatestCheckpoint(dir), two);
+  EXPECT_EQ(LatestCheckpoint(dir).value(), two);
   EXPECT_EQ(ReadCheckpointModel(three).status().code(),
             absl::StatusCode::kDataLoss);
   // The next save removes the torn one of an earlier step.
@@ -189,10 +189,28 @@ TEST(CheckpointFilesTest, KeepsTheNewestAndNeverPicksATornOne) {
   torch::optim::SGD other(model->dense().parameters(),
                           torch::optim::SGDOptions(0.1));
   absl::StatusOr<CheckpointInfo> info =
-      LoadCheckpoint(*LatestCheckpoint(dir), *model, other);
+      LoadCheckpoint(*LatestCheckpoint(dir).value(), *model, other);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->examples, 40);
-  EXPECT_EQ(LatestCheckpoint(FreshDir("empty")), std::nullopt);
+  EXPECT_EQ(LatestCheckpoint(FreshDir("empty")).value(), std::nullopt);
+  EXPECT_EQ(LatestCheckpoint(FreshDir("empty") + "/missing").value(),
+            std::nullopt);
+}
+
+// A directory that cannot be listed is an error, never "no checkpoint": a
+// trainer would start again from step 0 beside checkpoints it cannot see.
+// (Tests run as root, so a file stands in for a directory without read
+// permission.)
+TEST(CheckpointTest, ADirectoryThatCannotBeListedIsAnErrorNotEmpty) {
+  const std::string dir = FreshDir("unlistable");
+  fs::create_directories(dir);
+  const std::string file = dir + "/checkpoints";
+  ASSERT_TRUE(WriteFileDurably(file, "not a directory").ok());
+  absl::StatusOr<std::optional<std::string>> latest = LatestCheckpoint(file);
+  EXPECT_EQ(latest.status().code(), absl::StatusCode::kInternal)
+      << latest.status();
+  EXPECT_TRUE(absl::StrContains(latest.status().message(), file))
+      << latest.status();
 }
 
 // The format before: one pickled typed dict, "checkpoint-<step>.pt".
@@ -238,7 +256,7 @@ TEST_P(OldCheckpointTest, StillRestoresAndReads) {
                               torch::optim::SGDOptions(0.1));
   const std::string old = dir + "/checkpoint-000000000005.pt";
   WriteOldCheckpoint(old, *saved, optimizer, 5);
-  EXPECT_EQ(LatestCheckpoint(dir), old);
+  EXPECT_EQ(LatestCheckpoint(dir).value(), old);
   EXPECT_EQ(CheckpointStep(old), 5);
 
   std::unique_ptr<Dlrm> loaded = Model(GetParam(), 2);
@@ -261,7 +279,7 @@ TEST_P(OldCheckpointTest, StillRestoresAndReads) {
 
   // A newer checkpoint in the new format is picked over it; both rotate.
   ASSERT_TRUE(SaveCheckpoint(dir, 6, 60, *loaded, loaded_optimizer, 1).ok());
-  EXPECT_EQ(LatestCheckpoint(dir), dir + "/checkpoint-000000000006");
+  EXPECT_EQ(LatestCheckpoint(dir).value(), dir + "/checkpoint-000000000006");
   EXPECT_FALSE(fs::exists(old));
 }
 
@@ -377,7 +395,8 @@ TEST(CheckpointScalerTest, GradientScalerStateRoundTrips) {
 
   // A checkpoint saved without it: nothing to restore.
   ASSERT_TRUE(SaveCheckpoint(dir, 8, 80, *model, optimizer, 2).ok());
-  restored = LoadCheckpoint(*LatestCheckpoint(dir), *loaded, loaded_optimizer);
+  restored =
+      LoadCheckpoint(*LatestCheckpoint(dir).value(), *loaded, loaded_optimizer);
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ(restored->step, 8);
   EXPECT_TRUE(restored->gradient_scaler_state.empty());
@@ -388,7 +407,8 @@ TEST(CheckpointScalerTest, GradientScalerStateRoundTrips) {
   bad[0].second = at::scalar_tensor(-4.0, at::kDouble);
   ASSERT_TRUE(
       SaveCheckpoint(dir, 9, 90, *model, optimizer, 2, nullptr, bad).ok());
-  restored = LoadCheckpoint(*LatestCheckpoint(dir), *loaded, loaded_optimizer);
+  restored =
+      LoadCheckpoint(*LatestCheckpoint(dir).value(), *loaded, loaded_optimizer);
   ASSERT_TRUE(restored.ok()) << restored.status();
   status = loaded_scaler.LoadStateTensors(restored->gradient_scaler_state);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
@@ -406,7 +426,7 @@ TEST(CheckpointScalerTest, GradientScalerStateRoundTrips) {
             .status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_FALSE(fs::exists(dir + "/checkpoint-000000000010"));
-    EXPECT_EQ(LatestCheckpoint(dir), dir + "/checkpoint-000000000009");
+    EXPECT_EQ(LatestCheckpoint(dir).value(), dir + "/checkpoint-000000000009");
   }
 }
 
