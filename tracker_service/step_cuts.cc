@@ -1,7 +1,6 @@
 #include "tracker_service/step_cuts.h"
 
 #include <algorithm>
-#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "base/exclusive_lockable.h"
@@ -20,14 +19,12 @@ absl::Status StepCuts::Await(int64_t cut, absl::Time deadline,
                              const std::function<bool()>& cancelled) {
   if (cut == 0) return absl::InvalidArgumentError("cut 0 names no cut");
   WriterLock lock(&mu_);
-  if (!stepping_) {
-    cuts_[cut] = State::kOpen;  // Finish erases it
-    return absl::OkStatus();
-  }
-  if (!cuts_.emplace(cut, State::kWaiting).second) {
+  if (!cuts_.emplace(cut, stepping_ ? State::kWaiting : State::kUnserved)
+           .second) {
     return absl::AlreadyExistsError(
         absl::StrCat("cut ", cut, " is being read here already"));
   }
+  if (!stepping_) return absl::OkStatus();
   order_.push_back(cut);
   auto opened = [this, cut]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !stepping_ || cuts_.at(cut) != State::kWaiting;
@@ -60,7 +57,8 @@ absl::Status StepCuts::Await(int64_t cut, absl::Time deadline,
         "the other ranks did not all receive cut ", cut,
         " in time: a read of a sharded trainer goes to every rank"));
   }
-  cuts_[cut] = State::kOpen;
+  State& state = cuts_.at(cut);
+  if (state == State::kWaiting) state = State::kUnserved;  // not stepping
   return absl::OkStatus();
 }
 
@@ -71,7 +69,7 @@ void StepCuts::Finish(int64_t cut) {
   // Serve() counts and erases what it opened and waits for; a cut read
   // while the trainer did not step, or after Serve gave up waiting, is
   // nobody's to wait for.
-  if (it->second == State::kOpen && stepping_) {
+  if (it->second == State::kOpen) {
     it->second = State::kFinished;
     cv_.notify_all();
   } else {
@@ -126,12 +124,7 @@ int StepCuts::Serve(absl::Span<const int64_t> cuts, absl::Time deadline) {
 void StepCuts::SetStepping(bool stepping) {
   WriterLock lock(&mu_);
   stepping_ = stepping;
-  cv_.notify_all();
-  if (stepping) return;
-  // Serve waits for none of them now: reads still open finish on their own.
-  for (auto it = cuts_.begin(); it != cuts_.end();) {
-    it = it->second == State::kFinished ? cuts_.erase(it) : std::next(it);
-  }
+  cv_.notify_all();  // waiting reads go on unserved when it is false
 }
 
 }  // namespace deltastream

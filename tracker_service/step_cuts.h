@@ -50,7 +50,7 @@ class StepCuts {
   // `deadline`, Cancelled once `cancelled` (when given: polled every 20 ms,
   // e.g. the RPC's ServerContext::IsCancelled) says so; either way the cut
   // is withdrawn (no Finish). AlreadyExists when `cut` waits here already;
-  // InvalidArgument for 0.
+  // InvalidArgument for 0. An id may be used again once finished.
   absl::Status Await(int64_t cut, absl::Time deadline,
                      const std::function<bool()>& cancelled = {})
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -69,8 +69,11 @@ class StepCuts {
   void SetStepping(bool stepping) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // kAbandoned: opened, and Serve stopped waiting for it (its deadline).
-  enum class State { kWaiting, kOpen, kFinished, kAbandoned };
+  // kOpen and kFinished: opened by a Serve that waits for it (and erases
+  // it); kAbandoned: opened, and Serve stopped waiting for it (its
+  // deadline); kUnserved: read while the trainer did not step, nobody's to
+  // wait for. Finish erases all but the first two.
+  enum class State { kWaiting, kOpen, kFinished, kAbandoned, kUnserved };
 
   // A SharedMutex and condition_variable_any (base/exclusive_lockable.h),
   // not absl::Mutex: ThreadSanitizer sees them.

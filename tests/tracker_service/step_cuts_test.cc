@@ -106,6 +106,26 @@ TEST(StepCutsTest, RefusesCutZeroAndADuplicate) {
   reader.join();
 }
 
+// A cut read while the trainer does not step is refused twice at once, like
+// any other; once finished, its id is free again, also when the trainer
+// began to step before it finished.
+TEST(StepCutsTest, ACutReadWithoutStepsIsOneReadAndLetsItsIdGo) {
+  StepCuts cuts(/*stepping=*/false);
+  ASSERT_TRUE(cuts.Await(6, absl::InfinitePast()).ok());
+  EXPECT_EQ(cuts.Await(6, absl::InfinitePast()).code(),
+            absl::StatusCode::kAlreadyExists);
+  cuts.SetStepping(true);
+  cuts.Finish(6);
+  std::thread reader([&] {
+    EXPECT_TRUE(cuts.Await(6, absl::Now() + absl::Seconds(10)).ok());
+    cuts.Finish(6);
+  });
+  ASSERT_TRUE(
+      Eventually([&] { return cuts.Waiting() == std::vector<int64_t>{6}; }));
+  EXPECT_EQ(cuts.Serve({6}, absl::Now() + absl::Seconds(10)), 1);
+  reader.join();
+}
+
 TEST(StepCutsTest, ABoundaryServesAtMostItsShareAndLetsGoAtItsDeadline) {
   StepCuts cuts(/*stepping=*/true);
   std::vector<std::thread> readers;
