@@ -180,6 +180,17 @@ class TensorsTest(unittest.TestCase):
             deltastream.from_numpy(np.array(["x"]))
 
 
+def assemble(chunks):
+    """What a client's _DeltaAssembler makes of `chunks`: the delta their
+    last chunk ends, or None."""
+    from deltastream.client import _DeltaAssembler
+    assembler = _DeltaAssembler()
+    delta = None
+    for chunk in chunks:
+        delta = assembler.add(chunk)
+    return delta
+
+
 class DenseAssemblyTest(unittest.TestCase):
     """A dense parameter in pieces (NamedTensor.piece_of), as the service
     sends one larger than a message, is put back together; pieces out of
@@ -205,19 +216,11 @@ class DenseAssemblyTest(unittest.TestCase):
         out[-1].last = True
         return out
 
-    def assemble(self, chunks):
-        from deltastream.client import _DeltaAssembler
-        assembler = _DeltaAssembler()
-        delta = None
-        for chunk in chunks:
-            delta = assembler.add(chunk)
-        return delta
-
     def test_pieces_in_order_make_the_parameter(self):
         whole = np.arange(4, dtype=np.float32)
         big = np.random.default_rng(3).standard_normal((5, 7)).astype(
             np.float32)
-        delta = self.assemble(self.chunks(whole, big, 12))
+        delta = assemble(self.chunks(whole, big, 12))
         self.assertEqual(list(delta.dense), ["whole", "big"])
         np.testing.assert_array_equal(delta.dense["whole"], whole)
         np.testing.assert_array_equal(delta.dense["big"], big)
@@ -228,11 +231,11 @@ class DenseAssemblyTest(unittest.TestCase):
         swapped = self.chunks(whole, big, 12)
         swapped[1], swapped[2] = swapped[2], swapped[1]
         with self.assertRaisesRegex(ValueError, "out of order"):
-            self.assemble(swapped)
+            assemble(swapped)
         ended = self.chunks(whole, big, 12)[:-1]
         ended[-1].last = True
         with self.assertRaisesRegex(ValueError, "within dense parameter"):
-            self.assemble(ended)
+            assemble(ended)
 
 
 class RowAssemblyTest(unittest.TestCase):
@@ -254,14 +257,10 @@ class RowAssemblyTest(unittest.TestCase):
         out[0].header.fqns.append("t")
         return out
 
-    def assemble(self, chunks):
-        from deltastream.client import _DeltaAssembler
+    @staticmethod
+    def assemble(chunks):
         chunks[-1].last = True
-        assembler = _DeltaAssembler()
-        delta = None
-        for chunk in chunks:
-            delta = assembler.add(chunk)
-        return delta
+        return assemble(chunks)
 
     def setUp(self):
         self.ids = np.arange(100, dtype=np.int64)
