@@ -10,23 +10,42 @@
 #   # then, e.g.: LD_LIBRARY_PATH=/tmp/deb/usr/lib/x86_64-linux-gnu \
 #   #   /tmp/b/trainer_step_bench --device=cuda
 #
-# Two things differ from a Debian build: the wheel carries protobuf headers
-# of its own (an older protobuf) in its include directory, so Debian's
-# protobuf headers are put first from a copy (gcc ignores -I for a directory
-# already given as -isystem); and libprotobuf is linked explicitly.
+# What differs from a Debian build:
+#   - the wheel carries protobuf headers of its own (an older protobuf) in its
+#     include directory, so Debian's protobuf headers are put first from a
+#     copy (gcc ignores -I for a directory already given as -isystem); and
+#     libprotobuf is linked explicitly;
+#   - the wheel has c10d's Gloo header but not Gloo's own headers (Gloo is
+#     linked into libtorch): Debian's libgloo-dev provides them, copied beside
+#     protobuf's (c10d's header compiles against the older Gloo: it uses
+#     Gloo's newer store API only where Gloo says it has it);
+#   - NCCL: trainer/comm's NCCL backend is compiled (-DDELTASTREAM_WITH_NCCL)
+#     when nccl.h is found beside the wheel (nvidia-nccl) or CUDA;
+#   - warnings are not errors (-DDELTASTREAM_WERROR=OFF): the tree is kept
+#     warning-free against Debian's LibTorch, whose headers differ;
+#   - ninja keeps going past a target that fails (-k 0), so one broken target
+#     does not stop the others; the script's exit status still says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command=${1:?fetch or build}
 debs=${2:?folder of .deb files}
 shift 2
 
-PACKAGES=(googletest libabsl-dev libabsl20220623 libbz2-1.0 libbz2-dev
-  libc-ares-dev libc-ares2 libgflags-dev libgflags2.2 libgmock-dev
-  libgrpc++-dev libgrpc++1.51 libgrpc-dev libgrpc29 libgtest-dev liblz4-1
-  liblz4-dev libprotobuf-dev libprotobuf-lite32 libprotobuf32 libprotoc32
-  libre2-9 libre2-dev librocksdb-dev librocksdb7.8 libsnappy-dev libsnappy1v5
-  libssl-dev libssl3 libzstd-dev libzstd1 nlohmann-json3-dev protobuf-compiler
-  protobuf-compiler-grpc zlib1g-dev pkgconf pkgconf-bin libpkgconf3)
+# What CMakeLists.txt finds, and what those need at configure time:
+# prometheus-cpp's CMake config asks for civetweb (whose config names its
+# binary) and CURL (headers and library; nothing links it). libgloo-dev: the
+# headers only (above).
+PACKAGES=(civetweb googletest libabsl-dev libabsl20220623 libbenchmark-dev
+  libbenchmark1debian libbz2-1.0 libbz2-dev libc-ares-dev libc-ares2
+  libcivetweb-dev libcivetweb1 libcurl4 libcurl4-openssl-dev libgflags-dev
+  libgflags2.2 libgloo-dev libgmock-dev libgrpc++-dev libgrpc++1.51
+  libgrpc-dev libgrpc29 libgtest-dev liblz4-1 liblz4-dev libpkgconf3
+  libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
+  libprometheus-cpp-push1.0 libprotobuf-dev libprotobuf-lite32 libprotobuf32
+  libprotoc32 libre2-9 libre2-dev librocksdb-dev librocksdb7.8 libsnappy-dev
+  libsnappy1v5 libssl-dev libssl3 libzstd-dev libzstd1 nlohmann-json3-dev
+  pkgconf pkgconf-bin prometheus-cpp-dev protobuf-compiler
+  protobuf-compiler-grpc zlib1g-dev)
 
 if [ "$command" = fetch ]; then
   mkdir -p "$debs"
@@ -39,13 +58,23 @@ D=$root/usr
 L=$D/lib/x86_64-linux-gnu
 mkdir -p "$root" /tmp/pbinc
 for f in "$debs"/*.deb; do dpkg -x "$f" "$root"; done
-cp -r "$D/include/google" /tmp/pbinc/
+cp -r "$D/include/google" "$D/include/gloo" /tmp/pbinc/
 export LD_LIBRARY_PATH=$L PATH=$D/bin:$PATH PKG_CONFIG_SYSROOT_DIR=$root \
   PKG_CONFIG_LIBDIR=$L/pkgconfig:$D/share/pkgconfig
 torch_dir=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch
+site=$(python3 -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+nccl_h=$(find "$site/nvidia" /usr/local/cuda/include -name nccl.h 2>/dev/null | head -1)
+cxx_flags=-I/tmp/pbinc
+nccl=OFF
+if [ -n "$nccl_h" ]; then
+  cxx_flags="$cxx_flags -I$(dirname "$nccl_h")"
+  nccl=ON
+fi
+echo "cuda-build.sh: NCCL backend $nccl${nccl_h:+ ($nccl_h)}"
 cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTorch_DIR="$torch_dir" -DCMAKE_PREFIX_PATH="$D;$L/cmake" \
   -DOPENSSL_ROOT_DIR="$D" -DProtobuf_PROTOC_EXECUTABLE="$D/bin/protoc" \
-  -DCMAKE_BUILD_RPATH="$L" "-DCMAKE_CXX_FLAGS=-I/tmp/pbinc" \
-  "-DCMAKE_CXX_STANDARD_LIBRARIES=-L$L -lprotobuf"
-cmake --build /tmp/b -j"$(nproc)" ${1:+--target "$@"}
+  -DCMAKE_BUILD_RPATH="$L" "-DCMAKE_CXX_FLAGS=$cxx_flags" \
+  "-DCMAKE_CXX_STANDARD_LIBRARIES=-L$L -lprotobuf" \
+  -DDELTASTREAM_WITH_NCCL=$nccl -DDELTASTREAM_WERROR=OFF
+cmake --build /tmp/b -j"$(nproc)" ${1:+--target "$@"} -- -k 0

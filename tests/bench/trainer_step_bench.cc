@@ -14,11 +14,16 @@
 // the median over rounds of each mode's overhead against "off" of the same
 // model in the same round. Run it on an otherwise idle machine.
 //
+// With --uncompacted it also runs each tracking mode with auto-compaction
+// off, which tells recording's cost from compaction's.
+//
 // With --sharded it also runs DLRM (tracking off) as one rank of a sharded
-// run (world size 1, a real Gloo process group) with each sharding type:
+// run (world size 1, a real process group: Gloo, or NCCL on CUDA) with each
+// sharding type:
 // issue 15 wants the sharded path within 5% of the unsharded step time.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +48,9 @@ ABSL_FLAG(int, steps, 150, "timed steps per run (after 10 warm-up steps)");
 ABSL_FLAG(int, batch_size, 512, "examples per step");
 ABSL_FLAG(bool, sharded, false,
           "also DLRM as a sharded run of world size 1, per sharding type");
+ABSL_FLAG(bool, uncompacted, false,
+          "also every tracking mode with auto-compaction off: what recording "
+          "costs without compaction");
 
 namespace deltastream {
 namespace {
@@ -52,15 +60,19 @@ struct Setup {
   std::string mode;   // off, id_only, embedding
   // Empty: unsharded. Else a sharding type of every table at world size 1.
   std::string sharding;
+  bool auto_compact = true;
   std::string key() const {
     return absl::StrCat(model, "/", mode, sharding.empty() ? "" : "/ws1-",
-                        sharding);
+                        sharding, auto_compact ? "" : "/uncompacted");
   }
 };
 
-ProcessGroup* WorldOfOne() {
-  static ProcessGroup* group = [] {
+// One group for the run, on the trainers' device (Gloo on the CPU, NCCL on
+// CUDA).
+ProcessGroup* WorldOfOne(c10::Device device) {
+  static ProcessGroup* group = [device] {
     ProcessGroupOptions options;  // world size 1, any free port
+    options.device = device;
     absl::StatusOr<std::unique_ptr<ProcessGroup>> made =
         ProcessGroup::Create(options);
     if (!made.ok()) {
@@ -111,6 +123,7 @@ double SecondsPerStep(const Setup& setup) {
   v1::TrainerConfig config;
   config.mutable_model()->set_kind(setup.model);
   config.mutable_tracker()->set_mode(setup.mode);
+  config.mutable_tracker()->set_no_auto_compact(!setup.auto_compact);
   config.mutable_data()->set_batch_size(absl::GetFlag(FLAGS_batch_size));
   config.set_device(absl::GetFlag(FLAGS_device));
   config.set_log_every_steps(0);
@@ -118,7 +131,7 @@ double SecondsPerStep(const Setup& setup) {
   Check(settings.status());
   settings->eval_batches = 0;
   if (!setup.sharding.empty()) {
-    settings->group = WorldOfOne();
+    settings->group = WorldOfOne(settings->device);
     settings->plan_path = PlanFile(settings->tables, setup.sharding);
   }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
@@ -145,6 +158,11 @@ int Main() {
       setups.push_back({"dlrm", "off", type});
     }
   }
+  if (absl::GetFlag(FLAGS_uncompacted)) {
+    setups.push_back({"dlrm", "id_only", "", /*auto_compact=*/false});
+    setups.push_back({"sequence", "id_only", "", /*auto_compact=*/false});
+    setups.push_back({"sequence", "embedding", "", /*auto_compact=*/false});
+  }
   std::map<std::string, std::vector<double>> times;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (const Setup& setup : setups) {
@@ -156,8 +174,8 @@ int Main() {
               absl::GetFlag(FLAGS_device).c_str(),
               absl::GetFlag(FLAGS_batch_size), absl::GetFlag(FLAGS_steps),
               absl::GetFlag(FLAGS_rounds));
-  std::printf("%-30s %12s %10s %10s\n", "model/mode", "ms/step", "overhead",
-              "bound");
+  std::printf("%-36s %9s %9s %15s %6s\n", "model/mode", "ms/step", "overhead",
+              "(min..max)", "bound");
   for (const Setup& setup : setups) {
     const std::string key = setup.key();
     const std::vector<double>& mine = times[key];
@@ -172,9 +190,11 @@ int Main() {
                               : setup.mode == "id_only"   ? "3%"
                               : setup.mode == "embedding" ? "5%"
                                                           : "";
-    std::printf("%-30s %12.2f %9.1f%% %10s\n", key.c_str(),
+    const auto [low, high] =
+        std::minmax_element(overheads.begin(), overheads.end());
+    std::printf("%-36s %9.2f %8.1f%% %7.1f..%5.1f%% %6s\n", key.c_str(),
                 bench::Median(mine) * 1e3, bench::Median(overheads) * 100,
-                bound.c_str());
+                *low * 100, *high * 100, bound.c_str());
   }
   return 0;
 }
