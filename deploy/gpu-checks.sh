@@ -2,8 +2,9 @@
 # The GPU checks as one bounded script, for a GPU machine lent for minutes:
 # builds the CUDA targets with CMake (deploy/cuda-build.sh), runs every test
 # that has a CUDA path, then times training steps on CUDA
-# (trainer_step_bench: tracking off, ID_ONLY and EMBEDDING, paired per round;
-# then the sharded path at world size 1 over NCCL, if time is left).
+# (trainer_step_bench: tracking off, ID_ONLY and EMBEDDING, with and without
+# auto-compaction, paired per round; then the sharded path at world size 1
+# over NCCL, if time is left).
 #
 #   bash deploy/cuda-build.sh fetch .debs            # where apt works, once
 #   bash deploy/gpu-checks.sh .debs OUT [SECONDS]    # on the GPU machine
@@ -60,9 +61,9 @@ for test in "${TESTS[@]}"; do
 done
 
 if [ -x "/tmp/b/$BENCH" ]; then
-  step step_bench 240 "/tmp/b/$BENCH" --device=cuda --rounds=10
+  step step_bench 240 "/tmp/b/$BENCH" --device=cuda --uncompacted
   grep -v "^round" "$out/step_bench.log"
-  step sharded_step_bench 150 "/tmp/b/$BENCH" --device=cuda --rounds=3 \
+  step sharded_step_bench 150 "/tmp/b/$BENCH" --device=cuda --rounds=10 \
     --sharded
   grep -v "^round" "$out/sharded_step_bench.log"
 else

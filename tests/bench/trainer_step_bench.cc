@@ -3,16 +3,20 @@
 // (ID_ONLY) and 5% (EMBEDDING) of a training step.
 //
 //   bazel run -c opt //tests/bench:trainer_step_bench -- [--device=cuda]
-//       [--rounds=5] [--steps=150] [--batch_size=512]
+//       [--rounds=20] [--steps=50] [--batch_size=512]
 //
 // EMBEDDING mode needs sequence tables (a pooled DLRM refuses it), so the
 // default DLRM is measured off vs ID_ONLY and the sequence model off vs
-// ID_ONLY vs EMBEDDING. Every run is a fresh trainer on the embedded defaults
-// (auto-compaction on, one consumer that never reads: the store grows over
-// the run, the worst case), warmed up for 10 steps; configurations alternate
-// within each round; the table prints the median step time over rounds and
-// the median over rounds of each mode's overhead against "off" of the same
-// model in the same round. Run it on an otherwise idle machine.
+// ID_ONLY vs EMBEDDING. Each configuration is one trainer on the embedded
+// defaults (auto-compaction on, one consumer that never reads: the store
+// grows over the run, the worst case), created and warmed up for 10 steps
+// once. Each round runs every configuration for --steps steps in turn,
+// starting one configuration further along each round; the table prints the
+// median step time over rounds and the median over rounds of each mode's
+// overhead against "off" of the same model in the same round, with the
+// smallest and largest. Many short rounds pair each mode with "off" moments
+// apart, so a machine's slow stretches touch both sides of a ratio. Run it
+// on an otherwise idle machine.
 //
 // With --uncompacted it also runs each tracking mode with auto-compaction
 // off, which tells recording's cost from compaction's.
@@ -43,8 +47,8 @@
 #include "trainer/trainer.h"
 
 ABSL_FLAG(std::string, device, "cpu", "cpu, cuda or cuda:N");
-ABSL_FLAG(int, rounds, 5, "rounds (each runs every configuration once)");
-ABSL_FLAG(int, steps, 150, "timed steps per run (after 10 warm-up steps)");
+ABSL_FLAG(int, rounds, 20, "rounds (each runs every configuration once)");
+ABSL_FLAG(int, steps, 50, "timed steps per configuration and round");
 ABSL_FLAG(int, batch_size, 512, "examples per step");
 ABSL_FLAG(bool, sharded, false,
           "also DLRM as a sharded run of world size 1, per sharding type");
@@ -67,22 +71,23 @@ struct Setup {
   }
 };
 
-// One group for the run, on the trainers' device (Gloo on the CPU, NCCL on
-// CUDA).
-ProcessGroup* WorldOfOne(c10::Device device) {
-  static ProcessGroup* group = [device] {
-    ProcessGroupOptions options;  // world size 1, any free port
-    options.device = device;
-    absl::StatusOr<std::unique_ptr<ProcessGroup>> made =
-        ProcessGroup::Create(options);
-    if (!made.ok()) {
-      std::fprintf(stderr, "trainer_step_bench: %s\n",
-                   made.status().ToString().c_str());
-      std::exit(1);
-    }
-    return made->release();
-  }();
-  return group;
+void Check(const absl::Status& status) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "trainer_step_bench: %s\n", status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// A group of world size 1 on `device` (Gloo on the CPU, NCCL on CUDA), its
+// store on a free port: one per sharded trainer, as the trainers live side
+// by side.
+std::unique_ptr<ProcessGroup> WorldOfOne(c10::Device device) {
+  ProcessGroupOptions options;  // world size 1, any free port
+  options.device = device;
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> made =
+      ProcessGroup::Create(options);
+  Check(made.status());
+  return *std::move(made);
 }
 
 // A plan of world size 1 putting every table in one sharding type.
@@ -103,23 +108,19 @@ std::string PlanFile(const std::vector<EmbeddingTableConfig>& tables,
   }
   const std::string path = absl::StrCat("/tmp/trainer_step_bench_plan_",
                                         getpid(), "_", type, ".txt");
-  if (absl::Status written = WriteShardingPlan(plan, path); !written.ok()) {
-    std::fprintf(stderr, "trainer_step_bench: %s\n",
-                 written.ToString().c_str());
-    std::exit(1);
-  }
+  Check(WriteShardingPlan(plan, path));
   return path;
 }
 
-void Check(const absl::Status& status) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "trainer_step_bench: %s\n", status.ToString().c_str());
-    std::exit(1);
-  }
-}
+// One configuration's trainer, kept for the whole run.
+struct Configured {
+  Setup setup;
+  std::unique_ptr<ProcessGroup> group;  // sharded setups only
+  std::unique_ptr<Trainer> trainer;     // destroyed before its group
+};
 
-// Seconds per step of one fresh trainer.
-double SecondsPerStep(const Setup& setup) {
+// Creates `setup`'s trainer and warms it up for 10 steps.
+Configured Start(const Setup& setup) {
   v1::TrainerConfig config;
   config.mutable_model()->set_kind(setup.model);
   config.mutable_tracker()->set_mode(setup.mode);
@@ -130,17 +131,26 @@ double SecondsPerStep(const Setup& setup) {
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(config);
   Check(settings.status());
   settings->eval_batches = 0;
+  Configured configured{setup};
   if (!setup.sharding.empty()) {
-    settings->group = WorldOfOne(settings->device);
+    configured.group = WorldOfOne(settings->device);
+    settings->group = configured.group.get();
     settings->plan_path = PlanFile(settings->tables, setup.sharding);
   }
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*settings, [](const std::string&) {});
   Check(trainer.status());
+  configured.trainer = *std::move(trainer);
   std::atomic<bool> stop{false};
-  Check((*trainer)->Run(stop, 10).status());
+  Check(configured.trainer->Run(stop, 10).status());
+  return configured;
+}
+
+// Seconds per step of --steps more steps.
+double SecondsPerStep(Trainer& trainer) {
+  std::atomic<bool> stop{false};
   absl::StatusOr<TrainerProgress> timed =
-      (*trainer)->Run(stop, absl::GetFlag(FLAGS_steps));
+      trainer.Run(stop, absl::GetFlag(FLAGS_steps));
   Check(timed.status());
   return absl::ToDoubleSeconds(timed->elapsed) / timed->steps_this_run;
 }
@@ -163,10 +173,14 @@ int Main() {
     setups.push_back({"sequence", "id_only", "", /*auto_compact=*/false});
     setups.push_back({"sequence", "embedding", "", /*auto_compact=*/false});
   }
+  std::vector<Configured> configured;
+  for (const Setup& setup : setups) configured.push_back(Start(setup));
   std::map<std::string, std::vector<double>> times;
+  const size_t n = configured.size();
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
-    for (const Setup& setup : setups) {
-      times[setup.key()].push_back(SecondsPerStep(setup));
+    for (size_t i = 0; i < n; ++i) {
+      Configured& next = configured[(i + round) % n];
+      times[next.setup.key()].push_back(SecondsPerStep(*next.trainer));
     }
     std::fprintf(stderr, "round %d done\n", round + 1);
   }
