@@ -5,6 +5,7 @@
 #
 #   # on a machine with Debian's package index (this project's dev machines):
 #   bash deploy/cuda-build.sh fetch .debs
+#   bash deploy/cuda-build.sh check .debs   # before spending GPU time
 #   # on the GPU machine, with .debs copied beside the checkout:
 #   bash deploy/cuda-build.sh build .debs [TARGET...]
 #   # then, e.g.: LD_LIBRARY_PATH=/tmp/deb/usr/lib/x86_64-linux-gnu \
@@ -53,14 +54,51 @@ if [ "$command" = fetch ]; then
   exit 0
 fi
 
-root=/tmp/deb
-D=$root/usr
-L=$D/lib/x86_64-linux-gnu
-mkdir -p "$root" /tmp/pbinc
-for f in "$debs"/*.deb; do dpkg -x "$f" "$root"; done
+# Unpacks the .debs under $root and points pkg-config and the tools at them.
+unpack() {
+  root=$1
+  D=$root/usr
+  L=$D/lib/x86_64-linux-gnu
+  mkdir -p "$root"
+  for f in "$debs"/*.deb; do dpkg -x "$f" "$root"; done
+  export LD_LIBRARY_PATH=$L PATH=$D/bin:$PATH PKG_CONFIG_SYSROOT_DIR=$root \
+    PKG_CONFIG_LIBDIR=$L/pkgconfig:$D/share/pkgconfig
+}
+
+if [ "$command" = check ]; then
+  # Here, on a Debian machine with the project's packages installed:
+  # configures CMake with the unpacked .debs searched first and Debian's
+  # LibTorch, then lists what was found on this system instead. Apart from
+  # LibTorch (with its glog and libunwind), the C library and the toolchain,
+  # everything must come from the .debs: anything else is a package PACKAGES
+  # lacks, which the GPU machine would not have. (Headers included without a
+  # find_package, like Gloo's, are not seen.)
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  unpack "$work/root"
+  cmake -S . -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$D;$L/cmake" \
+    -DOPENSSL_ROOT_DIR="$D" -DProtobuf_PROTOC_EXECUTABLE="$D/bin/protoc" \
+    -Wno-dev >"$work/cmake.log" 2>&1 || {
+    tail -30 "$work/cmake.log"
+    exit 1
+  }
+  allowed='CMAKE_[A-Z_0-9]+|Caffe2_DIR|Torch_DIR|TORCH_LIBRARY|c10_LIBRARY'
+  allowed+='|glog_DIR|Unwind_[A-Z_]+|LIBDL_[A-Z_]+|LIBRT_[A-Z_]+'
+  system=$(grep -E '^[^:#]+:(PATH|FILEPATH)=/usr/' "$work/build/CMakeCache.txt" |
+    grep -vE "^($allowed):" || true)
+  if [ -n "$system" ]; then
+    echo "cuda-build.sh: found on this system, not in $debs" \
+      "(their packages belong in PACKAGES):"
+    echo "$system"
+    exit 1
+  fi
+  echo "cuda-build.sh: everything CMakeLists.txt finds comes from $debs"
+  exit 0
+fi
+
+unpack /tmp/deb
+mkdir -p /tmp/pbinc
 cp -r "$D/include/google" "$D/include/gloo" /tmp/pbinc/
-export LD_LIBRARY_PATH=$L PATH=$D/bin:$PATH PKG_CONFIG_SYSROOT_DIR=$root \
-  PKG_CONFIG_LIBDIR=$L/pkgconfig:$D/share/pkgconfig
 torch_dir=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch
 site=$(python3 -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
 nccl_h=$(find "$site/nvidia" /usr/local/cuda/include -name nccl.h 2>/dev/null | head -1)

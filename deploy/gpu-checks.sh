@@ -7,6 +7,7 @@
 # over NCCL, if time is left).
 #
 #   bash deploy/cuda-build.sh fetch .debs            # where apt works, once
+#   bash deploy/cuda-build.sh check .debs            # there too
 #   bash deploy/gpu-checks.sh .debs OUT [SECONDS]    # on the GPU machine
 #
 # Each step runs under a time limit within SECONDS (default 540) and logs to
