@@ -4,7 +4,8 @@
 # that has a CUDA path, then times training steps on CUDA
 # (trainer_step_bench: tracking off, ID_ONLY and EMBEDDING, with and without
 # auto-compaction, paired per round; then the sharded path at world size 1
-# over NCCL, if time is left).
+# over NCCL; then the train pipelines side by side on one GPU (pipeline_bench),
+# if time is left).
 #
 #   bash deploy/cuda-build.sh fetch .debs            # where apt works, once
 #   bash deploy/cuda-build.sh check .debs            # there too
@@ -25,6 +26,7 @@ TESTS=(delta_store_test embedding_modules_test models_test
   keyed_jagged_tensor_test keyed_tensor_test feature_dict_test
   cuda_pipelines_test)
 BENCH=trainer_step_bench
+PIPELINE_BENCH=pipeline_bench
 failed=0
 
 # step NAME LIMIT COMMAND...: runs COMMAND for at most LIMIT seconds (and no
@@ -46,7 +48,8 @@ step() {
 }
 
 nvidia-smi -L
-step build 360 bash deploy/cuda-build.sh build "$debs" "${TESTS[@]}" "$BENCH"
+step build 360 bash deploy/cuda-build.sh build "$debs" "${TESTS[@]}" "$BENCH" \
+  "$PIPELINE_BENCH"
 grep -E "NCCL backend|error:|FAILED:" "$out/build.log" | head -40
 
 export LD_LIBRARY_PATH=/tmp/deb/usr/lib/x86_64-linux-gnu
@@ -69,6 +72,14 @@ if [ -x "/tmp/b/$BENCH" ]; then
   grep -v "^round" "$out/sharded_step_bench.log"
 else
   echo "$BENCH: not built"
+  failed=1
+fi
+
+if [ -x "/tmp/b/$PIPELINE_BENCH" ]; then
+  step pipeline_bench 120 "/tmp/b/$PIPELINE_BENCH" --device=cuda --ranks=1
+  grep -v "^round" "$out/pipeline_bench.log"
+else
+  echo "$PIPELINE_BENCH: not built"
   failed=1
 fi
 exit $failed

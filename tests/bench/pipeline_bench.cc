@@ -1,11 +1,12 @@
 // Train pipelines side by side (issue 18): per pipeline, input type and
-// tracking mode, on 1..N CPU ranks (Gloo over loopback, one process per
-// rank, sharded DLRM), the wall time per iteration (P50, P90), peak memory,
-// QPS and the communication time left exposed on the training thread.
+// tracking mode, on 1..N ranks (one process per rank, sharded DLRM; CPU
+// ranks over Gloo on loopback, or with --device=cuda rank r on cuda:r over
+// NCCL), the wall time per iteration (P50, P90), peak memory, QPS and the
+// communication time left exposed on the training thread.
 //
 //   bazel run -c opt //tests/bench:pipeline_bench -- --ranks=1,2
 //       --pipeline=base,sparse_dist --input=kjt,dict
-//       --tracking=off,id_only [--accumulation=1] [--json]
+//       --tracking=off,id_only [--accumulation=1] [--device=cpu] [--json]
 //
 // Every listed ranks value is one launch; within it every combination of
 // --pipeline x --input x --tracking has its own model (same seed) and
@@ -93,6 +94,8 @@ ABSL_FLAG(std::string, input, "kjt,dict", "input types (comma list)");
 ABSL_FLAG(std::string, tracking, "off,id_only",
           "tracking modes (comma list): off, id_only, embedding");
 ABSL_FLAG(std::string, model, "dlrm", "dlrm or sequence");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, or cuda: rank r trains on cuda:r (its local rank)");
 ABSL_FLAG(int64_t, tables, 4, "embedding tables");
 ABSL_FLAG(int64_t, rows, 20000, "rows per table");
 ABSL_FLAG(int64_t, dim, 32, "embedding dim");
@@ -262,6 +265,21 @@ std::string RatioFields(const std::string& key, const Ratio* ratio) {
   return fields;
 }
 
+// This rank's device: the CPU, or for --device=cuda the CUDA device of its
+// local rank.
+c10::Device RankDevice() {
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cpu") return c10::Device(c10::kCPU);
+  if (device != "cuda") {
+    Check(absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu or cuda, got '", device, "'")));
+  }
+  absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
+  Check(env.status());
+  return c10::Device(c10::kCUDA,
+                     static_cast<c10::DeviceIndex>(env->local_rank));
+}
+
 int RunRank() {
   KeepHostMemoryForReuse();  // as the trainer's ranks do
   if (absl::GetFlag(FLAGS_bind_cores)) {
@@ -270,8 +288,9 @@ int RunRank() {
     Check(
         BindToLocalRankCores(env->local_rank, env->local_world_size).status());
   }
+  const c10::Device device = RankDevice();
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      testing::RankGroupFromEnv(absl::Seconds(120));
+      testing::RankGroupFromEnv(absl::Seconds(120), device);
   Check(group.status());
   ProcessGroup& pg = **group;
   const int64_t tables = absl::GetFlag(FLAGS_tables);
@@ -285,6 +304,7 @@ int RunRank() {
   config.sparse_optimizer.type = SparseOptimizerType::kRowwiseAdagrad;
   config.seed = 1;
   config.group = &pg;
+  config.device = device;
   SyntheticOptions data;
   data.batch_size = absl::GetFlag(FLAGS_batch);
   data.seed = 100 + pg.rank();

@@ -135,7 +135,7 @@ void ExpectRanksPassed(const std::vector<RankResult>& results) {
 }
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> RankGroupFromEnv(
-    absl::Duration timeout) {
+    absl::Duration timeout, c10::Device device) {
   if (const char* seconds = std::getenv("TEST_COLLECTIVE_TIMEOUT_S")) {
     int value = 0;
     if (!absl::SimpleAtoi(seconds, &value) || value <= 0) {
@@ -144,7 +144,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> RankGroupFromEnv(
     }
     timeout = absl::Seconds(value);
   }
-  return ProcessGroup::FromEnvironment(c10::Device(c10::kCPU), timeout);
+  return ProcessGroup::FromEnvironment(device, timeout);
 }
 
 int RunCasesOnGroup(absl::string_view scenario,

@@ -1,6 +1,8 @@
 #ifndef DELTASTREAM_TESTS_TRAINER_COMM_RANK_LAUNCHER_H_
 #define DELTASTREAM_TESTS_TRAINER_COMM_RANK_LAUNCHER_H_
 
+#include <c10/core/Device.h>
+
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -56,12 +58,14 @@ int FreePort();
 // failure shows the rank's output); prints rank 0's output.
 void ExpectRanksPassed(const std::vector<RankResult>& results);
 
-// In a rank: its process group (Gloo, CPU) from the variables RunRanks set.
+// In a rank: its process group from the variables RunRanks set, on `device`
+// (Gloo on the CPU, NCCL on CUDA).
 // A collective fails after $TEST_COLLECTIVE_TIMEOUT_S seconds when that is
 // set (tests of a dead or hung rank shorten it through `extra_env`), else
 // after `timeout`. The error of ProcessGroup::FromEnvironment otherwise.
 absl::StatusOr<std::unique_ptr<ProcessGroup>> RankGroupFromEnv(
-    absl::Duration timeout = absl::Seconds(30));
+    absl::Duration timeout = absl::Seconds(30),
+    c10::Device device = c10::Device(c10::kCPU));
 
 // In a rank: a scenario of cases "a,b,c" (names the test gave RunRanks) run
 // in order on one group, RankGroupFromEnv(timeout). Returns the first
