@@ -140,6 +140,8 @@ Configured Start(const Setup& setup) {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*settings, [](const std::string&) {});
   Check(trainer.status());
+  // The plan is read when the trainer is made.
+  if (!settings->plan_path.empty()) std::remove(settings->plan_path.c_str());
   configured.trainer = *std::move(trainer);
   std::atomic<bool> stop{false};
   Check(configured.trainer->Run(stop, 10).status());
