@@ -54,7 +54,8 @@ if [ "$command" = fetch ]; then
   exit 0
 fi
 
-# Unpacks the .debs under $root and points pkg-config and the tools at them.
+# Unpacks the .debs under $root and points pkg-config, the tools and CMake
+# (deb_cmake_args) at them.
 unpack() {
   root=$1
   D=$root/usr
@@ -63,6 +64,8 @@ unpack() {
   for f in "$debs"/*.deb; do dpkg -x "$f" "$root"; done
   export LD_LIBRARY_PATH=$L PATH=$D/bin:$PATH PKG_CONFIG_SYSROOT_DIR=$root \
     PKG_CONFIG_LIBDIR=$L/pkgconfig:$D/share/pkgconfig
+  deb_cmake_args=(-DCMAKE_PREFIX_PATH="$D;$L/cmake" -DOPENSSL_ROOT_DIR="$D"
+    -DProtobuf_PROTOC_EXECUTABLE="$D/bin/protoc")
 }
 
 if [ "$command" = check ]; then
@@ -76,9 +79,8 @@ if [ "$command" = check ]; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   unpack "$work/root"
-  cmake -S . -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$D;$L/cmake" \
-    -DOPENSSL_ROOT_DIR="$D" -DProtobuf_PROTOC_EXECUTABLE="$D/bin/protoc" \
-    -Wno-dev >"$work/cmake.log" 2>&1 || {
+  cmake -S . -B "$work/build" -G Ninja "${deb_cmake_args[@]}" -Wno-dev \
+    >"$work/cmake.log" 2>&1 || {
     tail -30 "$work/cmake.log"
     exit 1
   }
@@ -110,9 +112,7 @@ if [ -n "$nccl_h" ]; then
 fi
 echo "cuda-build.sh: NCCL backend $nccl${nccl_h:+ ($nccl_h)}"
 cmake -S . -B /tmp/b -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DTorch_DIR="$torch_dir" -DCMAKE_PREFIX_PATH="$D;$L/cmake" \
-  -DOPENSSL_ROOT_DIR="$D" -DProtobuf_PROTOC_EXECUTABLE="$D/bin/protoc" \
-  -DCMAKE_BUILD_RPATH="$L" "-DCMAKE_CXX_FLAGS=$cxx_flags" \
+  -DTorch_DIR="$torch_dir" "${deb_cmake_args[@]}" -DCMAKE_BUILD_RPATH="$L" "-DCMAKE_CXX_FLAGS=$cxx_flags" \
   "-DCMAKE_CXX_STANDARD_LIBRARIES=-L$L -lprotobuf" \
   -DDELTASTREAM_WITH_NCCL=$nccl -DDELTASTREAM_WERROR=OFF
 cmake --build /tmp/b -j"$(nproc)" ${1:+--target "$@"} -- -k 0

@@ -47,6 +47,14 @@ step() {
   return $rc
 }
 
+# built NAME: whether /tmp/b/NAME was built; says so when not.
+built() {
+  [ -x "/tmp/b/$1" ] && return 0
+  echo "$1: not built"
+  failed=1
+  return 1
+}
+
 nvidia-smi -L
 step build 360 bash deploy/cuda-build.sh build "$debs" "${TESTS[@]}" "$BENCH" \
   "$PIPELINE_BENCH"
@@ -54,32 +62,22 @@ grep -E "NCCL backend|error:|FAILED:" "$out/build.log" | head -40
 
 export LD_LIBRARY_PATH=/tmp/deb/usr/lib/x86_64-linux-gnu
 for test in "${TESTS[@]}"; do
-  if [ ! -x "/tmp/b/$test" ]; then
-    echo "$test: not built"
-    failed=1
-    continue
-  fi
+  built "$test" || continue
   step "$test" 90 "/tmp/b/$test"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |difference|Failure|skipped" \
     "$out/$test.log" | head -30
 done
 
-if [ -x "/tmp/b/$BENCH" ]; then
+if built "$BENCH"; then
   step step_bench 240 "/tmp/b/$BENCH" --device=cuda --uncompacted
   grep -v "^round" "$out/step_bench.log"
   step sharded_step_bench 150 "/tmp/b/$BENCH" --device=cuda --rounds=10 \
     --sharded
   grep -v "^round" "$out/sharded_step_bench.log"
-else
-  echo "$BENCH: not built"
-  failed=1
 fi
 
-if [ -x "/tmp/b/$PIPELINE_BENCH" ]; then
+if built "$PIPELINE_BENCH"; then
   step pipeline_bench 120 "/tmp/b/$PIPELINE_BENCH" --device=cuda --ranks=1
   grep -v "^round" "$out/pipeline_bench.log"
-else
-  echo "$PIPELINE_BENCH: not built"
-  failed=1
 fi
 exit $failed
