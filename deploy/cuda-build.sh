@@ -103,7 +103,8 @@ mkdir -p /tmp/pbinc
 cp -r "$D/include/google" "$D/include/gloo" /tmp/pbinc/
 torch_dir=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch
 site=$(python3 -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
-nccl_h=$(find "$site/nvidia" /usr/local/cuda/include -name nccl.h 2>/dev/null | head -1)
+nccl_h=$(find "$site/nvidia" /usr/local/cuda/include -name nccl.h 2>/dev/null |
+  head -1 || true)  # either folder may be missing
 cxx_flags=-I/tmp/pbinc
 nccl=OFF
 if [ -n "$nccl_h" ]; then
