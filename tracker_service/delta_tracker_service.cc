@@ -413,7 +413,12 @@ grpc::Status DeltaTrackerService::WriteChunks(
     do {
       if (context->IsCancelled()) return kClientGone;
       const int64_t n = std::min(rows_per_chunk, rows - offset);
-      if (fill != nullptr) fill->AwaitRows(fqn, offset + n);
+      if (fill != nullptr) {
+        // A read that failed while copying: nothing unwritten goes out.
+        if (absl::Status s = fill->AwaitRows(fqn, offset + n); !s.ok()) {
+          return ToGrpcStatus(s);
+        }
+      }
       chunk.set_fqn(fqn);
       chunk.set_row_offset(offset);
       chunk.set_table_rows(rows);

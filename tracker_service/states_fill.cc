@@ -15,21 +15,21 @@ StatesFill::~StatesFill() {
                 [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return finished_; });
 }
 
-void StatesFill::AwaitRows(const std::string& fqn, int64_t rows) {
+absl::Status StatesFill::AwaitRows(const std::string& fqn, int64_t rows) {
   WriterLock lock(&mu_);
   ExclusiveLockable lockable(mu_);
   changed_.wait(lockable, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return HasRowsLocked(fqn, rows);
+    return finished_ || CopiedLocked(fqn, rows);
   });
+  return CopiedLocked(fqn, rows) ? absl::OkStatus() : failure_;
 }
 
 bool StatesFill::HasRows(const std::string& fqn, int64_t rows) {
   WriterLock lock(&mu_);
-  return HasRowsLocked(fqn, rows);
+  return finished_ || CopiedLocked(fqn, rows);
 }
 
-bool StatesFill::HasRowsLocked(const std::string& fqn, int64_t rows) const {
-  if (finished_) return true;
+bool StatesFill::CopiedLocked(const std::string& fqn, int64_t rows) const {
   auto it = copied_.find(fqn);
   return it == copied_.end() || it->second >= rows;
 }
@@ -53,10 +53,14 @@ void StatesFill::Copied(const std::string& fqn, int64_t rows) {
   changed_.notify_all();
 }
 
-void StatesFill::Finish() {
+void StatesFill::Finish(absl::Status status) {
   WriterLock lock(&mu_);
   finished_ = true;
-  copied_.clear();
+  if (status.ok()) {
+    copied_.clear();
+  } else {
+    failure_ = std::move(status);
+  }
   changed_.notify_all();
 }
 

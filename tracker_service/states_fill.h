@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/shared_mutex.h"
 
@@ -32,10 +33,13 @@ class StatesFill {
   StatesFill& operator=(const StatesFill&) = delete;
   ~StatesFill();
 
-  // Waits until rows [0, rows) of table `fqn`'s states are written: at once
-  // for a table whose states came complete (or that has none), and for every
-  // table once the read has ended.
-  void AwaitRows(const std::string& fqn, int64_t rows) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until rows [0, rows) of table `fqn`'s states are written (OK): at
+  // once for a table whose states came complete (or that has none), and for
+  // every table once the read has ended well. The read's status when it
+  // failed before writing them: they never will be, and the delta handed out
+  // must not be sent.
+  absl::Status AwaitRows(const std::string& fqn, int64_t rows)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Whether AwaitRows(fqn, rows) would return at once.
   bool HasRows(const std::string& fqn, int64_t rows) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -45,9 +49,10 @@ class StatesFill {
   void HandOut(absl::StatusOr<Delta> delta) ABSL_LOCKS_EXCLUDED(mu_);
   void Expect(const std::string& fqn) ABSL_LOCKS_EXCLUDED(mu_);
   void Copied(const std::string& fqn, int64_t rows) ABSL_LOCKS_EXCLUDED(mu_);
-  // Every copy is done (called last, also after an error): the read's
-  // thread touches this object no more.
-  void Finish() ABSL_LOCKS_EXCLUDED(mu_);
+  // Called last: every copy is done (`status` OK), or the read failed with
+  // `status` and rows not yet copied will not be. The read's thread touches
+  // this object no more.
+  void Finish(absl::Status status = absl::OkStatus()) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   friend class Tracker;
@@ -55,16 +60,19 @@ class StatesFill {
   // The caller: waits for HandOut.
   absl::StatusOr<Delta> AwaitDelta() ABSL_LOCKS_EXCLUDED(mu_);
 
-  bool HasRowsLocked(const std::string& fqn, int64_t rows) const
+  // Whether rows [0, rows) of `fqn` are written.
+  bool CopiedLocked(const std::string& fqn, int64_t rows) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SharedMutex mu_;
   std::condition_variable_any changed_;
   std::unique_ptr<absl::StatusOr<Delta>> delta_ ABSL_GUARDED_BY(mu_);
   bool handed_out_ ABSL_GUARDED_BY(mu_) = false;
-  // Rows copied of each table still being copied.
+  // Rows copied of each table still being copied (of every table not
+  // copied whole when the read failed).
   absl::flat_hash_map<std::string, int64_t> copied_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // Finish's status
 };
 
 // One thread that runs a tracker's filling reads one after another, in the

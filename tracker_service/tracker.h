@@ -336,7 +336,9 @@ class Tracker {
   // released (records and steps go on; every other change waits) unless the
   // read goes through the open batch, and delivers the read (moves the
   // cursors) once they are copied. Send a table's rows once
-  // (*fill)->AwaitRows says they are there; `*fill` (set on success and on
+  // (*fill)->AwaitRows says they are there, and nothing more of the delta
+  // when it returns an error (a copy failed: the read moved nothing and the
+  // rows it names were never written); `*fill` (set on success and on
   // error) must go before the tracker (its destructor waits for the read). A
   // read that works with the states itself (scores, top-k, momentum_diff,
   // rowwise_adagrad) copies them before it hands out; one that leaves no

@@ -250,8 +250,11 @@ absl::StatusOr<Delta> Tracker::GetDeltaFilling(
   fill_thread_.Run([this, request, raw] {
     absl::StatusOr<Delta> delta =
         CatchTorchErrors([&] { return GetDeltaUnguarded(request, raw); });
-    raw->HandOut(std::move(delta));  // a failed read's status; else nothing
-    raw->Finish();
+    const absl::Status status = delta.status();
+    // A read that fails before the hand-out hands out its status; after it,
+    // its sender learns it from AwaitRows.
+    raw->HandOut(std::move(delta));
+    raw->Finish(status);
   });
   return raw->AwaitDelta();
 }

@@ -1,4 +1,5 @@
-// The tracker under concurrent readers, and random runs against an event model.
+// The tracker under concurrent readers, random runs against an event model,
+// and a filling read's StatesFill.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -171,7 +172,7 @@ TEST(TrackerConcurrencyTest, RecordsDoNotWaitForAFillingReadsCopy) {
     tracker->Step();
     tracker->TriggerCompaction();
     recorded_during_copy = !fill->HasRows(kT1, kCopyRows);
-    fill->AwaitRows(kT1, kCopyRows);
+    ASSERT_TRUE(fill->AwaitRows(kT1, kCopyRows).ok());
     EXPECT_TRUE(at::equal(delta->tables.at(kT1).states, states));
     fill.reset();  // waits for the read's end: delivered
     const absl::StatusOr<Delta> next = tracker->GetDelta(closed);
@@ -273,7 +274,8 @@ TEST(TrackerConcurrencyTest, FillingReadsDuringTrainingMissNothing) {
         absl::StatusOr<Delta> delta = tracker->GetDeltaFilling(request, &fill);
         ASSERT_TRUE(delta.ok()) << delta.status();
         const std::vector<int64_t> ids = IdsOf(*delta, kT1);
-        fill->AwaitRows(kT1, static_cast<int64_t>(ids.size()));
+        ASSERT_TRUE(
+            fill->AwaitRows(kT1, static_cast<int64_t>(ids.size())).ok());
         if (ids.empty()) continue;
         // Row i's state is ID i in every column.
         const at::Tensor& rows = delta->tables.at(kT1).states;
@@ -471,6 +473,40 @@ TEST(TrackerConcurrencyTest, ConcurrentReadersMissNothing) {
         << consumer;
   }
   EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
+}
+
+TEST(StatesFillTest, AReadThatFailsWhileCopyingSaysSoForRowsNotWritten) {
+  StatesFill fill;
+  fill.Expect(kT1);
+  fill.Expect("t2");
+  fill.HandOut(Delta{});
+  fill.Copied(kT1, 100);
+  EXPECT_TRUE(fill.HasRows(kT1, 100));
+  EXPECT_FALSE(fill.HasRows(kT1, 101));
+  absl::Status waited;
+  std::thread sender([&] { waited = fill.AwaitRows("t2", 10); });
+  fill.Finish(absl::InternalError("copy failed"));
+  sender.join();
+  EXPECT_EQ(waited, absl::InternalError("copy failed"));
+  // Rows written before the failure may go; none after them.
+  EXPECT_TRUE(fill.AwaitRows(kT1, 100).ok());
+  EXPECT_EQ(fill.AwaitRows(kT1, 101), absl::InternalError("copy failed"));
+  // A table that came complete (no copy expected) is whole.
+  EXPECT_TRUE(fill.AwaitRows("t3", 5).ok());
+}
+
+TEST(StatesFillTest, AReadThatEndsWellHasEveryRow) {
+  StatesFill fill;
+  fill.Expect(kT1);
+  fill.HandOut(Delta{});
+  fill.Copied(kT1, 10);
+  absl::Status waited = absl::UnknownError("not waited");
+  std::thread sender([&] { waited = fill.AwaitRows(kT1, 20); });
+  fill.Copied(kT1, 20);
+  fill.Finish();
+  sender.join();
+  EXPECT_TRUE(waited.ok()) << waited;
+  EXPECT_TRUE(fill.AwaitRows(kT1, 1000).ok());
 }
 
 }  // namespace

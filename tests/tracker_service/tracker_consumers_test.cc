@@ -404,7 +404,7 @@ TEST(TrackerTest, FillingReadAnswersAsGetDelta) {
     ASSERT_EQ(got->tables.size(), expected.tables.size());
     for (const auto& [fqn, table] : expected.tables) {
       const TableDelta& mine = got->tables.at(fqn);
-      fill->AwaitRows(fqn, mine.ids.size(0));
+      ASSERT_TRUE(fill->AwaitRows(fqn, mine.ids.size(0)).ok());
       EXPECT_TRUE(at::equal(mine.ids, table.ids)) << fqn << " round " << round;
       EXPECT_TRUE(at::equal(mine.states, table.states))
           << fqn << " round " << round;
@@ -463,7 +463,7 @@ TEST(TrackerTest, FillingReadsAtOnceAnswerAsGetDelta) {
       EXPECT_EQ(got[c]->end_batch, expected[c].end_batch);
       for (const auto& [fqn, table] : expected[c].tables) {
         const TableDelta& mine = got[c]->tables.at(fqn);
-        fills[c]->AwaitRows(fqn, mine.ids.size(0));
+        ASSERT_TRUE(fills[c]->AwaitRows(fqn, mine.ids.size(0)).ok());
         EXPECT_TRUE(at::equal(mine.ids, table.ids)) << fqn << " c" << c;
         EXPECT_EQ(mine.states.defined(), table.states.defined()) << fqn;
         if (table.states.defined()) {
