@@ -429,7 +429,8 @@ int64_t NewCut() {
   return cut;
 }
 
-// Every rank's status as one (see FanInClient's class comment).
+}  // namespace
+
 v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
   v1::StatusResponse merged = std::move(statuses[0]);
   std::map<std::string, v1::TableStatus*> tables;
@@ -474,6 +475,8 @@ v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
       if (it == consumers.end()) continue;  // not on rank 0: not listed
       v1::ConsumerStatus& into = *it->second;
       into.set_cursor(std::min(into.cursor(), consumer.cursor()));
+      into.set_highest_cursor(
+          std::max(into.highest_cursor(), consumer.highest_cursor()));
       into.set_lag_steps(std::max(into.lag_steps(), consumer.lag_steps()));
       into.set_lag_seconds(
           std::max(into.lag_seconds(), consumer.lag_seconds()));
@@ -492,8 +495,6 @@ v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
   }
   return merged;
 }
-
-}  // namespace
 
 absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
     const std::shared_ptr<const Ranks>& ranks,

@@ -52,9 +52,9 @@ namespace deltastream {
 // (base/subscription_schedule.h, as the server's Subscribe), the tracker's
 // batch from rank 0's status (every 10 ms while a push waits for steps).
 // Status merges every rank's (current_batch the lowest; sizes summed; per
-// consumer the lowest cursor, the largest lag, a resync any rank asks for);
-// consumers are added, removed and cleared on every rank; Snapshot and
-// Compact run on every rank (rank 0's answer).
+// consumer the lowest cursor and the highest, the largest lag, a resync any
+// rank asks for); consumers are added, removed and cleared on every rank;
+// Snapshot and Compact run on every rank (rank 0's answer).
 //
 // The ranks are discovered at the first call and again after a rank was
 // unreachable or a read came from another run (a restarted group may have
@@ -165,6 +165,11 @@ class FanInClient final : public TrackerClient {
 // Exposed for tests; `parts` are consumed.
 absl::StatusOr<ReceivedDelta> MergeRankDeltas(
     const v1::TopologyResponse& topology, std::vector<ReceivedDelta> parts);
+
+// Every rank's status as one, in rank order, as FanInClient::Status merges
+// them (its class comment; per consumer also the highest cursor). Exposed
+// for tests; `statuses` (at least one) are consumed.
+v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses);
 
 }  // namespace deltastream
 

@@ -161,9 +161,14 @@ absl::Status Predictor::Session() {
       dense_expected_ = !replica_->Dense().parameters.empty();
     }
   }
+  // A sharded trainer's ranks may hold the consumer at different cursors:
+  // a replica must not start before the highest (the rows before it may be
+  // gone from that rank).
   int64_t cursor = -2;
   for (const v1::ConsumerStatus& consumer : tracker->consumers()) {
-    if (consumer.name() == options_.consumer) cursor = consumer.cursor();
+    if (consumer.name() == options_.consumer) {
+      cursor = std::max(consumer.cursor(), consumer.highest_cursor());
+    }
   }
   if (cursor == -2) {
     absl::StatusOr<std::vector<std::string>> added =

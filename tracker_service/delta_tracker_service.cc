@@ -785,6 +785,7 @@ void DeltaTrackerService::FillStatus(v1::StatusResponse* response) const {
     v1::ConsumerStatus* out = response->add_consumers();
     out->set_name(c.name);
     out->set_cursor(c.cursor);
+    out->set_highest_cursor(c.cursor);
     out->set_lag_steps(c.lag_steps);
     out->set_has_pending_read(c.pending_end.has_value());
     out->set_pending_end(c.pending_end.value_or(0));

@@ -14,8 +14,9 @@
 // resumes without a resync when it subscribes on from the version it holds
 // (continue_from); a read of one chosen table, of every sharding type,
 // is that table of the merged read. Then, in one process: a one-process trainer
-// is read through FanInClient as through a DeltaClient, and MergeRankDeltas
-// refuses parts that do not fit together.
+// is read through FanInClient as through a DeltaClient, MergeRankDeltas
+// refuses parts that do not fit together, and MergeStatuses gives a
+// consumer's lowest and highest cursor.
 #include "clients/fan_in_client.h"
 
 #include <ATen/ATen.h>
@@ -418,6 +419,29 @@ std::vector<ReceivedDelta> Parts(ReceivedTable a, ReceivedTable b) {
   parts[0].tables["t"] = std::move(a);
   parts[1].tables["t"] = std::move(b);
   return parts;
+}
+
+// The status of a rank holding consumer "c" at `cursor`, `lag` steps behind.
+v1::StatusResponse RankStatus(int64_t cursor, int64_t lag) {
+  v1::StatusResponse status;
+  status.set_current_batch(cursor + lag);
+  v1::ConsumerStatus* consumer = status.add_consumers();
+  consumer->set_name("c");
+  consumer->set_cursor(cursor);
+  consumer->set_highest_cursor(cursor);
+  consumer->set_lag_steps(lag);
+  return status;
+}
+
+TEST(MergeStatusesTest, AConsumersCursorsSpanTheRanks) {
+  std::vector<v1::StatusResponse> ranks = {RankStatus(20, 1), RankStatus(10, 3),
+                                           RankStatus(15, 2)};
+  const v1::StatusResponse merged = MergeStatuses(std::move(ranks));
+  ASSERT_EQ(merged.consumers_size(), 1);
+  EXPECT_EQ(merged.consumers(0).cursor(), 10);
+  EXPECT_EQ(merged.consumers(0).highest_cursor(), 20);
+  EXPECT_EQ(merged.consumers(0).lag_steps(), 3);
+  EXPECT_EQ(merged.current_batch(), 13);
 }
 
 TEST(MergeRankDeltasTest, JoinsColumnBlocksByIdInColumnOrder) {
