@@ -159,8 +159,10 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     } catch (const c10::Error&) {
       return Invalid("device", absl::StrCat("cannot parse '", device, "'"));
     }
-    // "cuda" means the first device: tensors report a concrete index.
-    if (!settings.device.has_index()) settings.device.set_index(0);
+    // "cuda" means the first device (each rank's own: LocalRankDevice):
+    // tensors report a concrete index.
+    settings.device_index_given = settings.device.has_index();
+    if (!settings.device_index_given) settings.device.set_index(0);
   } else {
     return Invalid("device",
                    absl::StrCat("cpu, cuda or cuda:N, got '", device, "'"));
@@ -306,6 +308,13 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   }
   settings.plan_path = config.sharding().plan();
   return settings;
+}
+
+c10::Device LocalRankDevice(const TrainerSettings& settings, int local_rank) {
+  if (!settings.device.is_cuda() || settings.device_index_given) {
+    return settings.device;
+  }
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
 }  // namespace deltastream

@@ -69,7 +69,10 @@ struct TrainerSettings {
   std::string restore_chain;  // see v1::Checkpoints.restore_chain
 
   int64_t steps = 300;  // -1: until the data ends or a stop is asked
+  // "cuda" without an index resolves to cuda:0; each rank of several trains
+  // on LocalRankDevice instead.
   c10::Device device = c10::Device(c10::kCPU);
+  bool device_index_given = false;  // the config named one ("cuda:1")
   uint64_t seed = 0;
   int64_t log_every_steps = 50;
   // The step loop: pipeline, accumulation_steps, mixed_precision.
@@ -93,6 +96,11 @@ absl::StatusOr<v1::TrainerConfig> ReadTrainerConfig(const std::string& path);
 // without a directory.
 absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     const v1::TrainerConfig& config);
+
+// The device local rank `local_rank` of a multi-rank run trains on: for
+// "cuda" without an index, cuda:LOCAL_RANK (a GPU per rank, as torchrun's
+// users expect); otherwise the device configured, the same for every rank.
+c10::Device LocalRankDevice(const TrainerSettings& settings, int local_rank);
 
 }  // namespace deltastream
 

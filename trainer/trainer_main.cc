@@ -146,6 +146,12 @@ absl::Status CheckLaunch(const TrainerSettings& settings) {
       !s.ok()) {
     return s;
   }
+  if (ranks > 1 && settings.device.is_cuda() && settings.device_index_given) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device ", settings.device.str(), " for each of ", ranks,
+        " ranks: NCCL needs a GPU per rank; device \"cuda\" gives each rank "
+        "cuda:LOCAL_RANK"));
+  }
   if (!settings.plan_path.empty()) {
     absl::StatusOr<v1::ShardingPlan> plan =
         ReadShardingPlan(settings.plan_path);
@@ -353,6 +359,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<ProcessGroup> group;
   const bool ranked = std::getenv("RANK") != nullptr;
   if (ranked) {
+    settings->device = LocalRankDevice(*settings, env->local_rank);
     ProcessGroupOptions options;
     options.env = *env;
     options.device = settings->device;

@@ -136,5 +136,23 @@ TEST(ConfigDefaults, TheTrainersSettingsAreMadeOfThem) {
                    .ok());
 }
 
+TEST(ConfigDefaults, CudaWithoutAnIndexIsEachRanksOwnGpu) {
+  absl::StatusOr<TrainerSettings> settings =
+      ResolveTrainerConfig(Parse(R"(device: "cuda")"));
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->device, c10::Device("cuda:0"));  // one process
+  EXPECT_EQ(LocalRankDevice(*settings, 0), c10::Device("cuda:0"));
+  EXPECT_EQ(LocalRankDevice(*settings, 3), c10::Device("cuda:3"));
+
+  // A device named is every rank's.
+  settings = ResolveTrainerConfig(Parse(R"(device: "cuda:1")"));
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(LocalRankDevice(*settings, 0), c10::Device("cuda:1"));
+  EXPECT_EQ(LocalRankDevice(*settings, 3), c10::Device("cuda:1"));
+  settings = ResolveTrainerConfig(Parse(R"(device: "cpu")"));
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_TRUE(LocalRankDevice(*settings, 3).is_cpu());
+}
+
 }  // namespace
 }  // namespace deltastream

@@ -12,7 +12,8 @@
 #     tables, merged; each rank serves its metrics on --metrics_listen's
 #     port plus its local rank;
 #  5. a port a rank would serve on, already taken, is refused by the
-#     launcher before any rank starts (exit 2, naming the local rank);
+#     launcher before any rank starts (exit 2, naming the local rank), and
+#     so is one named GPU for every rank;
 #  6. a rank that cannot start (its checkpoint file damaged) stops the group
 #     at once, named with its reason, without waiting out a timeout or the
 #     grace period.
@@ -217,6 +218,15 @@ grep -q "local rank 1's service: cannot listen on 127.0.0.1:$((port + 1)): addre
   "$DIR/taken.err" || fail "taken port: not named: $(cat "$DIR/taken.err")"
 ! grep -q 'started 2 ranks' "$DIR/taken.err" ||
   fail "taken port: ranks were started: $(cat "$DIR/taken.err")"
+
+# 5b. One named GPU for two ranks is refused before any rank starts (NCCL
+# would refuse two ranks on one GPU); "cuda" gives each rank its own.
+"$TRAINER" --config="$DIR/two.txt" --nproc_per_node=2 --device=cuda:1 \
+  > "$DIR/gpu.out" 2> "$DIR/gpu.err"
+rc=$?
+[ "$rc" = 2 ] || fail "one GPU for two ranks: exited $rc: $(cat "$DIR/gpu.err")"
+grep -q 'device cuda:1 for each of 2 ranks: NCCL needs a GPU per rank' \
+  "$DIR/gpu.err" || fail "one GPU for two ranks: not said: $(cat "$DIR/gpu.err")"
 
 # 6. Rank 1's checkpoint file is damaged (one byte flipped: its size, which
 # the manifest lists, is unchanged, so only reading it finds the fault).
