@@ -1,7 +1,10 @@
 #include "trainer/checkpoint.h"
 
+#include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
 
 #include <algorithm>
 #include <atomic>
@@ -534,8 +537,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
   }
   std::fclose(file);
 
-  // torch::pickle_load does not check the archive's CRCs: a flipped byte in
-  // a table would load as a wrong value.
+  // torch::jit::pickle_load does not check the archive's CRCs: a flipped byte
+  // in a table would load as a wrong value.
   if (absl::Status s = VerifyZipChecksums(
           absl::string_view(bytes.data(), bytes.size()), path);
       !s.ok()) {
@@ -543,7 +546,7 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
   }
   std::map<std::string, at::Tensor> tensors;
   try {
-    c10::IValue loaded = torch::pickle_load(bytes);
+    c10::IValue loaded = torch::jit::pickle_load(bytes);
     for (const auto& entry : loaded.toGenericDict()) {
       tensors[entry.key().toStringRef()] = entry.value().toTensor();
     }
@@ -770,7 +773,7 @@ absl::Status Fill(const std::vector<std::string>& files,
       *bytes_read += static_cast<int64_t>(fs::file_size(files[file], error));
     }
     try {
-      torch::NoGradGuard no_grad;
+      at::NoGradGuard no_grad;
       for (const auto& [target, block] : pairs) {
         auto it = loaded.find(target->entry->key());
         if (it == loaded.end()) {
@@ -1050,7 +1053,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
     return s;
   }
   try {
-    torch::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;
     for (auto& [live, target] : dense) live.copy_(targets[target].out);
     at::Tensor state_bytes =
         targets[optimizer_target].out.to(at::kCPU).contiguous();

@@ -1,7 +1,9 @@
 #include "trainer/trainer.h"
 
+#include <ATen/ATen.h>
 #include <google/protobuf/text_format.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 #include <zlib.h>
 
 #include <optional>
@@ -292,7 +294,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
   if (eval_batches_.empty()) return 0.5;
   std::vector<at::Tensor> scores, labels;
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
-    torch::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;
     for (const Batch& batch : eval_batches_) {
       absl::StatusOr<at::Tensor> logits = model_->Forward(batch);
       if (!logits.ok()) return logits.status();

@@ -2,7 +2,8 @@
 // else a checkpoint chain (settings.restore_chain); the data fast-forwarded
 // past the restored steps; the tracker's snapshots opened and restored, and
 // its batch index brought in line with the model's step.
-#include <torch/torch.h>
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -267,7 +268,7 @@ absl::Status Trainer::RestoreFromChain() {
   }
   int64_t rows = 0;
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
-    torch::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;
     for (const auto& [fqn, table] : chain->tables) {
       auto it = tables.find(fqn);
       if (it == tables.end()) {

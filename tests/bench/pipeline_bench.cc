@@ -46,7 +46,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <sys/resource.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 
 #include <algorithm>
 #include <atomic>

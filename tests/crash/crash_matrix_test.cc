@@ -8,11 +8,12 @@
 // (a non-OK status) that left every file as it was. Never an empty or mixed
 // state opened as if it were fine.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <torch/torch.h>
+#include <torch/optim/sgd.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -500,7 +501,7 @@ std::unique_ptr<RecModel> SmallModel() {
 }
 
 void SetModelState(RecModel& model, int64_t state) {
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   for (const at::Tensor& p : model.dense().parameters()) {
     p.fill_(static_cast<double>(state));
   }

@@ -18,7 +18,8 @@
 // Dense parameter i (in named_parameters() order): 0.001 i + arange / 1000.
 
 #include <ATen/ATen.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -183,7 +184,7 @@ inline absl::Status SetKnownStates(RecModel& model) {
   for (auto& [module, named] : states) {
     if (absl::Status s = module->LoadStateTensors(named); !s.ok()) return s;
   }
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   int64_t i = 0;
   for (const at::Tensor& p : model.dense().parameters()) {
     p.copy_(0.001 * static_cast<double>(i++) +

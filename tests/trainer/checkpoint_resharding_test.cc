@@ -16,6 +16,8 @@
 // (DIR/<optimizer>/checkpoint-000000000007, saved by 2 ranks).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 #include <unistd.h>
 
 #include <cstdio>

@@ -7,7 +7,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
-#include <torch/torch.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize/archive.h>
 
 #include <filesystem>
 #include <fstream>
@@ -237,7 +239,7 @@ void WriteOldCheckpoint(const std::string& path, RecModel& model,
                      tensor.clone());
     }
   }
-  const std::vector<char> pickled = torch::pickle_save(tensors);
+  const std::vector<char> pickled = torch::jit::pickle_save(tensors);
   ASSERT_TRUE(
       WriteFileDurably(path, absl::string_view(pickled.data(), pickled.size()))
           .ok());

@@ -4,7 +4,10 @@
 // Building blocks the models share. Internal to trainer/models (not in the
 // library's hdrs): it pulls in LibTorch's C++ frontend, so include it from
 // .cc files only.
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
 
 #include <cstdint>
 #include <vector>

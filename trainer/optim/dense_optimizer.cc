@@ -1,6 +1,8 @@
 #include "trainer/optim/dense_optimizer.h"
 
-#include <torch/torch.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 
 #include "absl/strings/str_cat.h"
 

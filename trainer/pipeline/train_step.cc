@@ -1,7 +1,8 @@
 #include "trainer/pipeline/train_step.h"
 
 #include <ATen/autocast_mode.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
 #include <optional>

@@ -7,7 +7,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/nn/module.h>
+#include <torch/optim/adagrad.h>
 
 #include <cmath>
 #include <cstdio>
@@ -128,14 +130,14 @@ TEST(ModelsTest, ShapesPathsAndDeterminism) {
   for (bool sequence : {false, true}) {
     SCOPED_TRACE(Name(sequence));
     // The global generator's state must not matter.
-    torch::manual_seed(1);
+    at::manual_seed(1);
     auto a = *MakeModel(sequence);
-    torch::manual_seed(2);
+    at::manual_seed(2);
     auto b = *MakeModel(sequence);
     auto c = *MakeModel(sequence, /*seed=*/8);
     at::Generator generator = at::detail::createCPUGenerator(5);
     Batch batch = ToyBatch(sequence, generator);
-    torch::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;
     at::Tensor la = *a->Forward(batch), lb = *b->Forward(batch),
                lc = *c->Forward(batch);
     EXPECT_EQ(la.sizes(), (std::vector<int64_t>{kBatchSize}));
@@ -170,7 +172,7 @@ TEST(ModelsTest, IgnoresFeaturesItDoesNotRead) {
     auto model = *MakeModel(sequence);
     at::Generator generator = at::detail::createCPUGenerator(5);
     Batch with_extra = ToyBatch(sequence, generator, /*extra_key=*/true);
-    torch::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;
     absl::StatusOr<at::Tensor> logits = model->Forward(with_extra);
     ASSERT_TRUE(logits.ok()) << logits.status();
     EXPECT_TRUE(
@@ -343,7 +345,7 @@ void CheckLearns(bool sequence) {
   for (int i = 0; i < 8; ++i)
     held_out.push_back(ToyBatch(sequence, eval_generator));
   auto held_out_auc = [&] {
-    torch::NoGradGuard no_grad;
+    at::NoGradGuard no_grad;
     std::vector<at::Tensor> scores, labels;
     for (const Batch& b : held_out) {
       scores.push_back(*model->Forward(b));

@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <cmath>

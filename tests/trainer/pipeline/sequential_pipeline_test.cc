@@ -6,7 +6,8 @@
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 
 #include <cmath>
 #include <cstdint>
