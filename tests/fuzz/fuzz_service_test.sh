@@ -96,7 +96,8 @@ if [ -z "$libs" ]; then
 fi
 
 # LibTorch's and gRPC's headers, parsed once into a precompiled header that
-# every object starts from: parsing them was most of each object's time.
+# every object starts from (tracker_reads.cc: 19.0 s of CPU without it, 15.6 s
+# with it, 13.0 s with line tables only as well).
 pch_header=$build/common.h
 printf '#include <%s>\n' ATen/ATen.h grpcpp/grpcpp.h >"$build/common.h.new"
 cmp -s "$build/common.h.new" "$pch_header" || mv "$build/common.h.new" "$pch_header"
