@@ -19,13 +19,17 @@ absl::Status StatesFill::AwaitRows(const std::string& fqn, int64_t rows) {
   WriterLock lock(&mu_);
   ExclusiveLockable lockable(mu_);
   changed_.wait(lockable, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return finished_ || CopiedLocked(fqn, rows);
+    return SettledLocked(fqn, rows);
   });
   return CopiedLocked(fqn, rows) ? absl::OkStatus() : failure_;
 }
 
 bool StatesFill::HasRows(const std::string& fqn, int64_t rows) {
   WriterLock lock(&mu_);
+  return SettledLocked(fqn, rows);
+}
+
+bool StatesFill::SettledLocked(const std::string& fqn, int64_t rows) const {
   return finished_ || CopiedLocked(fqn, rows);
 }
 

@@ -63,6 +63,10 @@ class StatesFill {
   // Whether rows [0, rows) of `fqn` are written.
   bool CopiedLocked(const std::string& fqn, int64_t rows) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether AwaitRows(fqn, rows) is done waiting: the rows are written, or
+  // the read's thread is finished and never will write them.
+  bool SettledLocked(const std::string& fqn, int64_t rows) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SharedMutex mu_;
   std::condition_variable_any changed_;

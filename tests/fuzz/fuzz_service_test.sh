@@ -100,7 +100,11 @@ fi
 # with it, 13.0 s with line tables only as well).
 pch_header=$build/common.h
 printf '#include <%s>\n' ATen/ATen.h grpcpp/grpcpp.h >"$build/common.h.new"
-cmp -s "$build/common.h.new" "$pch_header" || mv "$build/common.h.new" "$pch_header"
+if cmp -s "$build/common.h.new" "$pch_header"; then
+  rm "$build/common.h.new"
+else
+  mv "$build/common.h.new" "$pch_header"
+fi
 
 # A generated Makefile: parallel, and incremental when the build directory is
 # kept (header dependencies through -MMD).
