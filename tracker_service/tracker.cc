@@ -387,7 +387,7 @@ void Tracker::EnforceMemoryCapLocked() {
       if (lost == 0) continue;
       for (auto& [name, consumer] : consumers_) {
         if (CursorOf(*consumer, fqn) <= *oldest) {
-          MarkLostLocked(*consumer, *oldest);
+          MarkLostLocked(*consumer, *oldest, &fqn);
           consumer->lost_ids += lost;
           consumer->dropped_ids += lost;
         }

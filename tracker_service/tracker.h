@@ -465,9 +465,13 @@ class Tracker {
   void AdvanceLocked(Consumer& consumer,
                      const std::vector<std::string>& only_fqns, int64_t end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Rows of batches up to `batch` that `consumer` had not read were dropped:
-  // it must resync, and no read it holds uncommitted told it so.
-  void MarkLostLocked(Consumer& consumer, int64_t batch)
+  // Rows of batches up to `batch` that `consumer` had not read were dropped,
+  // of table `fqn` (null: of every table): it must resync, and no read it
+  // holds uncommitted told it so. Committing one of those reads ends the
+  // resync only if the read held what was dropped: it covers the table (every
+  // table, for a loss of every table) and ends after `batch`.
+  void MarkLostLocked(Consumer& consumer, int64_t batch,
+                      const std::string* fqn = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // SaveState's mode, current batch and consumers.
   void SaveConsumersLocked(TrackerState& state) const

@@ -457,7 +457,14 @@ absl::Status Tracker::PrepareReadLocked(
                          "' (known: ", absl::StrJoin(listed, ", "), ")"));
       }
     }
-    fqns = request.fqns;
+    // A table named twice is read once (twice, its top-k and the diff of
+    // the optimizer-state modes would apply twice to one table).
+    fqns.clear();
+    for (const std::string& fqn : request.fqns) {
+      if (std::find(fqns.begin(), fqns.end(), fqn) == fqns.end()) {
+        fqns.push_back(fqn);
+      }
+    }
   }
   for (const auto& [fqn, spec] : request.per_table_top_k) {
     if (std::find(fqns.begin(), fqns.end(), fqn) == fqns.end()) {
@@ -605,11 +612,13 @@ void Tracker::AdvanceLocked(Consumer& consumer,
   }
 }
 
-void Tracker::MarkLostLocked(Consumer& consumer, int64_t batch) {
+void Tracker::MarkLostLocked(Consumer& consumer, int64_t batch,
+                             const std::string* fqn) {
   if (!consumer.resync_required) ++consumer.resyncs;
   consumer.resync_required = true;
   for (PendingRead& read : consumer.pending) {
-    read.lost_through = std::max(read.lost_through, batch);
+    const bool held = fqn != nullptr ? read.Reads(*fqn) : read.fqns.empty();
+    read.lost_through = held ? std::max(read.lost_through, batch) : INT64_MAX;
   }
 }
 

@@ -7,7 +7,9 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -174,6 +176,83 @@ TEST(TrackerTest, CommitEndsResyncWhenOnlyRowsTheReadHeldWereDropped) {
   ASSERT_TRUE(t.tracker->Commit("default", read.end_batch).ok());
   EXPECT_FALSE(t.Consumer().resync_required);
   EXPECT_FALSE(Read(*t.tracker).resync_required);
+}
+
+// A read of the closed batches of `fqns` (empty: every table).
+Delta ReadClosed(Tracker& tracker, std::vector<std::string> fqns = {}) {
+  DeltaRequest request;
+  request.fqns = std::move(fqns);
+  request.through_current_batch = false;
+  absl::StatusOr<Delta> delta = tracker.GetDelta(request);
+  EXPECT_TRUE(delta.ok()) << delta.status();
+  return delta.ok() ? *std::move(delta) : Delta();
+}
+
+// A read of one table did not hold the rows of another: rows of t2 dropped
+// after a read of t1 alone was delivered keep the resync when that read is
+// committed (before, the commit ended it and t2's rows were lost silently).
+TEST(TrackerTest, CommitOfAReadOfOneTableKeepsResyncForAnothersRows) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  options.memory_cap_bytes = 3 * 64 * 8;  // three lookups of 64 IDs
+  auto tracker = MakeTracker(options);
+  const auto ids = [](int64_t from) {
+    return at::arange(from, from + 64, at::kLong);
+  };
+  ASSERT_TRUE(tracker->RecordTables({{kT1, ids(0)}, {kT2, ids(0)}}).ok());
+  tracker->Step();
+  const Delta read = ReadClosed(*tracker, {kT1});
+  EXPECT_FALSE(read.resync_required);
+  // Over the cap: batch 0 goes, t2's rows of it never read.
+  ASSERT_TRUE(
+      tracker->RecordTables({{kT2, at::arange(64, 192, at::kLong)}}).ok());
+  ASSERT_GT(tracker->Status().cap_drops, 0);
+  ASSERT_TRUE(tracker->Commit("default", read.end_batch).ok());
+  EXPECT_TRUE(tracker->Status().consumers.at(0).resync_required);
+  const Delta next = ReadClosed(*tracker, {kT2});
+  EXPECT_TRUE(next.resync_required);
+  EXPECT_GT(next.lost_rows, 0);
+}
+
+// The same for a loss of every table before a batch (a restart whose tracker
+// is behind its model): a read of one table did not hold the others.
+TEST(TrackerTest, ResyncBeforeABatchOutlivesACommitOfOneTable) {
+  TrackerOptions options;
+  options.acknowledged_reads = true;
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1})}, {kT2, Ids({2})}}).ok());
+  tracker->Step();
+  tracker->Step();
+  const Delta read = ReadClosed(*tracker, {kT1});
+  ASSERT_EQ(read.end_batch, 2);
+  tracker->RequireResyncBefore(1);
+  ASSERT_TRUE(tracker->Commit("default", read.end_batch).ok());
+  EXPECT_TRUE(tracker->Status().consumers.at(0).resync_required);
+  // A read of every table ending after the loss ends it.
+  const Delta whole = ReadClosed(*tracker);
+  EXPECT_TRUE(whole.resync_required);
+  ASSERT_TRUE(tracker->Commit("default", whole.end_batch).ok());
+  EXPECT_FALSE(tracker->Status().consumers.at(0).resync_required);
+}
+
+// A table named twice in a read is read once: its top-k applies once.
+TEST(TrackerTest, ATableNamedTwiceIsReadOnce) {
+  TensorRowsReader reader;
+  // Momentum norms 1..4 for IDs 0..3.
+  reader.SetTable(kT1, at::zeros({4, 2}),
+                  at::stack({at::arange(1, 5, at::kFloat), at::zeros({4})}, 1));
+  TrackerOptions options;
+  options.mode = TrackingMode::kMomentumLast;
+  auto tracker = MakeTracker(options, &reader);
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({0, 1, 2, 3})}}).ok());
+  tracker->Step();
+  DeltaRequest request;
+  request.fqns = {kT1, kT1};
+  request.top_k = TopK::Percentage(50);
+  request.through_current_batch = false;
+  absl::StatusOr<Delta> delta = tracker->GetDelta(request);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(IdsOf(*delta, kT1), (std::vector<int64_t>{2, 3}));
 }
 
 // An embedding-mode tracker of t1 alone, over a live 10 x 2 table of zeros.
