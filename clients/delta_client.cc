@@ -239,6 +239,14 @@ absl::Status Malformed(absl::string_view what) {
   return absl::DataLossError(absl::StrCat("malformed delta chunk: ", what));
 }
 
+// Why RowsDestination found no place for a chunk's rows: a table that
+// does not fit in memory as it is (ResourceExhausted), else a malformed chunk.
+absl::Status Unplaced(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted
+             ? status
+             : Malformed(status.message());
+}
+
 // Reads one v1::Tensor message holding rows [row_offset, ...) of a table of
 // `table_rows` rows: its data goes from the received bytes straight into
 // `*table` (allocated on the first chunk). `*received` rows of it came
@@ -276,6 +284,13 @@ absl::Status ReadRowsInto(CodedInputStream& in, int64_t row_offset,
                wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t bytes = 0;
       if (!in.ReadVarint32(&bytes)) return Malformed("data length");
+      // Before anything is allocated for them, the bytes must be there: a
+      // length past the message (2^31 and more would read as a negative
+      // size) is refused, not read.
+      if (bytes > static_cast<uint32_t>(std::max(0, in.BytesUntilLimit()))) {
+        return Malformed(
+            absl::StrCat("data of ", bytes, " bytes past the tensor's end"));
+      }
       absl::StatusOr<WireLayout> layout =
           CheckLayout(static_cast<int>(dtype), shape);
       if (!layout.ok()) return Malformed(layout.status().message());
@@ -285,7 +300,7 @@ absl::Status ReadRowsInto(CodedInputStream& in, int64_t row_offset,
       }
       absl::StatusOr<char*> destination =
           RowsDestination(*layout, row_offset, table_rows, table);
-      if (!destination.ok()) return Malformed(destination.status().message());
+      if (!destination.ok()) return Unplaced(destination.status());
       if (bytes > 0 && !in.ReadRaw(*destination, static_cast<int>(bytes))) {
         return Malformed("data");
       }
@@ -303,7 +318,7 @@ absl::Status ReadRowsInto(CodedInputStream& in, int64_t row_offset,
     if (layout->bytes != 0) return Malformed("data missing");
     absl::StatusOr<char*> destination =
         RowsDestination(*layout, row_offset, table_rows, table);
-    if (!destination.ok()) return Malformed(destination.status().message());
+    if (!destination.ok()) return Unplaced(destination.status());
   }
   if (row_offset != *received) {
     return Malformed(absl::StrCat("rows from ", row_offset, " where row ",
@@ -313,7 +328,8 @@ absl::Status ReadRowsInto(CodedInputStream& in, int64_t row_offset,
   return absl::OkStatus();
 }
 
-// OK when every tensor of every table of `delta` holds all its rows.
+// OK when every table of `delta` came with its IDs and every tensor of it
+// holds all its rows, one per ID.
 absl::Status CheckRowsCovered(const ReceivedDelta& delta) {
   constexpr const char* kFields[] = {"ids", "states", "values", "scores"};
   for (const auto& [fqn, table] : delta.tables) {
@@ -327,6 +343,17 @@ absl::Status CheckRowsCovered(const ReceivedDelta& delta) {
             "table '", fqn, "': the delta ended with ", table.rows_received[f],
             " of its ", rows, " rows of ", kFields[f]));
       }
+      if (!table.ids.defined() || rows != table.ids.size(0)) {
+        return Malformed(absl::StrCat(
+            "table '", fqn, "': ", rows, " rows of ", kFields[f], " for ",
+            table.ids.defined() ? table.ids.size(0) : 0, " ids"));
+      }
+    }
+  }
+  for (const std::string& fqn : delta.header.fqns()) {
+    if (delta.tables.count(fqn) == 0) {
+      return Malformed(
+          absl::StrCat("table '", fqn, "' named in the header never came"));
     }
   }
   return absl::OkStatus();
@@ -419,8 +446,8 @@ absl::Status AddDeltaChunk(grpc::ByteBuffer& buffer, ReceivedDelta& delta,
               ReadRowsInto(in, row_offset, table_rows, target[field - 5],
                            &table.rows_received[field - 5]);
           !s.ok()) {
-        return absl::DataLossError(
-            absl::StrCat("table '", fqn, "': ", s.message()));
+        return absl::Status(s.code(),
+                            absl::StrCat("table '", fqn, "': ", s.message()));
       }
     } else if ((field == 11 || field == 12) && varint && !fqn.empty()) {
       if (!in.ReadVarint64(&value)) return Malformed("number");

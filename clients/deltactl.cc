@@ -1031,7 +1031,11 @@ int Run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return deltastream::Run(argc, argv);
-  } catch (const std::exception& e) {  // LibTorch's, converting tensors
+  } catch (const c10::Error& e) {  // LibTorch's, converting tensors
+    // One line, as every error: what() would add LibTorch's backtrace.
+    return deltastream::Fail(deltastream::kExitFailure,
+                             e.what_without_backtrace());
+  } catch (const std::exception& e) {
     return deltastream::Fail(deltastream::kExitFailure, e.what());
   }
 }

@@ -168,7 +168,13 @@ absl::StatusOr<char*> RowsDestination(const WireLayout& layout,
     absl::StatusOr<WireLayout> whole =
         CheckLayout(WireDType(layout.dtype).value(), table_shape);
     if (!whole.ok()) return whole.status();
-    *table = at::empty(table_shape, layout.dtype);
+    try {
+      *table = at::empty(table_shape, layout.dtype);
+    } catch (const c10::Error&) {  // a table larger than this memory
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no memory for a table of ", c10::toString(layout.dtype), " [",
+          absl::StrJoin(table_shape, ", "), "] (", whole->bytes, " bytes)"));
+    }
   } else if (table->scalar_type() != layout.dtype ||
              table->sizes() != at::IntArrayRef(table_shape)) {
     return absl::InvalidArgumentError(

@@ -196,6 +196,91 @@ TEST(DeltaChunkTest, RowsLeftOutOrOutOfOrderAreDataLoss) {
   expect_refused(no_states, "90 of its 100 rows of states");
 }
 
+// Tensors of one table with other row counts than its IDs, and a table the
+// header names that never came: DataLoss (rows would pair with other IDs).
+TEST(DeltaChunkTest, RowsThatDoNotPairWithTheIdsAreDataLoss) {
+  std::vector<v1::DeltaChunk> chunks =
+      Chunks("t", at::arange(3, at::kLong), at::Tensor(), 3);
+  v1::DeltaChunk& values = chunks.emplace_back();
+  values.set_fqn("t");
+  values.set_table_rows(2);
+  ASSERT_TRUE(EncodeTensor(at::randn({2, 4}), values.mutable_values()).ok());
+  values.set_last(true);
+  ReceivedDelta delta;
+  absl::Status status = AddAll(chunks, delta);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find("2 rows of values for 3 ids"),
+            std::string::npos)
+      << status;
+
+  std::vector<v1::DeltaChunk> named =
+      Chunks("t", at::arange(3, at::kLong), at::Tensor(), 3);
+  named[0].mutable_header()->add_fqns("t");
+  named[0].mutable_header()->add_fqns("u");
+  named.back().set_last(true);
+  ReceivedDelta without_u;
+  status = AddAll(named, without_u);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find("'u' named in the header never came"),
+            std::string::npos)
+      << status;
+}
+
+// A varint as protobuf writes it.
+std::string Varint(uint64_t value) {
+  std::string out;
+  while (value >= 0x80) {
+    out.push_back(static_cast<char>(value | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<char>(value));
+  return out;
+}
+
+// A chunk whose IDs claim 2^31 bytes (a shape of 2^28 int64) that do not
+// follow: refused before anything is allocated or read (it was read as a
+// negative size: a crash).
+TEST(DeltaChunkTest, ADataLengthPastTheChunkIsDataLoss) {
+  v1::Tensor int64_tensor;
+  ASSERT_TRUE(EncodeTensor(at::arange(1, at::kLong), &int64_tensor).ok());
+  const int64_t rows = int64_t{1} << 28;
+  for (const uint64_t claimed : {uint64_t{1} << 31, (uint64_t{1} << 32) - 8}) {
+    const std::string shape = Varint(claimed / 8);
+    const std::string tensor = "\x08" + Varint(int64_tensor.dtype()) + "\x12" +
+                               Varint(shape.size()) + shape + "\x1a" +
+                               Varint(claimed);
+    const std::string chunk = "\x12\x01t" + std::string("\x20") + Varint(rows) +
+                              "\x2a" + Varint(tensor.size()) + tensor;
+    grpc::ByteBuffer buffer = FromBytes(chunk);
+    ReceivedDelta delta;
+    bool last = false;
+    absl::Status status = AddDeltaChunk(buffer, delta, &last);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+    EXPECT_NE(status.message().find("past the tensor's end"), std::string::npos)
+        << status;
+    EXPECT_FALSE(delta.tables["t"].ids.defined());  // nothing allocated
+  }
+}
+
+// A table larger than memory (2^40 rows of int64): a status, never an
+// exception through the caller's read loop.
+TEST(DeltaChunkTest, ATableLargerThanMemoryIsAStatus) {
+  std::vector<v1::DeltaChunk> chunks =
+      Chunks("t", at::arange(1, at::kLong), at::Tensor(), 1);
+  chunks[0].set_table_rows(int64_t{1} << 40);
+  chunks[0].set_last(true);
+  ReceivedDelta delta;
+  absl::Status status;
+  EXPECT_NO_THROW(status = AddAll(chunks, delta));
+  // Where the kernel hands out 8 TiB of address space (overcommit always),
+  // the table is made and the read ends short of its rows instead.
+  if (status.code() != absl::StatusCode::kDataLoss) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+    EXPECT_NE(status.message().find("no memory for a table"), std::string::npos)
+        << status;
+  }
+}
+
 TEST(DeltaChunkTest, MalformedBytesAreDataLossNeverACrash) {
   const std::string good =
       Chunks("t", at::arange(50, at::kLong), at::randn({50, 4}), 50)[0]
