@@ -310,6 +310,29 @@ absl::StatusOr<ReceivedDelta> MergeParts(const v1::TopologyResponse& topology,
   return merged;
 }
 
+// InvalidArgument when `request` asks top-k of a table split by columns
+// across the ranks: each rank would score its own columns and pick its own
+// rows, so the blocks could not be joined, and the ranks would have moved
+// their cursors past the rows by then. Refused before any rank reads.
+absl::Status RefuseTopKOfColumnBlocks(const v1::TopologyResponse& topology,
+                                      const v1::GetDeltaRequest& request) {
+  for (const v1::TableShard& shard : topology.shards()) {
+    if (shard.sharding_type() != "COLUMN_WISE") continue;
+    const std::string& fqn = shard.fqn();
+    const bool read = request.fqns().empty() ||
+                      std::find(request.fqns().begin(), request.fqns().end(),
+                                fqn) != request.fqns().end();
+    if (request.per_table_top_k().count(fqn) > 0 ||
+        (read && request.has_top_k())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "top-k of table '", fqn, "', which ", topology.world_size(),
+          " ranks hold split by columns: each would score its own columns "
+          "and pick other rows; read it without top-k"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ReceivedDelta> MergeRankDeltas(
@@ -499,6 +522,13 @@ v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
 absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
     const std::shared_ptr<const Ranks>& ranks,
     const v1::GetDeltaRequest& request) {
+  if (!request.all_rows()) {  // top-k does not apply to all_rows
+    if (absl::Status refused =
+            RefuseTopKOfColumnBlocks(ranks->topology, request);
+        !refused.ok()) {
+      return refused;
+    }
+  }
   v1::GetDeltaRequest at_cut = request;
   if (at_cut.cut() == 0) at_cut.set_cut(NewCut());
   std::vector<DeltaClient*> clients;

@@ -261,6 +261,23 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
                 name, " ", fqn, " (", type, ") chosen read: ", got.ids.numel(),
                 " rows, the merged read's ", want.ids.numel());
   }
+  // Top-k of a column-wise table is refused before any rank reads (each
+  // would score its own columns); of the other tables it is read.
+  for (const auto& [fqn, type] : sharding) {
+    v1::GetDeltaRequest top = Read("parts");
+    top.add_fqns(fqn);
+    top.mutable_top_k()->set_count(2);
+    absl::StatusOr<ReceivedDelta> picked = (*fan_in)->GetDelta(top);
+    if (type == "COLUMN_WISE") {
+      RANK_EXPECT(picked.status().code() == absl::StatusCode::kInvalidArgument,
+                  name, " ", fqn,
+                  " top-k of column blocks: ", picked.status().ToString());
+    } else if (!picked.ok()) {  // only id_only refuses it, as one rank does
+      RANK_EXPECT(absl::StrContains(picked.status().message(), "no scores"),
+                  name, " ", fqn, " (", type,
+                  ") top-k: ", picked.status().ToString());
+    }
+  }
   if (int rc = CheckResumeAfterAHalfCommit(
           **fan_in, topology->endpoints(1).address(), name);
       rc != 0) {
