@@ -25,6 +25,23 @@
 #include "trainer/trainer.h"
 
 namespace deltastream {
+namespace {
+
+// The lowest and the highest of every rank's `mine`: what the ranks must
+// agree on (a step to restore) is one value when the two are equal.
+struct Spread {
+  int64_t lowest, highest;
+};
+absl::StatusOr<Spread> SpreadOverRanks(ProcessGroup& group, int64_t mine,
+                                       absl::string_view label) {
+  absl::StatusOr<int64_t> lowest = group.AllReduceMin(mine, label);
+  if (!lowest.ok()) return lowest.status();
+  absl::StatusOr<int64_t> highest = group.AllReduceMin(-mine, label);
+  if (!highest.ok()) return highest.status();
+  return Spread{*lowest, -*highest};
+}
+
+}  // namespace
 
 absl::Status Trainer::RestoreOrStart() {
   const TrainerSettings& s = settings_;
@@ -58,23 +75,20 @@ absl::Status Trainer::RestoreOrStart() {
                            : checkpoint.has_value()
                                ? CheckpointStep(*checkpoint).value_or(kNone)
                                : kNone;
-      absl::StatusOr<int64_t> lowest =
-          s.group->AllReduceMin(mine, "restore.checkpoint_step");
-      if (!lowest.ok()) return lowest.status();
+      absl::StatusOr<Spread> steps =
+          SpreadOverRanks(*s.group, mine, "restore.checkpoint_step");
+      if (!steps.ok()) return steps.status();
       if (!latest.ok()) return latest.status();
-      if (*lowest == kUnlisted) {
+      if (steps->lowest == kUnlisted) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "another rank cannot list the checkpoints in '%s/checkpoints'",
             s.checkpoint_dir));
       }
-      absl::StatusOr<int64_t> highest =
-          s.group->AllReduceMin(-mine, "restore.checkpoint_step");
-      if (!highest.ok()) return highest.status();
-      if (*lowest != -*highest) {
+      if (steps->lowest != steps->highest) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "the ranks see different checkpoints in '%s' (steps %d to %d): "
             "the checkpoint dir must be one directory every rank sees",
-            s.checkpoint_dir, *lowest, -*highest));
+            s.checkpoint_dir, steps->lowest, steps->highest));
       }
     }
   }
@@ -92,7 +106,30 @@ absl::Status Trainer::RestoreOrStart() {
                          loaded->path, loaded->step, loaded->bytes / 1048576.0,
                          absl::ToDoubleSeconds(loaded->elapsed)));
   } else if (!s.restore_chain.empty()) {
-    if (absl::Status status = RestoreFromChain(); !status.ok()) return status;
+    const absl::Status restored = RestoreFromChain();
+    if (s.group != nullptr) {
+      // Every rank starts at the same batch: the end of a chain every rank
+      // loaded. A rank that cannot load it says so (-1) rather than leave
+      // the others waiting.
+      absl::StatusOr<Spread> ends = SpreadOverRanks(
+          *s.group, restored.ok() ? step_ : -1, "restore.chain_end");
+      if (!ends.ok()) return ends.status();
+      if (!restored.ok()) return restored;
+      if (ends->lowest < 0) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "another rank cannot load the checkpoint chain '%s'",
+            s.restore_chain));
+      }
+      if (ends->lowest != ends->highest) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "the ranks loaded checkpoint chains from '%s' that end at "
+            "different batches (%d and %d): the chain must be one directory "
+            "every rank sees",
+            s.restore_chain, ends->lowest, ends->highest));
+      }
+    } else if (!restored.ok()) {
+      return restored;
+    }
     from_chain = true;
   }
   if (step_ > 0) {
@@ -134,7 +171,15 @@ absl::Status Trainer::RestoreOrStart() {
   // is reported, and the tracker's batch follows the model's steps from here.
   const int64_t batch = tracker_->current_batch();
   if (from_chain && batch < step_) {
-    // A fresh tracker: its batches follow the model's steps.
+    // The tracker (fresh, or a snapshot older than the chain) did not record
+    // the changes the chain brought into the model: its batches follow the
+    // model's steps, and consumers that had not read through the chain's end
+    // are told to resync (below, once the ranks agreed on the cursors).
+    log_(absl::StrFormat(
+        "the model is at the chain's end batch %d but the tracker at batch "
+        "%d: it did not record steps %d..%d, consumers that had not read "
+        "through them are told to resync",
+        step_, batch, batch, step_ - 1));
     while (tracker_->current_batch() < step_) tracker_->Step();
   } else if (batch > step_) {
     // Lookups of steps the model lost: their recorded rows are not the
@@ -192,9 +237,10 @@ absl::Status Trainer::RestoreOrStart() {
     }
   }
   // After the agreement: a rank whose tracker is behind (it died between
-  // its checkpoint and its snapshot) lacks those steps for a consumer only
-  // when the consumer's agreed cursor lies before them.
-  if (!from_chain && batch < step_) tracker_->RequireResyncBefore(step_);
+  // its checkpoint and its snapshot, or the model came from a chain) lacks
+  // those steps for a consumer only when the consumer's agreed cursor lies
+  // before them.
+  if (batch < step_) tracker_->RequireResyncBefore(step_);
   return absl::OkStatus();
 }
 
