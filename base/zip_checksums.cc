@@ -17,8 +17,12 @@ constexpr uint32_t kEnd64 = 0x06064b50;
 constexpr uint32_t kEnd64Locator = 0x07064b50;
 constexpr uint32_t kMax32 = 0xffffffffu;
 
-// Little-endian reads, bounds checked by the caller.
+// A little-endian read; 0 where it would leave `bytes` (an offset of a
+// damaged archive, whose checks then fail on the zero).
 uint64_t Get(absl::string_view bytes, uint64_t at, int size) {
+  if (at > bytes.size() || bytes.size() - at < static_cast<uint64_t>(size)) {
+    return 0;
+  }
   uint64_t value = 0;
   for (int i = size - 1; i >= 0; --i) {
     value = value << 8 | static_cast<uint8_t>(bytes[at + i]);
@@ -54,7 +58,7 @@ absl::Status VerifyZipChecksums(absl::string_view bytes,
       return corrupt("no ZIP64 end locator");
     }
     const uint64_t end64 = Get(bytes, end - 20 + 8, 8);
-    if (end64 + 56 > end || Get(bytes, end64, 4) != kEnd64) {
+    if (end64 > end || end - end64 < 56 || Get(bytes, end64, 4) != kEnd64) {
       return corrupt("no ZIP64 end record");
     }
     entries = Get(bytes, end64 + 32, 8);
@@ -100,7 +104,8 @@ absl::Status VerifyZipChecksums(absl::string_view bytes,
       x += 4 + length;
     }
     if (method != 0) return corrupt("entry ", i, " is compressed");
-    if (local + 30 > directory || Get(bytes, local, 4) != kLocalHeader) {
+    if (local > directory || directory - local < 30 ||
+        Get(bytes, local, 4) != kLocalHeader) {
       return corrupt("entry ", i, " has no local header");
     }
     const uint64_t data =

@@ -6,11 +6,13 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -145,6 +147,43 @@ TEST(NpzFileTest, ZipStructureAndChecksums) {
   EXPECT_EQ(directory, data + size);
   EXPECT_EQ(Le32(zip, directory), 0x02014b50u);
   EXPECT_EQ(Le32(zip, directory + 16), crc);
+}
+
+// Offsets of a crafted ZIP64 archive that point before its first byte (a
+// locator offset near 2^64 wrapped the bounds check) are DataLoss, never a
+// read outside the archive: it lies right after a page no one may read.
+TEST(NpzFileTest, OffsetsOutsideTheArchiveAreDataLoss) {
+  const std::string path = TempPath("wrapped.npz");
+  ASSERT_TRUE(WriteNpz(path, {{"a", at::arange(30, at::kLong)}},
+                       /*force_zip64=*/true)
+                  .ok());
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  const std::string zip = bytes.str();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t mapped = page + (zip.size() + page - 1) / page * page;
+  void* memory = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  char* archive = static_cast<char*>(memory) + page;
+  ASSERT_EQ(mprotect(memory, page, PROT_NONE), 0);
+  // The locator's offset of the ZIP64 end record (8 bytes, 12 before the
+  // end record of 22): 16 bytes before the archive, wrapped.
+  const size_t locator = zip.size() - 22 - 20;
+  ASSERT_EQ(zip.compare(locator, 4, "PK\x06\x07"), 0);
+  for (const uint64_t offset : {~uint64_t{15}, ~uint64_t{0}}) {
+    std::string bad = zip;
+    for (int i = 0; i < 8; ++i) {
+      bad[locator + 8 + i] = static_cast<char>(offset >> (8 * i));
+    }
+    std::memcpy(archive, bad.data(), bad.size());
+    EXPECT_EQ(
+        VerifyZipChecksums(absl::string_view(archive, bad.size()), path).code(),
+        absl::StatusCode::kDataLoss)
+        << offset;
+  }
+  munmap(memory, mapped);
 }
 
 // base/zip_checksums reads what WriteNpz writes (ZIP64 too) and refuses
