@@ -74,6 +74,25 @@ bool ManifestIsTorn(const std::string& path) {
   return last_type != 1 && last_type != 4;
 }
 
+// Whether `path` holds only what RocksDB writes while it creates a
+// database, before its CURRENT (a process killed then): its lock, info logs,
+// IDENTITY, a first MANIFEST and CURRENT's temporary file, and no table or
+// log of any data. Nothing there is a database to lose.
+bool OnlyCreationFiles(const std::string& path) {
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(path, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file(error) ||
+        !(name == "LOCK" || name == "LOG" || name == "IDENTITY" ||
+          absl::StartsWith(name, "LOG.old.") ||
+          absl::StartsWith(name, "MANIFEST-") ||
+          absl::EndsWith(name, ".dbtmp"))) {
+      return false;
+    }
+  }
+  return !error;
+}
+
 }  // namespace
 
 void AppendBigEndian(std::string& out, uint64_t value, int bytes) {
@@ -128,6 +147,8 @@ absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenForCheck(
   }
   if (fs::is_empty(path, error)) return std::unique_ptr<rocksdb::DB>();
   if (!fs::exists(fs::path(path) / "CURRENT", error)) {
+    // A creation cut short is created again.
+    if (OnlyCreationFiles(path)) return std::unique_ptr<rocksdb::DB>();
     return absl::FailedPreconditionError(
         absl::StrCat("'", path,
                      "' is not empty and holds no RocksDB database (no CURRENT "

@@ -52,7 +52,9 @@ absl::Status FromRocksStatus(const rocksdb::Status& status,
 // Checks the database at `path` before it is opened for writing, changing
 // nothing on disk, and returns it opened read-only for the caller's own
 // checks (its format marker), or nullptr when `path` does not exist or is an
-// empty directory (a new database may be created there). Refuses:
+// empty directory, or one that holds only the files of a creation cut short
+// before RocksDB wrote its CURRENT (a new database may be created there).
+// Refuses:
 //  - FailedPrecondition: `path` is not a directory; a non-empty directory
 //    without a RocksDB database (no CURRENT file); a database locked by
 //    another process;

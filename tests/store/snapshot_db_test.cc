@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "store/delta_store.h"
 #include "tests/crash/directory_contents.h"
@@ -235,6 +236,45 @@ TEST(SnapshotDbTest, PathThatIsAFileOrAForeignDirectoryIsRefused) {
   EXPECT_TRUE(fs::exists(dir + "/notes.txt"));
 }
 
+// A process killed while RocksDB created the database, before its CURRENT:
+// the directory holds RocksDB's lock, info log, IDENTITY, a first MANIFEST
+// and CURRENT's temporary file. The next start creates the database there
+// (it was refused as a foreign directory, on every start after).
+TEST(SnapshotDbTest, ACreationCutShortIsCreatedAgain) {
+  const std::string path = FreshPath("cut_short");
+  fs::create_directories(path);
+  for (const char* name :
+       {"LOCK", "LOG", "IDENTITY", "MANIFEST-000001", "000001.dbtmp"}) {
+    std::ofstream(path + "/" + name)
+        << (std::string(name) == "LOCK" ? "" : "x");
+  }
+  Snapshot snapshot;
+  snapshot.owner_state = "state";
+  snapshot.tables = SampleTables();
+  {
+    auto db = SnapshotDb::Open(path);
+    ASSERT_TRUE(db.ok()) << db.status();
+    EXPECT_FALSE((*db)->latest().has_value());
+    ASSERT_TRUE((*db)->Write(snapshot).ok());
+  }
+  auto reopened = SnapshotDb::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  auto read = (*reopened)->Read();
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_TRUE(read->has_value());
+  ExpectSameTables(snapshot.tables, (*read)->tables);
+
+  // With a file of data (a write-ahead log) beside them it is no creation
+  // cut short: refused, as before.
+  const std::string with_log = FreshPath("cut_short_with_log");
+  fs::create_directories(with_log);
+  std::ofstream(with_log + "/IDENTITY") << "x";
+  std::ofstream(with_log + "/000003.log") << "rows";
+  EXPECT_EQ(SnapshotDb::Open(with_log).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(fs::exists(with_log + "/000003.log"));
+}
+
 TEST(SnapshotDbTest, OtherRocksDbOrOtherFormatIsIncompatible) {
   const std::string other = FreshPath("other_rocksdb");
   {
@@ -317,7 +357,7 @@ TEST(SnapshotDbTest, TornManifestIsRefusedAndNothingChanges) {
     }
     int manifests = 0;
     for (const auto& entry : fs::directory_iterator(path)) {
-      if (entry.path().filename().string().rfind("MANIFEST-", 0) != 0) {
+      if (!absl::StartsWith(entry.path().filename().string(), "MANIFEST-")) {
         continue;
       }
       fs::resize_file(entry.path(), entry.file_size() - lost);
