@@ -459,6 +459,10 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
                                               store_prefix, part, manifest)
                              : written;
     if (committed.ok()) {
+      // The new checkpoint's entry is durable before any older one goes.
+      committed = SyncDirectory(dir);
+    }
+    if (committed.ok()) {
       RotateCheckpoints(dir, step, keep);
       info.bytes = 0;
       for (const v1::CheckpointFile& file : manifest.files()) {
