@@ -61,7 +61,8 @@ namespace {
 // ReadChainEnd, except that a chain whose newest link's description is
 // damaged (DataLoss) ends nowhere known: end_batch -1, as an empty chain, so
 // that the next link is a full one, which supersedes it (kept on disk), as
-// any damaged link.
+// any damaged link; links ending after the full link's end would overlap it
+// and are removed first (CheckpointJob::DropLinksPastFull).
 absl::StatusOr<HeldVersion> ChainEndOrUnknown(const std::string& dir) {
   absl::StatusOr<HeldVersion> chain = ReadChainEnd(dir);
   if (chain.status().code() != absl::StatusCode::kDataLoss) return chain;
@@ -193,8 +194,54 @@ absl::Status CheckpointJob::DropLostLinks(const v1::DeltaHeader& header) {
       header.run_id(), header.run_start_batch(), chain_.end_batch,
       chain_.run_id.empty() ? "unknown" : chain_.run_id,
       header.run_start_batch()));
+  if (absl::Status s = RemoveLinksAfter(header.run_start_batch()); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<HeldVersion> chain = ChainEndOrUnknown(options_.dir);
+  if (!chain.ok()) return chain.status();
+  chain_ = *std::move(chain);
+  absl::MutexLock lock(&stats_mu_);
+  stats_.chain_end_batch = chain_.end_batch;
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointJob::DropLinksPastFull(const v1::DeltaHeader& header) {
+  const int64_t end = header.end_batch();
+  absl::StatusOr<std::vector<ChainLink>> links = ListChain(options_.dir);
+  if (!links.ok()) return links.status();
+  int64_t past = 0;
+  for (const ChainLink& link : *links) {
+    if (link.end_batch <= end) continue;
+    // The rule DropLostLinks follows where the chain's end is known, per
+    // link: a link of the read's own run ending after the read is a service
+    // behind the chain, not a restart.
+    absl::StatusOr<ChainLinkInfo> info = ReadChainLinkInfo(link.path);
+    if (info.status().code() == absl::StatusCode::kNotFound) continue;
+    if (!info.ok() && info.status().code() != absl::StatusCode::kDataLoss) {
+      return info.status();
+    }
+    const HeldVersion held{link.end_batch, info.ok() ? info->run_id : ""};
+    if (!RunLostHeldBatches(held, header.run_id(), header.run_start_batch())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the service is at batch ", end, ", before the end of ",
+          LinkName(link), " (", link.end_batch,
+          ") in the same trainer run: refusing to write a full link that "
+          "would not apply"));
+    }
+    ++past;
+  }
+  if (past == 0) return absl::OkStatus();
+  Report(absl::StrFormat(
+      "trainer run %s started at batch %d; the chain's end is not known: "
+      "removing the links after batch %d, where its full link ends, which "
+      "hold changes the trainer lost",
+      header.run_id(), header.run_start_batch(), end));
+  return RemoveLinksAfter(end);
+}
+
+absl::Status CheckpointJob::RemoveLinksAfter(int64_t batch) {
   absl::StatusOr<std::vector<ChainLink>> removed =
-      TruncateChainAfter(options_.dir, header.run_start_batch());
+      TruncateChainAfter(options_.dir, batch);
   if (!removed.ok()) return removed.status();
   {
     absl::MutexLock lock(&stats_mu_);
@@ -204,11 +251,6 @@ absl::Status CheckpointJob::DropLostLinks(const v1::DeltaHeader& header) {
     Report(absl::StrFormat("removed %s (batches %d..%d)", LinkName(link),
                            link.start_batch, link.end_batch - 1));
   }
-  absl::StatusOr<HeldVersion> chain = ChainEndOrUnknown(options_.dir);
-  if (!chain.ok()) return chain.status();
-  chain_ = *std::move(chain);
-  absl::MutexLock lock(&stats_mu_);
-  stats_.chain_end_batch = chain_.end_batch;
   return absl::OkStatus();
 }
 
@@ -287,6 +329,12 @@ absl::Status CheckpointJob::Pull(bool* again) {
         "would not apply"));
   } else {
     write = end > 0;
+    // Where the chain's end was not known, links after this one's end may
+    // remain, which would overlap it: gone, durably, before it is written
+    // (a crash in between leaves a shorter chain, never an overlap).
+    if (write && chain_.end_batch < 0) {
+      if (absl::Status s = DropLinksPastFull(header); !s.ok()) return s;
+    }
   }
   if (write) {
     absl::StatusOr<ChainLink> link = WriteChainLink(options_.dir, *delta);

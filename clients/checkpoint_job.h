@@ -125,6 +125,17 @@ class CheckpointJob {
   absl::Status Pull(bool* again);
   // Removes the links a restarted trainer lost, reporting each.
   absl::Status DropLostLinks(const v1::DeltaHeader& header);
+  // Before a full link from the read `header` is written on a chain whose
+  // end is not known (the newest link's description is damaged): removes
+  // the links after the read's end, which the full link could not be
+  // continued past (they overlap it), reporting each, when the trainer's
+  // run lost them (RunLostHeldBatches, a link whose run cannot be read
+  // counting as another run). FailedPrecondition, nothing removed, when a
+  // readable one is of the read's run.
+  absl::Status DropLinksPastFull(const v1::DeltaHeader& header);
+  // Removes the links that end after `batch` (TruncateChainAfter), reporting
+  // and counting each.
+  absl::Status RemoveLinksAfter(int64_t batch);
   // Sleeps `duration` unless stopped meanwhile.
   void Wait(absl::Duration duration);
   void Report(const std::string& line);

@@ -302,6 +302,99 @@ TEST(CheckpointJobTest, ADamagedChainGetsAFullLinkAndUnfinishedWritesGo) {
   EXPECT_GE(healed_again->end_batch, healed->end_batch);
 }
 
+// Flips a byte of the description (the first record, just after the magic and
+// the record's size and checksum) of the link at `path`: ReadChainLinkInfo
+// fails with DataLoss.
+void DamageDescription(const std::string& path) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(21);
+  const char byte = static_cast<char>(file.get() ^ 0x40);
+  file.seekp(21);
+  file.put(byte);
+}
+
+// A link of another trainer run: one small table.
+ChainLink WriteOldRunLink(const std::string& dir, bool full, int64_t start,
+                          int64_t end) {
+  ChainLinkContent content;
+  content.full = full;
+  content.start_batch = start;
+  content.end_batch = end;
+  content.consumer = "checkpoint";
+  content.tables["old.table"] = {at::arange(4, at::kLong),
+                                 at::ones({4, 2}, at::kFloat)};
+  content.run_id = "an-older-run";
+  absl::StatusOr<ChainLink> link = WriteChainLinkContent(dir, content);
+  EXPECT_TRUE(link.ok()) << link.status();
+  return link.value_or(ChainLink());
+}
+
+// A chain whose newest link's description is damaged and whose range ends
+// past the batch the trainer is at (it restarted behind it): the job, not
+// knowing where the chain ends, writes a full link and removes the links
+// after that link's end, which overlap it, so that the chain loads and the
+// job starts again. A damaged link that is not the newest leaves the chain's
+// end known: the trainer's restart removes the links after its start.
+TEST(CheckpointJobTest, LinksPastAFullLinkWrittenOnAnUnknownEndGo) {
+  const std::string work = TestTempDir() + "/checkpoint_job_unknown_end";
+  std::filesystem::remove_all(work);
+  // Far past any batch the trainer reaches in this test.
+  constexpr int64_t kFar = 1000000000;
+  const std::string chain = work + "/chain";
+  WriteOldRunLink(chain, /*full=*/true, 0, 1);
+  const ChainLink damaged = WriteOldRunLink(chain, /*full=*/false, 1, kFar);
+  DamageDescription(damaged.path);
+  ASSERT_FALSE(ReadChainLinkInfo(damaged.path).ok());
+
+  ServerProcess trainer({"--steps=-1", "--consumers=checkpoint"},
+                        "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  CommandResult first = RunCommand(Job(trainer, chain, 1));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.err, HasSubstr("the chain's end is not known"));
+  EXPECT_THAT(first.out, HasSubstr("full batches 0.."));
+  EXPECT_THAT(first.out,
+              HasSubstr("removed incr-000000000001-001000000000.ckpt"))
+      << first.out;
+  EXPECT_FALSE(std::filesystem::exists(damaged.path));
+  EXPECT_TRUE(ChainProblems(ListChain(chain).value()).empty());
+  absl::StatusOr<LoadedChain> loaded = LoadChain(chain);
+  EXPECT_TRUE(loaded.ok()) << loaded.status() << "\n" << first.out;
+  if (loaded.ok()) {
+    ASSERT_EQ(loaded->links.size(), 1u);
+    EXPECT_TRUE(loaded->links[0].full);
+    EXPECT_LT(loaded->end_batch, kFar);
+  }
+
+  // The job starts again on the chain and continues it.
+  CommandResult second = RunCommand(Job(trainer, chain, 1));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_THAT(second.out, HasSubstr("increment batches"));
+  EXPECT_THAT(second.out, ::testing::Not(HasSubstr("removed")));
+  absl::StatusOr<LoadedChain> continued = LoadChain(chain);
+  ASSERT_TRUE(continued.ok()) << continued.status();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_GT(continued->end_batch, loaded->end_batch);
+  EXPECT_EQ(continued->run_id, loaded->run_id);
+
+  // The damaged link not the newest: the chain ends at kFar in the older run,
+  // which the trainer's run (from batch 0) lost; its links go, then a full
+  // link.
+  const std::string second_chain = work + "/second_chain";
+  WriteOldRunLink(second_chain, /*full=*/true, 0, 100);
+  DamageDescription(
+      WriteOldRunLink(second_chain, /*full=*/false, 100, 200).path);
+  WriteOldRunLink(second_chain, /*full=*/false, 200, kFar);
+  CommandResult third = RunCommand(Job(trainer, second_chain, 1));
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_THAT(third.out, HasSubstr("removing the links after batch"));
+  EXPECT_THAT(third.out, HasSubstr("full batches 0.."));
+  absl::StatusOr<LoadedChain> restarted = LoadChain(second_chain);
+  ASSERT_TRUE(restarted.ok()) << restarted.status() << "\n" << third.out;
+  EXPECT_EQ(ListChain(second_chain).value_or(std::vector<ChainLink>()).size(),
+            1u);
+}
+
 TEST(CheckpointJobTest, RowsDroppedUnderTheMemoryCapMakeAFullLink) {
   const std::string work = TestTempDir() + "/checkpoint_job_resync";
   std::filesystem::remove_all(work);
