@@ -666,7 +666,10 @@ absl::Status DeltaClient::Subscribe(
   }
   if (stopped) context.TryCancel();
   grpc::Status status = reader->Finish();
-  if (status.error_code() == grpc::StatusCode::CANCELLED) {
+  // Ended as asked (both ways cancel the call); a cancel nobody here asked
+  // for (a proxy's, the server's) is the stream failing.
+  if (status.error_code() == grpc::StatusCode::CANCELLED &&
+      (stopped || (subscription != nullptr && subscription->cancelled()))) {
     return absl::OkStatus();
   }
   return ToStatus(status);
