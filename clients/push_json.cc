@@ -84,6 +84,13 @@ absl::StatusOr<std::vector<RecordTable>> ParsePushJson(
         return invalid(absl::StrCat("ID ", id.dump(),
                                     " is outside int64 (IDs are below 2^63)"));
       }
+      // The service refuses them too (IDs are row indices), but only in the
+      // message that holds them: a push large enough to go as several
+      // messages would be recorded up to that one.
+      if (id.get<int64_t>() < 0) {
+        return invalid(absl::StrCat("ID ", id.dump(),
+                                    " is negative (IDs are row indices)"));
+      }
       ids.push_back(id.get<int64_t>());
     }
     RecordTable record{fqn, at::tensor(ids, at::kLong), at::Tensor()};

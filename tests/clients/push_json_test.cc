@@ -14,8 +14,7 @@ using ::testing::HasSubstr;
 
 TEST(PushJsonTest, ParsesTablesByName) {
   absl::StatusOr<std::vector<RecordTable>> tables = ParsePushJson(
-      R"({"tables": {"b": {"ids": [3, -9223372036854775808,
-                                   9223372036854775807]},
+      R"({"tables": {"b": {"ids": [3, 0, 9223372036854775807]},
                      "a": {"ids": [1, 2], "states": [[0.5, 1], [2, 3]]}}})",
       "test");
   ASSERT_TRUE(tables.ok()) << tables.status();
@@ -27,8 +26,7 @@ TEST(PushJsonTest, ParsesTablesByName) {
       at::tensor({0.5f, 1.0f, 2.0f, 3.0f}, at::kFloat).reshape({2, 2})));
   EXPECT_EQ((*tables)[1].fqn, "b");
   EXPECT_TRUE((*tables)[1].ids.equal(
-      at::tensor({int64_t{3}, std::numeric_limits<int64_t>::min(),
-                  std::numeric_limits<int64_t>::max()},
+      at::tensor({int64_t{3}, int64_t{0}, std::numeric_limits<int64_t>::max()},
                  at::kLong)));
   EXPECT_FALSE((*tables)[1].states.defined());
 }
@@ -48,6 +46,18 @@ TEST(PushJsonTest, RefusesIdsOf2To63AndAbove) {
       R"({"tables": {"t": {"ids": [9223372036854775808]}}})", "in");
   EXPECT_THAT(std::string(tables.status().message()),
               HasSubstr("ID 9223372036854775808 is outside int64"));
+}
+
+// Negative IDs are refused before anything is sent: the service refuses
+// them only in the message that holds them, after the earlier messages of a
+// large push were recorded.
+TEST(PushJsonTest, RefusesNegativeIds) {
+  absl::StatusOr<std::vector<RecordTable>> tables =
+      ParsePushJson(R"({"tables": {"t": {"ids": [0, 1, -1]}}})", "in");
+  ASSERT_FALSE(tables.ok());
+  EXPECT_EQ(tables.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(tables.status().message()),
+              HasSubstr("in: table 't': ID -1 is negative"));
 }
 
 TEST(PushJsonTest, RefusesKeysRepeatedInAnyObject) {
