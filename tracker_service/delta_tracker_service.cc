@@ -211,6 +211,11 @@ absl::StatusOr<DeltaRequest> ToDeltaRequest(
       !s.ok()) {
     return s;
   }
+  if (request.max_chunk_bytes() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_chunk_bytes must be 0 (the server's default) or more, got ",
+        request.max_chunk_bytes()));
+  }
   DeltaRequest delta_request;
   delta_request.consumer = request.consumer();
   delta_request.through_current_batch = false;

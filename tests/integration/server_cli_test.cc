@@ -399,6 +399,20 @@ TEST(ServerCliTest, PoisonRecordsAreRefusedAndReadsStayWhole) {
     EXPECT_TRUE(
         at::equal(delta->tables["t"].ids, at::tensor({1, 2}, at::kLong)));
   }
+  // An empty record cannot set a width no row could have (it stuck to the
+  // table: every later record was refused, snapshots too).
+  auto empty = client->Record(
+      {{{"w", at::empty({0}, at::kLong), at::empty({0, int64_t{1} << 62})}}});
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kInvalidArgument)
+      << empty.status();
+  EXPECT_TRUE(
+      client->Record({{{"w", at::tensor({5}, at::kLong), at::ones({1, 4})}}})
+          .ok());
+  v1::GetDeltaRequest negative_chunks;
+  negative_chunks.set_consumer("a");
+  negative_chunks.set_max_chunk_bytes(-1);
+  EXPECT_EQ(client->GetDelta(negative_chunks).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Issue 21, defect 4: subscription periods near 2^63 are refused, not
