@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/log.h"
+#include "base/subscription_schedule.h"
 #include "clients/checkpoint_chain.h"
 #include "clients/delta_continuity.h"
 
@@ -26,6 +27,17 @@ absl::Status ValidatePredictorOptions(const PredictorOptions& options) {
     return absl::InvalidArgumentError(
         "--every_ms, --every_steps, --dense_every_steps and --dense_every_ms "
         "must be >= 0");
+  }
+  // The trainer's bounds on a subscription's periods, here rather than as a
+  // subscription the trainer refuses after the replica said it was ready.
+  if (options.every_ms > SubscriptionSchedule::kMaxEveryMs ||
+      options.dense_every_ms > SubscriptionSchedule::kMaxEveryMs ||
+      options.every_steps > SubscriptionSchedule::kMaxEverySteps ||
+      options.dense_every_steps > SubscriptionSchedule::kMaxEverySteps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--every_ms and --dense_every_ms must be at most ",
+        SubscriptionSchedule::kMaxEveryMs, ", --every_steps and ",
+        "--dense_every_steps at most ", SubscriptionSchedule::kMaxEverySteps));
   }
   return absl::OkStatus();
 }
@@ -175,6 +187,8 @@ absl::Status Predictor::Session() {
         client_->AddConsumer(options_.consumer);
     if (!added.ok() &&
         added.status().code() != absl::StatusCode::kAlreadyExists) {
+      // A name the trainer refuses is refused on every retry.
+      fatal_ = added.status().code() == absl::StatusCode::kInvalidArgument;
       return added.status();
     }
     // Said loudly: a misspelt name would hold rows on the trainer for good.
@@ -238,7 +252,13 @@ absl::Status Predictor::Session() {
     subscription_ = nullptr;
   }
   if (!push_error_.ok()) return std::exchange(push_error_, absl::OkStatus());
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    // A subscription the trainer refuses is refused on every retry: the
+    // replica would stay at this version while the predictor says it is
+    // ready.
+    fatal_ = status.code() == absl::StatusCode::kInvalidArgument;
+    return status;
+  }
   if (stopping_.load() || !resync_reason_.empty()) return absl::OkStatus();
   return absl::UnavailableError(
       absl::StrCat("the subscription to ", options_.target, " ended"));

@@ -361,12 +361,26 @@ TEST_F(PredictorTest, ResyncsWhenTheTrainerRestartsBehindIt) {
   }
 }
 
+// A consumer name the trainer refuses ends the predictor with the trainer's
+// one line (it retried it every second, for good, never ready).
+TEST_F(PredictorTest, AConsumerNameTheTrainerRefusesEndsIt) {
+  ServerProcess trainer(TrainerFlags(), "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  const CommandResult result =
+      RunCommand("timeout 60 " + RunfilePath("clients/predictor") +
+                 " --target=" + trainer.target() + " --consumer='no good'");
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_NE(result.err.find("consumer name"), std::string::npos) << result.err;
+}
+
 TEST(PredictorFlagsTest, BadFlagsExitTwo) {
   const std::string predictor = RunfilePath("clients/predictor");
   for (const std::string& args :
        {std::string("--target=127.0.0.1:1 --no_such_flag=1"),
         std::string("--target=127.0.0.1:1 --every_ms=soon"),
         std::string("--target=127.0.0.1:1 --every_ms=-5"),
+        std::string("--target=127.0.0.1:1 --every_ms=40000000000"),
+        std::string("--target=127.0.0.1:1 --dense_every_steps=2000000000000"),
         std::string("--consumer=predictor"),
         std::string("--target=127.0.0.1:1 stray")}) {
     CommandResult result = RunCommand(predictor + " " + args);
