@@ -61,6 +61,17 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
     return status;
   }
   std::unique_ptr<ServiceHost> host(new ServiceHost());
+  // The files first: a typo in one must stop the start before a database
+  // is created or restored.
+  if (!options.auth_token_file.empty()) {
+    absl::StatusOr<TokenAuthorizer> parsed =
+        TokenAuthorizer::FromFile(options.auth_token_file, &ValidateName);
+    if (!parsed.ok()) return parsed.status();
+    host->auth_ = std::make_unique<TokenAuthorizer>(*std::move(parsed));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      ServerCredentialsFromFiles(options.tls_cert, options.tls_key);
+  if (!credentials.ok()) return credentials.status();
   if (!options.db.empty()) {
     absl::StatusOr<std::unique_ptr<TrackerSnapshots>> opened =
         TrackerSnapshots::Open(options.db, tracker);
@@ -73,15 +84,6 @@ absl::StatusOr<std::unique_ptr<ServiceHost>> ServiceHost::Start(
       host->restored_ = *restored;
     }
   }
-  if (!options.auth_token_file.empty()) {
-    absl::StatusOr<TokenAuthorizer> parsed =
-        TokenAuthorizer::FromFile(options.auth_token_file, &ValidateName);
-    if (!parsed.ok()) return parsed.status();
-    host->auth_ = std::make_unique<TokenAuthorizer>(*std::move(parsed));
-  }
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      ServerCredentialsFromFiles(options.tls_cert, options.tls_key);
-  if (!credentials.ok()) return credentials.status();
 
   ServiceOptions service_options;
   service_options.snapshots = host->snapshots_.get();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -333,6 +334,14 @@ TEST(ServerCliTest, BadServerFlagsAreOneLineAndExit2) {
   ExpectCleanError(RunCommand(server + "--consumers="), "--consumers", 2);
   ExpectCleanError(RunCommand(server + "--consumers=a,,b"), "--consumers", 2);
   ExpectCleanError(RunCommand(server + "--consumers='a b'"), "--consumers", 2);
+  // A token file that cannot be read stops the start before a database is
+  // created.
+  const std::string db = testing::TempDir() + "/never_created";
+  std::filesystem::remove_all(db);
+  ExpectCleanError(
+      RunCommand(server + "--db=" + db + " --auth_token_file=/no/such/file"),
+      "/no/such/file", 2);
+  EXPECT_FALSE(std::filesystem::exists(db));
   // The trainer's service goes through the same checks (ServiceHost).
   const std::string trainer =
       RunfilePath("trainer/trainer") +
