@@ -203,6 +203,7 @@ absl::StatusOr<ReplicaRows> Replica::Lookup(absl::string_view fqn,
   const ReplicaTableInfo& info = it->second;
   ReplicaRows result;
   result.version = version_;
+  result.run_id = run_id_;
   result.rows = at::zeros({n, info.dim}, at::TensorOptions(info.dtype));
   result.found = at::zeros({n}, at::TensorOptions(at::kBool));
   if (absl::Status s =

@@ -65,6 +65,7 @@ struct ReplicaOptions {
 // Rows of one table found by Lookup.
 struct ReplicaRows {
   int64_t version = -1;  // the version they belong to
+  std::string run_id;    // the trainer run of that version
   at::Tensor rows;       // [n, dim] in the table's dtype; zeros where missing
   at::Tensor found;      // bool [n]: whether ids[i] is in the table
 };

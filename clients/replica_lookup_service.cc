@@ -28,7 +28,7 @@ grpc::Status ReplicaLookupService::Lookup(grpc::ServerContext* context,
   absl::StatusOr<ReplicaRows> rows = replica.Lookup(request->fqn(), *ids);
   if (!rows.ok()) return ToGrpcStatus(rows.status());
   response->set_version(rows->version);
-  response->set_run_id(replica.RunId());
+  response->set_run_id(rows->run_id);  // read with the rows: one version
   if (absl::Status s = EncodeTensor(rows->rows, response->mutable_rows());
       !s.ok()) {
     return ToGrpcStatus(s);

@@ -304,6 +304,9 @@ TEST_P(ReplicaTest, LookupsDuringAppliesSeeWholeVersions) {
         const float v = static_cast<float>(rows->version);
         ASSERT_TRUE(at::all(rows->rows == v).item<bool>())
             << "rows of several versions at " << rows->version;
+        // The run is the one of that version (the reset's is "s").
+        ASSERT_EQ(rows->run_id, rows->version == kVersions + 1 ? "s" : "r")
+            << "version " << rows->version;
         ReplicaDense dense = replica->Dense();
         ASSERT_EQ(dense.parameters.size(), 1u);
         ASSERT_TRUE(at::all(dense.parameters[0].second ==
