@@ -148,14 +148,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     if (!made.ok()) return made.status();
     eval_source = *std::move(made);
   }
-  // (Criteo: the global batches before the rank's share is taken.)
+  // The synthetic stream yields global batches, of which a rank takes its
+  // share; the training source already yields this rank's share (and agrees
+  // with the other ranks whether to go on).
   BatchSource& held_out = eval_source ? *eval_source : *trainer->source_;
   for (int64_t b = 0; b < s.eval_batches; ++b) {
     absl::StatusOr<std::optional<Batch>> batch = held_out.Next();
     if (!batch.ok()) return batch.status();
     if (!batch->has_value()) break;
     Batch mine = **std::move(batch);
-    if (s.group != nullptr) {
+    if (s.group != nullptr && eval_source != nullptr) {
       absl::StatusOr<Batch> part = RankExamples(
           mine, s.group->rank(), s.group->world_size(), s.batch_size);
       if (!part.ok()) return part.status();

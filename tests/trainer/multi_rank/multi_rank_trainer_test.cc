@@ -60,14 +60,16 @@ constexpr int64_t kBatch = 8;  // per rank
 constexpr int64_t kSteps = 20;
 constexpr double kTolerance = 1e-4;
 
+// (`criteo_path` empty: synthetic data.)
 std::string Config(const std::string& kind, const std::string& optimizer,
-                   int64_t batch) {
+                   int64_t batch, const std::string& criteo_path = "") {
   SmallModel model;
   model.kind = kind;
   model.sparse_optimizer = optimizer;
   model.batch = batch;
   model.eval_batches = 2;
   model.log_every_steps = 10;
+  model.criteo_path = criteo_path;
   return SmallModelConfig(model);
 }
 
@@ -78,22 +80,28 @@ testing::PlanOfTables PlanNamed(const std::string& name, int world) {
   };
 }
 
-// One case: "<model kind>/<plan>/<sparse optimizer>".
+// One case: "<model kind>/<plan>/<sparse optimizer>[/criteo]" (criteo: the
+// data is the Criteo file $CRITEO_PATH).
 int RunCase(ProcessGroup& group, const std::string& name) {
   const std::vector<std::string> parts = absl::StrSplit(name, '/');
+  RANK_EXPECT(parts.size() == 3 || parts.size() == 4, name);
   const std::string &kind = parts[0], &plan_name = parts[1],
                     &optimizer = parts[2];
+  const char* criteo_env = std::getenv("CRITEO_PATH");
+  RANK_EXPECT(parts.size() == 3 || criteo_env != nullptr, name);
+  const std::string criteo_path = parts.size() == 4 ? criteo_env : "";
   const int world = group.world_size(), me = group.rank();
   const std::atomic<bool> stop{false};
 
   absl::StatusOr<std::unique_ptr<Trainer>> reference =
-      MakeTrainer(Config(kind, optimizer, world * kBatch));
+      MakeTrainer(Config(kind, optimizer, world * kBatch, criteo_path));
   RANK_OK(reference.status());
   absl::StatusOr<TrainerProgress> expected = (*reference)->Run(stop, kSteps);
   RANK_OK(expected.status());
 
-  absl::StatusOr<std::unique_ptr<Trainer>> sharded = MakeTrainer(
-      Config(kind, optimizer, kBatch), &group, PlanNamed(plan_name, world));
+  absl::StatusOr<std::unique_ptr<Trainer>> sharded =
+      MakeTrainer(Config(kind, optimizer, kBatch, criteo_path), &group,
+                  PlanNamed(plan_name, world));
   RANK_OK(sharded.status());
   absl::StatusOr<TrainerProgress> got = (*sharded)->Run(stop, kSteps);
   RANK_OK(got.status());
@@ -269,6 +277,27 @@ TEST(MultiRankTrainerTest, TwoRanksTrainAsOneProcess) {
 TEST(MultiRankTrainerTest, FourRanksTrainAsOneProcess) {
   ExpectRanksPassed(RunRanks(absl::StrCat(kPooledCases, ",", kSequenceCases), 4,
                              absl::Seconds(240)));
+}
+
+// Criteo data: the held-out batches are the first batches of the file, of
+// which each rank evaluates its share (before, a rank took its share of its
+// share, and no multi-rank run on Criteo data with eval_batches started).
+TEST(MultiRankTrainerTest, TwoRanksTrainOnCriteoDataAsOneProcess) {
+  const std::string path =
+      absl::StrCat(std::getenv("TEST_TMPDIR"), "/criteo.tsv");
+  std::string lines;
+  // Two held-out global batches, kSteps to train and a partial one.
+  for (int64_t i = 0; i < (kSteps + 2) * 2 * kBatch + 5; ++i) {
+    absl::StrAppend(&lines, (i * 2654435761 >> 13) % 3 == 0 ? 1 : 0);
+    for (int f = 0; f < 13; ++f) absl::StrAppend(&lines, "\t", (i + f) % 9);
+    for (int f = 0; f < 26; ++f) {
+      absl::StrAppend(&lines, "\t", absl::Hex(i * 131 + f * 17));
+    }
+    absl::StrAppend(&lines, "\n");
+  }
+  ASSERT_TRUE(WriteFileDurably(path, lines).ok());
+  ExpectRanksPassed(RunRanks("dlrm/mixed/adagrad/criteo", 2, absl::Seconds(120),
+                             {{"CRITEO_PATH", path}}));
 }
 
 // A model checkpointed under 2 ranks (a mixed plan), continued under 4 (all

@@ -28,7 +28,9 @@ namespace testing {
 // The small model of the multi-rank trainer tests: tables of dim 8
 // (column-wise splits 8 over 4 ranks) t0 (40 rows, features f0 and f1), t1
 // (33), t2 (17), t3 (21) and, with `fifth_table`, t4 (23); DLRM or the
-// sequence model; synthetic data of 0-3 IDs per feature; seed 11.
+// sequence model; synthetic data of 0-3 IDs per feature; seed 11. With
+// `criteo_path`, the data is that Criteo file instead (13 dense features;
+// t0 reads cat_0 and cat_1, t1 cat_2, and so on).
 struct SmallModel {
   std::string kind = "dlrm";
   std::string sparse_optimizer = "adagrad";
@@ -37,33 +39,47 @@ struct SmallModel {
   int64_t eval_batches = 1;
   int64_t log_every_steps = 100;
   std::string tracker = R"(mode: "id_only")";  // the tracker block's fields
+  std::string criteo_path;
 };
 
 inline std::string SmallModelConfig(const SmallModel& model) {
+  const bool criteo = !model.criteo_path.empty();
+  // The features of table t<t> beyond t0.
+  auto features = [criteo](int t) {
+    return criteo ? absl::StrCat(" feature_names: \"cat_", t + 1, "\"")
+                  : std::string();
+  };
   return absl::StrCat(
       R"(
 model {
   kind: ")",
       model.kind, R"("
-  num_dense: 4
+  num_dense: )",
+      criteo ? 13 : 4, R"(
   dense_arch: [16, 8]
   over_arch: [16, 1]
-  tables { name: "t0" num_embeddings: 40 embedding_dim: 8 feature_names: ["f0", "f1"] }
-  tables { name: "t1" num_embeddings: 33 embedding_dim: 8 }
-  tables { name: "t2" num_embeddings: 17 embedding_dim: 8 }
-  tables { name: "t3" num_embeddings: 21 embedding_dim: 8 }
-)",
+  tables { name: "t0" num_embeddings: 40 embedding_dim: 8 feature_names: )",
+      criteo ? R"(["cat_0", "cat_1"])" : R"(["f0", "f1"])", R"( }
+  tables { name: "t1" num_embeddings: 33 embedding_dim: 8)",
+      features(1), R"( }
+  tables { name: "t2" num_embeddings: 17 embedding_dim: 8)",
+      features(2), R"( }
+  tables { name: "t3" num_embeddings: 21 embedding_dim: 8)",
+      features(3), " }\n",
       model.fifth_table
-          ? "  tables { name: \"t4\" num_embeddings: 23 embedding_dim: 8 }\n"
+          ? absl::StrCat("  tables { name: \"t4\" num_embeddings: 23 "
+                         "embedding_dim: 8",
+                         features(4), " }\n")
           : "",
       R"(  sparse_optimizer { type: ")", model.sparse_optimizer,
       R"(" learning_rate: 0.1 }
   dense_optimizer { type: "adam" learning_rate: 0.01 }
 }
 data { batch_size: )",
-      model.batch,
-      R"( synthetic { min_length: 0 max_length: 3 } eval_batches: )",
-      model.eval_batches, R"( }
+      model.batch, " ",
+      criteo ? absl::StrCat("criteo { paths: \"", model.criteo_path, "\" }")
+             : "synthetic { min_length: 0 max_length: 3 }",
+      " eval_batches: ", model.eval_batches, R"( }
 tracker { )",
       model.tracker, R"( }
 seed: 11
