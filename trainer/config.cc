@@ -138,7 +138,7 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     return Invalid("model.dense_optimizer.type", status.message());
   }
   settings.dense_learning_rate = model.dense_optimizer().learning_rate();
-  if (settings.dense_learning_rate < 0) {
+  if (!(settings.dense_learning_rate >= 0)) {  // also NaN
     return Invalid("model.dense_optimizer.learning_rate", "must be >= 0");
   }
 
@@ -278,7 +278,7 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     settings.service.tls_cert = tracker.tls_cert();
     settings.service.tls_key = tracker.tls_key();
     settings.drain_seconds = tracker.drain_seconds();
-    if (settings.drain_seconds < 0) {
+    if (!(settings.drain_seconds >= 0)) {  // also NaN
       return Invalid("tracker.drain_seconds", "must be >= 0");
     }
   }
@@ -294,7 +294,8 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   settings.checkpoints_kept = checkpoints.keep();
   settings.restore_chain = checkpoints.restore_chain();
   if (settings.checkpoint_every_steps < 0 ||
-      settings.checkpoint_every_seconds < 0 || settings.checkpoints_kept < 1) {
+      !(settings.checkpoint_every_seconds >= 0) ||  // also NaN
+      settings.checkpoints_kept < 1) {
     return Invalid("checkpoints",
                    "every_steps and every_seconds must be >= 0, keep >= 1");
   }

@@ -58,7 +58,7 @@ v1::TrainerConfig WithTrainerConfigDefaults(v1::TrainerConfig config) {
 
   v1::Data& data = *config.mutable_data();
   Or(&data, &v1::Data::batch_size, &v1::Data::set_batch_size, 512);
-  Or(&data, &v1::Data::eval_batches, &v1::Data::set_eval_batches, 8);
+  if (!data.has_eval_batches()) data.set_eval_batches(8);
   if (data.has_criteo()) {
     Or(data.mutable_criteo(), &v1::CriteoData::max_malformed_fraction,
        &v1::CriteoData::set_max_malformed_fraction, 0.01);
@@ -81,8 +81,7 @@ v1::TrainerConfig WithTrainerConfigDefaults(v1::TrainerConfig config) {
   if (config.pipeline().empty()) config.set_pipeline("sequential");
   Or(&config, &v1::TrainerConfig::accumulation_steps,
      &v1::TrainerConfig::set_accumulation_steps, int64_t{1});
-  Or(&config, &v1::TrainerConfig::log_every_steps,
-     &v1::TrainerConfig::set_log_every_steps, 50);
+  if (!config.has_log_every_steps()) config.set_log_every_steps(50);
   if (config.device().empty()) config.set_device("cpu");
   return config;
 }

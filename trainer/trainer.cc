@@ -278,22 +278,20 @@ absl::Status Trainer::SaveState() {
 }
 
 absl::StatusOr<double> Trainer::GlobalLossSum() {
-  at::Tensor sum = loss_sum_.to(at::kCPU, at::kDouble).reshape({1}).clone();
-  if (settings_.group != nullptr) {
-    // The ranks' losses are means over equal batches: their mean is the
-    // global batch's.
-    if (absl::Status status =
-            settings_.group->AllReduceSum(sum, "progress.loss");
-        !status.ok()) {
-      return status;
-    }
-    sum /= settings_.group->world_size();
+  if (settings_.group == nullptr) return loss_sum_.item<double>();
+  // The ranks' losses are means over equal batches: their mean is the
+  // global batch's.
+  ProcessGroup& group = *settings_.group;
+  at::Tensor sum =
+      loss_sum_.to(group.device(), at::kDouble).reshape({1}).clone();
+  if (absl::Status status = group.AllReduceSum(sum, "progress.loss");
+      !status.ok()) {
+    return status;
   }
-  return sum.item<double>();
+  return sum.item<double>() / group.world_size();
 }
 
 absl::StatusOr<double> Trainer::Evaluate() {
-  if (eval_batches_.empty()) return 0.5;
   std::vector<at::Tensor> scores, labels;
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     at::NoGradGuard no_grad;
@@ -312,6 +310,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
     ProcessGroup& group = *settings_.group;
     at::Tensor both =
         at::stack({all_scores.to(at::kFloat), all_labels.to(at::kFloat)}, 1)
+            .to(group.device())
             .contiguous();
     at::Tensor gathered =
         at::empty({both.size(0) * group.world_size(), 2}, both.options());
@@ -320,6 +319,7 @@ absl::StatusOr<double> Trainer::Evaluate() {
         !gathered_status.ok()) {
       return gathered_status;
     }
+    gathered = gathered.cpu();
     all_scores = gathered.select(1, 0);
     all_labels = gathered.select(1, 1);
   }
@@ -362,12 +362,15 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
     }
     loss_sum_ = at::Tensor();
     loss_count_ = 0;
-    absl::StatusOr<double> auc = Evaluate();
-    if (!auc.ok()) return auc.status();
-    progress.eval_auc = *auc;
-    std::string line = absl::StrFormat(
-        "step %d | %.0f ex/s | loss %.4f | eval auc %.4f", progress.step,
-        progress.examples_per_second, progress.loss, *auc);
+    std::string line =
+        absl::StrFormat("step %d | %.0f ex/s | loss %.4f", progress.step,
+                        progress.examples_per_second, progress.loss);
+    if (!eval_batches_.empty()) {  // the same on every rank
+      absl::StatusOr<double> auc = Evaluate();
+      if (!auc.ok()) return auc.status();
+      progress.eval_auc = *auc;
+      absl::StrAppendFormat(&line, " | eval auc %.4f", *auc);
+    }
     if (tracker_ != nullptr) {
       const TrackerStatus status = tracker_->Status();
       absl::StrAppendFormat(&line, " | tracker batch %d, %d ids, %.1f MiB",

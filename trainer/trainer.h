@@ -34,7 +34,7 @@ struct TrainerProgress {
   int64_t examples_this_run = 0;
   double examples_per_second = 0;  // since the previous progress line
   double loss = 0;                 // mean training loss since then
-  std::optional<double> eval_auc;  // on the held-out batches
+  std::optional<double> eval_auc;  // on the held-out batches (if any)
   absl::Duration elapsed;          // of this run
 };
 
@@ -83,11 +83,12 @@ class Trainer {
   const TrackerSnapshots* snapshots() const { return snapshots_; }
   RecModel& model() const { return *model_; }
   int64_t step() const { return step_; }
-  // AUC of the model on the held-out batches (0.5 without any).
-  absl::StatusOr<double> Evaluate();
 
  private:
   Trainer() = default;
+  // AUC of the model on the held-out batches (there are some): with a
+  // process group, over every rank's (a collective).
+  absl::StatusOr<double> Evaluate();
   // trainer_restore.cc: the latest checkpoint (or settings_.restore_chain),
   // the data fast-forwarded past its steps, the tracker's snapshot and its
   // batch index in line with the model's step; on several ranks, then the

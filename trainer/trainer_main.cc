@@ -366,7 +366,14 @@ int Main(int argc, char** argv) {
     options.timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
     absl::StatusOr<std::unique_ptr<ProcessGroup>> made =
         ProcessGroup::Create(options);
-    if (!made.ok()) return Fail(kExitFailure, made.status());
+    if (!made.ok()) {
+      // Ranks launched so that they cannot form a group (different
+      // WORLD_SIZEs, one RANK twice) are refused: a restart would be too.
+      return Fail(made.status().code() == absl::StatusCode::kFailedPrecondition
+                      ? kExitUsage
+                      : kExitFailure,
+                  made.status());
+    }
     group = *std::move(made);
     settings->group = group.get();
     settings->service.listen =
@@ -415,7 +422,10 @@ int Main(int argc, char** argv) {
   if (!metrics.ok()) return fail(kExitUsage, metrics.status());
   if (*metrics != nullptr) {
     if (tracker_metrics != nullptr) (*metrics)->Add(tracker_metrics);
-    log(absl::StrCat("metrics on http://", (*metrics)->address(), "/metrics"));
+    // Every rank's: with port 0 each has a port of its own.
+    std::fprintf(stderr, "trainer: %smetrics on http://%s/metrics\n",
+                 ranked ? absl::StrCat("rank ", rank, ": ").c_str() : "",
+                 (*metrics)->address().c_str());
   }
   if (std::string address = (*trainer)->service_address(); !address.empty()) {
     std::printf("listening on %s\n", address.c_str());
@@ -432,10 +442,13 @@ int Main(int argc, char** argv) {
   const double seconds = absl::ToDoubleSeconds(progress->elapsed);
   absl::PrintF(
       "trained %d steps (%d this run, %d examples in %.1f s, %.0f ex/s); "
-      "final loss %.4f, eval auc %.4f\n",
+      "final loss %.4f%s\n",
       progress->step, progress->steps_this_run, progress->examples_this_run,
       seconds, seconds > 0 ? progress->examples_this_run / seconds : 0.0,
-      progress->loss, progress->eval_auc.value_or(0.5));
+      progress->loss,
+      progress->eval_auc.has_value()
+          ? absl::StrFormat(", eval auc %.4f", *progress->eval_auc)
+          : "");
   return 0;
 }
 

@@ -136,6 +136,31 @@ TEST(ConfigDefaults, TheTrainersSettingsAreMadeOfThem) {
                    .ok());
 }
 
+// Zero is a value where it means something: no held-out batches (no AUC),
+// a progress line at the end only.
+TEST(ConfigDefaults, ZeroEvalBatchesAndLogEveryStepsAreKept) {
+  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(
+      Parse("data { eval_batches: 0 } log_every_steps: 0"));
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->eval_batches, 0);
+  EXPECT_EQ(settings->log_every_steps, 0);
+}
+
+// NaN passes a "< 0" check: it is refused like a negative value.
+TEST(ConfigDefaults, NotANumberIsRefused) {
+  for (const char* text : {
+           "tracker { drain_seconds: nan }",
+           "checkpoints { dir: \"/tmp/c\" every_seconds: nan }",
+           "model { dense_optimizer { learning_rate: nan } }",
+           "model { sparse_optimizer { learning_rate: nan } }",
+       }) {
+    absl::StatusOr<TrainerSettings> settings =
+        ResolveTrainerConfig(Parse(text));
+    EXPECT_EQ(settings.status().code(), absl::StatusCode::kInvalidArgument)
+        << text;
+  }
+}
+
 TEST(ConfigDefaults, CudaWithoutAnIndexIsEachRanksOwnGpu) {
   absl::StatusOr<TrainerSettings> settings =
       ResolveTrainerConfig(Parse(R"(device: "cuda")"));

@@ -63,7 +63,8 @@ bool Succeeded(int status) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-// Forks one rank: its environment set, the signal mask cleared, then exec.
+// Forks one rank: in a process group of its own, its environment set, the
+// signal mask cleared, then exec.
 pid_t StartRank(const LocalLaunchOptions& options, int rank, int port,
                 int attempt, const std::optional<std::string>& omp_threads) {
   std::vector<char*> argv;
@@ -92,6 +93,10 @@ pid_t StartRank(const LocalLaunchOptions& options, int rank, int port,
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) {
     _exit(127);
   }
+  // A process group of its own, as torchrun's workers: a signal to the
+  // launcher's group (a terminal's Ctrl-C) reaches the rank once, forwarded
+  // by the launcher, not twice (a second signal stops a rank at once).
+  if (setpgid(0, 0) != 0) _exit(127);
   for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
   sigset_t none;
   sigemptyset(&none);

@@ -47,6 +47,27 @@ int64_t RowBytes(const at::Tensor& t) {
                       : (t.size(0) == 0 ? 0 : t.nbytes() / t.size(0));
 }
 
+// Collectives take tensors on the group's device (NCCL refuses host
+// tensors, Gloo device ones): checked at every world size, so that a caller
+// that passes the wrong one fails in a one-process run too, not first on
+// several GPUs.
+absl::Status CheckDevice(const at::Tensor& tensor, c10::Device device,
+                         absl::string_view collective,
+                         absl::string_view label) {
+  if (tensor.device() == device) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      collective, " '", label, "': a tensor on ", tensor.device().str(),
+      ", the group's device is ", device.str()));
+}
+
+// CheckDevice of a collective's input and output.
+absl::Status CheckDevices(const at::Tensor& input, const at::Tensor& output,
+                          c10::Device device, absl::string_view collective,
+                          absl::string_view label) {
+  absl::Status status = CheckDevice(input, device, collective, label);
+  return status.ok() ? CheckDevice(output, device, collective, label) : status;
+}
+
 absl::Status CheckSplits(absl::Span<const int64_t> splits, int world_size,
                          const at::Tensor& tensor, absl::string_view what) {
   if (static_cast<int>(splits.size()) != world_size) {
@@ -276,7 +297,13 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(
   // through the store's "refused" key by every rank, at once.
   const std::string refused_key = "refused";
   std::string refused;
+  // The store's host (rank 0, without torchrun's agent store) keeps the
+  // store up after a refusal until every rank that came has read it (or
+  // kRefusalGrace passed): they would see a store that failed instead.
+  constexpr absl::Duration kRefusalGrace = absl::Seconds(5);
+  const bool hosts_store = !env.use_agent_store && env.rank == 0;
   try {
+    impl->store->add("arrivals", 1);
     const std::string size = std::to_string(env.world_size);
     if (const std::string agreed =
             Text(impl->store->compareSet("world_size", {}, Bytes(size)));
@@ -305,6 +332,15 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(
       }
       if (missing.empty() || absl::Now() >= deadline) break;
       absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (!refused.empty()) {
+      impl->store->add("refusal_read", 1);
+      const absl::Time until = absl::Now() + kRefusalGrace;
+      while (hosts_store && absl::Now() < until &&
+             impl->store->add("refusal_read", 0) <
+                 impl->store->add("arrivals", 0)) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
     }
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
@@ -374,6 +410,11 @@ absl::Status ProcessGroup::AllToAll(const at::Tensor& input,
                                     absl::string_view label) {
   const int size = world_size();
   if (absl::Status s =
+          CheckDevices(input, output, device(), "all-to-all", label);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
           CheckSplits(input_splits, size, input, "all-to-all input");
       !s.ok()) {
     return s;
@@ -405,6 +446,10 @@ absl::Status ProcessGroup::AllToAll(const at::Tensor& input,
 
 absl::Status ProcessGroup::AllReduceSum(at::Tensor& tensor,
                                         absl::string_view label) {
+  if (absl::Status s = CheckDevice(tensor, device(), "all-reduce", label);
+      !s.ok()) {
+    return s;
+  }
   const int size = world_size();
   // A ring all-reduce sends (and receives) 2 (n - 1) / n of the tensor.
   const int64_t bytes = tensor.nbytes() * 2 * (size - 1) / size;
@@ -418,6 +463,11 @@ absl::Status ProcessGroup::AllReduceSum(at::Tensor& tensor,
 absl::Status ProcessGroup::AllGather(const at::Tensor& input,
                                      at::Tensor& output,
                                      absl::string_view label) {
+  if (absl::Status s =
+          CheckDevices(input, output, device(), "all-gather", label);
+      !s.ok()) {
+    return s;
+  }
   const int size = world_size();
   if (output.dim() == 0 || output.size(0) != input.size(0) * size) {
     return absl::InvalidArgumentError(
@@ -442,6 +492,11 @@ absl::Status ProcessGroup::AllGather(const at::Tensor& input,
 absl::Status ProcessGroup::ReduceScatterSum(const at::Tensor& input,
                                             at::Tensor& output,
                                             absl::string_view label) {
+  if (absl::Status s =
+          CheckDevices(input, output, device(), "reduce-scatter", label);
+      !s.ok()) {
+    return s;
+  }
   const int size = world_size();
   if (input.dim() == 0 || input.size(0) != output.size(0) * size) {
     return absl::InvalidArgumentError(

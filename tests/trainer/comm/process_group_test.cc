@@ -472,6 +472,32 @@ TEST(ProcessGroupTest, RejectsBadSplits) {
   EXPECT_TRUE(at::equal(input, output));
 }
 
+// Tensors off the group's device are refused by every collective, also in
+// a one-process group (where nothing is sent): a trainer that handed a host
+// tensor to NCCL failed first on several GPUs, at its first progress line.
+TEST(ProcessGroupTest, RejectsTensorsOffTheGroupsDevice) {
+  ProcessGroupOptions options;  // one process on the CPU
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Create(options);
+  ASSERT_TRUE(group.ok()) << group.status();
+  at::Tensor host = at::ones({2});
+  at::Tensor elsewhere = at::empty({2}, at::TensorOptions().device(at::kMeta));
+  const absl::Status refusals[] = {
+      (*group)->AllReduceSum(elsewhere, "sum"),
+      (*group)->AllGather(elsewhere, host, "gather in"),
+      (*group)->AllGather(host, elsewhere, "gather out"),
+      (*group)->ReduceScatterSum(host, elsewhere, "scatter"),
+      (*group)->AllToAll(elsewhere, {2}, host, {2}, "all-to-all"),
+  };
+  for (const absl::Status& status : refusals) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(
+        absl::StrContains(status.message(), "the group's device is cpu"))
+        << status;
+  }
+  EXPECT_TRUE((*group)->AllReduceSum(host, "sum").ok());
+}
+
 }  // namespace
 }  // namespace deltastream
 

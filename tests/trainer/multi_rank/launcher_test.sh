@@ -6,7 +6,11 @@
 #     per core of its own;
 #  2. a SIGKILLed rank stops the other within the collective timeout, and
 #     the launcher exits 1 naming the rank;
-#  3. SIGTERM to the launcher stops both ranks at the same step, cleanly;
+#  3. SIGTERM to the launcher stops both ranks at the same step, cleanly,
+#     and so does one SIGINT to the launcher's whole process group (a
+#     terminal's Ctrl-C): the ranks run in a group of their own, so that
+#     they see the launcher's forwarded signal only (two would stop a rank
+#     at once, without its final checkpoint);
 #  4. `deltactl topology` against either rank lists both ranks and every
 #     table's shard, and `deltactl get` through one rank reads every rank's
 #     tables, merged; each rank serves its metrics on --metrics_listen's
@@ -16,7 +20,8 @@
 #     so is one named GPU for every rank;
 #  6. a rank that cannot start (its checkpoint file damaged) stops the group
 #     at once, named with its reason, without waiting out a timeout or the
-#     grace period.
+#     grace period;
+#  7. ranks launched with different WORLD_SIZEs are refused (exit 2).
 set -u
 TRAINER="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}/trainer/trainer"
 [ -x "$TRAINER" ] || TRAINER=trainer/trainer
@@ -72,17 +77,20 @@ final() { grep -oE 'final loss .*' "$1"; }
 [ "$(grep -c '^trained' "$DIR/two.out")" = 1 ] ||
   fail "expected one summary line (rank 0's): $(cat "$DIR/two.out")"
 
-# Starts two ranks training until stopped; waits for step 5.
+# Starts two ranks training until stopped (the launcher under the command
+# words after $1, if any); waits for step 5.
 start_endless() {
+  local name=$1
+  shift
   config 32 -1 > "$DIR/endless.txt"
-  "$TRAINER" --config="$DIR/endless.txt" --nproc_per_node=2 \
-    --collective_timeout_s=2 > "$DIR/$1.out" 2> "$DIR/$1.err" &
+  "$@" "$TRAINER" --config="$DIR/endless.txt" --nproc_per_node=2 \
+    --collective_timeout_s=2 > "$DIR/$name.out" 2> "$DIR/$name.err" &
   launcher=$!
   for _ in $(seq 600); do
-    grep -q 'step 5 ' "$DIR/$1.err" && return 0
+    grep -q 'step 5 ' "$DIR/$name.err" && return 0
     sleep 0.1
   done
-  fail "$1: no progress: $(cat "$DIR/$1.err")"
+  fail "$name: no progress: $(cat "$DIR/$name.err")"
   return 1
 }
 
@@ -121,6 +129,14 @@ if start_endless term; then
   grep -q 'stop requested at step' "$DIR/term.err" ||
     fail "SIGTERM: no stop line: $(cat "$DIR/term.err")"
   grep -q '^trained' "$DIR/term.out" || fail "SIGTERM: no summary"
+fi
+# The launcher leads a process group of its own (setsid), as a shell's job.
+if start_endless ctrl_c setsid; then
+  kill -INT -- "-$launcher"
+  wait_launcher 30
+  [ "$rc" = 0 ] || fail "Ctrl-C: launcher exited $rc: $(cat "$DIR/ctrl_c.err")"
+  grep -q 'stop requested at step' "$DIR/ctrl_c.err" ||
+    fail "Ctrl-C: no stop line: $(cat "$DIR/ctrl_c.err")"
 fi
 
 # 4. The topology, from either rank; each rank's metrics on its own port
@@ -257,6 +273,25 @@ grep -q "rank 1: .*rank-00001-of-00002.pt' is a damaged archive" "$DIR/damaged.e
 [ "$elapsed" -lt 20 ] ||
   fail "damaged checkpoint: the group took ${elapsed} s to stop"
 echo "a rank that could not start stopped the group in ${elapsed} s"
+
+# 7. Ranks started by hand (as torchrun's environment) that cannot form a
+# group, given different WORLD_SIZEs, are refused (exit 2: a restart would
+# be refused again), naming the fault.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for rank in 0 1; do
+  RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=$((2 + rank)) LOCAL_WORLD_SIZE=2 \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$TRAINER" \
+    --config="$DIR/two.txt" > "$DIR/sizes-$rank.out" 2> "$DIR/sizes-$rank.err" &
+  pids[$rank]=$!
+done
+for rank in 0 1; do
+  wait "${pids[$rank]}"
+  rc=$?
+  [ "$rc" = 2 ] ||
+    fail "WORLD_SIZE 2 and 3: rank $rank exited $rc: $(cat "$DIR/sizes-$rank.err")"
+  grep -q 'every rank must be given the same WORLD_SIZE' "$DIR/sizes-$rank.err" ||
+    fail "WORLD_SIZE 2 and 3: rank $rank: not said: $(cat "$DIR/sizes-$rank.err")"
+done
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failed"
