@@ -65,6 +65,13 @@ absl::Status Unreachable(const std::string& target, const grpc::Status& s) {
       absl::StrCat("predictor ", target, ": ", s.error_message()));
 }
 
+// Every call to the predictor ends within a minute (a few MiB at most): a
+// predictor that accepts calls and never answers is an error, not a hang.
+void SetDeadline(grpc::ClientContext& context) {
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(60));
+}
+
 }  // namespace
 
 absl::StatusOr<Verified> VerifyReplica(const CheckpointModel& model,
@@ -76,6 +83,7 @@ absl::StatusOr<Verified> VerifyReplica(const CheckpointModel& model,
   Verified verified;
   verified.version = model.step;
   grpc::ClientContext status_context;
+  SetDeadline(status_context);
   v1::PredictorStatus& status = verified.predictor;
   if (grpc::Status s = stub->Status(&status_context, {}, &status); !s.ok()) {
     return Unreachable(target, s);
@@ -109,8 +117,7 @@ absl::StatusOr<Verified> VerifyReplica(const CheckpointModel& model,
         return s;
       }
       grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() +
-                           std::chrono::seconds(60));
+      SetDeadline(context);
       v1::LookupResponse response;
       if (grpc::Status s = stub->Lookup(&context, request, &response);
           !s.ok()) {
@@ -136,6 +143,7 @@ absl::StatusOr<Verified> VerifyReplica(const CheckpointModel& model,
     verified.rows += weight.size(0);
   }
   grpc::ClientContext dense_context;
+  SetDeadline(dense_context);
   v1::GetDenseResponse dense_response;
   if (grpc::Status s = stub->GetDense(&dense_context, {}, &dense_response);
       !s.ok()) {

@@ -436,9 +436,10 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
     ++progress.steps_this_run;
     progress.examples_this_run += examples;
     if (s.metrics != nullptr) {
+      // This rank's examples: Prometheus sums the ranks'.
       s.metrics->ObserveStep(step_,
                              absl::ToDoubleSeconds(absl::Now() - step_start),
-                             examples, reported_loss_);
+                             done.examples, reported_loss_);
     }
     if (absl::Status status = ServeCuts(); !status.ok()) return status;
     if (s.log_every_steps > 0 && step_ % s.log_every_steps == 0) {

@@ -14,8 +14,8 @@ namespace deltastream {
 // step (docs/operations.md lists them):
 //   deltastream_trainer_step_seconds          histogram of step times
 //   deltastream_trainer_steps_total           steps trained
-//   deltastream_trainer_examples_total        examples trained
-//   deltastream_trainer_examples_per_second   of the latest step
+//   deltastream_trainer_examples_total        examples this rank trained
+//   deltastream_trainer_examples_per_second   this rank's, of the latest step
 //   deltastream_trainer_loss                  of the latest step
 //   deltastream_trainer_batch                 the latest step's batch index
 // Each rank serves its own; Prometheus sums examples_total across ranks and

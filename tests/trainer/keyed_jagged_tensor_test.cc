@@ -88,6 +88,44 @@ TEST(KeyedJaggedTensorTest, FromOffsetsEqualsFromLengths) {
   EXPECT_EQ(kjt->lengths().scalar_type(), at::kInt);
 }
 
+// Offsets kept as given may be strided: Examples reads them as their
+// values, not as the memory behind them.
+TEST(KeyedJaggedTensorTest, ExamplesOfStridedOffsets) {
+  const at::Tensor every_other =
+      at::tensor({0, 9, 2, 9, 2, 9, 3, 9, 4, 9, 6, 9, 7, 9}, at::kLong)
+          .slice(0, 0, 14, 2);
+  absl::StatusOr<KeyedJaggedTensor> strided = KeyedJaggedTensor::FromOffsets(
+      {"f1", "f2"}, at::arange(1, 8, at::kLong), every_other, ExampleWeights());
+  ASSERT_TRUE(strided.ok()) << strided.status();
+  absl::StatusOr<KeyedJaggedTensor> dense = KeyedJaggedTensor::FromOffsets(
+      {"f1", "f2"}, at::arange(1, 8, at::kLong), every_other.contiguous(),
+      ExampleWeights());
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  for (const auto& [begin, end] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 3}, {2, 3}}) {
+    absl::StatusOr<KeyedJaggedTensor> got = strided->Examples(begin, end);
+    ASSERT_TRUE(got.ok()) << got.status();
+    absl::StatusOr<KeyedJaggedTensor> want = dense->Examples(begin, end);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ExpectSameKjt(*got, *want);
+  }
+}
+
+// A weighted tensor of no keys (SplitByKeys of an empty group keeps the
+// stride and the weights): its examples are a status, not an exception.
+TEST(KeyedJaggedTensorTest, ExamplesOfAWeightedTensorOfNoKeys) {
+  absl::StatusOr<KeyedJaggedTensor> none = KeyedJaggedTensor::FromLengths(
+      {}, at::empty({0}, at::kLong), at::empty({0}, at::kLong),
+      at::empty({0}, at::kFloat), /*stride=*/4);
+  ASSERT_TRUE(none.ok()) << none.status();
+  absl::StatusOr<KeyedJaggedTensor> part = none->Examples(0, 2);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_EQ(part->stride(), 2);
+  EXPECT_EQ(part->num_keys(), 0);
+  ASSERT_TRUE(part->has_weights());
+  EXPECT_EQ(part->weights()->numel(), 0);
+}
+
 TEST(KeyedJaggedTensorTest, UndefinedWeightsMeanUnweighted) {
   absl::StatusOr<KeyedJaggedTensor> kjt = KeyedJaggedTensor::FromLengths(
       {"f"}, Ids({1, 2}), at::tensor({2}, at::kLong), at::Tensor());

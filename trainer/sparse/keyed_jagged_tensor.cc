@@ -400,7 +400,8 @@ absl::StatusOr<KeyedJaggedTensor> KeyedJaggedTensor::Examples(
   if (begin == 0 && end == stride_) return *this;
   // Per key, the lengths of examples [begin, end) and the values between
   // their offsets.
-  const at::Tensor offsets = jagged_.offsets().to(at::kCPU).to(at::kLong);
+  const at::Tensor offsets =
+      jagged_.offsets().to(at::kCPU).to(at::kLong).contiguous();
   const int64_t* offset = offsets.data_ptr<int64_t>();
   std::vector<at::Tensor> lengths, values, weights;
   lengths.reserve(keys);
@@ -414,12 +415,13 @@ absl::StatusOr<KeyedJaggedTensor> KeyedJaggedTensor::Examples(
           jagged_.weights()->slice(0, offset[first], offset[last]));
     }
   }
-  std::optional<at::Tensor> all_weights;
-  if (has_weights()) all_weights = at::cat(weights);
   if (keys == 0) {
     values.push_back(jagged_.values().slice(0, 0, 0));
     lengths.push_back(jagged_.lengths().slice(0, 0, 0));
+    if (has_weights()) weights.push_back(jagged_.weights()->slice(0, 0, 0));
   }
+  std::optional<at::Tensor> all_weights;
+  if (has_weights()) all_weights = at::cat(weights);
   return FromLengths(keys_, at::cat(values), at::cat(lengths),
                      std::move(all_weights), end - begin);
 }

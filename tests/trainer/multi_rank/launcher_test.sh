@@ -191,13 +191,22 @@ for name, t in tables.items():
     ids = t["ids"]
     assert ids and ids == sorted(set(ids)), name
 CHECK
+# Each rank counts its own examples (32 a step; Prometheus sums the ranks').
 for port in "$metrics_port" $((metrics_port + 1)); do
   python3 -c '
-import sys, urllib.request
-body = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
-assert "deltastream_trainer_steps_total" in body, body[:500]' \
+import re, sys, time, urllib.request
+def value(body, name):
+    return float(re.search("^" + name + r"(?:\{[^}]*\})? (\S+)$", body, re.M).group(1))
+for _ in range(300):
+    body = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+    steps = value(body, "deltastream_trainer_steps_total")
+    if steps >= 3:
+        break
+    time.sleep(0.1)
+examples = value(body, "deltastream_trainer_examples_total")
+assert steps >= 3 and abs(examples - 32 * steps) <= 32, (steps, examples)' \
     "http://127.0.0.1:$port/metrics" ||
-    fail "no trainer metrics on port $port: $(cat "$DIR/served.err")"
+    fail "trainer metrics on port $port: $(cat "$DIR/served.err")"
 done
 kill -TERM "$launcher"
 wait_launcher 30
