@@ -1,8 +1,8 @@
 // Planning time and plan quality of the sharding planner
 // (trainer/planner/planner.h): random models of 10, 100, 1,000 and 10,000
 // tables (rows log-uniform in [100, 1e6], dims 16-256, 1-20 IDs per
-// example) on 8 and 64 ranks, CPU ranks (one-dimensional DP over DDR) and
-// GPU ranks (80 GiB HBM, 256 GiB DDR each: the two-dimensional DP). For
+// example) on 8 and 64 ranks, CPU ranks (the DP over DDR) and GPU ranks
+// (80 GiB HBM each: the DP over HBM). For
 // each proposer alone and all together: the median planning time of
 // --repeat runs (enumeration, proposals, partitions) and the estimated
 // max-rank cost of the plan it returns. Goal: 1,000 tables on 64 ranks in

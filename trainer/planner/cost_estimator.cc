@@ -6,28 +6,18 @@ namespace {
 constexpr double kIdBytes = 8;
 constexpr double kMsPerSecond = 1e3;
 
-// The bandwidth a lookup of `kernel` reads rows at.
-double LookupBandwidth(v1::ComputeKernel kernel, const Topology& topology) {
-  if (!topology.gpu) return topology.ddr_bw;
-  if (kernel == v1::FUSED_UVM_CACHING) {
-    // Hits in the HBM cache at HBM speed, misses at host speed.
-    const double hit = topology.uvm_caching_ratio;
-    return 1.0 / (hit / topology.hbm_bw + (1 - hit) / topology.ddr_bw);
-  }
-  return topology.hbm_bw;
-}
-
 }  // namespace
 
 Cost EstimateShardCost(const TableSpec& table, v1::ShardingType type,
-                       v1::ComputeKernel kernel, int64_t shard_rows,
-                       int64_t shard_cols, const Topology& topology) {
+                       int64_t shard_rows, int64_t shard_cols,
+                       const Topology& topology) {
   Cost cost;
   if (shard_rows == 0 || shard_cols == 0) return cost;
   const double world = topology.world_size;
   const double local = topology.ranks_per_host();
   const double hosts = topology.hosts();
-  const double mem_bw = LookupBandwidth(kernel, topology);
+  // Rows are read where the table lives: HBM on GPUs, DDR on CPUs.
+  const double mem_bw = topology.gpu ? topology.hbm_bw : topology.ddr_bw;
   const double world_bw = topology.world_comms_bw();
   // Share of an all-to-all's bytes that leave the rank.
   const double remote = (world - 1) / world;

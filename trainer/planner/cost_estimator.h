@@ -10,13 +10,14 @@ namespace deltastream::planner {
 
 // The estimated step time of one shard, ms, split as TorchRec's perf model
 // splits it: forward and backward compute (bytes a lookup moves through
-// memory over the kernel's memory bandwidth) and communication (bytes the
+// memory over the memory bandwidth of the rank's device: HBM on GPUs, DDR
+// on CPUs) and communication (bytes the
 // shard's input and output distribution move across ranks over the link's
 // bandwidth). docs/planner.md gives the formulas. A shard with no rows or
 // columns costs nothing. Pure: safe from any thread.
 Cost EstimateShardCost(const TableSpec& table, v1::ShardingType type,
-                       v1::ComputeKernel kernel, int64_t shard_rows,
-                       int64_t shard_cols, const Topology& topology);
+                       int64_t shard_rows, int64_t shard_cols,
+                       const Topology& topology);
 
 }  // namespace deltastream::planner
 

@@ -1,6 +1,7 @@
 #include "trainer/planner/enumerator.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/planner/cost_estimator.h"
@@ -9,18 +10,20 @@
 namespace deltastream::planner {
 namespace {
 
+int64_t MinPartition(const TableSpec& table) {
+  return table.min_partition > 0 ? table.min_partition : kDefaultMinPartition;
+}
+
 bool Applies(const TableSpec& table, v1::ShardingType type,
              const Topology& topology) {
-  const int64_t min_partition =
-      table.min_partition > 0 ? table.min_partition : kDefaultMinPartition;
   switch (type) {
     case v1::DATA_PARALLEL:
     case v1::TABLE_WISE:
       return true;
     case v1::ROW_WISE:  // on one rank the same as TABLE_WISE, but allowed
       return true;
-    case v1::COLUMN_WISE:
-      return table.dim >= 2 * min_partition;
+    case v1::COLUMN_WISE:  // dim >= 2 x min_partition, without overflow
+      return table.dim / 2 >= MinPartition(table);
     case v1::TABLE_ROW_WISE:
       return table.pooled && topology.hosts() > 1;
     default:
@@ -34,25 +37,9 @@ bool Allowed(const TableSpec& table, v1::ShardingType type) {
                    type) != table.sharding_types.end();
 }
 
-std::vector<v1::ComputeKernel> Kernels(const TableSpec& table,
-                                       v1::ShardingType type,
-                                       const Topology& topology) {
-  if (type == v1::DATA_PARALLEL) {
-    if (table.placement == Placement::kHost) return {};
-    return {v1::DENSE};
-  }
-  if (!topology.gpu) {
-    if (table.placement == Placement::kHost) return {};
-    return {v1::FUSED};
-  }
-  switch (table.placement) {
-    case Placement::kDevice:
-      return {v1::FUSED};
-    case Placement::kHost:
-      return {v1::FUSED_UVM_CACHING};
-    default:
-      return {v1::FUSED, v1::FUSED_UVM_CACHING};
-  }
+// The kernels the trainer runs: every shard on the rank's device.
+v1::ComputeKernel Kernel(v1::ShardingType type) {
+  return type == v1::DATA_PARALLEL ? v1::DENSE : v1::FUSED;
 }
 
 // The shards' rectangles (and fixed ranks) of `type`.
@@ -93,9 +80,13 @@ std::vector<ShardEstimate> Rectangles(const TableSpec& table,
       break;
     }
     case v1::COLUMN_WISE: {
+      // Blocks of min_partition columns, or of dim / N when that is wider:
+      // at most one shard per rank (the trainer holds one shard of a table
+      // per rank). The last block takes the rest.
       const int64_t width =
-          table.min_partition > 0 ? table.min_partition : kDefaultMinPartition;
-      const int64_t count = table.dim / width;
+          std::max(MinPartition(table), table.dim / topology.world_size);
+      const int64_t count =
+          std::min<int64_t>(table.dim / width, topology.world_size);
       for (int64_t i = 0; i < count; ++i) {
         const int64_t cols = i + 1 == count ? table.dim - width * i : width;
         add(0, table.rows, width * i, cols, -1);
@@ -108,6 +99,38 @@ std::vector<ShardEstimate> Rectangles(const TableSpec& table,
   return shards;
 }
 
+// A table's shape and numbers as the estimators need them.
+absl::Status CheckNumbers(const TableSpec& table) {
+  auto invalid = [&](absl::string_view message) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", table.name, "': ", message));
+  };
+  if (table.rows <= 0 || table.dim <= 0 || table.element_bytes <= 0) {
+    return invalid(absl::StrCat(
+        "rows, dim and element size must be positive, got ", table.rows, " x ",
+        table.dim, " of ", table.element_bytes, " bytes"));
+  }
+  // Weights and up to two optimizer states (Adam) must stay far inside
+  // int64: 2^53 bytes (8 PiB) is more than any rank holds.
+  if (3.0 * static_cast<double>(table.rows) * static_cast<double>(table.dim) *
+          static_cast<double>(table.element_bytes) >
+      9007199254740992.0) {
+    return invalid(absl::StrCat(table.rows, " x ", table.dim,
+                                " is too large (over 8 PiB with its "
+                                "optimizer states)"));
+  }
+  if (!(table.pooling_factor >= 0) || !std::isfinite(table.pooling_factor)) {
+    return invalid(
+        absl::StrCat("pooling_factor must be a finite number >= 0, got ",
+                     table.pooling_factor));
+  }
+  if (table.min_partition < 0) {
+    return invalid(
+        absl::StrCat("min_partition must be >= 0, got ", table.min_partition));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::vector<ShardingOption>>> EnumerateOptions(
@@ -116,42 +139,36 @@ absl::StatusOr<std::vector<std::vector<ShardingOption>>> EnumerateOptions(
   std::vector<std::vector<ShardingOption>> options(tables.size());
   for (size_t t = 0; t < tables.size(); ++t) {
     const TableSpec& table = tables[t];
-    if (table.rows <= 0 || table.dim <= 0 || table.element_bytes <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table '", table.name,
-                       "': rows, dim and element size must be "
-                       "positive, got ",
-                       table.rows, " x ", table.dim));
+    if (absl::Status status = CheckNumbers(table); !status.ok()) {
+      return status;
     }
     for (v1::ShardingType type : kShardingTypes) {
       if (!Applies(table, type, topology) || !Allowed(table, type)) continue;
-      for (v1::ComputeKernel kernel : Kernels(table, type, topology)) {
-        ShardingOption option;
-        option.table = static_cast<int>(t);
-        option.type = type;
-        option.kernel = kernel;
-        option.shards = Rectangles(table, type, topology);
-        for (ShardEstimate& shard : option.shards) {
-          const ShardIo io =
-              EstimateShardIo(table, type, shard.rows, shard.cols, topology);
-          shard.input_bytes = io.input_bytes;
-          shard.output_bytes = io.output_bytes;
-          shard.storage = EstimateShardStorage(
-              ShardTensorBytes(shard.rows, shard.cols, table.element_bytes,
-                               optimizer),
-              io, kernel, topology);
-          shard.cost = EstimateShardCost(table, type, kernel, shard.rows,
-                                         shard.cols, topology);
-        }
-        option.Total();
-        options[t].push_back(std::move(option));
+      ShardingOption option;
+      option.table = static_cast<int>(t);
+      option.type = type;
+      option.kernel = Kernel(type);
+      option.shards = Rectangles(table, type, topology);
+      for (ShardEstimate& shard : option.shards) {
+        const ShardIo io =
+            EstimateShardIo(table, type, shard.rows, shard.cols, topology);
+        shard.input_bytes = io.input_bytes;
+        shard.output_bytes = io.output_bytes;
+        shard.storage = EstimateShardStorage(
+            ShardTensorBytes(shard.rows, shard.cols, table.element_bytes,
+                             optimizer),
+            io, topology);
+        shard.cost =
+            EstimateShardCost(table, type, shard.rows, shard.cols, topology);
       }
+      option.Total();
+      options[t].push_back(std::move(option));
     }
     if (options[t].empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "table '", table.name,
-          "': its constraints (sharding types, placement) allow no sharding "
-          "option on this topology"));
+          "': its constraints (sharding types, min_partition) allow no "
+          "sharding option on this topology"));
     }
   }
   return options;

@@ -2,7 +2,10 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <cmath>
+
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/text_proto.h"
@@ -162,9 +165,10 @@ absl::StatusOr<ModelSpec> ModelSpecFromConfig(const v1::TrainerConfig& given) {
 }
 
 absl::Status ApplyConstraints(const v1::PlannerConstraints& constraints,
-                              bool gpu, std::vector<TableSpec>* tables) {
+                              std::vector<TableSpec>* tables) {
   absl::flat_hash_map<std::string, TableSpec*> by_name;
   for (TableSpec& table : *tables) by_name[table.name] = &table;
+  absl::flat_hash_set<std::string> constrained;
   for (const v1::TableConstraints& given : constraints.tables()) {
     auto invalid = [&](absl::string_view message) {
       return absl::InvalidArgumentError(
@@ -172,6 +176,12 @@ absl::Status ApplyConstraints(const v1::PlannerConstraints& constraints,
     };
     auto it = by_name.find(given.table());
     if (it == by_name.end()) return invalid("not a table of the model");
+    if (!constrained.insert(given.table()).second) {
+      // The second entry would silently replace the first.
+      return absl::InvalidArgumentError(
+          absl::StrCat("constraints: table '", given.table(),
+                       "' is constrained twice (one entry per table)"));
+    }
     TableSpec& table = *it->second;
     table.sharding_types.clear();
     for (int type : given.sharding_types()) {
@@ -181,21 +191,27 @@ absl::Status ApplyConstraints(const v1::PlannerConstraints& constraints,
       table.sharding_types.push_back(static_cast<v1::ShardingType>(type));
     }
     if (given.min_partition() < 0) return invalid("min_partition < 0");
+    if (given.min_partition() > table.dim) {
+      return invalid(absl::StrCat("min_partition ", given.min_partition(),
+                                  " is wider than the table (dim ", table.dim,
+                                  ")"));
+    }
     table.min_partition = given.min_partition();
-    if (given.pooling_factor() < 0) return invalid("pooling_factor < 0");
-    if (given.pooling_factor() > 0)
+    if (!(given.pooling_factor() >= 0) ||
+        !std::isfinite(given.pooling_factor())) {
+      return invalid(absl::StrCat(
+          "pooling_factor must be a finite number >= 0 (0: from the "
+          "config), got ",
+          given.pooling_factor()));
+    }
+    if (given.pooling_factor() > 0) {
       table.pooling_factor = given.pooling_factor();
-    switch (given.placement()) {
-      case v1::PLACEMENT_DEVICE:
-        table.placement = Placement::kDevice;
-        break;
-      case v1::PLACEMENT_HOST:
-        if (!gpu) return invalid("HOST placement needs GPU ranks");
-        table.placement = Placement::kHost;
-        break;
-      default:
-        table.placement = Placement::kAny;
-        break;
+    }
+    if (given.placement() == v1::PLACEMENT_HOST) {
+      return invalid(
+          "PLACEMENT_HOST (host memory with a device cache, "
+          "FUSED_UVM_CACHING) is not supported: the trainer keeps every "
+          "table on the rank's device");
     }
   }
   return absl::OkStatus();

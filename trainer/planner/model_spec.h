@@ -46,10 +46,13 @@ absl::StatusOr<v1::PlannerConstraints> ParseConstraintsText(
     absl::string_view text);
 
 // Applies per-table constraints. InvalidArgument naming the table when it
-// is not in `tables`, or a value is out of range (negative partition or
-// pooling factor, host placement on CPUs).
+// is not in `tables` or constrained twice, or a value is out of range (a
+// negative min_partition or one wider than the table, a pooling factor that
+// is not a finite number >= 0, PLACEMENT_HOST: the trainer keeps every
+// table on the rank's device, so PLACEMENT_DEVICE and PLACEMENT_ANY are
+// what it is anyway).
 absl::Status ApplyConstraints(const v1::PlannerConstraints& constraints,
-                              bool gpu, std::vector<TableSpec>* tables);
+                              std::vector<TableSpec>* tables);
 
 }  // namespace deltastream::planner
 

@@ -59,15 +59,20 @@ class Placer {
   }
 
   // The rank with the most room in the deciding tier, shards that found no
-  // room counted (ties: lowest rank).
-  int RoomiestRank() const {
+  // room counted (ties: lowest rank), among those not `taken` when there
+  // are any.
+  int RoomiestRank(const std::vector<bool>& taken) const {
     auto room = [&](int rank) {
       return Primary(FreeOn(rank), topology_) -
              Primary(charged_[rank], topology_);
     };
-    int best = 0;
-    for (int rank = 1; rank < topology_.world_size; ++rank) {
-      if (room(rank) > room(best)) best = rank;
+    int best = -1;
+    for (bool skip_taken : {true, false}) {
+      for (int rank = 0; rank < topology_.world_size; ++rank) {
+        if (skip_taken && taken[rank]) continue;
+        if (best < 0 || room(rank) > room(best)) best = rank;
+      }
+      if (best >= 0) break;
     }
     return best;
   }
@@ -119,21 +124,25 @@ class Placer {
                : -static_cast<double>(Primary(FreeOn(rank), topology_));
   }
 
-  // Each shard onto the first rank in `ranked` order that has room; the
-  // set is kept ordered as ranks fill (ties: the lower rank).
+  // Each shard onto the first rank in `ranked` order that has room and no
+  // shard of the table yet (the trainer holds at most one shard of a table
+  // per rank: a shard that finds no such rank is unplaced); the set is kept
+  // ordered as ranks fill (ties: the lower rank).
   void PlaceFree(size_t option, PartitionStrategy strategy,
                  std::set<std::pair<double, int>>& ranked) {
     const ShardingOption& o = *options_[option];
+    std::vector<bool> taken(topology_.world_size, false);
     for (size_t s = 0; s < o.shards.size(); ++s) {
       const Storage& needed = o.shards[s].storage;
       int best = -1;
       for (const auto& [key, rank] : ranked) {
-        if (needed.FitsIn(FreeOn(rank))) {
+        if (!taken[rank] && needed.FitsIn(FreeOn(rank))) {
           best = rank;
           break;
         }
       }
-      const int target = best >= 0 ? best : RoomiestRank();
+      const int target = best >= 0 ? best : RoomiestRank(taken);
+      taken[target] = true;
       ranked.erase({RankKey(target, strategy), target});
       if (best >= 0) {
         Put(option, s, target);

@@ -50,9 +50,11 @@ struct Partition {
 // Places `options` (one per table; shards with a rank stay there; the
 // shards of a TABLE_ROW_WISE option go to one host, the one whose ranks
 // carry the least cost among those with room) within `usable` storage per
-// rank. Shards that find no room are listed in `unplaced` and placing goes
-// on with the rest, so that one pass names every shortfall. Pure: safe
-// from any thread.
+// rank, never two shards of one table on one rank (the trainer refuses
+// that; the enumerator's fixed ranks are distinct). Shards that find no
+// room (or no rank without a shard of their table) are listed in
+// `unplaced` and placing goes on with the rest, so that one pass names
+// every shortfall. Pure: safe from any thread.
 Partition PartitionShards(absl::Span<const ShardingOption* const> options,
                           const Topology& topology, const Storage& usable,
                           PartitionStrategy strategy);

@@ -201,12 +201,9 @@ absl::Status NothingFits(absl::Span<const TableSpec> tables,
   }
   for (const auto& [t, unused] : failing) {
     const TableSpec& table = tables[t];
-    if (table.sharding_types.empty() && table.placement == Placement::kAny) {
-      continue;
-    }
+    if (table.sharding_types.empty()) continue;
     TableSpec free = table;
     free.sharding_types.clear();
-    free.placement = Placement::kAny;
     absl::StatusOr<std::vector<std::vector<ShardingOption>>> unconstrained =
         EnumerateOptions(absl::MakeConstSpan(&free, 1), optimizer, topology);
     if (!unconstrained.ok()) continue;
@@ -402,6 +399,7 @@ v1::ShardingPlan ToProto(const Plan& plan, absl::Span<const TableSpec> tables,
       out_shard->set_rows(shard.rows);
       out_shard->set_col_offset(shard.col_offset);
       out_shard->set_cols(shard.cols);
+      // One tier holds it all (the rank's device memory); no double count.
       out_shard->set_storage_bytes(shard.storage.hbm + shard.storage.ddr);
       out_shard->set_hbm_bytes(shard.storage.hbm);
       out_shard->set_ddr_bytes(shard.storage.ddr);
@@ -431,6 +429,17 @@ absl::Status ValidatePlan(const v1::ShardingPlan& plan,
       return invalid("planned twice");
     }
     const TableSpec& table = *it->second;
+    // The trainer builds every shard on the rank's device: no
+    // FUSED_UVM_CACHING (host memory with a device cache).
+    const v1::ComputeKernel kernel = table_plan.compute_kernel();
+    if (kernel != v1::COMPUTE_KERNEL_UNSPECIFIED && kernel != v1::FUSED &&
+        kernel != v1::DENSE) {
+      return invalid(absl::StrCat(
+          "compute kernel ",
+          v1::ComputeKernel_IsValid(kernel) ? v1::ComputeKernel_Name(kernel)
+                                            : absl::StrCat(kernel),
+          " is not one the trainer runs (FUSED, DENSE)"));
+    }
     if (table_plan.num_embeddings() != table.rows ||
         table_plan.embedding_dim() != table.dim) {
       return invalid(absl::StrCat("planned as ", table_plan.num_embeddings(),
@@ -438,11 +447,18 @@ absl::Status ValidatePlan(const v1::ShardingPlan& plan,
                                   ", the model has ", table.rows, " x ",
                                   table.dim));
     }
+    std::vector<bool> holds(world, false);  // a shard of this table
     for (const v1::Shard& shard : table_plan.shards()) {
       if (shard.rank() < 0 || shard.rank() >= world) {
         return invalid(absl::StrCat("shard on rank ", shard.rank(),
                                     " outside [0, ", world, ")"));
       }
+      if (holds[shard.rank()]) {
+        return invalid(absl::StrCat("rank ", shard.rank(),
+                                    " holds two shards (the trainer takes "
+                                    "one per rank at most)"));
+      }
+      holds[shard.rank()] = true;
       if (shard.row_offset() < 0 || shard.col_offset() < 0 ||
           shard.rows() < 0 || shard.cols() < 0 ||
           shard.row_offset() + shard.rows() > table.rows ||
@@ -522,13 +538,9 @@ absl::StatusOr<std::vector<Cost>> EstimateRankCosts(
   for (const TableSpec& table : tables) by_name[table.name] = &table;
   std::vector<Cost> costs(topology.world_size);
   for (const v1::TablePlan& table_plan : plan.tables()) {
-    const v1::ComputeKernel kernel =
-        table_plan.compute_kernel() == v1::COMPUTE_KERNEL_UNSPECIFIED
-            ? v1::FUSED
-            : table_plan.compute_kernel();
     for (const v1::Shard& shard : table_plan.shards()) {
       costs[shard.rank()] += EstimateShardCost(
-          *by_name[table_plan.table()], table_plan.sharding_type(), kernel,
+          *by_name[table_plan.table()], table_plan.sharding_type(),
           shard.rows(), shard.cols(), topology);
     }
   }

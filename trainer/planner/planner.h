@@ -80,11 +80,13 @@ v1::ShardingPlan ToProto(const Plan& plan, absl::Span<const TableSpec> tables,
                          const Topology& topology);
 
 // Checks a plan against the tables it is for: every table exactly once
-// with its shape; DATA_PARALLEL with the whole table on every rank once;
-// otherwise shards inside the table, not overlapping, covering every row
-// and column; ranks in [0, world_size); and, when `usable` is given, no
-// rank's shards (Shard.hbm_bytes, Shard.ddr_bytes) over it.
-// InvalidArgument naming the table and what is wrong.
+// with its shape and a kernel the trainer runs (FUSED, DENSE or unset);
+// DATA_PARALLEL with the whole table on every rank once; otherwise shards
+// inside the table, not overlapping, covering every row and column; ranks
+// in [0, world_size), no rank holding two shards of one table (the
+// trainer's rule); and, when `usable` is given, no rank's shards
+// (Shard.hbm_bytes, Shard.ddr_bytes) over it. InvalidArgument naming the
+// table and what is wrong.
 absl::Status ValidatePlan(const v1::ShardingPlan& plan,
                           absl::Span<const TableSpec> tables,
                           const Storage* usable = nullptr);
@@ -92,7 +94,7 @@ absl::Status ValidatePlan(const v1::ShardingPlan& plan,
 // The estimated cost of every rank under any plan for `tables` (the
 // planner's, or one written by hand or by trainer/sharding's helpers):
 // EstimateShardCost of each shard of rows and columns > 0 with the table's
-// sharding type and compute kernel (FUSED when unset), summed per rank.
+// sharding type, summed per rank.
 // Element r is rank r's cost; the plan's figure of merit is the largest.
 // InvalidArgument when ValidatePlan refuses the plan or its world size is
 // not the topology's. Pure: safe from any thread.

@@ -10,7 +10,6 @@
 // flags or input.
 #include <google/protobuf/text_format.h>
 
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -41,7 +40,8 @@ ABSL_FLAG(std::string, config, "",
 ABSL_FLAG(int, world_size, 0, "ranks to plan for (required)");
 ABSL_FLAG(int, local_world_size, 0, "ranks per host; 0: world_size");
 ABSL_FLAG(double, hbm_gb, 0,
-          "GPU memory per rank, GiB; 0: the first GPU's (nvidia-smi)");
+          "GPU memory per rank, GiB (GPU ranks only); 0: the first GPU's "
+          "(nvidia-smi)");
 ABSL_FLAG(double, ddr_gb, 0,
           "host memory per rank, GiB; 0: this machine's / local_world_size");
 ABSL_FLAG(std::string, device, "", "cpu or cuda; empty: the config's device");
@@ -80,16 +80,19 @@ absl::StatusOr<int64_t> GpuMemoryBytes() {
   return mib << 20;
 }
 
+// The most GiB --hbm_gb and --ddr_gb take: 1 PiB per rank, far inside
+// int64 bytes (and the planner's sums of them).
+constexpr int kMaxGib = 1 << 20;
+
 // The flags' own ranges (0 keeps a default where the help says so).
 absl::Status CheckFlags() {
   for (const auto& [name, value] :
        {std::pair<const char*, double>{"hbm_gb", absl::GetFlag(FLAGS_hbm_gb)},
         {"ddr_gb", absl::GetFlag(FLAGS_ddr_gb)}}) {
-    if (!(value >= 0) || !std::isfinite(value)) {
+    if (!(value >= 0 && value <= kMaxGib)) {  // NaN fails too
       return absl::InvalidArgumentError(
-          absl::StrCat("--", name,
-                       " must be a number of GiB >= 0 (0: found "
-                       "on this machine)"));
+          absl::StrCat("--", name, " must be a number of GiB in [0, ", kMaxGib,
+                       "] (0: found on this machine)"));
     }
   }
   if (absl::GetFlag(FLAGS_batch_size) < 0) {
@@ -135,6 +138,11 @@ int Run() {
                 absl::StrCat("--device: cpu or cuda, got '", device, "'"));
   }
   const bool gpu = device.empty() ? model->gpu : device != "cpu";
+  if (!gpu && absl::GetFlag(FLAGS_hbm_gb) > 0) {
+    return Fail(kBadInput,
+                "--hbm_gb is GPU memory, but the ranks are CPUs (--device=cpu "
+                "or the config's device); drop it or pass --device=cuda");
+  }
   if (!absl::GetFlag(FLAGS_constraints).empty()) {
     absl::StatusOr<std::string> text =
         ReadSmallFile(absl::GetFlag(FLAGS_constraints));
@@ -146,8 +154,7 @@ int Run() {
                   absl::StrCat(absl::GetFlag(FLAGS_constraints), ": ",
                                constraints.status().message()));
     }
-    if (absl::Status status =
-            ApplyConstraints(*constraints, gpu, &model->tables);
+    if (absl::Status status = ApplyConstraints(*constraints, &model->tables);
         !status.ok()) {
       return Fail(kBadInput, status.message());
     }

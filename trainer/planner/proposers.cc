@@ -1,7 +1,6 @@
 #include "trainer/planner/proposers.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <numeric>
 #include <utility>
@@ -143,9 +142,8 @@ class UniformProposer : public Proposer {
 
 class DynamicProgrammingProposer : public Proposer {
  public:
-  DynamicProgrammingProposer(int bins_per_device, int64_t max_cells_2d)
-      : bins_per_device_(std::max(bins_per_device, 1)),
-        max_cells_2d_(std::max<int64_t>(max_cells_2d, 1)) {}
+  explicit DynamicProgrammingProposer(int bins_per_device)
+      : bins_per_device_(std::max(bins_per_device, 1)) {}
 
   absl::string_view name() const override { return "dp"; }
 
@@ -155,48 +153,33 @@ class DynamicProgrammingProposer : public Proposer {
     order_.clear();
     next_ = 0;
     if (options.empty()) return;
-    bool uses_ddr_too = false;
+    // Every table lives in the ranks' device memory: HBM on GPUs, DDR on
+    // CPUs (EstimateShardStorage).
+    auto device_bytes = [&](const Storage& storage) {
+      return topology.gpu ? storage.hbm : storage.ddr;
+    };
     std::vector<std::vector<DpItem>> items(options.size());
     for (size_t t = 0; t < options.size(); ++t) {
       for (const ShardingOption& option : options[t]) {
-        items[t].push_back(DpItem{option.total_storage.hbm,
-                                  option.total_storage.ddr, option.total_cost});
-        uses_ddr_too |=
-            option.total_storage.hbm > 0 && option.total_storage.ddr > 0;
+        items[t].push_back(
+            DpItem{device_bytes(option.total_storage), option.total_cost});
       }
     }
     const int64_t world = topology.world_size;
-    // The backtracking table takes a byte per table and cell: coarser bins
+    // The backtracking table takes a byte per table and bin: coarser bins
     // keep it within kMaxChoiceBytes on very large worlds.
     const int64_t tables = static_cast<int64_t>(options.size());
     const int bins = static_cast<int>(std::max<int64_t>(
         1,
         std::min<int64_t>(bins_per_device_ * world, kMaxChoiceBytes / tables)));
-    // Budgets are exclusive: a selection may use up to every rank's
-    // usable storage.
-    const int64_t hbm_budget = usable.hbm * world + 1;
-    const int64_t ddr_budget = usable.ddr * world + 1;
-    if (!topology.gpu) {
-      // Everything in DDR: one dimension over DDR.
-      for (auto& table : items) {
-        for (DpItem& item : table) std::swap(item.hbm, item.ddr);
-      }
-      program_ = std::make_unique<DynamicProgram>(std::move(items), ddr_budget,
-                                                  1, bins, 1);
-    } else if (!uses_ddr_too) {
-      for (auto& table : items) {
-        for (DpItem& item : table) item.ddr = 0;
-      }
-      program_ = std::make_unique<DynamicProgram>(std::move(items), hbm_budget,
-                                                  1, bins, 1);
-    } else {
-      const int64_t side = std::max<int64_t>(
-          1,
-          static_cast<int64_t>(std::sqrt(static_cast<double>(max_cells_2d_))));
-      const int per_axis = static_cast<int>(std::min<int64_t>(bins, side));
-      program_ = std::make_unique<DynamicProgram>(
-          std::move(items), hbm_budget, ddr_budget, per_axis, per_axis);
-    }
+    // The budget is exclusive: a selection may use up to every rank's
+    // usable storage (saturating: a budget past int64 is no limit).
+    const int64_t per_rank = device_bytes(usable);
+    const int64_t budget =
+        per_rank >= (std::numeric_limits<int64_t>::max() - 1) / world
+            ? std::numeric_limits<int64_t>::max()
+            : per_rank * world + 1;
+    program_ = std::make_unique<DynamicProgram>(std::move(items), budget, bins);
     order_.resize(program_->finals().size());
     std::iota(order_.begin(), order_.end(), 0);
   }
@@ -218,7 +201,6 @@ class DynamicProgrammingProposer : public Proposer {
 
  private:
   const int bins_per_device_;
-  const int64_t max_cells_2d_;
   std::unique_ptr<DynamicProgram> program_;
   std::vector<size_t> order_;  // indices into finals()
   size_t next_ = 0;
@@ -234,10 +216,8 @@ std::unique_ptr<Proposer> MakeUniformProposer() {
   return std::make_unique<UniformProposer>();
 }
 
-std::unique_ptr<Proposer> MakeDynamicProgrammingProposer(int bins_per_device,
-                                                         int64_t max_cells_2d) {
-  return std::make_unique<DynamicProgrammingProposer>(bins_per_device,
-                                                      max_cells_2d);
+std::unique_ptr<Proposer> MakeDynamicProgrammingProposer(int bins_per_device) {
+  return std::make_unique<DynamicProgrammingProposer>(bins_per_device);
 }
 
 absl::StatusOr<std::unique_ptr<Proposer>> MakeProposer(absl::string_view name) {
@@ -249,96 +229,78 @@ absl::StatusOr<std::unique_ptr<Proposer>> MakeProposer(absl::string_view name) {
 }
 
 DynamicProgram::DynamicProgram(std::vector<std::vector<DpItem>> items,
-                               int64_t hbm_budget, int64_t ddr_budget,
-                               int hbm_bins, int ddr_bins)
+                               int64_t budget, int bins)
     : items_(std::move(items)),
-      hbm_budget_(hbm_budget),
-      ddr_budget_(ddr_budget),
-      hbm_bins_(std::max(hbm_bins, 1)),
-      ddr_bins_(std::max(ddr_bins, 1)),
-      per_hbm_byte_(hbm_budget > 0 ? hbm_bins_ / static_cast<double>(hbm_budget)
-                                   : 0),
-      per_ddr_byte_(ddr_budget > 0 ? ddr_bins_ / static_cast<double>(ddr_budget)
-                                   : 0),
-      cells_(static_cast<size_t>(hbm_bins_) * ddr_bins_) {
+      budget_(budget),
+      bins_(std::max(bins, 1)),
+      per_byte_(budget > 0 ? bins_ / static_cast<double>(budget) : 0) {
   const size_t tables = items_.size();
-  if (tables == 0 || hbm_budget_ <= 0 || ddr_budget_ <= 0) return;
+  if (tables == 0 || budget_ <= 0) return;
   struct State {
     double cost = kInfinity;
-    int64_t hbm = 0;
-    int64_t ddr = 0;
+    int64_t bytes = 0;
   };
   // Two layers of states: `current` (the tables so far, reached in the
-  // cells listed in `reached`) and `next`, all unreached.
-  std::vector<State> current(cells_), next(cells_);
-  choice_.assign(tables * cells_, 0);
+  // bins listed in `reached`) and `next`, all unreached.
+  const size_t bins_count = static_cast<size_t>(bins_);
+  std::vector<State> current(bins_count), next(bins_count);
+  choice_.assign(tables * bins_count, 0);
   std::vector<int> reached, next_reached;
 
   auto relax = [&](size_t t, const State& from, std::vector<State>& to_layer,
                    std::vector<int>& to_reached) {
     const std::vector<DpItem>& options = items_[t];
-    uint8_t* choice = &choice_[t * cells_];
+    uint8_t* choice = &choice_[t * bins_count];
     for (size_t j = 0; j < options.size() && j < 255; ++j) {
       const DpItem& item = options[j];
-      const int64_t hbm = from.hbm + item.hbm;
-      const int64_t ddr = from.ddr + item.ddr;
-      const int64_t to = CellOf(hbm, ddr);
-      if (to < 0) continue;
+      // Within the budget, without overflow.
+      if (item.bytes >= budget_ - from.bytes) continue;
+      const int64_t bytes = from.bytes + item.bytes;
+      const int64_t to = BinOf(bytes);
       const double cost = from.cost + item.cost;
       if (to_layer[to].cost > cost) {
         if (to_layer[to].cost == kInfinity) {
           to_reached.push_back(static_cast<int>(to));
         }
-        to_layer[to] = State{cost, hbm, ddr};
+        to_layer[to] = State{cost, bytes};
         choice[to] = static_cast<uint8_t>(j);
       }
     }
   };
-  relax(0, State{0, 0, 0}, current, reached);
+  relax(0, State{0, 0}, current, reached);
   for (size_t t = 1; t < tables; ++t) {
-    for (int c : reached) relax(t, current[c], next, next_reached);
-    for (int c : reached) current[c] = State();
+    for (int b : reached) relax(t, current[b], next, next_reached);
+    for (int b : reached) current[b] = State();
     std::swap(current, next);
     std::swap(reached, next_reached);
     next_reached.clear();
   }
   std::sort(reached.begin(), reached.end(), std::greater<int>());
-  for (int c : reached) {
-    finals_.push_back(Final{current[c].hbm, current[c].ddr, current[c].cost});
-  }
+  for (int b : reached)
+    finals_.push_back(Final{current[b].bytes, current[b].cost});
 }
 
-int64_t DynamicProgram::CellOf(int64_t hbm, int64_t ddr) const {
-  if (hbm >= hbm_budget_ || ddr >= ddr_budget_) return -1;
-  const int64_t h = std::min<int64_t>(
-      hbm_bins_ - 1,
-      static_cast<int64_t>(static_cast<double>(hbm) * per_hbm_byte_));
-  const int64_t d = std::min<int64_t>(
-      ddr_bins_ - 1,
-      static_cast<int64_t>(static_cast<double>(ddr) * per_ddr_byte_));
-  return h * ddr_bins_ + d;
+int64_t DynamicProgram::BinOf(int64_t bytes) const {
+  return std::min<int64_t>(
+      bins_ - 1, static_cast<int64_t>(static_cast<double>(bytes) * per_byte_));
 }
 
 Proposal DynamicProgram::Selection(const Final& final) const {
   // A state's predecessor is the state its exact storage came from: the
-  // totals less the chosen option, in the cell of that.
+  // total less the chosen option, in the bin of that.
   Proposal selection(items_.size());
-  int64_t hbm = final.hbm;
-  int64_t ddr = final.ddr;
+  int64_t bytes = final.bytes;
   for (size_t t = items_.size(); t-- > 0;) {
-    const int j = choice_[t * cells_ + CellOf(hbm, ddr)];
+    const int j = choice_[t * static_cast<size_t>(bins_) + BinOf(bytes)];
     selection[t] = j;
-    hbm -= items_[t][j].hbm;
-    ddr -= items_[t][j].ddr;
+    bytes -= items_[t][j].bytes;
   }
   return selection;
 }
 
 std::vector<Proposal> DynamicProgrammingSelections(
-    const std::vector<std::vector<DpItem>>& items, int64_t hbm_budget,
-    int64_t ddr_budget, int hbm_bins, int ddr_bins) {
-  const DynamicProgram program(items, hbm_budget, ddr_budget, hbm_bins,
-                               ddr_bins);
+    const std::vector<std::vector<DpItem>>& items, int64_t budget, int bins) {
+  const DynamicProgram program(items, budget, bins);
   std::vector<Proposal> selections;
   for (const DynamicProgram::Final& final : program.finals()) {
     selections.push_back(program.Selection(final));

@@ -54,68 +54,60 @@ std::unique_ptr<Proposer> MakeGreedyProposer();
 std::unique_ptr<Proposer> MakeUniformProposer();
 
 // The dynamic-programming proposer of TorchEasyRec (seed 003): the
-// cheapest total cost for every total storage, the storage of all ranks
-// discretized into `bins_per_device` bins per rank (fewer when tables x
-// bins would pass 256 MiB of backtracking); proposes the plan of
-// every final state, from the largest total storage down. On CPUs (or
-// GPUs where no option uses DDR) one dimension; on GPUs with host-cached
-// options two, HBM and DDR, with at most `max_cells_2d` (HBM bins x DDR
-// bins) states per table.
+// cheapest total cost for every total storage of the ranks' device memory
+// (HBM on GPUs, DDR on CPUs: where every table lives), the storage of all
+// ranks discretized into `bins_per_device` bins per rank (fewer when tables
+// x bins would pass 256 MiB of backtracking); proposes the plan of every
+// final state, from the largest total storage down.
 std::unique_ptr<Proposer> MakeDynamicProgrammingProposer(
-    int bins_per_device = 100, int64_t max_cells_2d = 16384);
+    int bins_per_device = 100);
 
 // "dp", "greedy" or "uniform"; InvalidArgument otherwise.
 absl::StatusOr<std::unique_ptr<Proposer>> MakeProposer(absl::string_view name);
 
 // The dynamic program itself, on plain numbers (for the proposer and its
-// tests). items[t][j]: option j of table t, using `hbm` and `ddr` bytes at
-// `cost`. A selection is feasible when its total hbm < hbm_budget and total
-// ddr < ddr_budget. The budgets are cut into hbm_bins x ddr_bins cells; a
-// state per cell keeps the cheapest selection reaching it (its exact
-// storage, not the cell's). With ddr_bins == 1 and every ddr 0 (ddr_budget
-// 1) it is the seed's one-dimensional form. Memory: one byte per table and
-// cell. Immutable once built: safe to read from several threads.
+// tests). items[t][j]: option j of table t, using `bytes` at `cost`. A
+// selection is feasible when its total bytes < budget. The budget is cut
+// into `bins` bins; a state per bin keeps the cheapest selection reaching
+// it (its exact storage, not the bin's). Memory: one byte per table and
+// bin. Immutable once built: safe to read from several threads.
 struct DpItem {
-  int64_t hbm = 0;
-  int64_t ddr = 0;
+  int64_t bytes = 0;
   double cost = 0;
 };
 class DynamicProgram {
  public:
   // Solves at once; at most 255 options per table are considered.
-  DynamicProgram(std::vector<std::vector<DpItem>> items, int64_t hbm_budget,
-                 int64_t ddr_budget, int hbm_bins, int ddr_bins);
+  DynamicProgram(std::vector<std::vector<DpItem>> items, int64_t budget,
+                 int bins);
 
   // A reachable final state: the totals of the cheapest selection of its
-  // cell.
+  // bin.
   struct Final {
-    int64_t hbm = 0;
-    int64_t ddr = 0;
+    int64_t bytes = 0;
     double cost = 0;
   };
-  // Every final state, from the highest cell (HBM bin, then DDR bin) down;
-  // empty when nothing is feasible.
+  // Every final state, from the highest bin down; empty when nothing is
+  // feasible.
   const std::vector<Final>& finals() const { return finals_; }
   // The selection that reaches `final` (one of finals()), by backtracking.
   Proposal Selection(const Final& final) const;
 
  private:
-  int64_t CellOf(int64_t hbm, int64_t ddr) const;
+  int64_t BinOf(int64_t bytes) const;
 
   std::vector<std::vector<DpItem>> items_;
-  int64_t hbm_budget_, ddr_budget_;
-  int hbm_bins_, ddr_bins_;
-  double per_hbm_byte_, per_ddr_byte_;  // bins per byte
-  size_t cells_;
-  // choice_[t * cells_ + c]: the option of table t on the way to cell c.
+  int64_t budget_;
+  int bins_;
+  double per_byte_;  // bins per byte
+  // choice_[t * bins_ + b]: the option of table t on the way to bin b.
   std::vector<uint8_t> choice_;
   std::vector<Final> finals_;
 };
 
 // Every final state's selection, in finals() order.
 std::vector<Proposal> DynamicProgrammingSelections(
-    const std::vector<std::vector<DpItem>>& items, int64_t hbm_budget,
-    int64_t ddr_budget, int hbm_bins, int ddr_bins);
+    const std::vector<std::vector<DpItem>>& items, int64_t budget, int bins);
 
 }  // namespace deltastream::planner
 

@@ -47,14 +47,11 @@ absl::string_view ShardingTypeShortName(v1::ShardingType type) {
 
 absl::string_view ComputeKernelName(v1::ComputeKernel kernel) {
   switch (kernel) {
+    case v1::COMPUTE_KERNEL_UNSPECIFIED:
     case v1::FUSED:
       return "FUSED";
-    case v1::FUSED_UVM_CACHING:
-      return "FUSED_UVM_CACHING";
-    case v1::DENSE:
-      return "DENSE";
     default:
-      return "FUSED";
+      return v1::ComputeKernel_Name(kernel);
   }
 }
 

@@ -14,13 +14,6 @@ namespace deltastream::planner {
 // as far as storage is concerned.
 enum class OptimizerKind { kSgd, kAdagrad, kRowwiseAdagrad, kAdam };
 
-// Where a table may keep its weights and optimizer state.
-enum class Placement {
-  kAny,     // the planner chooses
-  kDevice,  // on the rank's device (FUSED; HBM on a GPU)
-  kHost,    // host memory with a device cache (FUSED_UVM_CACHING; GPU only)
-};
-
 // One embedding table as the planner sees it, with its constraints.
 struct TableSpec {
   std::string name;
@@ -38,13 +31,14 @@ struct TableSpec {
   // Column-wise shards are at least this wide (the last may take the rest);
   // 0: the default, kDefaultMinPartition.
   int64_t min_partition = 0;
-  Placement placement = Placement::kAny;
 };
 
 // Column-wise shards are at least this wide unless a table says otherwise.
 inline constexpr int64_t kDefaultMinPartition = 32;
 
-// Bytes per rank in the two memory tiers. On a CPU topology everything is DDR.
+// Bytes per rank in the two memory tiers. Tables live on the rank's device
+// (the trainer builds every shard there): in HBM on a GPU topology, in DDR on
+// a CPU one.
 struct Storage {
   int64_t hbm = 0;
   int64_t ddr = 0;
@@ -94,7 +88,8 @@ struct ShardEstimate {
 };
 
 // One way to shard one table (TorchRec's ShardingOption): the type, the
-// kernel and every shard with its estimates.
+// kernel (DENSE for data-parallel tables, FUSED otherwise: the kernels the
+// trainer runs) and every shard with its estimates.
 struct ShardingOption {
   int table = 0;  // index into the planner's tables
   v1::ShardingType type = v1::TABLE_WISE;
@@ -111,6 +106,7 @@ struct ShardingOption {
 absl::string_view ShardingTypeName(v1::ShardingType type);
 // Short names for tables of figures: "DP", "TW", "RW", "CW", "TWRW".
 absl::string_view ShardingTypeShortName(v1::ShardingType type);
+// "FUSED" (also for COMPUTE_KERNEL_UNSPECIFIED), "DENSE", ...
 absl::string_view ComputeKernelName(v1::ComputeKernel kernel);
 
 // The sharding types a planner considers, in this order.

@@ -10,7 +10,13 @@ constexpr int64_t kIdBytes = 8;  // int64 IDs
 // TorchRec's HeuristicalStorageReservation multiplies the KJT by 20.
 constexpr int64_t kKjtMultiplier = 20;
 
-int64_t Ceil(double bytes) { return static_cast<int64_t>(std::ceil(bytes)); }
+// Estimates beyond 2^53 bytes (8 PiB, more than any rank holds) are
+// 2^53: the conversion stays defined and sums of estimates stay in int64.
+constexpr double kMaxBytes = 9007199254740992.0;
+
+int64_t Ceil(double bytes) {
+  return static_cast<int64_t>(bytes < kMaxBytes ? std::ceil(bytes) : kMaxBytes);
+}
 
 }  // namespace
 
@@ -73,17 +79,9 @@ ShardIo EstimateShardIo(const TableSpec& table, v1::ShardingType type,
 }
 
 Storage EstimateShardStorage(int64_t tensor_bytes, const ShardIo& io,
-                             v1::ComputeKernel kernel,
                              const Topology& topology) {
-  const int64_t buffers = io.input_bytes + io.output_bytes;
-  if (!topology.gpu) return Storage{0, tensor_bytes + buffers};
-  if (kernel == v1::FUSED_UVM_CACHING) {
-    return Storage{
-        Ceil(static_cast<double>(tensor_bytes) * topology.uvm_caching_ratio) +
-            buffers,
-        tensor_bytes};
-  }
-  return Storage{tensor_bytes + buffers, 0};
+  const int64_t bytes = tensor_bytes + io.input_bytes + io.output_bytes;
+  return topology.gpu ? Storage{bytes, 0} : Storage{0, bytes};
 }
 
 StorageReservation ReserveStorage(const Topology& topology,

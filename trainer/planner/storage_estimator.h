@@ -36,12 +36,10 @@ ShardIo EstimateShardIo(const TableSpec& table, v1::ShardingType type,
                         int64_t shard_rows, int64_t shard_cols,
                         const Topology& topology);
 
-// A shard's storage per tier: tensors (ShardTensorBytes) plus I/O buffers.
-// GPU FUSED (and DENSE): all in HBM. GPU FUSED_UVM_CACHING: tensors in DDR,
-// the cached share (uvm_caching_ratio) of them plus the I/O buffers in HBM.
-// CPU: all in DDR.
+// A shard's storage per tier: tensors (ShardTensorBytes) plus I/O buffers,
+// all on the rank's device (the trainer builds every shard there): HBM on
+// GPUs, DDR on CPUs.
 Storage EstimateShardStorage(int64_t tensor_bytes, const ShardIo& io,
-                             v1::ComputeKernel kernel,
                              const Topology& topology);
 
 // What every rank keeps back from the planner, per tier.

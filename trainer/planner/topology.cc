@@ -54,9 +54,6 @@ absl::Status ValidateTopology(const Topology& topology) {
     return invalid("storage_reserve_percent", "must be in [0, 1)");
   }
   if (topology.batch_size < 1) return invalid("batch_size", "must be >= 1");
-  if (!(topology.uvm_caching_ratio > 0 && topology.uvm_caching_ratio <= 1)) {
-    return invalid("uvm_caching_ratio", "must be in (0, 1]");
-  }
   if (!(topology.bwd_compute_multiplier >= 0)) {
     return invalid("bwd_compute_multiplier", "must be >= 0");
   }

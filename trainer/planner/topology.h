@@ -15,8 +15,9 @@ struct Topology {
   int world_size = 1;
   // Ranks per host; 0 means world_size (one host).
   int local_world_size = 0;
-  // True: ranks compute on GPUs (HBM for FUSED tables, DDR behind a cache
-  // for FUSED_UVM_CACHING). False: CPU ranks, every table in DDR.
+  // True: ranks compute on GPUs, every table in HBM. False: CPU ranks,
+  // every table in DDR. (The trainer builds every shard on the rank's
+  // device: no table lives in host memory behind a device cache.)
   bool gpu = false;
   int64_t hbm_bytes = 0;  // per rank (GPU only)
   int64_t ddr_bytes = 0;  // per rank: the host's memory / local_world_size
@@ -36,8 +37,6 @@ struct Topology {
   double storage_reserve_percent = 0.15;
   // Examples per rank and step (the trainer's data.batch_size).
   int64_t batch_size = 512;
-  // Share of a FUSED_UVM_CACHING table's rows cached in HBM.
-  double uvm_caching_ratio = 0.2;
   // Backward compute relative to forward (TorchRec's BWD_COMPUTE_MULTIPLIER;
   // backward includes the fused optimizer's update).
   double bwd_compute_multiplier = 2;
@@ -74,7 +73,7 @@ Topology DefaultTopology(int world_size, bool gpu);
 // InvalidArgument naming the field: world size < 1, local world size < 0 or
 // not dividing the world size, a capacity or bandwidth not positive (HBM on
 // a GPU topology only), a reserve percentage outside [0, 1), a batch size
-// < 1, a caching ratio outside (0, 1].
+// < 1.
 absl::Status ValidateTopology(const Topology& topology);
 
 // Overrides from the environment, in TorchRec's unit (bytes per

@@ -263,6 +263,18 @@ absl::Status ValidateShardingPlan(
       return absl::InvalidArgumentError(
           absl::StrCat("the plan has no entry for table '", table.name, "'"));
     }
+    // Every shard is built on the module's device: a table the plan puts in
+    // host memory (FUSED_UVM_CACHING) would be allocated whole there.
+    const v1::ComputeKernel kernel = it->second->compute_kernel();
+    if (kernel != v1::COMPUTE_KERNEL_UNSPECIFIED && kernel != v1::FUSED &&
+        kernel != v1::DENSE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", table.name, "': compute kernel ",
+          v1::ComputeKernel_IsValid(kernel) ? v1::ComputeKernel_Name(kernel)
+                                            : absl::StrCat(kernel),
+          " is not supported (the trainer keeps every shard on the rank's "
+          "device: FUSED, DENSE or unset)"));
+    }
     if (absl::Status s = CheckTablePlan(*it->second, table, world_size,
                                         local_world_size, pooled);
         !s.ok()) {

@@ -49,7 +49,9 @@ v1::ShardingPlan DefaultShardingPlan(
 //     collection (`pooled`), its ranks on one host (rank / local_world_size
 //     equal, local_world_size 0 meaning world_size).
 //   COLUMN_WISE: shards of full height whose columns tile the table.
-// SHARDING_TYPE_UNSPECIFIED is refused.
+// SHARDING_TYPE_UNSPECIFIED is refused, and so is a compute_kernel other
+// than COMPUTE_KERNEL_UNSPECIFIED, FUSED or DENSE (FUSED_UVM_CACHING
+// included: every shard is built on the module's device).
 absl::Status ValidateShardingPlan(
     const v1::ShardingPlan& plan,
     const std::vector<EmbeddingTableConfig>& tables, int world_size,

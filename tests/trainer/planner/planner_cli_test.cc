@@ -193,5 +193,93 @@ TEST(PlannerCli, BadInputExitsTwo) {
   EXPECT_THAT(reserve.out, HasSubstr("(50% + dense"));
 }
 
+// Numbers the planner cannot use, and memory flags for a device the ranks
+// do not have: exit 2 with the flag or field named, never an undefined
+// conversion or a silently ignored flag.
+TEST(PlannerCli, BadNumbersAndMisplacedFlagsExitTwo) {
+  const std::string config = WriteFile("config.textproto", kConfig);
+  auto constraints = [](const std::string& name, const std::string& text) {
+    return " --config=" + WriteFile("config.textproto", kConfig) +
+           " --constraints=" + WriteFile(name, text);
+  };
+  struct Case {
+    std::string flags;
+    std::string message;
+  };
+  const Case cases[] = {
+      // 1e10 GiB is more bytes than an int64 holds.
+      {"--world_size=2 --ddr_gb=1e10", "--ddr_gb must be"},
+      {"--world_size=2 --device=cuda --hbm_gb=1e10 --ddr_gb=4",
+       "--hbm_gb must be"},
+      // HBM on CPU ranks would be ignored.
+      {"--world_size=2 --device=cpu --hbm_gb=16 --ddr_gb=4", "--hbm_gb"},
+      {"--world_size=2 --config=" + config + " --hbm_gb=16 --ddr_gb=4",
+       "--hbm_gb"},
+      {"--world_size=2 --ddr_gb=4" +
+           constraints("twice.textproto",
+                       "tables { table: \"users\" }\n"
+                       "tables { table: \"users\" min_partition: 64 }"),
+       "table 'users' is constrained twice"},
+      {"--world_size=2 --ddr_gb=4" +
+           constraints("nan.textproto",
+                       "tables { table: \"users\" pooling_factor: nan }"),
+       "pooling_factor"},
+      {"--world_size=2 --ddr_gb=4" +
+           constraints("inf.textproto",
+                       "tables { table: \"users\" pooling_factor: inf }"),
+       "pooling_factor"},
+      {"--world_size=2 --ddr_gb=4" +
+           constraints("partition.textproto",
+                       "tables { table: \"users\" sharding_types: "
+                       "[COLUMN_WISE] min_partition: 9223372036854775807 }"),
+       "min_partition"},
+      {"--world_size=2 --device=cuda --hbm_gb=16 --ddr_gb=4" +
+           constraints("host.textproto",
+                       "tables { table: \"users\" placement: "
+                       "PLACEMENT_HOST }"),
+       "PLACEMENT_HOST"},
+  };
+  for (const Case& c : cases) {
+    const CommandResult result = RunCommand(Planner(c.flags));
+    EXPECT_EQ(result.exit_code, 2) << c.flags << "\n" << result.err;
+    EXPECT_THAT(result.err, HasSubstr(c.message)) << c.flags;
+    ExpectNoCrash(result);
+  }
+  // The largest memory flags accepted still plan.
+  const CommandResult large =
+      RunCommand(Planner("--world_size=2 --device=cuda --hbm_gb=1048576 "
+                         "--ddr_gb=1048576 --config=" +
+                         config));
+  EXPECT_EQ(large.exit_code, 0) << large.err;
+}
+
+// Constrained to column-wise on two ranks, a table of dim 128 is two
+// shards on two ranks (not four blocks of 32 columns, two per rank).
+TEST(PlannerCli, ColumnWiseOnlyOnTwoRanksOneShardPerRank) {
+  const std::string config = WriteFile("config.textproto", kConfig);
+  const std::string constraints =
+      WriteFile("cw.textproto",
+                "tables { table: \"users\" sharding_types: [COLUMN_WISE] }");
+  const std::string out = TestTempDir() + "/cw_plan.textproto";
+  const CommandResult result =
+      RunCommand(Planner("--config=" + config + " --world_size=2 --ddr_gb=8 " +
+                         "--constraints=" + constraints + " --out=" + out));
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  v1::ShardingPlan plan;
+  ASSERT_TRUE(
+      google::protobuf::TextFormat::ParseFromString(ReadText(out), &plan));
+  absl::StatusOr<ModelSpec> spec =
+      ModelSpecFromConfig(*ParseConfigText(kConfig));
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE(ValidatePlan(plan, spec->tables).ok())
+      << ValidatePlan(plan, spec->tables);
+  for (const v1::TablePlan& table : plan.tables()) {
+    if (table.table() != "users") continue;
+    EXPECT_EQ(table.sharding_type(), v1::COLUMN_WISE);
+    ASSERT_EQ(table.shards_size(), 2);
+    EXPECT_NE(table.shards(0).rank(), table.shards(1).rank());
+  }
+}
+
 }  // namespace
 }  // namespace deltastream::planner

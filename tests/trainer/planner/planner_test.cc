@@ -76,17 +76,15 @@ TEST(StorageEstimator, IoBuffersFromBatchWorldAndPoolingFactor) {
             0);
 }
 
-TEST(StorageEstimator, TiersByKernel) {
+TEST(StorageEstimator, AllOnTheRanksDevice) {
   Topology gpu = DefaultTopology(2, true);
   gpu.hbm_bytes = 16 * kGib;
   gpu.ddr_bytes = 64 * kGib;
   const ShardIo io{100, 200};
-  EXPECT_EQ(EstimateShardStorage(1000, io, v1::FUSED, gpu).hbm, 1300);
-  const Storage cached =
-      EstimateShardStorage(1000, io, v1::FUSED_UVM_CACHING, gpu);
-  EXPECT_EQ(cached.hbm, 200 + 300);
-  EXPECT_EQ(cached.ddr, 1000);
-  const Storage cpu = EstimateShardStorage(1000, io, v1::FUSED, Cpu(2));
+  const Storage on_gpu = EstimateShardStorage(1000, io, gpu);
+  EXPECT_EQ(on_gpu.hbm, 1300);
+  EXPECT_EQ(on_gpu.ddr, 0);
+  const Storage cpu = EstimateShardStorage(1000, io, Cpu(2));
   EXPECT_EQ(cpu.hbm, 0);
   EXPECT_EQ(cpu.ddr, 1300);
 }
@@ -107,7 +105,7 @@ TEST(StorageEstimator, ReservationPercentDenseAndKjt) {
 TEST(CostEstimator, NoCommsOnOneRankAndDataParallelAsTheShardedModulesDoIt) {
   const TableSpec table = Table("t", 100000, 64);
   const Cost alone =
-      EstimateShardCost(table, v1::TABLE_WISE, v1::FUSED, 100000, 64, Cpu(1));
+      EstimateShardCost(table, v1::TABLE_WISE, 100000, 64, Cpu(1));
   EXPECT_GT(alone.fwd_compute, 0);
   EXPECT_DOUBLE_EQ(alone.bwd_compute,
                    Cpu(1).bwd_compute_multiplier * alone.fwd_compute);
@@ -119,8 +117,7 @@ TEST(CostEstimator, NoCommsOnOneRankAndDataParallelAsTheShardedModulesDoIt) {
   // from other ranks and 3/4 of the rows go back.
   Topology cpu4 = Cpu(4);
   cpu4.batch_size = 512;
-  const Cost tw =
-      EstimateShardCost(table, v1::TABLE_WISE, v1::FUSED, 100000, 64, cpu4);
+  const Cost tw = EstimateShardCost(table, v1::TABLE_WISE, 100000, 64, cpu4);
   const double forward =
       (2048.0 * 8 + 2048.0 * 256 + 2048.0 * 256) / cpu4.ddr_bw +
       2048 * cpu4.lookup_seconds_per_id;
@@ -136,15 +133,12 @@ TEST(CostEstimator, NoCommsOnOneRankAndDataParallelAsTheShardedModulesDoIt) {
   // up every rank's IDs (the same compute as the table-wise shard) and
   // receives them (the same input all-to-all), keeps its own rows (no
   // forward output comms) and all-gathers the output gradients backward.
-  const Cost dp =
-      EstimateShardCost(table, v1::DATA_PARALLEL, v1::DENSE, 100000, 64, cpu4);
+  const Cost dp = EstimateShardCost(table, v1::DATA_PARALLEL, 100000, 64, cpu4);
   EXPECT_NEAR(dp.fwd_compute, tw.fwd_compute, 1e-9);
   EXPECT_NEAR(dp.bwd_compute, tw.bwd_compute, 1e-9);
   EXPECT_NEAR(dp.fwd_comms, ids_in, 1e-9);
   EXPECT_NEAR(dp.bwd_comms, rows_out, 1e-9);
-  EXPECT_EQ(
-      EstimateShardCost(table, v1::ROW_WISE, v1::FUSED, 0, 64, Cpu(4)).total(),
-      0);
+  EXPECT_EQ(EstimateShardCost(table, v1::ROW_WISE, 0, 64, Cpu(4)).total(), 0);
 }
 
 TEST(CostEstimator, RankCostsOfAnyPlan) {
@@ -168,14 +162,12 @@ TEST(CostEstimator, RankCostsOfAnyPlan) {
       EstimateRankCosts(plan, tables, topology);
   ASSERT_TRUE(costs.ok()) << costs.status();
   ASSERT_EQ(costs->size(), 2u);
-  EXPECT_DOUBLE_EQ((*costs)[0].total(),
-                   EstimateShardCost(tables[0], v1::TABLE_WISE, v1::FUSED, 1000,
-                                     16, topology)
-                       .total());
+  EXPECT_DOUBLE_EQ(
+      (*costs)[0].total(),
+      EstimateShardCost(tables[0], v1::TABLE_WISE, 1000, 16, topology).total());
   EXPECT_DOUBLE_EQ(
       (*costs)[1].total(),
-      EstimateShardCost(tables[1], v1::TABLE_WISE, v1::FUSED, 500, 32, topology)
-          .total());
+      EstimateShardCost(tables[1], v1::TABLE_WISE, 500, 32, topology).total());
   // Refused: another world size, or a plan that misses a table.
   EXPECT_FALSE(EstimateRankCosts(plan, tables, Cpu(4)).ok());
   plan.mutable_tables()->RemoveLast();
@@ -236,7 +228,8 @@ TEST(Enumerator, TypesKernelsAndShards) {
       EXPECT_EQ(option.shards.size(), 2u);
     }
   }
-  // Constraints: only row-wise; host placement leaves nothing on CPUs.
+  // Constraints: only row-wise; column-wise in blocks of 50 (the last
+  // takes the rest).
   wide.sharding_types = {v1::ROW_WISE};
   options = EnumerateOptions({wide}, OptimizerKind::kSgd, topology);
   ASSERT_TRUE(options.ok());
@@ -247,22 +240,96 @@ TEST(Enumerator, TypesKernelsAndShards) {
   ASSERT_TRUE(options.ok());
   ASSERT_EQ((*options)[0][0].shards.size(), 2u);
   EXPECT_EQ((*options)[0][0].shards[1].cols, 78);
-  wide.placement = Placement::kHost;
+  // A constraint that leaves nothing.
+  wide.min_partition = 65;
   EXPECT_THAT(EnumerateOptions({wide}, OptimizerKind::kSgd, topology)
                   .status()
                   .message(),
               HasSubstr("'wide'"));
-  // GPUs: device and host-cached kernels.
-  Topology gpu = DefaultTopology(2, true);
+}
+
+// The trainer builds every shard on the rank's device: on GPUs every
+// option is FUSED (DENSE data-parallel) and all of it in HBM.
+TEST(Enumerator, GpuOptionsKeepEverythingOnTheDevice) {
+  Topology gpu = DefaultTopology(4, true);
+  gpu.local_world_size = 2;
   gpu.hbm_bytes = kGib;
-  gpu.ddr_bytes = 4 * kGib;
-  options = EnumerateOptions({narrow}, OptimizerKind::kSgd, gpu);
-  ASSERT_TRUE(options.ok());
-  int cached = 0;
-  for (const ShardingOption& option : (*options)[0]) {
-    cached += option.kernel == v1::FUSED_UVM_CACHING;
+  gpu.ddr_bytes = 64 * kGib;
+  absl::StatusOr<OptionsByTable> options =
+      EnumerateOptions({Table("wide", 100000, 128), Table("narrow", 10, 16)},
+                       OptimizerKind::kAdam, gpu);
+  ASSERT_TRUE(options.ok()) << options.status();
+  for (const std::vector<ShardingOption>& table : *options) {
+    for (const ShardingOption& option : table) {
+      EXPECT_EQ(option.kernel,
+                option.type == v1::DATA_PARALLEL ? v1::DENSE : v1::FUSED)
+          << ShardingTypeName(option.type);
+      for (const ShardEstimate& shard : option.shards) {
+        EXPECT_EQ(shard.storage.ddr, 0) << ShardingTypeName(option.type);
+      }
+    }
   }
-  EXPECT_EQ(cached, 2);  // table-wise and row-wise
+}
+
+// Column-wise shards: blocks of min_partition columns, but never more than
+// one per rank (the trainer refuses two shards of a table on one rank).
+TEST(Enumerator, ColumnWiseAtMostOneShardPerRank) {
+  TableSpec table = Table("t", 1000, 128);
+  table.sharding_types = {v1::COLUMN_WISE};
+  auto widths = [&](int world) {
+    std::vector<int64_t> cols;
+    absl::StatusOr<OptionsByTable> options =
+        EnumerateOptions({table}, OptimizerKind::kSgd, Cpu(world));
+    EXPECT_TRUE(options.ok()) << options.status();
+    if (!options.ok()) return cols;
+    int64_t offset = 0;
+    for (const ShardEstimate& shard : (*options)[0][0].shards) {
+      EXPECT_EQ(shard.col_offset, offset);
+      offset += shard.cols;
+      cols.push_back(shard.cols);
+    }
+    EXPECT_EQ(offset, table.dim);
+    return cols;
+  };
+  EXPECT_EQ(widths(8), std::vector<int64_t>({32, 32, 32, 32}));
+  EXPECT_EQ(widths(4), std::vector<int64_t>({32, 32, 32, 32}));
+  EXPECT_EQ(widths(3), std::vector<int64_t>({42, 42, 44}));
+  EXPECT_EQ(widths(2), std::vector<int64_t>({64, 64}));
+  EXPECT_EQ(widths(1), std::vector<int64_t>({128}));
+  table.dim = 100;
+  EXPECT_EQ(widths(8), std::vector<int64_t>({32, 32, 36}));
+  EXPECT_EQ(widths(2), std::vector<int64_t>({50, 50}));
+}
+
+// Numbers out of range are refused, never turned into odd shards or
+// undefined conversions.
+TEST(Enumerator, RefusesBadNumbers) {
+  // A min_partition whose double overflows: no column-wise option (not
+  // one of zero shards).
+  TableSpec table = Table("t", 1000, 128);
+  table.min_partition = std::numeric_limits<int64_t>::max();
+  absl::StatusOr<OptionsByTable> options =
+      EnumerateOptions({table}, OptimizerKind::kSgd, Cpu(2));
+  ASSERT_TRUE(options.ok()) << options.status();
+  for (const ShardingOption& option : (*options)[0]) {
+    EXPECT_NE(option.type, v1::COLUMN_WISE);
+    EXPECT_FALSE(option.shards.empty()) << ShardingTypeName(option.type);
+  }
+  table.sharding_types = {v1::COLUMN_WISE};
+  EXPECT_EQ(
+      EnumerateOptions({table}, OptimizerKind::kSgd, Cpu(2)).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  // Pooling factors that are not finite numbers >= 0.
+  for (double pooling : {std::numeric_limits<double>::quiet_NaN(),
+                         std::numeric_limits<double>::infinity(), -1.0}) {
+    TableSpec busy = Table("busy", 1000, 16);
+    busy.pooling_factor = pooling;
+    const absl::Status status =
+        EnumerateOptions({busy}, OptimizerKind::kSgd, Cpu(2)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << pooling;
+    EXPECT_THAT(status.message(), HasSubstr("'busy'")) << pooling;
+    EXPECT_THAT(status.message(), HasSubstr("pooling_factor")) << pooling;
+  }
 }
 
 // Table-wise options with the given costs and storage, one shard each.
@@ -327,6 +394,40 @@ TEST(Partitioner, GreedySkipsRanksWithoutRoom) {
       PartitionShards(Pointers(tight), Cpu(2), Storage{0, 100},
                       PartitionStrategy::kMemoryBalanced);
   EXPECT_TRUE(balanced.ok());
+}
+
+// Shards of one table go to different ranks, whatever the costs say: the
+// trainer holds at most one shard of a table per rank.
+TEST(Partitioner, NeverPutsTwoShardsOfATableOnOneRank) {
+  // An expensive table-wise table, then two cheap column-wise shards: by
+  // cost alone both would go to the idle rank.
+  std::vector<ShardingOption> options = TableWise({10}, {10});
+  ShardingOption columns;
+  columns.table = 1;
+  columns.type = v1::COLUMN_WISE;
+  columns.shards.resize(2);
+  for (ShardEstimate& shard : columns.shards) {
+    shard.storage = Storage{0, 10};
+    shard.cost.fwd_compute = 1;
+  }
+  columns.Total();
+  options.push_back(columns);
+  for (PartitionStrategy strategy :
+       {PartitionStrategy::kGreedyCost, PartitionStrategy::kMemoryBalanced}) {
+    const Partition partition =
+        PartitionShards(Pointers(options), Cpu(2), Storage{0, 100}, strategy);
+    ASSERT_TRUE(partition.ok()) << PartitionStrategyName(strategy);
+    EXPECT_NE(partition.ranks[1][0], partition.ranks[1][1])
+        << PartitionStrategyName(strategy);
+  }
+  // Three shards of one table on two ranks: one finds no rank.
+  options[1].shards.resize(3, options[1].shards[0]);
+  options[1].Total();
+  const Partition three =
+      PartitionShards(Pointers(options), Cpu(2), Storage{0, 100},
+                      PartitionStrategy::kGreedyCost);
+  ASSERT_EQ(three.unplaced.size(), 1u);
+  EXPECT_EQ(three.unplaced[0].table, 1);
 }
 
 // Random models: pooled or not, float or double, some constraints.
@@ -473,6 +574,7 @@ TEST(ValidatePlan, CatchesBrokenPlans) {
   shard->set_cols(40);
   EXPECT_THAT(ValidatePlan(broken, tables).message(), HasSubstr("cover"));
   auto* overlap = broken.mutable_tables(0)->add_shards();
+  overlap->set_rank(1);
   overlap->set_rows(100);
   overlap->set_col_offset(30);
   overlap->set_cols(34);
@@ -488,6 +590,26 @@ TEST(ValidatePlan, CatchesBrokenPlans) {
   EXPECT_THAT(ValidatePlan(broken, tables).message(), HasSubstr("not planned"));
   const Storage tiny{0, 10};
   EXPECT_THAT(ValidatePlan(proto, tables, &tiny).message(), HasSubstr("over"));
+}
+
+TEST(ValidatePlan, OneShardOfATablePerRankAndKernelsTheTrainerRuns) {
+  std::vector<TableSpec> tables = {Table("wide", 1000, 128)};
+  tables[0].sharding_types = {v1::COLUMN_WISE};
+  const Topology topology = Cpu(2);
+  absl::StatusOr<Plan> plan = MakePlan(tables, OptimizerKind::kSgd, topology,
+                                       ReserveStorage(topology, tables, 0, 2));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const v1::ShardingPlan proto = ToProto(*plan, tables, topology);
+  ASSERT_TRUE(ValidatePlan(proto, tables).ok()) << ValidatePlan(proto, tables);
+  ASSERT_EQ(proto.tables(0).shards_size(), 2);
+  v1::ShardingPlan broken = proto;
+  broken.mutable_tables(0)->mutable_shards(1)->set_rank(
+      proto.tables(0).shards(0).rank());
+  EXPECT_THAT(ValidatePlan(broken, tables).message(), HasSubstr("two shards"));
+  broken = proto;
+  broken.mutable_tables(0)->set_compute_kernel(v1::FUSED_UVM_CACHING);
+  EXPECT_THAT(ValidatePlan(broken, tables).message(),
+              HasSubstr("FUSED_UVM_CACHING"));
 }
 
 TEST(Planner, SmallTablesOnManyRanksSpreadTableWise) {
@@ -551,6 +673,28 @@ TEST(Planner, NothingFitsSaysWhichTablesRanksAndWhatWouldHelp) {
   EXPECT_THAT(plan.status().message(), HasSubstr("a smaller reservation"));
 }
 
+// A GPU rank keeps every table in its HBM: a table larger than the HBM
+// does not fit, however much host memory there is, and the message speaks
+// of HBM.
+TEST(Planner, NothingFitsOnGpusSpeaksOfHbm) {
+  const std::vector<TableSpec> tables = {Table("big", 20000000, 64),
+                                         Table("small", 1000, 16)};
+  Topology gpu = DefaultTopology(2, true);
+  gpu.hbm_bytes = kGib;
+  gpu.ddr_bytes = 256 * kGib;
+  absl::StatusOr<Plan> plan = MakePlan(tables, OptimizerKind::kSgd, gpu,
+                                       ReserveStorage(gpu, tables, 0, 2));
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted)
+      << (plan.ok() ? ToProto(*plan, tables, gpu).DebugString()
+                    : plan.status().ToString());
+  const std::string message(plan.status().message());
+  EXPECT_THAT(message, HasSubstr("1.00 GiB HBM per rank"));
+  EXPECT_THAT(message, HasSubstr("table 'big'"));
+  EXPECT_THAT(message, HasSubstr("of HBM in all"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("DDR")));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("'small'")));
+}
+
 TEST(ModelSpec, DefaultsMatchTheTrainer) {
   absl::StatusOr<ModelSpec> spec = ModelSpecFromConfig(v1::TrainerConfig());
   ASSERT_TRUE(spec.ok());
@@ -590,18 +734,49 @@ TEST(ModelSpec, Constraints) {
     tables { table: "a" sharding_types: [ROW_WISE, COLUMN_WISE]
              min_partition: 16 pooling_factor: 3 placement: PLACEMENT_DEVICE })");
   ASSERT_TRUE(constraints.ok()) << constraints.status();
-  ASSERT_TRUE(ApplyConstraints(*constraints, false, &tables).ok());
+  ASSERT_TRUE(ApplyConstraints(*constraints, &tables).ok());
   EXPECT_EQ(tables[0].sharding_types.size(), 2u);
   EXPECT_EQ(tables[0].min_partition, 16);
   EXPECT_DOUBLE_EQ(tables[0].pooling_factor, 3);
-  EXPECT_EQ(tables[0].placement, Placement::kDevice);
   constraints->mutable_tables(0)->set_table("c");
-  EXPECT_THAT(ApplyConstraints(*constraints, false, &tables).message(),
+  EXPECT_THAT(ApplyConstraints(*constraints, &tables).message(),
               HasSubstr("'c'"));
-  constraints->mutable_tables(0)->set_table("a");
-  constraints->mutable_tables(0)->set_placement(v1::PLACEMENT_HOST);
-  EXPECT_THAT(ApplyConstraints(*constraints, false, &tables).message(),
-              HasSubstr("GPU"));
+}
+
+TEST(ModelSpec, ConstraintsRefuseRepeatsBadNumbersAndHostPlacement) {
+  const std::vector<TableSpec> model = {Table("a", 10, 64), Table("b", 10, 8)};
+  auto apply = [&](const std::string& text) {
+    absl::StatusOr<v1::PlannerConstraints> constraints =
+        ParseConstraintsText(text);
+    EXPECT_TRUE(constraints.ok()) << constraints.status();
+    std::vector<TableSpec> tables = model;
+    return ApplyConstraints(*constraints, &tables);
+  };
+  // The second entry would silently replace the first.
+  absl::Status status = apply(R"(
+    tables { table: "a" sharding_types: [ROW_WISE] }
+    tables { table: "b" }
+    tables { table: "a" pooling_factor: 3 })");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("table 'a' is constrained twice"));
+  for (const char* pooling : {"nan", "inf", "-inf", "-1"}) {
+    status = apply(
+        absl::StrCat("tables { table: \"a\" pooling_factor: ", pooling, " }"));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << pooling;
+    EXPECT_THAT(status.message(), HasSubstr("pooling_factor")) << pooling;
+  }
+  // Wider than the table (and 2 x it would overflow).
+  status = apply("tables { table: \"a\" min_partition: 9223372036854775807 }");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("min_partition"));
+  EXPECT_TRUE(apply("tables { table: \"a\" min_partition: 64 }").ok());
+  // Host memory with a device cache: the trainer cannot run it (it used to
+  // be refused on CPUs only).
+  status = apply("tables { table: \"a\" placement: PLACEMENT_HOST }");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("PLACEMENT_HOST"));
+  EXPECT_TRUE(
+      apply("tables { table: \"a\" placement: PLACEMENT_DEVICE }").ok());
 }
 
 }  // namespace

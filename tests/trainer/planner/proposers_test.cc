@@ -1,6 +1,5 @@
 // The proposers: the dynamic program against brute force on small random
-// instances (one and two dimensions), greedy and uniform on hand-checked
-// cases.
+// instances, greedy and uniform on hand-checked cases.
 #include "trainer/planner/proposers.h"
 
 #include <gtest/gtest.h>
@@ -16,20 +15,19 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 using Items = std::vector<std::vector<DpItem>>;
 
-// The cheapest selection with total hbm < hbm_budget and ddr < ddr_budget,
-// by trying them all; infinity when none is feasible.
-double BruteForce(const Items& items, int64_t hbm_budget, int64_t ddr_budget) {
+// The cheapest selection with total bytes < budget, by trying them all;
+// infinity when none is feasible.
+double BruteForce(const Items& items, int64_t budget) {
   double best = kInfinity;
   std::vector<size_t> choice(items.size(), 0);
   while (true) {
-    int64_t hbm = 0, ddr = 0;
+    int64_t bytes = 0;
     double cost = 0;
     for (size_t t = 0; t < items.size(); ++t) {
-      hbm += items[t][choice[t]].hbm;
-      ddr += items[t][choice[t]].ddr;
+      bytes += items[t][choice[t]].bytes;
       cost += items[t][choice[t]].cost;
     }
-    if (hbm < hbm_budget && ddr < ddr_budget) best = std::min(best, cost);
+    if (bytes < budget) best = std::min(best, cost);
     size_t t = 0;
     while (t < items.size() && ++choice[t] == items[t].size()) choice[t++] = 0;
     if (t == items.size()) return best;
@@ -37,20 +35,19 @@ double BruteForce(const Items& items, int64_t hbm_budget, int64_t ddr_budget) {
 }
 
 struct Totals {
-  int64_t hbm = 0, ddr = 0;
+  int64_t bytes = 0;
   double cost = 0;
 };
 Totals Sum(const Items& items, const Proposal& selection) {
   Totals totals;
   for (size_t t = 0; t < items.size(); ++t) {
-    totals.hbm += items[t][selection[t]].hbm;
-    totals.ddr += items[t][selection[t]].ddr;
+    totals.bytes += items[t][selection[t]].bytes;
     totals.cost += items[t][selection[t]].cost;
   }
   return totals;
 }
 
-Items RandomItems(std::mt19937& random, bool two_dimensions) {
+Items RandomItems(std::mt19937& random) {
   std::uniform_int_distribution<int> tables(1, 6), options(1, 4);
   std::uniform_int_distribution<int64_t> mem(0, 1000);
   std::uniform_real_distribution<double> cost(0, 100);
@@ -58,8 +55,7 @@ Items RandomItems(std::mt19937& random, bool two_dimensions) {
   for (auto& table : items) {
     table.resize(options(random));
     for (DpItem& item : table) {
-      item.hbm = mem(random);
-      item.ddr = two_dimensions ? mem(random) : 0;
+      item.bytes = mem(random);
       item.cost = cost(random);
     }
   }
@@ -69,30 +65,30 @@ Items RandomItems(std::mt19937& random, bool two_dimensions) {
 TEST(DynamicProgrammingSelections, MatchesBruteForceWithinBinResolution) {
   std::mt19937 random(17);
   for (int round = 0; round < 300; ++round) {
-    const Items items = RandomItems(random, false);
+    const Items items = RandomItems(random);
     const int64_t budget =
         std::uniform_int_distribution<int64_t>(1, 4000)(random);
     const int bins = std::uniform_int_distribution<int>(1, 50)(random);
     const std::vector<Proposal> selections =
-        DynamicProgrammingSelections(items, budget, 1, bins, 1);
+        DynamicProgrammingSelections(items, budget, bins);
     double best = kInfinity;
     int64_t previous_bin = bins;
     const double bin_size = static_cast<double>(budget) / bins;
     for (const Proposal& selection : selections) {
       const Totals totals = Sum(items, selection);
-      ASSERT_LT(totals.hbm, budget);  // every proposal is feasible
+      ASSERT_LT(totals.bytes, budget);  // every proposal is feasible
       // From the largest storage down.
-      const int64_t bin = static_cast<int64_t>(totals.hbm / bin_size);
+      const int64_t bin = static_cast<int64_t>(totals.bytes / bin_size);
       ASSERT_LE(bin, previous_bin);
       previous_bin = bin;
       best = std::min(best, totals.cost);
     }
-    const double optimum = BruteForce(items, budget, 1);
+    const double optimum = BruteForce(items, budget);
     EXPECT_GE(best, optimum - 1e-9);
     // Each table can drift by at most one bin.
     const int64_t tighter =
         budget - static_cast<int64_t>(items.size() * bin_size) - 1;
-    const double tighter_optimum = BruteForce(items, tighter, 1);
+    const double tighter_optimum = BruteForce(items, tighter);
     if (tighter_optimum < kInfinity) {
       EXPECT_LE(best, tighter_optimum + 1e-9) << "round " << round;
     }
@@ -105,49 +101,23 @@ TEST(DynamicProgrammingSelections, MatchesBruteForceWithinBinResolution) {
 TEST(DynamicProgrammingSelections, ExactWithOneByteBins) {
   std::mt19937 random(3);
   for (int round = 0; round < 100; ++round) {
-    const Items items = RandomItems(random, false);
+    const Items items = RandomItems(random);
     const int64_t budget =
         std::uniform_int_distribution<int64_t>(1, 3000)(random);
-    const std::vector<Proposal> selections = DynamicProgrammingSelections(
-        items, budget, 1, static_cast<int>(budget), 1);
+    const std::vector<Proposal> selections =
+        DynamicProgrammingSelections(items, budget, static_cast<int>(budget));
     double best = kInfinity;
     for (const Proposal& selection : selections) {
       best = std::min(best, Sum(items, selection).cost);
     }
-    EXPECT_DOUBLE_EQ(best, BruteForce(items, budget, 1)) << "round " << round;
-  }
-}
-
-TEST(DynamicProgrammingSelections, TwoDimensionsMatchBruteForce) {
-  std::mt19937 random(29);
-  for (int round = 0; round < 300; ++round) {
-    const Items items = RandomItems(random, true);
-    std::uniform_int_distribution<int64_t> budget(1, 4000);
-    const int64_t hbm_budget = budget(random), ddr_budget = budget(random);
-    const int bins = std::uniform_int_distribution<int>(1, 40)(random);
-    double best = kInfinity;
-    for (const Proposal& selection : DynamicProgrammingSelections(
-             items, hbm_budget, ddr_budget, bins, bins)) {
-      const Totals totals = Sum(items, selection);
-      ASSERT_LT(totals.hbm, hbm_budget);
-      ASSERT_LT(totals.ddr, ddr_budget);
-      best = std::min(best, totals.cost);
-    }
-    EXPECT_GE(best, BruteForce(items, hbm_budget, ddr_budget) - 1e-9);
-    const double drift = static_cast<double>(items.size()) / bins;
-    const double tighter = BruteForce(
-        items, hbm_budget - static_cast<int64_t>(drift * hbm_budget) - 1,
-        ddr_budget - static_cast<int64_t>(drift * ddr_budget) - 1);
-    if (tighter < kInfinity) {
-      EXPECT_LE(best, tighter + 1e-9) << round;
-    }
+    EXPECT_DOUBLE_EQ(best, BruteForce(items, budget)) << "round " << round;
   }
 }
 
 TEST(DynamicProgrammingSelections, NothingFeasibleGivesNothing) {
-  const Items items = {{{10, 0, 1}}, {{10, 0, 1}}};
-  EXPECT_TRUE(DynamicProgrammingSelections(items, 20, 1, 10, 1).empty());
-  EXPECT_EQ(DynamicProgrammingSelections(items, 21, 1, 10, 1).size(), 1u);
+  const Items items = {{{10, 1}}, {{10, 1}}};
+  EXPECT_TRUE(DynamicProgrammingSelections(items, 20, 10).empty());
+  EXPECT_EQ(DynamicProgrammingSelections(items, 21, 10).size(), 1u);
 }
 
 // An option with only what the proposers read.
@@ -242,6 +212,29 @@ TEST(DynamicProgrammingProposer, LargestBudgetFirstOrCheapestFirst) {
     dp->Feedback(true);
   }
   EXPECT_EQ(count, 4);
+}
+
+// The DP budgets the memory the tables live in (HBM on GPUs, DDR on
+// CPUs), however large: a budget past int64 is no limit, not a negative one.
+TEST(DynamicProgrammingProposer, BudgetsTheDeviceMemoryWithoutOverflow) {
+  const OptionsByTable cpu_options = {{Option(v1::TABLE_WISE, 1, 600)},
+                                      {Option(v1::ROW_WISE, 2, 500)}};
+  std::unique_ptr<Proposer> dp = MakeDynamicProgrammingProposer();
+  dp->Load(cpu_options, DefaultTopology(4, false),
+           Storage{0, std::numeric_limits<int64_t>::max() / 2});
+  EXPECT_EQ(dp->Propose(), Proposal({0, 0}));
+  dp->Load(cpu_options, DefaultTopology(2, false), Storage{0, 500});
+  EXPECT_FALSE(dp->Propose().has_value());  // 1100 bytes > 2 x 500
+  OptionsByTable gpu_options = cpu_options;
+  for (auto& table : gpu_options) {
+    for (ShardingOption& option : table) {
+      option.total_storage = Storage{option.total_storage.ddr, 0};
+    }
+  }
+  dp->Load(gpu_options, DefaultTopology(2, true), Storage{600, 0});
+  EXPECT_EQ(dp->Propose(), Proposal({0, 0}));
+  dp->Load(gpu_options, DefaultTopology(2, true), Storage{500, 1 << 20});
+  EXPECT_FALSE(dp->Propose().has_value());
 }
 
 TEST(MakeProposer, KnowsTheThreeNames) {

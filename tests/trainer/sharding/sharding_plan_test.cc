@@ -92,6 +92,35 @@ TEST(ShardingPlanTest, ValidationNamesWhatIsWrong) {
               HasSubstr("planned as 11 x 4"));
 }
 
+// The trainer builds every shard on the module's device: it refuses a plan
+// that puts a table in host memory (FUSED_UVM_CACHING) or names a kernel it
+// does not know, rather than allocate the table whole on the device.
+TEST(ShardingPlanTest, RefusesKernelsTheTrainerCannotRun) {
+  v1::ShardingPlan plan = DefaultShardingPlan(Tables(), 2);
+  *plan.mutable_tables(1) = DataParallelPlan(Tables()[1], 2);
+  ASSERT_TRUE(ValidateShardingPlan(plan, Tables(), 2, true).ok());
+  for (v1::ComputeKernel kernel :
+       {v1::COMPUTE_KERNEL_UNSPECIFIED, v1::FUSED, v1::DENSE}) {
+    v1::ShardingPlan runnable = plan;
+    runnable.mutable_tables(0)->set_compute_kernel(kernel);
+    EXPECT_TRUE(ValidateShardingPlan(runnable, Tables(), 2, true).ok())
+        << v1::ComputeKernel_Name(kernel);
+  }
+  v1::ShardingPlan uvm = plan;
+  uvm.mutable_tables(1)->set_compute_kernel(v1::FUSED_UVM_CACHING);
+  const absl::Status refused = ValidateShardingPlan(uvm, Tables(), 2, true);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("table 'b'"));
+  EXPECT_THAT(refused.message(), HasSubstr("FUSED_UVM_CACHING"));
+  v1::ShardingPlan unknown = plan;
+  unknown.mutable_tables(0)->set_compute_kernel(
+      static_cast<v1::ComputeKernel>(7));
+  EXPECT_THAT(ValidateShardingPlan(unknown, Tables(), 2, true).message(),
+              HasSubstr("table 'a'"));
+  EXPECT_THAT(ValidateShardingPlan(unknown, Tables(), 2, true).message(),
+              HasSubstr("compute kernel 7"));
+}
+
 TEST(ShardingPlanTest, TextFileRoundTripAndParseErrors) {
   v1::ShardingPlan plan = DefaultShardingPlan(Tables(), 2);
   *plan.mutable_tables(1) = RowWisePlan(Tables()[1], 2);
