@@ -161,11 +161,18 @@ class EmbeddingModule {
   absl::Status LoadStateTensors(
       const std::vector<std::pair<std::string, at::Tensor>>& states);
 
- protected:
-  // Validates the options (tables, optimizer, pooling with weights) and
-  // allocates the tables; `pooled` picks the FQN infix.
+  // The checks Create runs on a module's options: a path, tables
+  // (ValidateTables), the optimizer (ValidateOptimizer), per-ID weights only
+  // in a pooled collection (`pooled`) with sum pooling in every table, a CUDA
+  // device only where one is present. InvalidArgument (FailedPrecondition for
+  // a missing device) naming the module. The sharded modules run it on their
+  // global options, on every rank, before they build their shards.
   static absl::Status Validate(const EmbeddingModuleOptions& options,
                                bool pooled);
+
+ protected:
+  // Allocates the tables (options validated by Validate); `pooled` picks the
+  // FQN infix.
   EmbeddingModule(EmbeddingModuleOptions options, bool pooled);
 
   // The part of a forward both collections share: selects the module's

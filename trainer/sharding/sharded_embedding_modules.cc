@@ -61,17 +61,12 @@ absl::Status ShardedEmbeddingModule::Init() {
   const EmbeddingModuleOptions& module = options_.module;
   const int world = group_->world_size();
   const int me = group_->rank();
-  if (module.tables.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("module '", module.path, "' has no tables"));
-  }
-  if (module.is_weighted && !pooled()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "module '", module.path, "': per-ID weights need a pooled collection"));
-  }
-  if (absl::Status s = ValidateTables(module.tables); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("module '", module.path, "': ", s.message()));
+  // The unsharded module's checks, on the global options and on every rank:
+  // the local modules see altered tables (row blocks pool sums) and a rank
+  // without shards builds none, so their own checks would refuse the options
+  // on some ranks only, or on none.
+  if (absl::Status s = EmbeddingModule::Validate(module, pooled()); !s.ok()) {
+    return s;
   }
   for (const EmbeddingTableConfig& table : module.tables) {
     if (table.dtype != module.tables[0].dtype) {
@@ -212,102 +207,174 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     const KeyedJaggedTensor& raw_input, ProcessGroup& group) const {
   DistributedBatch batch;
+  InputFault fault;
   if (raw_input.keys() == feature_names_) {
     batch.input = raw_input;
   } else {
     const std::vector<std::vector<std::string>> groups = {feature_names_};
     absl::StatusOr<std::vector<KeyedJaggedTensor>> parts =
         raw_input.SplitByKeys(groups);
-    if (!parts.ok()) {
-      return absl::Status(
-          parts.status().code(),
-          absl::StrCat("module '", path(), "': ", parts.status().message()));
+    if (parts.ok()) {
+      batch.input = std::move((*parts)[0]);
+    } else {
+      fault = {InputFault::kOther, -1, parts.status().code(),
+               std::string(parts.status().message())};
+      for (size_t f = 0; f < feature_names_.size(); ++f) {
+        if (!raw_input.KeyIndex(feature_names_[f]).ok()) {
+          fault = {InputFault::kMissingFeature, static_cast<int64_t>(f),
+                   absl::StatusCode::kNotFound,
+                   DescribeFault(InputFault::kMissingFeature,
+                                 static_cast<int64_t>(f))};
+          break;
+        }
+      }
     }
-    batch.input = std::move((*parts)[0]);
   }
-  return Distribute(std::move(batch), group);
+  return Distribute(std::move(batch), group, std::move(fault));
 }
 
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::DistributeInput(
     const FeatureDict& raw_input) {
   // The module's features, in its order, as views of the dict's.
+  DistributedBatch batch;
+  InputFault fault;
   FeatureDict features;
-  for (const std::string& name : feature_names_) {
+  for (size_t f = 0; f < feature_names_.size(); ++f) {
+    const std::string& name = feature_names_[f];
     absl::StatusOr<JaggedTensor> feature = raw_input.Get(name);
     if (!feature.ok()) {
-      return absl::Status(
-          feature.status().code(),
-          absl::StrCat("module '", path(), "': ", feature.status().message()));
+      fault = {
+          InputFault::kMissingFeature, static_cast<int64_t>(f),
+          absl::StatusCode::kNotFound,
+          DescribeFault(InputFault::kMissingFeature, static_cast<int64_t>(f))};
+      break;
     }
-    if (absl::Status s = features.Add(name, *std::move(feature)); !s.ok()) {
-      return s;
+    if (absl::Status added = features.Add(name, *std::move(feature));
+        !added.ok()) {
+      fault = {InputFault::kOther, static_cast<int64_t>(f), added.code(),
+               std::string(added.message())};
+      break;
     }
   }
-  absl::StatusOr<KeyedJaggedTensor> input = features.ToKeyedJaggedTensor();
-  if (!input.ok()) return input.status();
-  DistributedBatch batch;
-  batch.input = *std::move(input);
-  return Distribute(std::move(batch), *group_);
+  if (fault.kind == InputFault::kNone) {
+    absl::StatusOr<KeyedJaggedTensor> input = features.ToKeyedJaggedTensor();
+    if (input.ok()) {
+      batch.input = *std::move(input);
+    } else {
+      fault = {InputFault::kOther, -1, input.status().code(),
+               std::string(input.status().message())};
+    }
+  }
+  return Distribute(std::move(batch), *group_, std::move(fault));
 }
 
-absl::Status ShardedEmbeddingModule::CheckIds(
+std::string ShardedEmbeddingModule::DescribeFault(int64_t kind,
+                                                  int64_t feature) const {
+  const bool named =
+      feature >= 0 && feature < static_cast<int64_t>(feature_names_.size());
+  switch (kind) {
+    case InputFault::kMissingFeature:
+      if (named)
+        return absl::StrCat("no feature '", feature_names_[feature], "'");
+      break;
+    case InputFault::kIdOutsideTable:
+      if (named) {
+        return absl::StrCat(
+            "feature '", feature_names_[feature], "' has an ID outside [0, ",
+            tables()[feature_table_[feature]].num_embeddings, ")");
+      }
+      break;
+    case InputFault::kWrongDevice:
+      return absl::StrCat("not on the module's device, ",
+                          options_.module.device.str());
+    case InputFault::kNoWeights:
+      return "no per-ID weights, but the module is weighted";
+    default:
+      break;
+  }
+  return "refused by that rank (its own error says why)";
+}
+
+ShardedEmbeddingModule::InputFault ShardedEmbeddingModule::CheckInput(
     const KeyedJaggedTensor& input) const {
-  if (input.offset_per_key().empty()) return absl::OkStatus();
-  const int64_t total = input.offset_per_key().back();
-  if (total == 0) return absl::OkStatus();
-  // One pass over every ID against the smallest table; a feature by
-  // feature pass (naming the feature) only when that fails.
-  int64_t smallest = tables()[0].num_embeddings;
-  for (const EmbeddingTableConfig& table : tables()) {
-    smallest = std::min(smallest, table.num_embeddings);
+  if (input.device() != options_.module.device) {
+    return {
+        InputFault::kWrongDevice, -1, absl::StatusCode::kInvalidArgument,
+        absl::StrCat("on ", input.device().str(), ", but the module lives on ",
+                     options_.module.device.str())};
   }
-  auto within = [](const at::Tensor& ids, int64_t rows) {
-    auto [low, high] = at::aminmax(ids);
-    return low.item<int64_t>() >= 0 && high.item<int64_t>() < rows;
-  };
-  if (within(input.values().narrow(0, 0, total), smallest)) {
-    return absl::OkStatus();
+  if (options_.module.is_weighted && !input.has_weights()) {
+    return {InputFault::kNoWeights, -1, absl::StatusCode::kInvalidArgument,
+            DescribeFault(InputFault::kNoWeights, -1)};
   }
-  for (size_t f = 0; f < feature_names_.size(); ++f) {
-    const int64_t rows = tables()[feature_table_[f]].num_embeddings;
-    at::Tensor ids = input.ValuesOf(static_cast<int64_t>(f));
-    if (ids.numel() > 0 && !within(ids, rows)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("module '", path(), "': feature '", feature_names_[f],
-                       "' has an ID outside [0, ", rows, ")"));
+  // One pass over every ID against the smallest table; a feature by feature
+  // pass (naming the feature) only when that fails.
+  int64_t outside = -1;
+  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
+    if (input.offset_per_key().empty()) return absl::OkStatus();
+    const int64_t total = input.offset_per_key().back();
+    if (total == 0) return absl::OkStatus();
+    int64_t smallest = tables()[0].num_embeddings;
+    for (const EmbeddingTableConfig& table : tables()) {
+      smallest = std::min(smallest, table.num_embeddings);
     }
+    auto within = [](const at::Tensor& ids, int64_t rows) {
+      auto [low, high] = at::aminmax(ids);
+      return low.item<int64_t>() >= 0 && high.item<int64_t>() < rows;
+    };
+    if (within(input.values().narrow(0, 0, total), smallest)) {
+      return absl::OkStatus();
+    }
+    for (size_t f = 0; f < feature_names_.size(); ++f) {
+      const int64_t rows = tables()[feature_table_[f]].num_embeddings;
+      at::Tensor ids = input.ValuesOf(static_cast<int64_t>(f));
+      if (ids.numel() > 0 && !within(ids, rows)) {
+        outside = static_cast<int64_t>(f);
+        break;
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) {
+    return {InputFault::kOther, -1, status.code(),
+            std::string(status.message())};
   }
-  return absl::OkStatus();
+  if (outside >= 0) {
+    return {InputFault::kIdOutsideTable, outside,
+            absl::StatusCode::kInvalidArgument,
+            DescribeFault(InputFault::kIdOutsideTable, outside)};
+  }
+  return {};
 }
 
 absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
-    DistributedBatch batch, ProcessGroup& group) const {
+    DistributedBatch batch, ProcessGroup& group, InputFault fault) const {
   const int world = group.world_size();
   const int me = group.rank();
   const KeyedJaggedTensor& input = batch.input;
-  if (input.device() != options_.module.device) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "module '", path(), "' lives on ", options_.module.device.str(),
-        " but its input is on ", input.device().str()));
-  }
-  const int64_t b = input.stride();
-  batch.batch = b;
-  if (absl::Status s = CatchTorchErrors([&]() { return CheckIds(input); });
-      !s.ok()) {
-    return s;
-  }
+  if (fault.kind == InputFault::kNone) fault = CheckInput(input);
+  const bool faulty = fault.kind != InputFault::kNone;
   if (world == 1) {
+    if (faulty) {
+      return absl::Status(fault.code, absl::StrCat("module '", path(),
+                                                   "': input: ", fault.detail));
+    }
     // Rank 0 holds every table whole, in the module's feature order: its
     // lookup is the input itself, and nothing moves.
+    batch.batch = input.stride();
     batch.local = input;
     batch.received = {input.length_per_key()};
     batch.sent = batch.received;
     batch.sent_positions = {std::vector<at::Tensor>(feature_names_.size())};
     return batch;
   }
-  const bool weighted = input.has_weights();
+  const int64_t b = faulty ? 0 : input.stride();
+  batch.batch = b;
+  // Weights travel for a weighted module only (every rank's input has them);
+  // an unweighted module's lookups ignore them.
+  const bool weighted = options_.module.is_weighted;
   const at::TensorOptions long_options =
-      at::TensorOptions().dtype(at::kLong).device(input.device());
+      at::TensorOptions().dtype(at::kLong).device(options_.module.device);
 
   // Bucketize: per destination rank and its local feature, the IDs (local),
   // lengths and weights this rank sends. Its own part (own_*, per local
@@ -318,62 +385,103 @@ absl::StatusOr<DistributedBatch> ShardedEmbeddingModule::Distribute(
   batch.sent.assign(world, {});
   batch.sent_positions.assign(world, {});
   std::vector<at::Tensor> example_of_id(feature_names_.size());
-  absl::Status status = CatchTorchErrors([&]() -> absl::Status {
-    for (int p = 0; p < world; ++p) {
-      for (const Slot& slot : slots_[p]) {
-        const EmbeddingShard& s = shards_[slot.shard];
-        const int64_t f = slot.feature;
-        at::Tensor ids = input.ValuesOf(f);
-        at::Tensor lengths = input.LengthsOf(f).to(at::kLong);
-        std::optional<at::Tensor> weights = input.WeightsOf(f);
-        at::Tensor positions;
-        if (s.rows != tables()[s.table_index].num_embeddings) {
-          if (!example_of_id[f].defined()) {
-            // The example of each ID: i repeated lengths[i] times.
-            example_of_id[f] = at::repeat_interleave(lengths);
+  if (!faulty) {
+    absl::Status status = CatchTorchErrors([&]() -> absl::Status {
+      for (int p = 0; p < world; ++p) {
+        for (const Slot& slot : slots_[p]) {
+          const EmbeddingShard& s = shards_[slot.shard];
+          const int64_t f = slot.feature;
+          at::Tensor ids = input.ValuesOf(f);
+          at::Tensor lengths = input.LengthsOf(f).to(at::kLong);
+          std::optional<at::Tensor> weights;
+          if (weighted) weights = input.WeightsOf(f);
+          at::Tensor positions;
+          if (s.rows != tables()[s.table_index].num_embeddings) {
+            if (!example_of_id[f].defined()) {
+              // The example of each ID: i repeated lengths[i] times.
+              example_of_id[f] = at::repeat_interleave(lengths);
+            }
+            positions = ((ids >= s.row_offset) & (ids < s.row_offset + s.rows))
+                            .nonzero()
+                            .squeeze(1);
+            ids = ids.index_select(0, positions) - s.row_offset;
+            lengths = at::bincount(example_of_id[f].index_select(0, positions),
+                                   {}, b);
+            if (weights) weights = weights->index_select(0, positions);
           }
-          positions = ((ids >= s.row_offset) & (ids < s.row_offset + s.rows))
-                          .nonzero()
-                          .squeeze(1);
-          ids = ids.index_select(0, positions) - s.row_offset;
-          lengths =
-              at::bincount(example_of_id[f].index_select(0, positions), {}, b);
-          if (weights) weights = weights->index_select(0, positions);
+          batch.sent[p].push_back(ids.numel());
+          batch.sent_positions[p].push_back(positions);
+          if (p == me) {
+            own_lengths.push_back(lengths);
+            own_values.push_back(ids);
+            if (weighted) own_weights.push_back(*weights);
+            continue;
+          }
+          lengths_parts.push_back(lengths);
+          values_parts.push_back(ids);
+          if (weighted) weights_parts.push_back(*weights);
+          length_splits[p] += b;
+          value_splits[p] += ids.numel();
         }
-        batch.sent[p].push_back(ids.numel());
-        batch.sent_positions[p].push_back(positions);
-        if (p == me) {
-          own_lengths.push_back(lengths);
-          own_values.push_back(ids);
-          if (weighted) own_weights.push_back(*weights);
-          continue;
-        }
-        lengths_parts.push_back(lengths);
-        values_parts.push_back(ids);
-        if (weighted) weights_parts.push_back(*weights);
-        length_splits[p] += b;
-        value_splits[p] += ids.numel();
       }
+      return absl::OkStatus();
+    });
+    if (!status.ok()) {
+      fault = {InputFault::kOther, -1, status.code(),
+               std::string(status.message())};
     }
-    return absl::OkStatus();
-  });
-  if (!status.ok()) return status;
+  }
 
-  // Split sizes first: every rank's batch size and how many IDs it sends.
+  // Split sizes first: every rank's batch size, how many IDs it sends, and
+  // whether its input is refused (code, kind, feature): a rank that refuses
+  // its input still takes part, so that every rank refuses the batch at once
+  // instead of waiting out the timeout in the next collective.
+  constexpr int64_t kHeader = 5;
   std::vector<int64_t> header;
   for (int p = 0; p < world; ++p) {
+    const bool ok = fault.kind == InputFault::kNone;
     header.push_back(b);
-    header.push_back(value_splits[p]);
+    header.push_back(ok ? value_splits[p] : 0);
+    header.push_back(
+        ok ? 0
+           : static_cast<int64_t>(fault.code == absl::StatusCode::kOk
+                                      ? absl::StatusCode::kInvalidArgument
+                                      : fault.code));
+    header.push_back(static_cast<int64_t>(fault.kind));
+    header.push_back(fault.feature);
   }
-  std::vector<int64_t> two(world, 2);
-  absl::StatusOr<at::Tensor> received_header = Exchange(
-      group, Int64(header).to(input.device()), two, two, "input_dist.splits");
+  std::vector<int64_t> splits(world, kHeader);
+  absl::StatusOr<at::Tensor> received_header =
+      Exchange(group, Int64(header).to(options_.module.device), splits, splits,
+               "input_dist.splits");
   if (!received_header.ok()) return received_header.status();
-  at::Tensor header_host = received_header->cpu();
+  const at::Tensor header_host = received_header->cpu();
+  const int64_t* h = header_host.data_ptr<int64_t>();
+  // A refused input: this rank's own fault first, else the lowest rank's.
+  std::vector<int> refusing;
+  for (int q = 0; q < world; ++q) {
+    if (h[kHeader * q + 2] != 0) refusing.push_back(q);
+  }
+  if (!refusing.empty()) {
+    const bool mine = fault.kind != InputFault::kNone;
+    const int q = mine ? me : refusing[0];
+    const int64_t* theirs = h + kHeader * q;
+    std::string others;
+    for (int r : refusing) {
+      if (r != q) absl::StrAppend(&others, others.empty() ? "" : ", ", r);
+    }
+    return absl::Status(
+        static_cast<absl::StatusCode>(theirs[2]),
+        absl::StrCat(
+            "module '", path(), "': rank ", q, "'s input: ",
+            mine ? fault.detail : DescribeFault(theirs[3], theirs[4]),
+            others.empty() ? "" : absl::StrCat(" (rank(s) ", others, " too)"),
+            "; every rank refuses this batch"));
+  }
   std::vector<int64_t> received_values(world);
   for (int q = 0; q < world; ++q) {
-    const int64_t their_batch = header_host[2 * q].item<int64_t>();
-    received_values[q] = header_host[2 * q + 1].item<int64_t>();
+    const int64_t their_batch = h[kHeader * q];
+    received_values[q] = h[kHeader * q + 1];
     if (their_batch != b) {
       return absl::InvalidArgumentError(
           absl::StrCat("module '", path(), "': rank ", q, " has a batch of ",
@@ -511,7 +619,22 @@ ShardedCollection<Collection, Local, Output>::ComputeAndDistribute(
   if (!local_) return DistributeOutput(batch, nullptr);
   absl::StatusOr<Output> local_output =
       static_cast<Local*>(local_.get())->Forward(batch.local);
-  if (!local_output.ok()) return local_output.status();
+  if (!local_output.ok()) {
+    // The inputs were checked on every rank: what fails here is this rank's
+    // own (a post-lookup hook, such as the tracker's, or memory), and the
+    // other ranks are on their way into the output distribution, which this
+    // rank will not join. It leaves the group, so that they name it and its
+    // reason instead of a rank that did not report (dead or hung): at once
+    // once this process exits, else after their collective timeout.
+    if (group_->world_size() > 1) {
+      group_->Leave(
+          absl::Status(local_output.status().code(),
+                       absl::StrCat("module '", path(),
+                                    "': the lookup of its shards failed: ",
+                                    local_output.status().message())));
+    }
+    return local_output.status();
+  }
   // One rank holds every table whole: its output is the module's.
   if (group_->world_size() == 1) return local_output;
   return DistributeOutput(batch, &*local_output);

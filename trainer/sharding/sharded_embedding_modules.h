@@ -133,11 +133,16 @@ class ShardedEmbeddingModule {
   absl::Status LoadLocalStateTensors(
       const std::vector<std::pair<std::string, at::Tensor>>& states);
 
-  // The input distribution alone: selects the module's features (NotFound
-  // for a missing one), bucketizes IDs by shard and runs the KJT all-to-all
-  // (split sizes, then lengths, values and weights). InvalidArgument for an
-  // ID outside its table, an input on another device, or ranks whose batch
-  // sizes differ (every rank then returns it).
+  // The input distribution alone: selects the module's features, bucketizes
+  // IDs by shard and runs the KJT all-to-all (split sizes, then lengths,
+  // values and weights; weights only for a weighted module). Refused: a
+  // missing feature (NotFound), an ID outside its table, an input on another
+  // device, a weighted module's input without weights (InvalidArgument), and
+  // ranks whose batch sizes differ. Every rank checks its own input before
+  // the first collective and sends the verdict with the split sizes: when
+  // any rank's input is refused, every rank returns at once with that code,
+  // naming the rank (and the feature), and the group stays in step for the
+  // next batch.
   absl::StatusOr<DistributedBatch> DistributeInput(
       const KeyedJaggedTensor& input);
   // The same from a feature dict: its features are converted, in the
@@ -155,16 +160,41 @@ class ShardedEmbeddingModule {
 
  protected:
   ShardedEmbeddingModule(ShardedModuleOptions options, ProcessGroup* group);
-  // Validates, builds the shard layout and the local module.
+  // Validates (the unsharded module's checks, EmbeddingModule::Validate, on
+  // the global options, then those of sharding), builds the shard layout and
+  // the local module. Every check but the local module's allocation runs
+  // alike on every rank, so options are refused by every rank or by none.
   absl::Status Init();
   virtual absl::StatusOr<std::unique_ptr<EmbeddingModule>> CreateLocal(
       EmbeddingModuleOptions options) = 0;
+  // Why this rank's input cannot be distributed (kNone: it can). It travels
+  // in the split sizes' all-to-all, the input distribution's first
+  // collective, so that every rank refuses a batch any rank refuses.
+  struct InputFault {
+    enum Kind : int64_t {
+      kNone = 0,
+      kMissingFeature,  // NotFound
+      kIdOutsideTable,  // InvalidArgument
+      kWrongDevice,     // InvalidArgument
+      kNoWeights,       // InvalidArgument: a weighted module's input
+      kOther,           // this rank's own error (its code)
+    };
+    Kind kind = kNone;
+    int64_t feature = -1;  // in feature_names(), where one is at fault
+    absl::StatusCode code = absl::StatusCode::kOk;
+    std::string detail;  // what is wrong, as this rank knows it
+  };
   // The input distribution of `batch.input` (the module's features, in its
-  // order): checks, bucketizes and exchanges.
+  // order): checks (unless `fault` already says what is wrong), bucketizes
+  // and exchanges; a fault of any rank fails every rank.
   absl::StatusOr<DistributedBatch> Distribute(DistributedBatch batch,
-                                              ProcessGroup& group) const;
-  // InvalidArgument naming the first feature with an ID outside its table.
-  absl::Status CheckIds(const KeyedJaggedTensor& input) const;
+                                              ProcessGroup& group,
+                                              InputFault fault) const;
+  // The checks of this rank's input (device, weights, IDs).
+  InputFault CheckInput(const KeyedJaggedTensor& input) const;
+  // What another rank's fault of `kind` at `feature` says (the `detail` it
+  // would give, as far as this rank can tell).
+  std::string DescribeFault(int64_t kind, int64_t feature) const;
 
   // Local feature k of `rank`: the global feature index and the shard.
   struct Slot {
@@ -205,14 +235,22 @@ class ShardedEmbeddingModule {
 template <typename Collection, typename Local, typename Output>
 class ShardedCollection : public ShardedEmbeddingModule {
  public:
-  // InvalidArgument for bad options or a plan that does not fit them
-  // (ValidateShardingPlan); `group` must outlive the module.
+  // InvalidArgument for bad options (every check of the unsharded module's
+  // Create, on every rank, whether or not it holds shards) or a plan that
+  // does not fit them (ValidateShardingPlan); `group` must outlive the
+  // module.
   static absl::StatusOr<std::unique_ptr<Collection>> Create(
       ShardedModuleOptions options, ProcessGroup* group);
 
   absl::StatusOr<Output> Forward(const KeyedJaggedTensor& input);
   absl::StatusOr<Output> Forward(const FeatureDict& input);
   // The local lookup and the output distribution of a distributed batch.
+  // When the local lookup fails on this rank alone (a post-lookup hook's
+  // error: the inputs were checked on every rank), the other ranks are
+  // already bound for the output distribution: at world sizes above 1 this
+  // rank then leaves the group (ProcessGroup::Leave) with the error, so that
+  // their collective names it and why (at once when this process exits);
+  // the group is unusable afterwards.
   absl::StatusOr<Output> ComputeAndDistribute(const DistributedBatch& batch);
 
  protected:

@@ -21,10 +21,13 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "tests/trainer/comm/rank_launcher.h"
 #include "tests/trainer/sharding/shard_states.h"
 #include "tests/trainer/sharding/table_configs.h"
@@ -256,10 +259,247 @@ const std::vector<Case>& Cases() {
   return cases;
 }
 
+// Refusals that every rank agrees on must come at once, not after the
+// collective timeout (kRefusalTimeoutS, TEST_COLLECTIVE_TIMEOUT_S) that a rank
+// waiting for another would wait out.
+constexpr absl::Duration kPrompt = absl::Seconds(10);
+constexpr int kRefusalTimeoutS = 30;
+
+// A forward's status and how long it took.
+template <typename F>
+std::pair<absl::Status, absl::Duration> Timed(F&& forward) {
+  const absl::Time start = absl::Now();
+  absl::Status status = forward().status();
+  return {status, absl::Now() - start};
+}
+
+// Returns non-zero (as RANK_EXPECT) unless `status` is `code`, came within
+// kPrompt and says every one of `words`.
+int ExpectRefused(const std::pair<absl::Status, absl::Duration>& result,
+                  absl::StatusCode code, const std::vector<std::string>& words,
+                  const std::string& what) {
+  const auto& [status, took] = result;
+  std::printf("%s: %s after %s\n", what.c_str(), status.ToString().c_str(),
+              absl::FormatDuration(took).c_str());
+  RANK_EXPECT(status.code() == code, what, ": ", status.ToString());
+  RANK_EXPECT(took < kPrompt, what, " took ", absl::FormatDuration(took), ": ",
+              status.ToString());
+  for (const std::string& word : words) {
+    RANK_EXPECT(absl::StrContains(status.message(), word), what, ": '", word,
+                "' missing from ", status.ToString());
+  }
+  return 0;
+}
+
+// Rank-local faults of the input (an ID outside its table, a negative ID, a
+// missing feature from a dict or a KJT) on one rank: every rank refuses the
+// batch at once, naming that rank and the feature, and the next batch trains.
+int RunBadInput(ProcessGroup& group) {
+  const int me = group.rank();
+  ShardedModuleOptions options;
+  options.module.path = "sparse.ebc";
+  options.module.tables = Tables(true, false);
+  options.module.seed = 7;
+  auto module = ShardedEmbeddingBagCollection::Create(options, &group);
+  RANK_OK(module.status());
+  ShardedEmbeddingBagCollection& ebc = **module;
+  const GlobalBatch global =
+      MakeBatch(options.module.tables, group.world_size() * kBatch, 0);
+  const KeyedJaggedTensor good =
+      Slice(global, me * kBatch, (me + 1) * kBatch, false);
+  // The batch with one more ID in feature `f` of this rank's first example.
+  auto with_id = [&](int64_t f, int64_t id) {
+    GlobalBatch bad = global;
+    bad.ids[f][me * kBatch].push_back(id);
+    return Slice(bad, me * kBatch, (me + 1) * kBatch, false);
+  };
+  // Rank 1: ID 33 in f2, whose table t1 has 33 rows.
+  const KeyedJaggedTensor rows_id = me == 1 ? with_id(2, 33) : good;
+  if (int rc = ExpectRefused(Timed([&] { return ebc.Forward(rows_id); }),
+                             absl::StatusCode::kInvalidArgument,
+                             {"rank 1's input", "'f2'", "outside [0, 33)"},
+                             "ID == rows on rank 1");
+      rc != 0) {
+    return rc;
+  }
+  // Rank 0: ID -1 in f4.
+  const KeyedJaggedTensor negative = me == 0 ? with_id(4, -1) : good;
+  if (int rc = ExpectRefused(Timed([&] { return ebc.Forward(negative); }),
+                             absl::StatusCode::kInvalidArgument,
+                             {"rank 0's input", "'f4'"}, "ID -1 on rank 0");
+      rc != 0) {
+    return rc;
+  }
+  // Rank 1: a dict without f3.
+  FeatureDict dict = ReversedDict(good);
+  if (me == 1) {
+    FeatureDict partial;
+    for (const std::string& key : good.keys()) {
+      if (key != "f3") RANK_OK(partial.Add(key, *dict.Get(key)));
+    }
+    dict = partial;
+  }
+  if (int rc = ExpectRefused(
+          Timed([&] { return ebc.Forward(dict); }), absl::StatusCode::kNotFound,
+          {"rank 1's input", "'f3'"}, "dict without f3 on rank 1");
+      rc != 0) {
+    return rc;
+  }
+  // Rank 0: a KJT without f0.
+  KeyedJaggedTensor no_f0 = good;
+  if (me == 0) {
+    const std::vector<std::vector<std::string>> keys = {
+        {"f1", "f2", "f3", "f4"}};
+    absl::StatusOr<std::vector<KeyedJaggedTensor>> parts =
+        good.SplitByKeys(keys);
+    RANK_OK(parts.status());
+    no_f0 = (*parts)[0];
+  }
+  if (int rc =
+          ExpectRefused(Timed([&] { return ebc.Forward(no_f0); }),
+                        absl::StatusCode::kNotFound, {"rank 0's input", "'f0'"},
+                        "KJT without f0 on rank 0");
+      rc != 0) {
+    return rc;
+  }
+  // The group is still in step: a good batch trains.
+  absl::StatusOr<KeyedTensor> out = ebc.Forward(good);
+  RANK_OK(out.status());
+  Loss({out->values()}, kBatch).backward();
+  return 0;
+}
+
+// A weighted module fed inputs without weights, 3 tables on 4 ranks (rank 3
+// holds none, so no local module would refuse its input): every rank refuses
+// at once, whether every rank's input or rank 3's alone lacks them.
+int RunMissingWeights(ProcessGroup& group) {
+  const int me = group.rank();
+  ShardedModuleOptions options;
+  options.module.path = "sparse.ebc";
+  options.module.tables = Tables(true, /*weighted=*/true);
+  options.module.tables.resize(3);
+  options.module.seed = 7;
+  options.module.is_weighted = true;
+  auto module = ShardedEmbeddingBagCollection::Create(options, &group);
+  RANK_OK(module.status());
+  ShardedEmbeddingBagCollection& ebc = **module;
+  RANK_EXPECT(me != 3 || ebc.local_module() == nullptr,
+              "rank 3 holds shards: the case needs a rank without");
+  const GlobalBatch global =
+      MakeBatch(options.module.tables, group.world_size() * kBatch, 0);
+  const KeyedJaggedTensor weighted =
+      Slice(global, me * kBatch, (me + 1) * kBatch, true);
+  const KeyedJaggedTensor unweighted =
+      Slice(global, me * kBatch, (me + 1) * kBatch, false);
+  if (int rc = ExpectRefused(
+          Timed([&] { return ebc.Forward(unweighted); }),
+          absl::StatusCode::kInvalidArgument,
+          {absl::StrCat("rank ", me, "'s input"), "no per-ID weights"},
+          "no rank's input weighted");
+      rc != 0) {
+    return rc;
+  }
+  if (int rc = ExpectRefused(
+          Timed([&] { return ebc.Forward(me == 3 ? unweighted : weighted); }),
+          absl::StatusCode::kInvalidArgument,
+          {"rank 3's input", "no per-ID weights"},
+          "rank 3's input not weighted");
+      rc != 0) {
+    return rc;
+  }
+  absl::StatusOr<KeyedTensor> out = ebc.Forward(weighted);
+  RANK_OK(out.status());
+  Loss({out->values()}, kBatch).backward();
+  return 0;
+}
+
+// Options the unsharded module refuses are refused by every rank's Create,
+// also where the local module would accept them (row blocks pool sums) ...
+int RunWeightedMeanPooling(ProcessGroup& group) {
+  const int world = group.world_size();
+  // Per-ID weights with mean pooling (t1, t3), every table row-wise.
+  ShardedModuleOptions weighted_mean;
+  weighted_mean.module.path = "sparse.ebc";
+  weighted_mean.module.tables = Tables(true, /*weighted=*/false);
+  weighted_mean.module.seed = 7;
+  weighted_mean.module.is_weighted = true;
+  weighted_mean.plan =
+      PlanOfKind("row_wise", weighted_mean.module.tables, world);
+  absl::Status status =
+      ShardedEmbeddingBagCollection::Create(weighted_mean, &group).status();
+  std::printf("weighted mean pooling: %s\n", status.ToString().c_str());
+  RANK_EXPECT(status.code() == absl::StatusCode::kInvalidArgument,
+              "weighted mean pooling row-wise: ", status.ToString());
+  RANK_EXPECT(absl::StrContains(status.message(), "sum pooling"),
+              status.ToString());
+  return 0;
+}
+
+// ... or a rank builds none: a negative learning rate, one table on two
+// ranks (rank 1 holds nothing).
+int RunNegativeLearningRate(ProcessGroup& group) {
+  absl::Status status;
+  ShardedModuleOptions negative_rate;
+  negative_rate.module.path = "sparse.ebc";
+  negative_rate.module.tables = {Table("t0", 40, 8, {"f0"})};
+  negative_rate.module.optimizer.learning_rate = -1;
+  for (bool pooled : {true, false}) {
+    status = pooled
+                 ? ShardedEmbeddingBagCollection::Create(negative_rate, &group)
+                       .status()
+                 : ShardedEmbeddingCollection::Create(negative_rate, &group)
+                       .status();
+    std::printf("learning_rate -1: %s\n", status.ToString().c_str());
+    RANK_EXPECT(status.code() == absl::StatusCode::kInvalidArgument,
+                "learning_rate -1: ", status.ToString());
+    RANK_EXPECT(absl::StrContains(status.message(), "learning_rate"),
+                status.ToString());
+  }
+  return 0;
+}
+
+// Rank 1's post-lookup hook fails (as the tracker's RecordTables may); rank
+// 1 returns the hook's error and exits, rank 0, bound for the output
+// distribution, fails at once naming rank 1 and its reason.
+int RunHookError(ProcessGroup& group) {
+  const int me = group.rank();
+  ShardedModuleOptions options;
+  options.module.path = "sparse.ebc";
+  options.module.tables = Tables(true, false);
+  options.module.seed = 7;
+  auto module = ShardedEmbeddingBagCollection::Create(options, &group);
+  RANK_OK(module.status());
+  RANK_EXPECT((*module)->local_module() != nullptr, "rank ", me,
+              " holds no shard");
+  if (me == 1) {
+    (*module)->AddPostLookupHook(
+        [](const EmbeddingModule&, const ModuleLookup&) {
+          return absl::InternalError("tracker refused the records");
+        });
+  }
+  const GlobalBatch global =
+      MakeBatch(options.module.tables, group.world_size() * kBatch, 0);
+  const KeyedJaggedTensor mine =
+      Slice(global, me * kBatch, (me + 1) * kBatch, false);
+  auto result = Timed([&] { return (*module)->Forward(mine); });
+  if (me == 1) {
+    return ExpectRefused(result, absl::StatusCode::kInternal,
+                         {"tracker refused the records"}, "rank 1's hook");
+  }
+  return ExpectRefused(result, result.first.code(),
+                       {"rank 1 left the group", "tracker refused the records"},
+                       "rank 0");
+}
+
 int RunScenario(const std::string& scenario) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       testing::RankGroupFromEnv();
   RANK_OK(group.status());
+  if (scenario == "bad_input") return RunBadInput(**group);
+  if (scenario == "missing_weights") return RunMissingWeights(**group);
+  if (scenario == "weighted_mean") return RunWeightedMeanPooling(**group);
+  if (scenario == "negative_rate") return RunNegativeLearningRate(**group);
+  if (scenario == "hook_error") return RunHookError(**group);
   if (scenario == "dead") {
     // Rank 1 dies after one step; the others' next forward must fail.
     ShardedModuleOptions options;
@@ -317,6 +557,34 @@ TEST(ShardedEmbeddingBagCollectionTest, DeadRankFailsTheForwardNamingIt) {
       << results[0].output;
   EXPECT_TRUE(absl::StrContains(results[0].output, "rank 1 did not report"))
       << results[0].output;
+}
+
+TEST(ShardedEmbeddingBagCollectionTest, BadInputOnOneRankFailsEveryRankAtOnce) {
+  ExpectRanksPassed(RunRanks(
+      "bad_input", 2, absl::Seconds(90),
+      {{"TEST_COLLECTIVE_TIMEOUT_S", std::to_string(kRefusalTimeoutS)}}));
+}
+
+TEST(ShardedEmbeddingBagCollectionTest,
+     MissingWeightsFailEveryRankAlsoOneWithoutShards) {
+  ExpectRanksPassed(RunRanks(
+      "missing_weights", 4, absl::Seconds(90),
+      {{"TEST_COLLECTIVE_TIMEOUT_S", std::to_string(kRefusalTimeoutS)}}));
+}
+
+TEST(ShardedEmbeddingModuleTest, EveryRankRefusesWeightedMeanPoolingRowWise) {
+  ExpectRanksPassed(RunRanks("weighted_mean", 2, absl::Seconds(60)));
+}
+
+TEST(ShardedEmbeddingModuleTest,
+     EveryRankRefusesABadOptimizerAlsoOneWithoutShards) {
+  ExpectRanksPassed(RunRanks("negative_rate", 2, absl::Seconds(60)));
+}
+
+TEST(ShardedEmbeddingBagCollectionTest, HookErrorOnOneRankNamesItAtOnce) {
+  ExpectRanksPassed(RunRanks(
+      "hook_error", 2, absl::Seconds(90),
+      {{"TEST_COLLECTIVE_TIMEOUT_S", std::to_string(kRefusalTimeoutS)}}));
 }
 
 }  // namespace
