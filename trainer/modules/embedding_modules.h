@@ -128,7 +128,8 @@ class EmbeddingModule {
   // the window), then applies each table's optimizer ONCE to the summed
   // gradients of every row touched in any micro-batch of the window: SGD,
   // Adagrad, row-wise Adagrad and Adam then match one batch of K x B (Adam's
-  // step counts windows). The caller scales the loss by 1/K.
+  // step counts windows). The caller scales each micro-batch's loss (TrainStep:
+  // by its share of the window, 1/K for K equal micro-batches).
   //
   // Turning accumulation off with gradients buffered is the caller's error:
   // apply them first. Training-thread only, like forward.
@@ -138,8 +139,9 @@ class EmbeddingModule {
   // apply.
   bool has_accumulated() const;
   // Calls the kept lookups' hooks, then applies the buffered gradients times
-  // `gradient_scale` (K / m for a last window of m < K micro-batches whose
-  // loss was scaled by 1/K) and empties the buffers. A hook's error is
+  // `gradient_scale` (TrainStep's window rescale: K / m for a last window of
+  // m < K equal micro-batches whose loss was scaled by 1/K) and empties the
+  // buffers. A hook's error is
   // returned before any row changes (the buffers are then dropped). Call
   // after the window's last backward, where the training loop holds the
   // rows reader's update guard.

@@ -57,10 +57,12 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
     if (!first->has_value()) return std::nullopt;
     next_ = ToDevice(**first, model.device(), memcpy_stream_);
   }
-  const CopiedBatch current = *std::move(next_);
-  next_.reset();
+  // Batch i stays in next_ until batch i+1 is pulled: when that pull fails,
+  // Release still hands batch i over.
   absl::StatusOr<std::optional<Batch>> after = feed_.NextConverted(source);
   if (!after.ok()) return after.status();
+  const CopiedBatch current = *std::move(next_);
+  next_.reset();
   if (after->has_value()) {
     next_ = ToDevice(**after, model.device(), memcpy_stream_);
   }
@@ -85,15 +87,11 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineBase::Progress(
 }
 
 absl::StatusOr<PipelineHandover> TrainPipelineBase::Release() {
-  PipelineHandover handover;
   // The next pipeline gets complete batches.
   SynchronizeStream(memcpy_stream_);
   if (next_.has_value()) feed_.PushFront(std::move(next_->batch));
   next_.reset();
-  handover.batches = feed_.Take();
-  handover.window_position = step_.window_position();
-  handover.scaler = step_.scaler();
-  return handover;
+  return HandOver(feed_.Take());
 }
 
 TrainPipelineSparseDist::TrainPipelineSparseDist(
@@ -191,6 +189,13 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineSparseDist::Progress(
     return std::optional<CopiedBatch>(
         ToDevice(**pulled, model.device(), memcpy_stream_));
   };
+  // A Progress that failed before its batch trained left it in current_:
+  // start again from the batches in flight, in order.
+  if (current_ != nullptr) {
+    if (absl::Status put_back = PutBackInFlight(); !put_back.ok()) {
+      return put_back;
+    }
+  }
   // Batch i: the one distributed while the previous batch trained.
   if (next_ == nullptr) {
     absl::StatusOr<std::optional<CopiedBatch>> first = pull();
@@ -198,6 +203,8 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineSparseDist::Progress(
     if (!first->has_value()) return std::nullopt;
     next_ = StartDistribution(**std::move(first));
   }
+  // Until it trains, batch i is current_: when an error comes first
+  // (its distribution's, or a later batch's pull), Release hands it over.
   current_ = std::move(next_);
   if (absl::Status finished = Finish(*current_); !finished.ok()) {
     return finished;
@@ -215,8 +222,20 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineSparseDist::Progress(
     }
   }
   const bool last = next_ == nullptr && !after_forward.has_value();
+  // Batch i+1, when its distribution has not started (CUDA), goes back in
+  // front of the feed (copied_, batch i+2, before it): not lost.
+  auto put_back_after_forward = [&] {
+    if (!after_forward.has_value()) return;
+    if (copied_.has_value()) feed_.PushFront(std::move(copied_->batch));
+    copied_.reset();
+    feed_.PushFront(std::move(after_forward->batch));
+    after_forward.reset();
+  };
   absl::StatusOr<std::optional<CopiedBatch>> later = pull();
-  if (!later.ok()) return later.status();
+  if (!later.ok()) {
+    put_back_after_forward();
+    return later.status();
+  }
   if (later->has_value()) copied_ = **std::move(later);
 
   const Batch& batch = current_->copied.batch;
@@ -232,38 +251,54 @@ absl::StatusOr<std::optional<TrainedStep>> TrainPipelineSparseDist::Progress(
       /*ends_window=*/last,
       [&]() -> absl::Status {
         if (after_forward.has_value()) {
-          next_ = StartDistribution(*std::move(after_forward));
-          after_forward.reset();
+          std::optional<CopiedBatch> starting =
+              std::exchange(after_forward, std::nullopt);
+          next_ = StartDistribution(*std::move(starting));
         }
         return absl::OkStatus();
       });
   current_.reset();
+  // The step failed before after_forward ran.
+  put_back_after_forward();
   if (!step.ok()) return step.status();
   ++stats_.batches;
   return *std::move(step);
 }
 
-absl::StatusOr<PipelineHandover> TrainPipelineSparseDist::Release() {
-  PipelineHandover handover;
+absl::Status TrainPipelineSparseDist::PutBackInFlight() {
   absl::Status status;
+  // In order: batch i (left by a Progress that failed before training it),
+  // i+1 (distributing), i+2 (copied), then the feed's.
   std::deque<Batch> batches = feed_.Take();
   if (copied_.has_value()) batches.push_front(std::move(copied_->batch));
   copied_.reset();
   if (next_ != nullptr) {
     status = Finish(*next_);
+    // An invalid feature dict, refused before any collective, is the
+    // batch's own error, not the release's: the batch (still holding its
+    // dict) is handed over, and fails the next pipeline's step in turn.
+    if (!status.ok() && next_->copied.batch.sparse_dict.has_value()) {
+      status = absl::OkStatus();
+    }
     batches.push_front(std::move(next_->copied.batch));
   }
-  // The next pipeline gets complete batches; the distribution's results
-  // are dropped only once its stream is done.
+  if (current_ != nullptr) {
+    if (current_->thread.joinable()) current_->thread.join();
+    batches.push_front(std::move(current_->copied.batch));
+  }
+  // The batches are complete (their copies done), and the distributions'
+  // results are dropped only once their stream is done.
   SynchronizeStream(memcpy_stream_);
   SynchronizeStream(data_dist_stream_);
   next_.reset();
+  current_.reset();
   feed_ = BatchFeed(std::move(batches));
-  if (!status.ok()) return status;
-  handover.batches = feed_.Take();
-  handover.window_position = step_.window_position();
-  handover.scaler = step_.scaler();
-  return handover;
+  return status;
+}
+
+absl::StatusOr<PipelineHandover> TrainPipelineSparseDist::Release() {
+  if (absl::Status status = PutBackInFlight(); !status.ok()) return status;
+  return HandOver(feed_.Take());
 }
 
 }  // namespace deltastream

@@ -117,15 +117,21 @@ class TrainPipelineSparseDist : public StepTrainPipeline {
                          const std::optional<c10::Stream>& stream);
   // Waits for it (timed as exposed).
   absl::Status Finish(Distributing& distributing);
+  // Puts every batch pulled and not trained (current_, next_, copied_) back
+  // in front of feed_, in order, once the side streams are done with them.
+  // Errors: next_'s distribution's (a failed collective; an invalid feature
+  // dict is not one: its batch fails when it is trained).
+  absl::Status PutBackInFlight();
 
   std::unique_ptr<ProcessGroup> input_dist_group_;
   bool sharded_;
   std::optional<c10::Stream> memcpy_stream_;     // CUDA only
   std::optional<c10::Stream> data_dist_stream_;  // CUDA only
   BatchFeed feed_;
-  std::unique_ptr<Distributing> current_;  // batch i
-  std::unique_ptr<Distributing> next_;     // batch i+1, distributing
-  std::optional<CopiedBatch> copied_;      // batch i+2, on the device
+  // Batch i; after Progress only when it failed before training it.
+  std::unique_ptr<Distributing> current_;
+  std::unique_ptr<Distributing> next_;  // batch i+1, distributing
+  std::optional<CopiedBatch> copied_;   // batch i+2, on the device
 };
 
 }  // namespace deltastream

@@ -47,17 +47,41 @@ absl::StatusOr<std::unique_ptr<TrainPipeline>> MakeTrainPipeline(
       !valid.ok()) {
     return valid;
   }
-  if (handover.window_position < 0 ||
-      handover.window_position >= options.accumulation_steps) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the previous pipeline's accumulation window holds ",
-                     handover.window_position,
-                     " micro-batches: switch at a window "
-                     "boundary, or keep accumulation_steps above that (now ",
-                     options.accumulation_steps, ")"));
-  }
   const int k = options.accumulation_steps;
-  if (options.mixed_precision && handover.scaler == nullptr) {
+  const int position = handover.window_position;
+  if (position < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the handover's window_position is ", position));
+  }
+  if (position >= k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the previous pipeline's open accumulation window holds ", position,
+        " micro-batches, which accumulation_steps ", k,
+        " does not allow: switch at a window boundary "
+        "(stats().window_position == 0), or to accumulation_steps above ",
+        position, " (the open window then ends at the new value)"));
+  }
+  if (position > 0 &&
+      (handover.window_examples <= 0 || handover.window_norm <= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a handover in an open accumulation window (", position,
+        " micro-batches) needs its window_examples and window_norm, got ",
+        handover.window_examples, " and ", handover.window_norm,
+        ": hand over what the previous pipeline's Release returned"));
+  }
+  const bool scaled = handover.scaler != nullptr;
+  if (position > 0 && scaled != options.mixed_precision) {
+    // The window's micro-batches were trained with (without) the loss
+    // scale; its end would unscale all of them by the new pipeline's.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the open accumulation window's ", position,
+        " micro-batches were trained ", scaled ? "with" : "without",
+        " mixed precision's loss scale: mixed_precision cannot turn ",
+        options.mixed_precision ? "on" : "off",
+        " mid-window; switch at a window boundary "
+        "(stats().window_position == 0)"));
+  }
+  if (options.mixed_precision && !scaled) {
     handover.scaler = std::make_shared<GradientScaler>();
   }
   if (!options.mixed_precision) handover.scaler = nullptr;

@@ -36,13 +36,24 @@ absl::Status ValidatePipelineOptions(const TrainPipelineOptions& options,
 
 // The pipeline `options` names over `parts` (TrainPipelineParts: model and
 // dense optimizer non-null), continuing from `handover` (what the previous
-// pipeline's Release returned; its window position must be below K). With
-// mixed_precision the pipeline holds a GradientScaler (the handover's, or a
-// new one; gradient_scaler() exposes it for checkpoints). For
-// "sparse_dist" on a sharded model this creates the input distribution's
-// group (ProcessGroup::CreateSibling of the model's group): every rank must
-// call it at the same point. Errors: ValidatePipelineOptions's; the
-// sibling group's rendezvous errors.
+// pipeline's Release returned). With mixed_precision the pipeline holds a
+// GradientScaler (the handover's, or a new one; gradient_scaler() exposes
+// it for checkpoints). For "sparse_dist" on a sharded model this creates
+// the input distribution's group (ProcessGroup::CreateSibling of the
+// model's group): every rank must call it at the same point.
+//
+// Mid-window (handover.window_position > 0) the open window continues with
+// its weights: with a different accumulation_steps K it ends at the new K
+// micro-batches and still trains as one batch of all its examples
+// (TrainStep); K must be above the window's position (InvalidArgument
+// otherwise, as for a handover without the window's examples). Turning
+// mixed_precision on or off mid-window is refused (FailedPrecondition): the
+// window's micro-batches were scaled by the previous pipeline's loss scale
+// (or none), which the new one would not undo. At a window boundary any
+// options are accepted.
+//
+// Errors: those above; ValidatePipelineOptions's; the sibling group's
+// rendezvous errors.
 absl::StatusOr<std::unique_ptr<TrainPipeline>> MakeTrainPipeline(
     const TrainPipelineOptions& options, TrainPipelineParts parts,
     PipelineHandover handover = {});

@@ -18,16 +18,20 @@ absl::StatusOr<std::optional<TrainedStep>> SequentialTrainPipeline::Progress(
   absl::StatusOr<std::optional<Batch>> next = feed_.NextConverted(source);
   if (!next.ok()) return next.status();
   if (!next->has_value()) return std::nullopt;
-  RecModel& model = *step_.parts().model;
-  const Batch batch = (*next)->To(model.device());
   bool ends_window = false;
   if (accumulation_steps_ > 1) {
     // Whether the data ends this window: the batch after this one.
     absl::StatusOr<std::optional<Batch>> after = feed_.Next(source);
-    if (!after.ok()) return after.status();
+    if (!after.ok()) {
+      // Not lost: a later Progress, or the handover, has it.
+      feed_.PushFront(**std::move(next));
+      return after.status();
+    }
     ends_window = !after->has_value();
     if (!ends_window) feed_.PushFront(**std::move(after));
   }
+  RecModel& model = *step_.parts().model;
+  const Batch batch = (*next)->To(model.device());
   absl::StatusOr<TrainedStep> step = step_.Train(
       batch, [&] { return model.Forward(batch); }, ends_window);
   if (!step.ok()) return step.status();
@@ -36,11 +40,7 @@ absl::StatusOr<std::optional<TrainedStep>> SequentialTrainPipeline::Progress(
 }
 
 absl::StatusOr<PipelineHandover> SequentialTrainPipeline::Release() {
-  PipelineHandover handover;
-  handover.batches = feed_.Take();
-  handover.window_position = step_.window_position();
-  handover.scaler = step_.scaler();
-  return handover;
+  return HandOver(feed_.Take());
 }
 
 }  // namespace deltastream

@@ -50,10 +50,17 @@ struct TrainedStep {
 // the same model mid-run (TorchRec's _sync_pipeline): the batches it pulled
 // and did not train, in order (on the host or the device), and how far the
 // open accumulation window got. The next pipeline trains those batches
-// first and continues the window, so a switch changes no result.
+// first and continues the window, so a switch with the same options changes
+// no result (MakeTrainPipeline says which changes it accepts mid-window).
 struct PipelineHandover {
   std::deque<Batch> batches;
+  // Micro-batches trained in the open window (0 at a window boundary).
   int window_position = 0;
+  // The open window's examples so far, and the examples its micro-batches'
+  // losses are weighted against (TrainStep: K x the window's first
+  // micro-batch's examples). Both 0 at a window boundary; Release fills them.
+  int64_t window_examples = 0;
+  int64_t window_norm = 0;
   // Mixed precision's loss scale (null: off). MakeTrainPipeline creates one
   // for mixed_precision when none is handed over; a pipeline given one
   // scales losses and skips non-finite steps (see TrainStep).
@@ -114,16 +121,19 @@ class TrainPipeline {
 
   // Stops the pipeline for a switch: waits for work in flight (every rank
   // must release at the same step, as collectives may be in flight) and
-  // hands back what MakeTrainPipeline's next pipeline continues from. The
-  // pipeline must not be used afterwards. Errors: a failed collective in
-  // flight.
+  // hands back what MakeTrainPipeline's next pipeline continues from: every
+  // batch pulled and not trained, in order, also after a Progress that
+  // failed before its batch trained (a later batch's pull or feature dict
+  // failing: the failing batch is handed over too, its dict unconverted).
+  // The pipeline must not be used afterwards. Errors: a failed collective
+  // in flight.
   virtual absl::StatusOr<PipelineHandover> Release() = 0;
 
   // Makes the next trained batch end the open accumulation window, as the
-  // data's last batch would (a window of m < K micro-batches, rescaled by
-  // K / m): for a run that stops there, so that its checkpoint holds every
-  // step it counts. Nothing at K = 1 or when the next batch ends the window
-  // anyway.
+  // data's last batch would (a window of m < K micro-batches, trained as one
+  // batch of its examples): for a run that stops there, so that its
+  // checkpoint holds every step it counts. Nothing at K = 1 or when the next
+  // batch ends the window anyway.
   virtual void EndWindowAtNextStep() = 0;
 
   virtual PipelineStats stats() const = 0;

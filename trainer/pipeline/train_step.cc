@@ -5,6 +5,8 @@
 #include <torch/optim/optimizer.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <utility>
 
@@ -112,14 +114,34 @@ TrainStep::TrainStep(TrainPipelineParts parts, int accumulation_steps,
   }
 }
 
+void TrainStep::ContinueWindow(const PipelineHandover& handover) {
+  position_ = handover.window_position;
+  window_examples_ = handover.window_examples;
+  window_norm_ = handover.window_norm;
+}
+
+void TrainStep::HandOverWindow(PipelineHandover& handover) const {
+  handover.window_position = position_;
+  handover.window_examples = window_examples_;
+  handover.window_norm = window_norm_;
+}
+
 absl::Status TrainStep::ApplyWindow() {
   const int trained = position_;
+  const int64_t examples = window_examples_;
+  const int64_t norm = window_norm_;
   position_ = 0;
+  window_examples_ = 0;
+  window_norm_ = 0;
   if (trained == 0) return absl::OkStatus();
   RecModel& model = *parts_.model;
   std::vector<EmbeddingModule*> modules = model.embedding_modules();
-  // K / m for a short last window; 1 / scale under mixed precision.
-  double scale = static_cast<double>(accumulation_steps_) / trained;
+  // N / T: each micro-batch then weighs its share of the window's examples
+  // (1 for K equal micro-batches, K / m for a last window of m equal ones);
+  // times 1 / scale under mixed precision.
+  double scale = examples > 0
+                     ? static_cast<double>(norm) / static_cast<double>(examples)
+                     : 1.0;
   return CatchTorchErrors([&]() -> absl::Status {
     std::vector<at::Tensor> dense = model.dense().parameters();
     if (scaler_ != nullptr) {
@@ -174,7 +196,12 @@ absl::StatusOr<TrainedStep> TrainStep::Train(
     bool ends_window, const std::function<absl::Status()>& after_forward) {
   TrainedStep step;
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
-    if (position_ == 0) parts_.dense_optimizer->zero_grad();
+    if (position_ == 0) {
+      parts_.dense_optimizer->zero_grad();
+      window_examples_ = 0;
+      // At least 1: an empty batch does not divide by zero.
+      window_norm_ = accumulation_steps_ * std::max<int64_t>(batch.size(), 1);
+    }
     absl::StatusOr<at::Tensor> logits;
     {
       CudaAutocast autocast(scaler_ != nullptr &&
@@ -191,7 +218,10 @@ absl::StatusOr<TrainedStep> TrainStep::Train(
     // (which pins the rows) sees the model after a whole step or before it.
     std::optional<ModuleRowsReader::UpdateGuard> guard;
     if (parts_.rows_reader != nullptr) guard.emplace(*parts_.rows_reader);
-    double loss_scale = 1.0 / accumulation_steps_;
+    // b / N: 1/K for a micro-batch as large as the window's first (and
+    // exactly 1 at K = 1, where the modules update rows in backward).
+    double loss_scale =
+        static_cast<double>(batch.size()) / static_cast<double>(window_norm_);
     if (scaler_ != nullptr) loss_scale *= scaler_->scale();
     if (loss_scale != 1.0) {
       (loss * loss_scale).backward();
@@ -199,6 +229,7 @@ absl::StatusOr<TrainedStep> TrainStep::Train(
       loss.backward();
     }
     ++position_;
+    window_examples_ += batch.size();
     if (ends_window || end_window_ || position_ >= accumulation_steps_) {
       end_window_ = false;
       if (absl::Status applied = ApplyWindow(); !applied.ok()) return applied;

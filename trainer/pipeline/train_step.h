@@ -3,10 +3,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,24 +51,32 @@ absl::StatusOr<std::vector<DistributedBatch>> DistributeInputs(
 
 // The part of a step every pipeline shares, with exact gradient
 // accumulation over `accumulation_steps` (K) micro-batches:
-//   - the first micro-batch of a window zeroes the dense gradients;
-//   - forward, then the loss (mean over the micro-batch) times 1/K, then
-//     backward: dense gradients add up, and the embedding modules (set
-//     accumulating when K > 1, see EmbeddingModule::SetAccumulating) keep
-//     their row gradients and lookups instead of updating rows;
+//   - the first micro-batch of a window zeroes the dense gradients and sets
+//     the window's norm N = K x its examples;
+//   - forward, then the loss (mean over the micro-batch's b examples) times
+//     b / N (1/K when the micro-batches are equal), then backward: dense
+//     gradients add up, and the embedding modules (set accumulating when
+//     K > 1, see EmbeddingModule::SetAccumulating) keep their row gradients
+//     and lookups instead of updating rows;
 //   - at the window's end (the K-th micro-batch, or the last one of the
 //     data or of the run: the caller says so) the window is applied:
-//     gradients rescaled by K / m for a window of m < K micro-batches, the
-//     modules' hooks called and row gradients applied once
-//     (ApplyAccumulated), dense gradients averaged over the group once
-//     (AverageGradients), the dense optimizer stepped once;
+//     gradients rescaled by N / T for a window of T examples (K / m for m
+//     equal micro-batches; 1 for K equal ones), so that each micro-batch
+//     weighs b / T: the mean over the window's examples; the modules' hooks
+//     called and row gradients applied once (ApplyAccumulated), dense
+//     gradients averaged over the group once (AverageGradients), the dense
+//     optimizer stepped once;
 //   - Tracker::Step() after every micro-batch.
 // Backward through Tracker::Step() runs under the rows reader's update
-// guard. K micro-batches of B then train exactly as one batch of K x B
-// (dense and sparse parameters and optimizer states, to rounding), and
-// the tracker records a window's IDs at its last micro-batch, the batch
-// whose step changes their rows: a consumer reading between micro-batches
-// sees no row changed before it has.
+// guard. A window's micro-batches then train exactly as one batch of all
+// their examples (K x B for K micro-batches of B; a short or partial last
+// window as one batch of what it holds): dense and sparse parameters and
+// optimizer states, to rounding. On several ranks the weights are each
+// rank's own: AverageGradients' mean over the ranks is the mean over every
+// rank's examples when every rank trains the same number of examples in
+// each micro-batch. The tracker records a window's IDs at its last
+// micro-batch, the batch whose step changes their rows: a consumer reading
+// between micro-batches sees no row changed before it has.
 //
 // Mixed precision (a `scaler`): the forward runs under bf16 autocast on
 // CUDA (on the CPU, where the factory refuses mixed precision, only the
@@ -100,8 +110,11 @@ class TrainStep {
 
   // Micro-batches trained in the open window (0 at a window boundary).
   int window_position() const { return position_; }
-  // Continues a window another pipeline opened (switching pipelines).
-  void set_window_position(int position) { position_ = position; }
+  // Continues the window another pipeline opened (switching pipelines):
+  // its position, examples and norm (PipelineHandover's window fields).
+  void ContinueWindow(const PipelineHandover& handover);
+  // Writes the open window's fields into `handover` (Release).
+  void HandOverWindow(PipelineHandover& handover) const;
   // The next Train ends the window whatever its `ends_window` says
   // (TrainPipeline::EndWindowAtNextStep).
   void EndWindowAtNextStep() { end_window_ = true; }
@@ -119,13 +132,16 @@ class TrainStep {
   // Whether the modules buffer row gradients (K > 1 or a scaler).
   bool accumulating_;
   int position_ = 0;
+  // The open window's examples so far, and its norm (K x its first
+  // micro-batch's examples): micro-batch losses are scaled by b / norm.
+  int64_t window_examples_ = 0;
+  int64_t window_norm_ = 0;
   bool end_window_ = false;
 };
 
 // The part every pipeline built on TrainStep shares: the step, the stats it
 // reports (window_position from the step), the loss scale, and the start
-// from a handover (its scaler and window position; the subclass takes its
-// batches).
+// from a handover (its scaler and window; the subclass takes its batches).
 class StepTrainPipeline : public TrainPipeline {
  public:
   PipelineStats stats() const override {
@@ -142,7 +158,15 @@ class StepTrainPipeline : public TrainPipeline {
   StepTrainPipeline(TrainPipelineParts parts, int accumulation_steps,
                     const PipelineHandover& handover)
       : step_(parts, accumulation_steps, handover.scaler) {
-    step_.set_window_position(handover.window_position);
+    step_.ContinueWindow(handover);
+  }
+  // A handover of `batches` with the step's window and scaler (Release).
+  PipelineHandover HandOver(std::deque<Batch> batches) const {
+    PipelineHandover handover;
+    handover.batches = std::move(batches);
+    step_.HandOverWindow(handover);
+    handover.scaler = step_.scaler();
+    return handover;
   }
 
   TrainStep step_;

@@ -1,10 +1,13 @@
 // The pipelines against the plain loop: exact gradient accumulation (K
 // micro-batches of B equal one batch of K x B for every sparse optimizer and
-// the dense part, the last partial window flushed), the tracker under
-// accumulation (a window's IDs recorded at the step that changes them), the
-// overlapping pipelines and switches between pipelines giving the plain
-// loop's parameters and deltas, on one process and on two ranks (sharded,
-// real Gloo over loopback), and mixed precision refused on the CPU.
+// the dense part, the last partial window flushed, micro-batches of other
+// sizes weighed by their examples, switches mid-window, a new K or mixed
+// precision mid-window), no batch lost when a look-ahead pull fails, the
+// tracker under accumulation (a window's IDs recorded at the step that
+// changes them), the overlapping pipelines and switches between pipelines
+// giving the plain loop's parameters and deltas, on one process and on two
+// ranks (sharded, real Gloo over loopback), and mixed precision refused on the
+// CPU.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -89,6 +92,31 @@ TEST_P(AccumulationTest, TheLastPartialWindowIsFlushedAsItsOwnBatch) {
   }
 }
 
+// Micro-batches of different sizes (a source's partial last batch) weigh
+// by their examples: a window trains as one batch of all its examples.
+TEST_P(AccumulationTest, APartialLastBatchWeighsByItsExamples) {
+  const Examples examples = MakeExamples(360, 14);
+  struct Case {
+    int k;
+    std::vector<int64_t> micro;  // with K = k
+    std::vector<int64_t> whole;  // the same windows, with K = 1
+  };
+  for (const Case& c :
+       {Case{2, {64, 8}, {72}}, Case{2, {64, 64, 64, 8}, {128, 72}},
+        Case{4, {64, 64, 64, 64, 64, 40}, {256, 104}},
+        Case{3, {8, 64, 64}, {136}}}) {
+    std::unique_ptr<Trainable> big =
+        Train(GetParam(), Options("sequential", 1), examples, c.whole);
+    for (const char* pipeline : {"sequential", "base", "sparse_dist"}) {
+      std::unique_ptr<Trainable> small =
+          Train(GetParam(), Options(pipeline, c.k), examples, c.micro);
+      EXPECT_LT(MaxDifference(*big->model, *small->model), kTolerance)
+          << pipeline << " K=" << c.k << " " << c.micro.size()
+          << " micro-batches";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     EverySparseOptimizer, AccumulationTest,
     ::testing::Values(SparseOptimizerType::kSgd, SparseOptimizerType::kAdagrad,
@@ -122,6 +150,152 @@ TEST(PipelineSwitchTest, SwitchingMidWindowChangesNothing) {
     handover = *std::move(released);
   }
   EXPECT_LT(MaxDifference(*reference->model, *switched.model), kTolerance);
+}
+
+// A one-rank Gloo group: the model is sharded, so sparse_dist distributes
+// its input (and converts feature dicts) on its background thread.
+std::unique_ptr<ProcessGroup> OneRankGroup() {
+  ProcessGroupOptions options;
+  options.timeout = absl::Seconds(60);
+  options.rendezvous_timeout = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Create(options);
+  EXPECT_TRUE(group.ok()) << group.status();
+  return group.ok() ? *std::move(group) : nullptr;
+}
+
+TEST(ShardedAccumulationTest, APartialLastBatchWeighsByItsExamples) {
+  std::unique_ptr<ProcessGroup> group = OneRankGroup();
+  ASSERT_NE(group, nullptr);
+  const Examples examples = MakeExamples(72, 17);
+  auto train = [&](const std::string& name, int k, std::vector<int64_t> sizes) {
+    auto trainable =
+        std::make_unique<Trainable>(SparseOptimizerType::kAdam, group.get());
+    EXPECT_FALSE(trainable->model->sharded_modules().empty());
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+        MakeTrainPipeline(Options(name, k), trainable->Parts(group.get()));
+    EXPECT_TRUE(pipeline.ok()) << pipeline.status();
+    if (!pipeline.ok()) return trainable;
+    ExampleSource source(examples, std::move(sizes));
+    absl::StatusOr<int> trained = TrainAll(**pipeline, source);
+    EXPECT_TRUE(trained.ok()) << trained.status();
+    return trainable;
+  };
+  std::unique_ptr<Trainable> big = train("sequential", 1, {72});
+  for (const char* name : {"sequential", "base", "sparse_dist"}) {
+    std::unique_ptr<Trainable> small = train(name, 2, {64, 8});
+    EXPECT_LT(MaxDifference(*big->model, *small->model), kTolerance) << name;
+  }
+}
+
+// A switch mid-window carries the window's weights: micro-batches of
+// different sizes still train as one batch of all their examples.
+TEST(PipelineSwitchTest, SwitchingMidWindowKeepsTheWindowsWeights) {
+  const Examples examples = MakeExamples(200, 18);
+  for (const char* first : {"sequential", "base", "sparse_dist"}) {
+    for (const char* second : {"sequential", "base", "sparse_dist"}) {
+      SCOPED_TRACE(absl::StrCat(first, " then ", second));
+      std::unique_ptr<Trainable> reference =
+          Train(SparseOptimizerType::kAdagrad, Options("sequential", 1),
+                examples, {72, 104});
+      Trainable switched(SparseOptimizerType::kAdagrad);
+      ExampleSource source(examples, {64, 8, 40, 64});
+      absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+          MakeTrainPipeline(Options(first, 2), switched.Parts());
+      ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+      ASSERT_TRUE((*pipeline)->Progress(source).ok());
+      absl::StatusOr<PipelineHandover> handover = (*pipeline)->Release();
+      ASSERT_TRUE(handover.ok()) << handover.status();
+      EXPECT_EQ(handover->window_position, 1);
+      pipeline = MakeTrainPipeline(Options(second, 2), switched.Parts(),
+                                   *std::move(handover));
+      ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+      absl::StatusOr<int> trained = TrainAll(**pipeline, source);
+      ASSERT_TRUE(trained.ok()) << trained.status();
+      EXPECT_EQ(*trained, 3);
+      EXPECT_LT(MaxDifference(*reference->model, *switched.model), kTolerance);
+    }
+  }
+}
+
+// A new accumulation_steps mid-window continues the open window up to the
+// new K micro-batches, trained as one batch of all their examples.
+TEST(PipelineSwitchTest, ANewKMidWindowEndsTheWindowAtTheNewK) {
+  const Examples examples = MakeExamples(320, 19);
+  // One micro-batch under K = 2, then K = 3: windows of 3 x 64, then the
+  // data's last 2 x 64.
+  std::unique_ptr<Trainable> reference =
+      Train(SparseOptimizerType::kAdam, Options("sequential", 1), examples,
+            {192, 128});
+  for (const char* name : {"sequential", "base", "sparse_dist"}) {
+    SCOPED_TRACE(name);
+    Trainable switched(SparseOptimizerType::kAdam);
+    ExampleSource source(examples, Repeat(64, 5));
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+        MakeTrainPipeline(Options(name, 2), switched.Parts());
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    ASSERT_TRUE((*pipeline)->Progress(source).ok());
+    absl::StatusOr<PipelineHandover> handover = (*pipeline)->Release();
+    ASSERT_TRUE(handover.ok()) << handover.status();
+    pipeline = MakeTrainPipeline(Options(name, 3), switched.Parts(),
+                                 *std::move(handover));
+    ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+    EXPECT_EQ((*pipeline)->stats().window_position, 1);
+    absl::StatusOr<int> trained = TrainAll(**pipeline, source);
+    ASSERT_TRUE(trained.ok()) << trained.status();
+    EXPECT_EQ(*trained, 4);
+    EXPECT_LT(MaxDifference(*reference->model, *switched.model), kTolerance);
+  }
+  // A window that already holds the new K micro-batches is refused.
+  Trainable trainable(SparseOptimizerType::kAdam);
+  ExampleSource source(examples, Repeat(64, 5));
+  absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+      MakeTrainPipeline(Options("base", 4), trainable.Parts());
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  ASSERT_TRUE((*pipeline)->Progress(source).ok());
+  ASSERT_TRUE((*pipeline)->Progress(source).ok());
+  absl::StatusOr<PipelineHandover> handover = (*pipeline)->Release();
+  ASSERT_TRUE(handover.ok()) << handover.status();
+  const absl::Status refused =
+      MakeTrainPipeline(Options("base", 2), trainable.Parts(),
+                        *std::move(handover))
+          .status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              ::testing::HasSubstr("window boundary"));
+}
+
+// Micro-batches trained with mixed precision's loss scale cannot be
+// unscaled by a pipeline without it (nor the reverse): a switch that turns
+// mixed_precision on or off mid-window is refused; at a window boundary it
+// is not.
+TEST(PipelineSwitchTest, ChangingMixedPrecisionMidWindowIsRefused) {
+  const Examples examples = MakeExamples(256, 20);
+  for (int trained : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat(trained, " micro-batches trained"));
+    Trainable trainable(SparseOptimizerType::kSgd);
+    PipelineHandover scaled;
+    scaled.scaler = std::make_shared<GradientScaler>();
+    SequentialTrainPipeline pipeline(trainable.Parts(), 2, std::move(scaled));
+    ExampleSource source(examples, Repeat(64, 4));
+    for (int i = 0; i < trained; ++i) {
+      ASSERT_TRUE(pipeline.Progress(source).ok());
+    }
+    absl::StatusOr<PipelineHandover> handover = pipeline.Release();
+    ASSERT_TRUE(handover.ok()) << handover.status();
+    ASSERT_NE(handover->scaler, nullptr);
+    absl::StatusOr<std::unique_ptr<TrainPipeline>> next = MakeTrainPipeline(
+        Options("base", 2), trainable.Parts(), *std::move(handover));
+    if (trained == 1) {
+      EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition)
+          << next.status();
+      EXPECT_THAT(std::string(next.status().message()),
+                  ::testing::HasSubstr("mixed_precision"));
+    } else {
+      ASSERT_TRUE(next.ok()) << next.status();
+      EXPECT_EQ((*next)->gradient_scaler(), nullptr);
+    }
+  }
 }
 
 // TrainStep's after_forward (where sparse_dist issues the next batch's
@@ -449,27 +623,191 @@ TEST(FeatureDictInputTest, EveryPipelineTrainsThemAsKjtBatches) {
   }
 }
 
-// A batch whose feature dict is no valid KeyedJaggedTensor (float IDs).
+// `batch` (a feature-dict batch) with a dict that is no valid
+// KeyedJaggedTensor (float IDs).
+Batch WithInvalidDict(Batch batch) {
+  FeatureDict bad;
+  for (int64_t k = 0; k < batch.sparse_dict->size(); ++k) {
+    const JaggedTensor& feature = batch.sparse_dict->At(k);
+    EXPECT_TRUE(bad.Add(batch.sparse_dict->keys()[k],
+                        *JaggedTensor::FromLengths(
+                            feature.values().to(at::kFloat), feature.lengths()))
+                    .ok());
+  }
+  batch.sparse_dict = std::move(bad);
+  return batch;
+}
+
+// A batch whose feature dict is no valid KeyedJaggedTensor.
 class BadDictSource : public BatchSource {
  public:
   absl::StatusOr<std::optional<Batch>> Next() override {
-    Batch batch = testing::AsFeatureDict(testing::MakeBatch(examples_, 0, 8));
-    FeatureDict bad;
-    for (int64_t k = 0; k < batch.sparse_dict->size(); ++k) {
-      const JaggedTensor& feature = batch.sparse_dict->At(k);
-      EXPECT_TRUE(
-          bad.Add(batch.sparse_dict->keys()[k],
-                  *JaggedTensor::FromLengths(feature.values().to(at::kFloat),
-                                             feature.lengths()))
-              .ok());
-    }
-    batch.sparse_dict = std::move(bad);
-    return batch;
+    return WithInvalidDict(
+        testing::AsFeatureDict(testing::MakeBatch(examples_, 0, 8)));
   }
 
  private:
   const Examples examples_ = MakeExamples(8, 5);
 };
+
+// Feature-dict batches of `sizes`; the one at `bad` either holds an invalid
+// dict or, with `source_error`, fails the source's Next once (DataLoss; the
+// next call returns it).
+class FailingAtSource : public BatchSource {
+ public:
+  FailingAtSource(const Examples& examples, std::vector<int64_t> sizes,
+                  size_t bad, bool source_error)
+      : source_(examples, std::move(sizes), /*feature_dicts=*/true),
+        bad_(bad),
+        source_error_(source_error) {}
+  absl::StatusOr<std::optional<Batch>> Next() override {
+    if (next_ == bad_ && source_error_ && !failed_) {
+      failed_ = true;
+      return absl::DataLossError("the source failed");
+    }
+    absl::StatusOr<std::optional<Batch>> batch = source_.Next();
+    if (batch.ok() && batch->has_value() && next_++ == bad_ && !source_error_) {
+      return WithInvalidDict(**std::move(batch));
+    }
+    return batch;
+  }
+
+ private:
+  ExampleSource source_;
+  size_t bad_;
+  bool source_error_;
+  bool failed_ = false;
+  size_t next_ = 0;
+};
+
+// When pulling a batch ahead fails (an invalid dict, a source's error), no
+// batch already pulled is lost: Release hands over every batch pulled and
+// not trained, in order, and the source has the rest.
+TEST(LookAheadErrorTest, ReleaseHandsOverEveryBatchPulledAndNotTrained) {
+  std::unique_ptr<ProcessGroup> group = OneRankGroup();
+  ASSERT_NE(group, nullptr);
+  const Examples examples = MakeExamples(80, 21);
+  const std::vector<int64_t> sizes = {8, 12, 16, 20, 24};
+  for (bool sharded : {false, true}) {
+    for (const char* name : {"sequential", "base", "sparse_dist"}) {
+      for (int k : {1, 2}) {
+        for (size_t bad : {1, 2}) {
+          for (bool source_error : {false, true}) {
+            SCOPED_TRACE(absl::StrCat(
+                name, sharded ? " sharded" : "", " K=", k, " batch ", bad, " ",
+                source_error ? "source error" : "invalid dict"));
+            ProcessGroup* pg = sharded ? group.get() : nullptr;
+            Trainable trainable(SparseOptimizerType::kSgd, pg);
+            absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
+                MakeTrainPipeline(Options(name, k), trainable.Parts(pg));
+            ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+            FailingAtSource source(examples, sizes, bad, source_error);
+            size_t trained = 0;
+            absl::Status failed;
+            while (trained <= sizes.size()) {
+              absl::StatusOr<std::optional<TrainedStep>> step =
+                  (*pipeline)->Progress(source);
+              if (!step.ok()) {
+                failed = step.status();
+                break;
+              }
+              ASSERT_TRUE(step->has_value());
+              EXPECT_EQ((*step)->examples, sizes[trained]);
+              ++trained;
+            }
+            EXPECT_EQ(failed.code(), source_error
+                                         ? absl::StatusCode::kDataLoss
+                                         : absl::StatusCode::kInvalidArgument)
+                << failed;
+            ASSERT_LE(trained, bad);
+            if (!sharded && k == 1 && bad == 1 &&
+                name != std::string("sequential")) {
+              // The look-ahead pull of batch 1 fails in the first Progress.
+              EXPECT_EQ(trained, 0u);
+            }
+            absl::StatusOr<PipelineHandover> handover = (*pipeline)->Release();
+            ASSERT_TRUE(handover.ok()) << handover.status();
+            // The batches handed over, then the source's rest: every batch
+            // not trained, in order.
+            std::vector<int64_t> untrained;
+            for (const Batch& batch : handover->batches) {
+              untrained.push_back(batch.size());
+            }
+            const size_t handed_over = untrained.size();
+            EXPECT_GE(handed_over,
+                      source_error ? bad - trained : bad - trained + 1);
+            while (true) {
+              absl::StatusOr<std::optional<Batch>> rest = source.Next();
+              ASSERT_TRUE(rest.ok()) << rest.status();
+              if (!rest->has_value()) break;
+              untrained.push_back((*rest)->size());
+            }
+            EXPECT_EQ(untrained, std::vector<int64_t>(sizes.begin() + trained,
+                                                      sizes.end()));
+            if (!source_error && handed_over > bad - trained) {
+              // The invalid batch keeps its dict: the next pipeline fails
+              // at it again.
+              EXPECT_TRUE(
+                  handover->batches[bad - trained].sparse_dict.has_value());
+            }
+            if (source_error) {
+              // Progress again after the source's error (which it does not
+              // repeat): every batch trains once, in order.
+              Trainable retried(SparseOptimizerType::kSgd, pg);
+              pipeline = MakeTrainPipeline(Options(name, k), retried.Parts(pg));
+              ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+              FailingAtSource again(examples, sizes, bad, true);
+              std::vector<int64_t> steps;
+              int errors = 0;
+              while (steps.size() <= sizes.size() && errors <= 1) {
+                absl::StatusOr<std::optional<TrainedStep>> step =
+                    (*pipeline)->Progress(again);
+                if (!step.ok()) {
+                  ++errors;
+                  continue;
+                }
+                if (!step->has_value()) break;
+                steps.push_back((*step)->examples);
+              }
+              EXPECT_EQ(errors, 1);
+              EXPECT_EQ(steps, sizes);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// On a sharded model on the CPU sparse_dist converts a batch's dict on its
+// distribution thread: a switch right after the batch before an invalid
+// one hands the invalid one over, and it fails the next pipeline's step.
+TEST(LookAheadErrorTest, AnInvalidDictInFlightIsHandedOver) {
+  std::unique_ptr<ProcessGroup> group = OneRankGroup();
+  ASSERT_NE(group, nullptr);
+  const Examples examples = MakeExamples(80, 22);
+  Trainable trainable(SparseOptimizerType::kSgd, group.get());
+  absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline = MakeTrainPipeline(
+      Options("sparse_dist", 1), trainable.Parts(group.get()));
+  ASSERT_TRUE(pipeline.ok()) << pipeline.status();
+  FailingAtSource source(examples, {8, 12, 16, 20, 24}, 1, false);
+  absl::StatusOr<std::optional<TrainedStep>> step =
+      (*pipeline)->Progress(source);
+  ASSERT_TRUE(step.ok()) << step.status();
+  absl::StatusOr<PipelineHandover> handover = (*pipeline)->Release();
+  ASSERT_TRUE(handover.ok()) << handover.status();
+  ASSERT_EQ(handover->batches.size(), 2u);
+  EXPECT_EQ(handover->batches[0].size(), 12);
+  EXPECT_TRUE(handover->batches[0].sparse_dict.has_value());
+  EXPECT_EQ(handover->batches[1].size(), 16);
+  absl::StatusOr<std::unique_ptr<TrainPipeline>> next = MakeTrainPipeline(
+      Options("base", 1), trainable.Parts(group.get()), *std::move(handover));
+  ASSERT_TRUE(next.ok()) << next.status();
+  step = (*next)->Progress(source);
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(step.status().message()),
+              ::testing::HasSubstr("sparse_dict"));
+}
 
 TEST(FeatureDictInputTest, AnInvalidDictFailsTheStepWithItsReason) {
   for (const char* name : {"sequential", "base", "sparse_dist"}) {
