@@ -26,6 +26,7 @@
 // training has started: at once, exit code 128 + the signal). Exit codes:
 // 0 done, 1 training failed, 2 bad config or flags.
 #include <ATen/Parallel.h>
+#include <google/protobuf/text_format.h>
 #include <signal.h>
 
 #include <atomic>
@@ -45,6 +46,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "base/command_line.h"
 #include "base/grpc_server.h"
 #include "base/host_memory.h"
@@ -58,6 +60,7 @@
 #include "trainer/comm/process_group.h"
 #include "trainer/comm/torchrun_env.h"
 #include "trainer/config.h"
+#include "trainer/config_defaults.h"
 #include "trainer/sharding/sharding_plan.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_metrics.h"
@@ -253,10 +256,11 @@ class SignalWatch {
 };
 
 // The flags' own checks (those that override the config are checked when
-// given, whatever the value), then the config with the overrides, resolved:
-// everything a bad command line or config can be refused for before any
-// rank starts. InvalidArgument (or the config file's error) as one line.
-absl::StatusOr<TrainerSettings> SettingsFromCommandLine() {
+// given, whatever the value), then the config with the overrides (resolved
+// by ResolveTrainerConfig: everything a bad command line or config can be
+// refused for before any rank starts). InvalidArgument (or the config
+// file's error) as one line.
+absl::StatusOr<v1::TrainerConfig> ConfigFromCommandLine() {
   if (FlagGiven("steps")) {
     const int64_t steps = absl::GetFlag(FLAGS_steps);
     if (steps == 0 || steps < -1) {
@@ -315,7 +319,86 @@ absl::StatusOr<TrainerSettings> SettingsFromCommandLine() {
   if (std::string plan = absl::GetFlag(FLAGS_plan); !plan.empty()) {
     config.mutable_sharding()->set_plan(plan);
   }
-  return ResolveTrainerConfig(config);
+  return config;
+}
+
+// What every rank of a run must share, as text: the config with its
+// defaults, less what is each rank's own (its device, its service's
+// address, files it reads by path), and with the plan's content for its
+// path. Ranks that differ there run different collectives in the same
+// slots (another step count, progress-line or checkpoint schedule, batch,
+// model or plan): pairs of 8-byte all-reduces mix silently, others fail
+// later with messages that never mention the config.
+absl::StatusOr<std::string> SharedConfigText(v1::TrainerConfig config) {
+  config = WithTrainerConfigDefaults(std::move(config));
+  config.clear_device();
+  v1::Tracker& tracker = *config.mutable_tracker();
+  tracker.clear_listen();
+  tracker.clear_auth_token_file();
+  tracker.clear_tls_cert();
+  tracker.clear_tls_key();
+  v1::Checkpoints& checkpoints = *config.mutable_checkpoints();
+  // Where they are is each rank's; whether there are some is the run's.
+  if (!checkpoints.dir().empty()) checkpoints.set_dir("(set)");
+  if (!checkpoints.restore_chain().empty()) {
+    checkpoints.set_restore_chain("(set)");
+  }
+  if (const std::string path = config.sharding().plan(); !path.empty()) {
+    absl::StatusOr<v1::ShardingPlan> plan = ReadShardingPlan(path);
+    if (!plan.ok()) return plan.status();
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(*plan, &text);
+    config.mutable_sharding()->set_plan(text);
+  }
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(config, &text);
+  return text;
+}
+
+// The first line where `a` (rank `rank_a`'s) and `b` differ.
+std::string FirstDifference(const std::string& a, int rank_a,
+                            const std::string& b, int rank_b) {
+  const std::vector<absl::string_view> lines_a = absl::StrSplit(a, '\n');
+  const std::vector<absl::string_view> lines_b = absl::StrSplit(b, '\n');
+  for (size_t i = 0;; ++i) {
+    absl::string_view line_a = i < lines_a.size() ? lines_a[i] : "(end)";
+    absl::string_view line_b = i < lines_b.size() ? lines_b[i] : "(end)";
+    if (line_a != line_b || i >= lines_a.size()) {
+      return absl::StrCat(
+          "rank ", rank_a, " has '", absl::StripAsciiWhitespace(line_a),
+          "', rank ", rank_b, " '", absl::StripAsciiWhitespace(line_b), "'");
+    }
+  }
+}
+
+// Every rank's SharedConfigText against rank 0's, through the group's store;
+// InvalidArgument on every rank, naming the first rank that differs and how,
+// when one does.
+absl::Status AgreeOnConfig(const std::string& mine, ProcessGroup& group) {
+  const std::string key = "trainer.config/";
+  if (absl::Status set = group.StoreSet(absl::StrCat(key, group.rank()), mine);
+      !set.ok()) {
+    return set;
+  }
+  absl::StatusOr<std::string> first = group.StoreGet(absl::StrCat(key, 0));
+  if (!first.ok()) return first.status();
+  absl::StatusOr<int64_t> all_same =
+      group.AllReduceMin(*first == mine ? 1 : 0, "config.agree");
+  if (!all_same.ok()) return all_same.status();
+  if (*all_same == 1) return absl::OkStatus();
+  // Every rank set its config before the all-reduce: read at once.
+  for (int q = 1; q < group.world_size(); ++q) {
+    absl::StatusOr<std::string> theirs = group.StoreGet(absl::StrCat(key, q));
+    if (!theirs.ok()) return theirs.status();
+    if (*theirs != *first) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the ranks were given different configs (every rank must run the "
+          "same one): ",
+          FirstDifference(*first, 0, *theirs, q)));
+    }
+  }
+  return absl::InternalError(
+      "the ranks' configs differ, but none from rank 0's");
 }
 
 int Main(int argc, char** argv) {
@@ -324,7 +407,9 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_nproc_per_node) < 0) {
     return Fail(kExitUsage, "--nproc_per_node must be >= 0");
   }
-  absl::StatusOr<TrainerSettings> settings = SettingsFromCommandLine();
+  absl::StatusOr<v1::TrainerConfig> config = ConfigFromCommandLine();
+  if (!config.ok()) return Fail(kExitUsage, config.status());
+  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
   if (!settings.ok()) return Fail(kExitUsage, settings.status());
   if (absl::GetFlag(FLAGS_nproc_per_node) > 0 &&
       std::getenv("RANK") == nullptr) {
@@ -375,6 +460,13 @@ int Main(int argc, char** argv) {
                   made.status());
     }
     group = *std::move(made);
+    absl::StatusOr<std::string> shared = SharedConfigText(*config);
+    absl::Status agreed =
+        shared.ok() ? AgreeOnConfig(*shared, *group) : shared.status();
+    if (!agreed.ok()) {
+      return Fail(group->failed() ? kExitFailure : kExitUsage,
+                  absl::StrCat("rank ", env->rank, ": ", agreed.message()));
+    }
     settings->group = group.get();
     settings->service.listen =
         OffsetPort(settings->service.listen, env->local_rank);

@@ -21,7 +21,8 @@
 #  6. a rank that cannot start (its checkpoint file damaged) stops the group
 #     at once, named with its reason, without waiting out a timeout or the
 #     grace period;
-#  7. ranks launched with different WORLD_SIZEs are refused (exit 2).
+#  7. ranks launched with different WORLD_SIZEs, or different configs, are
+#     refused (exit 2), naming the difference.
 set -u
 TRAINER="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-deltastream}/trainer/trainer"
 [ -x "$TRAINER" ] || TRAINER=trainer/trainer
@@ -283,24 +284,35 @@ grep -q "rank 1: .*rank-00001-of-00002.pt' is a damaged archive" "$DIR/damaged.e
   fail "damaged checkpoint: the group took ${elapsed} s to stop"
 echo "a rank that could not start stopped the group in ${elapsed} s"
 
-# 7. Ranks started by hand (as torchrun's environment) that cannot form a
-# group, given different WORLD_SIZEs, are refused (exit 2: a restart would
-# be refused again), naming the fault.
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-for rank in 0 1; do
-  RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=$((2 + rank)) LOCAL_WORLD_SIZE=2 \
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$TRAINER" \
-    --config="$DIR/two.txt" > "$DIR/sizes-$rank.out" 2> "$DIR/sizes-$rank.err" &
-  pids[$rank]=$!
-done
-for rank in 0 1; do
-  wait "${pids[$rank]}"
-  rc=$?
-  [ "$rc" = 2 ] ||
-    fail "WORLD_SIZE 2 and 3: rank $rank exited $rc: $(cat "$DIR/sizes-$rank.err")"
-  grep -q 'every rank must be given the same WORLD_SIZE' "$DIR/sizes-$rank.err" ||
-    fail "WORLD_SIZE 2 and 3: rank $rank: not said: $(cat "$DIR/sizes-$rank.err")"
-done
+# 7. Ranks started by hand (as torchrun's environment) that cannot run
+# together are refused, each with exit 2 (a restart would be refused
+# again), naming the fault: different WORLD_SIZEs, or different configs.
+# by_hand NAME CONFIG0 CONFIG1 WORLD_SIZE1 SAYS
+by_hand() {
+  local name=$1 says=$5 port rank rc
+  local configs=("$2" "$3") sizes=(2 "$4")
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for rank in 0 1; do
+    RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=${sizes[$rank]} LOCAL_WORLD_SIZE=2 \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port timeout 60 "$TRAINER" \
+      --config="${configs[$rank]}" > "$DIR/$name-$rank.out" \
+      2> "$DIR/$name-$rank.err" &
+    pids[$rank]=$!
+  done
+  for rank in 0 1; do
+    wait "${pids[$rank]}"
+    rc=$?
+    [ "$rc" = 2 ] ||
+      fail "$name: rank $rank exited $rc: $(cat "$DIR/$name-$rank.err")"
+    grep -qF "$says" "$DIR/$name-$rank.err" ||
+      fail "$name: rank $rank: not said: $(cat "$DIR/$name-$rank.err")"
+  done
+}
+by_hand sizes "$DIR/two.txt" "$DIR/two.txt" 3 \
+  'every rank must be given the same WORLD_SIZE'
+sed 's/log_every_steps: 5/log_every_steps: 7/' "$DIR/two.txt" > "$DIR/other.txt"
+by_hand configs "$DIR/two.txt" "$DIR/other.txt" 2 \
+  "rank 0 has 'log_every_steps: 5', rank 1 'log_every_steps: 7'"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failed"
