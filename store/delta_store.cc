@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 #include <utility>
 
@@ -40,6 +41,9 @@ struct DeltaStore::Table {
   at::ScalarType state_dtype = at::kFloat;
   int64_t state_dim = 0;
   int64_t bytes = 0;
+  // The newest batch appended: a compacted lookup keeps only its window's
+  // start, so the order of appends is checked against this.
+  int64_t newest_batch = std::numeric_limits<int64_t>::min();
 
   int64_t row_bytes() const {
     return state_dim * static_cast<int64_t>(c10::elementSize(state_dtype));
@@ -99,12 +103,10 @@ absl::Status DeltaStore::ValidateLookup(const Table* table, int64_t batch_idx,
         lookup.ids.defined() ? absl::StrCat(" of ", lookup.ids.dim(), " dims")
                              : ""));
   }
-  if (table != nullptr && !table->lookups.empty() &&
-      batch_idx < table->lookups.back().batch_idx) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", fqn, "': batch index ", batch_idx,
-                     " is older than its newest lookup at ",
-                     table->lookups.back().batch_idx));
+  if (table != nullptr && batch_idx < table->newest_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table '", fqn, "': batch index ", batch_idx,
+        " is older than its newest lookup at ", table->newest_batch));
   }
   if (table != nullptr && lookup.ids.device() != table->device) {
     return absl::InvalidArgumentError(
@@ -119,10 +121,11 @@ absl::Status DeltaStore::ValidateLookup(const Table* table, int64_t batch_idx,
         absl::StrCat("table '", fqn, "': update mode ", UpdateModeName(mode_),
                      " needs states with the IDs"));
   }
-  if (states.dim() != 2 || states.size(0) != lookup.ids.numel()) {
+  if (states.dim() != 2 || states.size(0) != lookup.ids.numel() ||
+      states.size(1) < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("table '", fqn, "': states must be [", lookup.ids.numel(),
-                     ", dim] to match ", lookup.ids.numel(), " IDs, got ",
+                     ", dim >= 1] to match ", lookup.ids.numel(), " IDs, got ",
                      c10::str(states.sizes())));
   }
   if (!IsStateDtype(states.scalar_type())) {
@@ -176,6 +179,7 @@ absl::Status DeltaStore::Append(int64_t batch_idx,
     if (mode_ != UpdateMode::kNone) stored.states = lookup.states.detach();
     const int64_t added = stored.bytes();
     slot->lookups.push_back(std::move(stored));
+    slot->newest_batch = std::max(slot->newest_batch, batch_idx);
     slot->bytes += added;
     bytes_ += added;
   }
@@ -466,7 +470,7 @@ absl::Status DeltaStore::Import(std::vector<StoredTable> tables) {
           absl::StrCat("table '", stored.fqn, "' appears twice"));
     }
     if (mode_ != UpdateMode::kNone &&
-        (!IsStateDtype(stored.state_dtype) || stored.state_dim < 0)) {
+        (!IsStateDtype(stored.state_dtype) || stored.state_dim < 1)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "table '", stored.fqn, "': bad state layout ",
           c10::toString(stored.state_dtype), " of dim ", stored.state_dim));
@@ -497,6 +501,7 @@ absl::Status DeltaStore::Import(std::vector<StoredTable> tables) {
       held.ids = std::move(placed.ids);
       if (mode_ != UpdateMode::kNone) held.states = std::move(placed.states);
       table->lookups.push_back(std::move(held));
+      table->newest_batch = std::max(table->newest_batch, lookup.batch_idx);
     }
     imported.emplace(stored.fqn, std::move(table));
   }

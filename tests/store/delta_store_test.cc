@@ -179,7 +179,7 @@ TEST(DeltaStoreTest, RejectedAppendLeavesStoreUnchanged) {
   cases.push_back({"ids and states of different lengths",
                    3,
                    {{"t", Ids({1, 2, 3}), States({1, 2})}},
-                   "[3, dim]"});
+                   "[3, dim"});
   cases.push_back({"state dim that changes",
                    3,
                    {{"t", Ids({1}), States({1}, 5)}},
@@ -200,6 +200,11 @@ TEST(DeltaStoreTest, RejectedAppendLeavesStoreUnchanged) {
   cases.push_back(
       {"older batch index", 2, {{"t", Ids({1}), States({1})}}, "older than"});
   cases.push_back({"empty FQN", 3, {{"", Ids({1}), States({1})}}, "empty"});
+  // Rows of no width: reads would return IDs without states.
+  cases.push_back({"zero-width states",
+                   3,
+                   {{"u", Ids({1}), at::ones({1, 0})}},
+                   "dim >= 1"});
   cases.push_back({"repeated FQN",
                    3,
                    {{"v", Ids({1}), States({1})}, {"v", Ids({1}), States({1})}},
@@ -219,6 +224,22 @@ TEST(DeltaStoreTest, RejectedAppendLeavesStoreUnchanged) {
   EXPECT_EQ(store.Fqns(), std::vector<std::string>{"t"});
   EXPECT_EQ(store.BatchIndices("t"), (std::vector<int64_t>{3}));
   EXPECT_EQ(store.Usage().total.bytes, before.total.bytes);
+}
+
+// A compacted lookup keeps only its window's start: an append older than
+// the newest batch merged into it is still refused (FIRST would otherwise
+// keep the newer state as the first).
+TEST(DeltaStoreTest, AnAppendOlderThanACompactedBatchIsRefused) {
+  DeltaStore store(UpdateMode::kFirst);
+  ASSERT_TRUE(store.Append(5, {{"t", Ids({1}), States({50})}}).ok());
+  ASSERT_TRUE(store.Append(6, {{"t", Ids({2}), States({60})}}).ok());
+  store.Compact(0, 10);
+  absl::Status status = store.Append(3, {{"t", Ids({1}), States({30})}});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("older than its newest lookup at 6"),
+            std::string::npos)
+      << status;
+  EXPECT_TRUE(store.Append(6, {{"t", Ids({3}), States({61})}}).ok());
 }
 
 TEST(DeltaStoreTest, UnknownTableIsNotFound) {
