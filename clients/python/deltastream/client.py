@@ -74,8 +74,15 @@ def _top_k(value: TopK, out: tracker_pb2.TopK) -> None:
 
 def _channel(target: str, root_certificates: Optional[bytes],
              max_message_bytes: int) -> grpc.Channel:
+    # Keepalive pings while a call is open, as the C++ client's
+    # (clients/delta_client.h): a subscription to a server whose host died
+    # without a FIN or RST fails as UNAVAILABLE instead of waiting forever.
+    # The project's servers accept a ping every 20 s.
     options = [("grpc.max_receive_message_length", max_message_bytes),
-               ("grpc.max_send_message_length", max_message_bytes)]
+               ("grpc.max_send_message_length", max_message_bytes),
+               ("grpc.keepalive_time_ms", 20000),
+               ("grpc.keepalive_timeout_ms", 20000),
+               ("grpc.keepalive_permit_without_calls", 0)]
     if root_certificates is None:
         return grpc.insecure_channel(target, options=options)
     credentials = grpc.ssl_channel_credentials(root_certificates)
@@ -253,16 +260,45 @@ class TrackerClient(_Connection):
     tracker_server): push (one record of lookups) and step (closes the
     batch). `token`: the bearer token (tracker_service/auth.h roles);
     `root_certificates`: PEM bytes to verify a TLS server (None: plaintext);
-    `timeout`: seconds per unary call (None: none).
+    `timeout`: seconds per unary call (None: none); `read_timeout`: seconds
+    for a whole `get` stream (None: none), as the C++ client's 600 s.
+
+    One rank: a trainer of several ranks serves each rank's shards from its
+    own address; this client reads one address, so its consumer-side calls
+    refuse such a trainer (RuntimeError) rather than return one rank's part
+    of each table as the whole. Read it with `deltactl` or the C++
+    FanInClient (clients/fan_in_client.h), which merge every rank's.
     """
 
     def __init__(self, target: str, token: Optional[str] = None,
                  root_certificates: Optional[bytes] = None,
                  timeout: Optional[float] = 30.0,
-                 max_message_bytes: int = 64 << 20):
+                 max_message_bytes: int = 64 << 20,
+                 read_timeout: Optional[float] = 600.0):
         super().__init__(target, token, root_certificates, timeout,
                          max_message_bytes)
+        self.read_timeout = read_timeout
         self._stub = tracker_pb2_grpc.DeltaTrackerStub(self._channel)
+        self._world_size: Optional[int] = None
+
+    def _require_one_rank(self) -> None:
+        """RuntimeError for a trainer of several ranks (see the class)."""
+        if self._world_size is None:
+            try:
+                topology = self.call(self._stub.Topology,
+                                     tracker_pb2.TopologyRequest())
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._world_size = 1  # a server older than Topology
+            else:
+                self._world_size = topology.world_size
+        if self._world_size > 1:
+            raise RuntimeError(
+                f"{self.target} is a rank of a trainer of {self._world_size} "
+                "ranks, each serving its own shards: this client reads one "
+                "rank's and would return part of each table; read through "
+                "deltactl or the C++ FanInClient (clients/fan_in_client.h)")
 
     # Producer.
     def push(self, tables: Mapping[str, Union[np.ndarray, Tuple]]) -> int:
@@ -302,11 +338,13 @@ class TrackerClient(_Connection):
         count (int) or a percentage (float). The consumer's cursor moves (in
         acknowledged mode, only once `commit` is called).
         """
+        self._require_one_rank()
         request = _read_request(consumer, fqns, top_k, per_table_top_k,
                                 include_scores, all_rows, include_dense,
                                 omit_states, omit_values, max_chunk_bytes)
         assembler = _DeltaAssembler()
-        for chunk in self.call(self._stub.GetDelta, request):
+        for chunk in self._stub.GetDelta(request, metadata=self._metadata,
+                                         timeout=self.read_timeout):
             delta = assembler.add(chunk)
             if delta is not None:
                 return delta
@@ -324,6 +362,7 @@ class TrackerClient(_Connection):
         Returns a Subscription: iterate it for Deltas; `cancel()` ends it.
         `timeout` bounds the whole stream (None: until cancelled).
         """
+        self._require_one_rank()
         request = tracker_pb2.SubscribeRequest(
             read=_read_request(consumer, fqns, top_k, None, include_scores,
                                all_rows, include_dense, omit_states,
@@ -335,6 +374,7 @@ class TrackerClient(_Connection):
 
     def commit(self, consumer: str, end_batch: int) -> None:
         """Acknowledged mode: makes the read that ended at `end_batch` final."""
+        self._require_one_rank()
         self.call(self._stub.Commit, tracker_pb2.CommitRequest(
             consumer=consumer, end_batch=end_batch))
 
@@ -345,18 +385,21 @@ class TrackerClient(_Connection):
 
     def add_consumer(self, consumer: str) -> List[str]:
         """Adds a consumer (its cursor starts at the current batch)."""
+        self._require_one_rank()
         return list(self.call(self._stub.AddConsumer,
                               tracker_pb2.ConsumerRequest(
                                   consumer=consumer)).consumers)
 
     def remove_consumer(self, consumer: str) -> List[str]:
         """Removes a consumer (not the last one)."""
+        self._require_one_rank()
         return list(self.call(self._stub.RemoveConsumer,
                               tracker_pb2.ConsumerRequest(
                                   consumer=consumer)).consumers)
 
     def clear(self, consumer: str = "") -> None:
         """clear(c): c skips to the present; clear(): drops everything."""
+        self._require_one_rank()
         self.call(self._stub.Clear, tracker_pb2.ClearRequest(consumer=consumer))
 
     def compact(self) -> None:
