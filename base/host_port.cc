@@ -1,5 +1,11 @@
 #include "base/host_port.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <climits>
+
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -46,6 +52,23 @@ std::string OffsetPort(const std::string& address, int offset) {
   absl::StatusOr<HostPort> split = SplitHostPort(address);
   if (offset == 0 || !split.ok() || split->port == 0) return address;
   return JoinHostPort(split->host, split->port + offset);
+}
+
+std::string FullHostName() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "";
+  addrinfo hints = {};
+  hints.ai_flags = AI_CANONNAME;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(name, nullptr, &hints, &found) != 0) return name;
+  std::string full = found != nullptr && found->ai_canonname != nullptr &&
+                             found->ai_canonname[0] != '\0'
+                         ? found->ai_canonname
+                         : name;
+  freeaddrinfo(found);
+  return full;
 }
 
 }  // namespace deltastream

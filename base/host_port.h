@@ -41,6 +41,13 @@ std::string JoinHostPort(absl::string_view host, int port);
 // address then fails validation, naming it).
 std::string OffsetPort(const std::string& address, int offset);
 
+// This machine's name as other hosts resolve it, as `hostname -f` gives it:
+// the canonical name of gethostname()'s (through /etc/hosts or DNS: in a
+// Kubernetes pod with a subdomain, "<pod>.<subdomain>.<namespace>.svc...",
+// where the bare pod name resolves nowhere else); the bare name when that
+// lookup fails; empty when there is no name.
+std::string FullHostName();
+
 }  // namespace deltastream
 
 #endif  // DELTASTREAM_BASE_HOST_PORT_H_

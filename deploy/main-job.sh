@@ -83,7 +83,18 @@ start_trainer() {
 }
 ctl() { $bin/clients/deltactl --target="$target" "$@"; }
 batch() { ctl status --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["current_batch"])' 2>/dev/null || echo -1; }
-wait_batch() { while [ "$(batch)" -lt "$1" ]; do sleep 0.5; done; }
+# Waits for the trainer's batch $1; fails (with the trainer's log) if the
+# trainer exits first.
+wait_batch() {
+  while [ "$(batch)" -lt "$1" ]; do
+    if ! kill -0 "$trainer" 2>/dev/null; then
+      echo "main job: the trainer exited before batch $1:" >&2
+      tail -20 "$work/trainer.log" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+}
 stop_trainer() {
   kill -TERM "$trainer"
   wait "$trainer"

@@ -4,7 +4,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <climits>
 #include <string>
 
 #include "absl/status/status.h"
@@ -75,6 +79,22 @@ TEST(JoinHostPortTest, BracketsIpv6AndRoundTrips) {
        {"localhost:50051", "10.0.0.7:0", "[::1]:80", "[::]:0", ":5000"}) {
     const HostPort split = Split(address);
     EXPECT_EQ(JoinHostPort(split.host, split.port), address);
+  }
+}
+
+// As `hostname -f`: the name resolves, and it is the machine's name or a
+// longer form of it.
+TEST(FullHostNameTest, IsTheHostNameOrItsCanonicalForm) {
+  char name[HOST_NAME_MAX + 1] = {};
+  ASSERT_EQ(gethostname(name, sizeof(name) - 1), 0);
+  const std::string full = FullHostName();
+  ASSERT_FALSE(full.empty());
+  if (full != name) {
+    addrinfo hints = {};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    EXPECT_EQ(getaddrinfo(full.c_str(), nullptr, &hints, &found), 0) << full;
+    if (found != nullptr) freeaddrinfo(found);
   }
 }
 

@@ -1,9 +1,5 @@
 #include "trainer/tracking/shard_topology.h"
 
-#include <unistd.h>
-
-#include <climits>
-
 #include "absl/strings/str_cat.h"
 #include "base/host_port.h"
 #include "google/protobuf/text_format.h"
@@ -78,10 +74,8 @@ std::string ReachableAddress(absl::string_view address) {
       !listen->host.empty()) {
     return std::string(address);
   }
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
-    return std::string(address);
-  }
+  const std::string name = FullHostName();
+  if (name.empty()) return std::string(address);
   return JoinHostPort(name, listen->port);
 }
 

@@ -53,7 +53,8 @@ ServiceTopology DescribeTopology(
     const std::vector<std::string>& fqns_to_skip);
 
 // `address` ("HOST:PORT") as another host can reach it: a wildcard host
-// (0.0.0.0, [::], ::, empty) becomes this machine's hostname.
+// (0.0.0.0, [::], ::, empty) becomes this machine's full name
+// (FullHostName, base/host_port.h).
 std::string ReachableAddress(absl::string_view address);
 
 // Publishes this rank's `address` in the group's store under

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/host_port.h"
 #include "proto/tracker.grpc.pb.h"
 #include "tracker_service/service_host.h"
 #include "tracker_service/tracker.h"
@@ -61,10 +62,9 @@ TEST(ShardTopologyTest, EndpointsWithoutAGroupAreOwn) {
   EXPECT_EQ(*endpoints, std::vector<std::string>{"127.0.0.1:5000"});
 }
 
-TEST(ShardTopologyTest, WildcardHostsBecomeTheHostname) {
-  char name[HOST_NAME_MAX + 1] = {};
-  ASSERT_EQ(gethostname(name, sizeof(name) - 1), 0);
-  const std::string host = name;
+TEST(ShardTopologyTest, WildcardHostsBecomeTheFullHostName) {
+  const std::string host = FullHostName();
+  ASSERT_FALSE(host.empty());
   EXPECT_EQ(ReachableAddress("0.0.0.0:5000"), host + ":5000");
   EXPECT_EQ(ReachableAddress("[::]:5000"), host + ":5000");
   EXPECT_EQ(ReachableAddress(":5000"), host + ":5000");
