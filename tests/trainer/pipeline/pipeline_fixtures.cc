@@ -180,11 +180,12 @@ std::unique_ptr<Trainable> Train(SparseOptimizerType sparse,
                                  const TrainPipelineOptions& options,
                                  const Examples& examples,
                                  std::vector<int64_t> sizes, c10::Device device,
-                                 const std::string& dense_optimizer) {
-  auto trainable = std::make_unique<Trainable>(sparse, nullptr, false, device,
+                                 const std::string& dense_optimizer,
+                                 ProcessGroup* group) {
+  auto trainable = std::make_unique<Trainable>(sparse, group, false, device,
                                                dense_optimizer);
   absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
-      MakeTrainPipeline(options, trainable->Parts());
+      MakeTrainPipeline(options, trainable->Parts(group));
   EXPECT_TRUE(pipeline.ok()) << pipeline.status();
   if (!pipeline.ok()) return trainable;
   ExampleSource source(examples, std::move(sizes));

@@ -95,13 +95,15 @@ absl::StatusOr<int> TrainAll(TrainPipeline& pipeline, BatchSource& source);
 double MaxDifference(RecModel& a, RecModel& b);
 
 // Trains a fresh model on `device` with `options` over batches of `sizes`
-// (EXPECTs that every step succeeds).
+// (EXPECTs that every step succeeds); with a `group`, the model is sharded
+// over it and the pipeline trains with it.
 std::unique_ptr<Trainable> Train(SparseOptimizerType sparse,
                                  const TrainPipelineOptions& options,
                                  const Examples& examples,
                                  std::vector<int64_t> sizes,
                                  c10::Device device = c10::Device(c10::kCPU),
-                                 const std::string& dense_optimizer = "adam");
+                                 const std::string& dense_optimizer = "adam",
+                                 ProcessGroup* group = nullptr);
 
 }  // namespace testing
 }  // namespace deltastream

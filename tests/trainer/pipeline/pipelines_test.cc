@@ -169,16 +169,10 @@ TEST(ShardedAccumulationTest, APartialLastBatchWeighsByItsExamples) {
   ASSERT_NE(group, nullptr);
   const Examples examples = MakeExamples(72, 17);
   auto train = [&](const std::string& name, int k, std::vector<int64_t> sizes) {
-    auto trainable =
-        std::make_unique<Trainable>(SparseOptimizerType::kAdam, group.get());
+    std::unique_ptr<Trainable> trainable =
+        Train(SparseOptimizerType::kAdam, Options(name, k), examples,
+              std::move(sizes), c10::Device(c10::kCPU), "adam", group.get());
     EXPECT_FALSE(trainable->model->sharded_modules().empty());
-    absl::StatusOr<std::unique_ptr<TrainPipeline>> pipeline =
-        MakeTrainPipeline(Options(name, k), trainable->Parts(group.get()));
-    EXPECT_TRUE(pipeline.ok()) << pipeline.status();
-    if (!pipeline.ok()) return trainable;
-    ExampleSource source(examples, std::move(sizes));
-    absl::StatusOr<int> trained = TrainAll(**pipeline, source);
-    EXPECT_TRUE(trained.ok()) << trained.status();
     return trainable;
   };
   std::unique_ptr<Trainable> big = train("sequential", 1, {72});

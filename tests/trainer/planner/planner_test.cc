@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/trainer/planner/planner_test_fixtures.h"
 #include "trainer/planner/cost_estimator.h"
 #include "trainer/planner/enumerator.h"
 #include "trainer/planner/model_spec.h"
@@ -24,16 +25,6 @@ namespace deltastream::planner {
 namespace {
 
 using ::testing::HasSubstr;
-
-constexpr int64_t kGib = int64_t{1} << 30;
-
-TableSpec Table(std::string name, int64_t rows, int64_t dim) {
-  TableSpec table;
-  table.name = std::move(name);
-  table.rows = rows;
-  table.dim = dim;
-  return table;
-}
 
 Topology Cpu(int world_size, int64_t ddr = 8 * kGib) {
   Topology topology = DefaultTopology(world_size, false);

@@ -12,22 +12,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/trainer/planner/planner_test_fixtures.h"
 #include "trainer/planner/planner.h"
 #include "trainer/planner/storage_estimator.h"
 #include "trainer/sharding/sharding_plan.h"
 
 namespace deltastream::planner {
 namespace {
-
-constexpr int64_t kGib = int64_t{1} << 30;
-
-TableSpec Table(std::string name, int64_t rows, int64_t dim) {
-  TableSpec table;
-  table.name = std::move(name);
-  table.rows = rows;
-  table.dim = dim;
-  return table;
-}
 
 // The trainer's configs of the planner's tables (the shapes are what the
 // check reads).
