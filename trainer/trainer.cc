@@ -471,6 +471,7 @@ absl::StatusOr<TrainerProgress> Trainer::Run(const std::atomic<bool>& stop,
   std::move(cuts_at_once).Invoke();
   if (StopAgreed(stop)) {
     log_(absl::StrCat("stop requested at step ", step_));
+    progress.stopped = steps < 0 || progress.steps_this_run < steps;
   }
   if (loss_count_ > 0 || progress.steps_this_run == 0) {
     if (absl::Status status = report(); !status.ok()) return status;

@@ -36,6 +36,9 @@ struct TrainerProgress {
   double loss = 0;                 // mean training loss since then
   std::optional<double> eval_auc;  // on the held-out batches (if any)
   absl::Duration elapsed;          // of this run
+  // A stop request (any rank's) ended the run before its step budget and
+  // the data's end.
+  bool stopped = false;
 };
 
 // The training job of one process: it assembles model, data, fused sparse

@@ -24,7 +24,10 @@
 // stderr, and a summary on stdout at the end. SIGTERM or SIGINT ends the run
 // after the current step, with a final snapshot and checkpoint (before
 // training has started: at once, exit code 128 + the signal). Exit codes:
-// 0 done, 1 training failed, 2 bad config or flags.
+// 0 done (or stopped, everything saved), 1 training failed, 2 bad config or
+// flags; --stopped_exit_code gives a stop before the run's end a code of its
+// own, for schedulers that must not count it as the run's completion (a
+// Kubernetes Job, deploy/k8s/trainer.yaml).
 #include <ATen/Parallel.h>
 #include <google/protobuf/text_format.h>
 #include <signal.h>
@@ -96,6 +99,11 @@ ABSL_FLAG(bool, bind_cores, false,
           "1/LOCAL_WORLD_SIZE of the cores the process may use "
           "(trainer/comm/core_binding.h); with --nproc_per_node each rank "
           "also gets one intra-op thread per core of its own");
+ABSL_FLAG(int, stopped_exit_code, 0,
+          "exit status of a run that a stop request (SIGTERM or SIGINT, on "
+          "any rank) ended before its step budget and the data's end, with "
+          "everything saved: 0, or 3..125 for a scheduler that must restart "
+          "the run rather than count it done (deploy/k8s/trainer.yaml)");
 ABSL_FLAG(std::string, restore_chain, "",
           "override: checkpoint chain to start from when the checkpoint dir "
           "has no checkpoint of its own");
@@ -183,6 +191,7 @@ int LaunchRanks(int argc, char** argv, const sigset_t& signals) {
   options.master_port = absl::GetFlag(FLAGS_master_port);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.bind_cores = absl::GetFlag(FLAGS_bind_cores);
+  options.stopped_exit_code = absl::GetFlag(FLAGS_stopped_exit_code);
   // This very binary, under the name it was started by (the ranks' lines
   // begin with it).
   options.executable = "/proc/self/exe";
@@ -278,6 +287,13 @@ absl::StatusOr<v1::TrainerConfig> ConfigFromCommandLine() {
   }
   if (absl::GetFlag(FLAGS_max_restarts) < 0) {
     return absl::InvalidArgumentError("--max_restarts must be >= 0");
+  }
+  if (const int code = absl::GetFlag(FLAGS_stopped_exit_code);
+      code != 0 && (code < 3 || code > 125)) {
+    // 1 and 2 already say "failed" and "refused"; above 125 the shells'
+    // own codes and 128 + a signal.
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stopped_exit_code must be 0 or in 3..125; got ", code));
   }
   if (const int port = absl::GetFlag(FLAGS_master_port);
       port < 0 || port > 65535) {
@@ -529,7 +545,9 @@ int Main(int argc, char** argv) {
       (*trainer)->Run(signal_watch.stop(), (*trainer)->settings().steps);
   (*trainer)->StopService();
   if (!progress.ok()) return fail(kExitFailure, progress.status());
-  if (rank != 0) return 0;
+  const int exit_code =
+      progress->stopped ? absl::GetFlag(FLAGS_stopped_exit_code) : 0;
+  if (rank != 0) return exit_code;
 
   const double seconds = absl::ToDoubleSeconds(progress->elapsed);
   absl::PrintF(
@@ -541,7 +559,7 @@ int Main(int argc, char** argv) {
       progress->eval_auc.has_value()
           ? absl::StrFormat(", eval auc %.4f", *progress->eval_auc)
           : "");
-  return 0;
+  return exit_code;
 }
 
 }  // namespace

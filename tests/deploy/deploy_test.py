@@ -181,6 +181,32 @@ class ManifestsTest(unittest.TestCase):
         self.assertIn("--checkpoint_dir=/var/lib/deltastream/run", args)
         self.assertNotIn("$(RANK)", " ".join(args))
 
+    def test_a_stopped_trainer_resumes_and_a_refused_one_fails(self):
+        # A stop (eviction, drain) must not complete the index: the trainer
+        # exits with its stopped code, which the Job ignores (a new pod
+        # resumes); a refused config (exit 2) fails the Job.
+        spec = self.by_kind["Job"]["deltastream-trainer"]["spec"]
+        pod = spec["template"]["spec"]
+        self.assertEqual(pod["restartPolicy"], "Never")  # the policy's
+        container = pod["containers"][0]
+        codes = [int(a.split("=", 1)[1]) for a in container["args"]
+                 if a.startswith("--stopped_exit_code=")]
+        self.assertEqual(len(codes), 1)
+        actions = {}
+        for rule in spec["podFailurePolicy"]["rules"]:
+            on = rule.get("onExitCodes")
+            if on is None:
+                continue
+            self.assertEqual(on["containerName"], container["name"])
+            self.assertEqual(on["operator"], "In")
+            for code in on["values"]:
+                actions[code] = rule["action"]
+        self.assertEqual(actions.get(codes[0]), "Ignore")
+        self.assertEqual(actions.get(2), "FailJob")
+        self.assertIn({"type": "DisruptionTarget"},
+                      [c for r in spec["podFailurePolicy"]["rules"]
+                       for c in r.get("onPodConditions", [])])
+
     def test_trainer_config_parses_as_a_trainer_config(self):
         # protoc --encode parses text format against the real message: an
         # unknown or misspelt field fails, as it would in the trainer.

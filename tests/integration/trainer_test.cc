@@ -89,8 +89,11 @@ TEST(TrainerTest, ServesDeltasWhileTrainingAndResumesAfterSigterm) {
   }
   ASSERT_TRUE(has_checkpoint);
 
-  // Restart: the model, the tracker and the consumers resume.
-  ServerProcess trainer(flags, "trainer/trainer");
+  // Restart: the model, the tracker and the consumers resume. This time a
+  // stop exits with a code of its own, as a Kubernetes Job's pod's does.
+  std::vector<std::string> resumed_flags = flags;
+  resumed_flags.push_back("--stopped_exit_code=3");
+  ServerProcess trainer(resumed_flags, "trainer/trainer");
   ASSERT_GT(trainer.port(), 0);
   const int64_t resumed = CurrentBatch(trainer);
   EXPECT_GT(resumed, stopped_at);
@@ -105,7 +108,8 @@ TEST(TrainerTest, ServesDeltasWhileTrainingAndResumesAfterSigterm) {
            ["ids"]
                .size(),
       100u);
-  EXPECT_EQ(trainer.Stop(SIGTERM), 0);
+  const int status = trainer.Stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << status;
 }
 
 // A stop waits for the consumers to drain (tracker.drain_seconds); a second
@@ -248,6 +252,8 @@ TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
       {"--collective_timeout_s=0", "--collective_timeout_s"},
       {"--max_restarts=-1", "--max_restarts must be >= 0"},
       {"--master_port=70000", "--master_port"},
+      {"--stopped_exit_code=1", "--stopped_exit_code must be 0 or in 3..125"},
+      {"--stopped_exit_code=130", "--stopped_exit_code must be 0 or in 3..125"},
       {"--nproc_per_node=2 --plan=" + dir + "/absent.plan",
        "absent.plan': No such file"},
       {"--nproc_per_node=2 --plan=" + dir + "/empty.plan", "plans no tables"},

@@ -63,6 +63,11 @@ bool Succeeded(int status) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+bool Stopped(const LocalLaunchOptions& options, int status) {
+  return options.stopped_exit_code != 0 && WIFEXITED(status) &&
+         WEXITSTATUS(status) == options.stopped_exit_code;
+}
+
 // Forks one rank: in a process group of its own, its environment set, the
 // signal mask cleared, then exec.
 pid_t StartRank(const LocalLaunchOptions& options, int rank, int port,
@@ -144,6 +149,7 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
     bool failed = false;
     int first_failure_code = 1;  // the first failed rank's exit code
     bool refused = false;        // a rank exited kExitUsage
+    bool stopped = false;        // a rank exited stopped_exit_code
     absl::Time kill_at = absl::InfiniteFuture();
     int signals_seen = 0;
     while (!running.empty()) {
@@ -152,7 +158,8 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
       if (pid > 0 && running.count(pid) > 0) {
         const int rank = running[pid];
         running.erase(pid);
-        if (!Succeeded(status)) {
+        stopped = stopped || Stopped(options, status);
+        if (!Succeeded(status) && !Stopped(options, status)) {
           log(absl::StrCat("rank ", rank, " ", Describe(status)));
           if (!failed && WIFEXITED(status)) {
             first_failure_code = WEXITSTATUS(status);
@@ -187,7 +194,7 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
         }
       }
     }
-    if (!failed) return 0;
+    if (!failed) return stopped ? options.stopped_exit_code : 0;
     if (refused) {
       // The same command line, config and files would be refused again.
       if (attempt < options.max_restarts) {

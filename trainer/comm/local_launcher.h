@@ -33,6 +33,10 @@ struct LocalLaunchOptions {
   // --bind_cores) and size their intra-op threads to them
   // (BindToLocalRankCores): the launcher sets no OMP_NUM_THREADS.
   bool bind_cores = false;
+  // A rank's exit status for "stopped before the run's end, everything
+  // saved" (the trainer's --stopped_exit_code; 0: none of its own). Not a
+  // failure: the group is not restarted, and the launcher exits with it.
+  int stopped_exit_code = 0;
 };
 
 // A TCP port of the IPv4 `address` (not one: 127.0.0.1) that was free a
@@ -61,7 +65,8 @@ std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
 // RankOmpNumThreads says, logged once; the rest of the environment
 // inherited, the signal mask cleared), and waits for them.
 //
-// - Every rank exits 0: returns 0.
+// - Every rank exits 0 or `stopped_exit_code`: returns 0, or that code when
+//   a rank exited with it (the ranks stop together).
 // - A rank fails (non-zero exit, or killed by a signal): the others get
 //   SIGTERM, then SIGKILL after `grace`. When a rank exited 2 (it refused
 //   its command line, config or files) returns 2, with no restart (the same

@@ -106,11 +106,13 @@ TEST(RunLocalRanksTest, ASingleRankKeepsLibTorchsDefault) {
 // the launcher's exit code and how many attempts started (each rank 0
 // appends a line to $DIR/attempts).
 std::pair<int, int> ExitCodeAndAttempts(const std::string& name,
-                                        const std::string& script) {
+                                        const std::string& script,
+                                        int stopped_exit_code = 0) {
   const std::string dir = absl::StrCat(TestTempDir(), "/", name);
   LocalLaunchOptions options;
   options.nproc_per_node = 2;
   options.max_restarts = 2;
+  options.stopped_exit_code = stopped_exit_code;
   options.argv = {
       "/bin/sh", "-c",
       absl::StrCat("DIR=", dir, "; mkdir -p $DIR; [ $RANK = 0 ] && ",
@@ -137,6 +139,22 @@ TEST(RunLocalRanksTest, ARefusingRankEndsTheLaunchWithItsCode) {
   // A failure that may pass (exit 1) is restarted, and ends with its code.
   EXPECT_EQ(ExitCodeAndAttempts("failed", "[ $RANK = 1 ] && exit 1; sleep 30"),
             std::make_pair(1, 3));
+}
+
+TEST(RunLocalRanksTest, RanksThatStoppedEndTheLaunchWithTheStoppedCode) {
+  // Every rank stopped (the trainer's --stopped_exit_code): no failure, no
+  // restart, and the launch ends with that code, for its scheduler.
+  EXPECT_EQ(ExitCodeAndAttempts("stopped", "exit 3", /*stopped_exit_code=*/3),
+            std::make_pair(3, 1));
+  // One rank stopped while the other exits 0 (its budget's end at the same
+  // step): still a stop.
+  EXPECT_EQ(
+      ExitCodeAndAttempts("one_stopped", "[ $RANK = 1 ] && exit 3; exit 0",
+                          /*stopped_exit_code=*/3),
+      std::make_pair(3, 1));
+  // Without a stopped code, 3 is a failure like any other.
+  EXPECT_EQ(ExitCodeAndAttempts("three_failed", "exit 3"),
+            std::make_pair(3, 3));
 }
 
 // Whether process `pid` is gone: no such process, or a zombie left for

@@ -10,7 +10,10 @@
 #     and so does one SIGINT to the launcher's whole process group (a
 #     terminal's Ctrl-C): the ranks run in a group of their own, so that
 #     they see the launcher's forwarded signal only (two would stop a rank
-#     at once, without its final checkpoint);
+#     at once, without its final checkpoint); with --stopped_exit_code=3,
+#     SIGTERM to one rank alone (a Kubernetes pod's eviction) stops both,
+#     and both and the launcher exit 3, while a run that reaches its step
+#     budget exits 0;
 #  4. `deltactl topology` against either rank lists both ranks and every
 #     table's shard, and `deltactl get` through one rank reads every rank's
 #     tables, merged; each rank serves its metrics on --metrics_listen's
@@ -49,8 +52,9 @@ config 64 10 > "$DIR/one.txt"
 config 32 10 > "$DIR/two.txt"
 "$TRAINER" --config="$DIR/one.txt" > "$DIR/one.out" 2> "$DIR/one.err" ||
   fail "one process exited $?: $(cat "$DIR/one.err")"
+# (--stopped_exit_code: a run that reaches its budget is done, exit 0.)
 timeout 120 "$TRAINER" --config="$DIR/two.txt" --nproc_per_node=2 \
-  --bind_cores > "$DIR/two.out" 2> "$DIR/two.err" ||
+  --bind_cores --stopped_exit_code=3 > "$DIR/two.out" 2> "$DIR/two.err" ||
   fail "two ranks exited $?: $(cat "$DIR/two.err")"
 for rank in 0 1; do
   bound=$(grep -oE "local rank $rank of 2 bound to cores [0-9,]+, [0-9]+ intra-op" \
@@ -85,7 +89,8 @@ start_endless() {
   shift
   config 32 -1 > "$DIR/endless.txt"
   "$@" "$TRAINER" --config="$DIR/endless.txt" --nproc_per_node=2 \
-    --collective_timeout_s=2 > "$DIR/$name.out" 2> "$DIR/$name.err" &
+    --collective_timeout_s=2 ${ENDLESS_FLAGS:-} > "$DIR/$name.out" \
+    2> "$DIR/$name.err" &
   launcher=$!
   for _ in $(seq 600); do
     grep -q 'step 5 ' "$DIR/$name.err" && return 0
@@ -138,6 +143,18 @@ if start_endless ctrl_c setsid; then
   [ "$rc" = 0 ] || fail "Ctrl-C: launcher exited $rc: $(cat "$DIR/ctrl_c.err")"
   grep -q 'stop requested at step' "$DIR/ctrl_c.err" ||
     fail "Ctrl-C: no stop line: $(cat "$DIR/ctrl_c.err")"
+fi
+# One rank's SIGTERM (its pod evicted) stops the group at an agreed step;
+# with a stopped code every rank and the launcher exit with it.
+if ENDLESS_FLAGS=--stopped_exit_code=3 start_endless evicted; then
+  kill -TERM "$(pgrep -P "$launcher" | sort -n | tail -1)"
+  wait_launcher 30
+  [ "$rc" = 3 ] || fail "evicted: launcher exited $rc: $(cat "$DIR/evicted.err")"
+  # Rank 0 logs the stop that rank 1's signal asked for.
+  grep -q 'stop requested at step' "$DIR/evicted.err" ||
+    fail "evicted: rank 0 did not stop: $(cat "$DIR/evicted.err")"
+  grep -q 'rank .* exited' "$DIR/evicted.err" &&
+    fail "evicted: a stopped rank counted as failed: $(cat "$DIR/evicted.err")"
 fi
 
 # 4. The topology, from either rank; each rank's metrics on its own port
