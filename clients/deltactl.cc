@@ -258,6 +258,10 @@ void PrintStatus(const v1::StatusResponse& s, bool wide) {
                 Bytes(s.dropped_bytes()).c_str(),
                 static_cast<long long>(s.cap_drops()));
   }
+  if (s.consumers_expired() > 0) {
+    std::printf("consumers expired (silent too long): %lld\n",
+                static_cast<long long>(s.consumers_expired()));
+  }
   if (!s.db().empty()) {
     std::printf("db %s: %s\n", s.db().c_str(),
                 s.has_last_snapshot()

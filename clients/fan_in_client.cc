@@ -474,6 +474,9 @@ v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
     merged.set_cap_compactions(merged.cap_compactions() +
                                rank.cap_compactions());
     merged.set_cap_drops(merged.cap_drops() + rank.cap_drops());
+    // Every rank expires the same consumers.
+    merged.set_consumers_expired(
+        std::max(merged.consumers_expired(), rank.consumers_expired()));
     merged.set_dropped_ids(merged.dropped_ids() + rank.dropped_ids());
     merged.set_dropped_bytes(merged.dropped_bytes() + rank.dropped_bytes());
     merged.set_run_id(absl::StrCat(merged.run_id(), ",", rank.run_id()));

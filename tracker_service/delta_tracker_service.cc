@@ -809,6 +809,7 @@ void DeltaTrackerService::FillStatus(v1::StatusResponse* response) const {
   response->set_memory_cap_bytes(status.memory_cap_bytes);
   response->set_cap_compactions(status.cap_compactions);
   response->set_cap_drops(status.cap_drops);
+  response->set_consumers_expired(status.consumers_expired);
   response->set_dropped_ids(status.dropped_ids);
   response->set_dropped_bytes(status.dropped_bytes);
   if (options_.snapshots != nullptr) {

@@ -99,6 +99,10 @@ absl::StatusOr<std::unique_ptr<Tracker>> Tracker::Create(
           absl::StrCat("consumer '", name, "' is listed twice"));
     }
   }
+  if (options.expire_consumers_after < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "expire_consumers_after must be >= 0 (0: never)");
+  }
   if (options.memory_cap_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "memory cap must be >= 0 bytes, got ", options.memory_cap_bytes));
@@ -249,10 +253,16 @@ absl::Status Tracker::RecordTablesLocked(std::vector<TableLookup> tables,
 
 int64_t Tracker::Step() {
   int64_t batch;
+  std::vector<std::string> expired;
   {
     WriterLock lock(&mu_);
     batch = ++curr_batch_;
-    batch_opened_[batch] = absl::Now();
+    const absl::Time now = absl::Now();
+    batch_opened_[batch] = now;
+    // A filling read's copy holds on to its consumer: expire at a later step.
+    if (options_.expire_consumers_after > absl::ZeroDuration() && !copying_) {
+      expired = ExpireConsumersLocked(now);
+    }
     int64_t oldest_unread = curr_batch_;
     for (const auto& [name, consumer] : consumers_) {
       oldest_unread = std::min(oldest_unread, consumer->cursor);
@@ -264,7 +274,46 @@ int64_t Tracker::Step() {
                         batch_opened_.lower_bound(oldest_unread));
   }
   PublishBatch(batch);
+  if (options_.log) {
+    for (const std::string& line : expired) options_.log(line);
+  }
   return batch;
+}
+
+std::vector<std::string> Tracker::ExpireConsumersLocked(absl::Time now) {
+  const absl::Duration after = options_.expire_consumers_after;
+  std::vector<std::string> lines;
+  for (auto it = consumers_.begin(); it != consumers_.end();) {
+    const Consumer& consumer = *it->second;
+    int64_t first_unread = consumer.cursor;
+    for (const auto& [fqn, cursor] : consumer.table_cursors) {
+      first_unread = std::min(first_unread, cursor);
+    }
+    first_unread = std::max<int64_t>(0, first_unread);
+    // Gone, not merely waiting: silent, and a batch it has not read was
+    // closed (the next one opened) that long ago. A subscription waiting
+    // through a pause in training is not silent for long once the batches
+    // after the pause close.
+    const bool gone = first_unread < curr_batch_ &&
+                      now - consumer.last_contact >= after &&
+                      now - OpenedAt(first_unread + 1) >= after;
+    const bool declared =
+        std::find(options_.consumers.begin(), options_.consumers.end(),
+                  consumer.name) != options_.consumers.end();
+    if (!gone || declared || consumers_.size() == 1) {
+      ++it;
+      continue;
+    }
+    lines.push_back(absl::StrFormat(
+        "consumer '%s' removed: no read or commit for %.0f s, batches from %d "
+        "unread (expire_consumers_after)",
+        consumer.name, absl::ToDoubleSeconds(now - consumer.last_contact),
+        first_unread));
+    it = consumers_.erase(it);
+    ++consumers_expired_;
+  }
+  if (!lines.empty() && options_.delete_on_read) DeleteUnneededLocked();
+  return lines;
 }
 
 void Tracker::PublishBatch(int64_t batch) {
@@ -467,6 +516,7 @@ TrackerStatus Tracker::Status() const {
   status.memory_cap_bytes = options_.memory_cap_bytes;
   status.cap_compactions = cap_compactions_;
   status.cap_drops = cap_drops_;
+  status.consumers_expired = consumers_expired_;
   status.dropped_ids = dropped_ids_;
   status.dropped_bytes = dropped_bytes_;
   status.warnings = feature_map_.warnings;

@@ -60,6 +60,17 @@ struct TrackerOptions {
   // chosen tables can go to every rank; reads of every table leave such
   // tables out.
   std::vector<std::string> model_fqns;
+  // Consumers not in `consumers` (added at run time: a predictor named after
+  // its pod) that have left a closed batch unread for this long are removed
+  // at the next Step(), as RemoveConsumer would (never the last consumer):
+  // one that is gone (its pod scaled down, rescheduled or crashed) would
+  // otherwise hold every row it has not read, and the end-of-run drain. If
+  // it comes back, its next read is NotFound; it adds itself again and
+  // resyncs (a gap, clients/delta_continuity.h). Zero: never.
+  absl::Duration expire_consumers_after = absl::ZeroDuration();
+  // Receives one line per decision the tracker takes on its own (a consumer
+  // expired), after its locks are released; may be empty.
+  std::function<void(const std::string&)> log;
 };
 
 struct DeltaRequest {
@@ -168,6 +179,8 @@ struct TrackerStatus {
   int64_t cap_drops = 0;
   int64_t dropped_ids = 0;
   int64_t dropped_bytes = 0;
+  // Consumers removed by TrackerOptions::expire_consumers_after since start.
+  int64_t consumers_expired = 0;
   std::vector<std::string> warnings;
   std::string run_id;
   int64_t run_start_batch = 0;
@@ -302,7 +315,9 @@ class Tracker {
   absl::Status RecordTables(std::vector<TableLookup> tables,
                             bool check_values = false) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Advances the batch index. Returns the new index.
+  // Advances the batch index, and expires consumers
+  // (TrackerOptions::expire_consumers_after; not while a filling read is
+  // copying: then at a later step). Returns the new index.
   int64_t Step() ABSL_LOCKS_EXCLUDED(mu_);
   int64_t current_batch() const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until the current batch is past `batch` or `deadline` passes;
@@ -540,6 +555,10 @@ class Tracker {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Delivers the read: a pending read (acknowledged mode), or the consumer's
   // cursors moved to its end.
+  // Removes the consumers TrackerOptions::expire_consumers_after expires at
+  // `now`; returns a log line for each.
+  std::vector<std::string> ExpireConsumersLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeliverLocked(const DeltaRequest& request, const PreparedRead& read)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every row of `fqn`, with its current value (DeltaRequest::all_rows).
@@ -600,6 +619,7 @@ class Tracker {
   int64_t cap_drops_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_ids_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t consumers_expired_ ABSL_GUARDED_BY(mu_) = 0;
   // The newest read of each table's closed batches [from, end), which every
   // consumer whose cursor is at `from` reads alike when it reads up to `end`:
   // the consumers of a step share one gather of the rows instead of one each.

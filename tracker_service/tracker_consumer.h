@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "tracker_service/tracker.h"
 
 namespace deltastream {
@@ -27,6 +29,9 @@ struct Tracker::Consumer {
   // Since this process started (ConsumerStatus): not kept in snapshots.
   int64_t resyncs = 0;
   int64_t dropped_ids = 0;
+  // When it was added (or restored) or last read or committed
+  // (TrackerOptions::expire_consumers_after).
+  absl::Time last_contact = absl::Now();
 
   // The ends of the pending reads of `fqn`.
   std::vector<int64_t> PendingEnds(const std::string& fqn) const {

@@ -116,6 +116,9 @@ std::vector<prometheus::MetricFamily> TrackerMetrics::Collect() const {
   add("deltastream_tracker_cap_drops_total",
       "Times the memory cap dropped rows", MetricType::Counter,
       static_cast<double>(status.cap_drops));
+  add("deltastream_tracker_consumers_expired_total",
+      "Consumers removed for having gone silent (expire_consumers_after)",
+      MetricType::Counter, static_cast<double>(status.consumers_expired));
 
   // The latest snapshot.
   if (snapshots_ != nullptr) {

@@ -567,6 +567,7 @@ void Tracker::DeliverLocked(const DeltaRequest& request,
                             const PreparedRead& read) {
   Consumer* consumer = FindConsumer(read.delta.consumer);
   const int64_t end = read.delta.end_batch;
+  consumer->last_contact = absl::Now();
   if (options_.acknowledged_reads) {
     std::vector<PendingRead>& pending = consumer->pending;
     // The same read again (a poll with nothing new) replaces the first.
@@ -638,6 +639,7 @@ absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {
   if (consumer == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
   }
+  consumer->last_contact = absl::Now();
   if (!options_.acknowledged_reads) {
     return absl::FailedPreconditionError(
         "commit needs acknowledged reads, which this tracker does not use");

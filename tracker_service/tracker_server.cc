@@ -52,6 +52,10 @@ ABSL_FLAG(bool, acknowledged_reads, false,
           "a read is final only when the consumer commits it");
 ABSL_FLAG(int64_t, memory_cap_bytes, 0,
           "bytes the store may hold (0: unbounded); see docs");
+ABSL_FLAG(double, expire_consumers_after_s, 0,
+          "remove consumers added at run time (not in --consumers) that have "
+          "neither read nor committed for this many seconds, with batches "
+          "unread that were closed that long ago (0: never)");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "largest request accepted (> 0)");
 ABSL_FLAG(int, max_concurrent_streams, 64,
           "concurrent streams per client (> 0)");
@@ -135,6 +139,14 @@ int Main() {
   options.auto_compact = absl::GetFlag(FLAGS_auto_compact);
   options.acknowledged_reads = absl::GetFlag(FLAGS_acknowledged_reads);
   options.memory_cap_bytes = absl::GetFlag(FLAGS_memory_cap_bytes);
+  if (const double expire = absl::GetFlag(FLAGS_expire_consumers_after_s);
+      !(expire >= 0) || !std::isfinite(expire)) {
+    return Fail(kExitUsage,
+                "--expire_consumers_after_s must be a number of seconds >= 0");
+  } else {
+    options.expire_consumers_after = absl::Seconds(expire);
+  }
+  options.log = [](const std::string& line) { LogWarning(line); };
   absl::StatusOr<std::unique_ptr<Tracker>> tracker =
       Tracker::Create(std::move(options));
   if (!tracker.ok()) return Fail(kExitUsage, tracker.status().message());

@@ -2,6 +2,8 @@
 
 #include <google/protobuf/text_format.h>
 
+#include <cmath>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -277,6 +279,12 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     settings.service.auth_token_file = tracker.auth_token_file();
     settings.service.tls_cert = tracker.tls_cert();
     settings.service.tls_key = tracker.tls_key();
+    const double expire_after = tracker.expire_consumers_after_seconds();
+    if (!(expire_after >= 0) || !std::isfinite(expire_after)) {  // also NaN
+      return Invalid("tracker.expire_consumers_after_seconds",
+                     "must be a number of seconds >= 0");
+    }
+    settings.tracker.expire_consumers_after = absl::Seconds(expire_after);
     settings.drain_seconds = tracker.drain_seconds();
     if (!(settings.drain_seconds >= 0)) {  // also NaN
       return Invalid("tracker.drain_seconds", "must be >= 0");

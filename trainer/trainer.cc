@@ -185,6 +185,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     });
     TrackerOptions options = s.tracker;
     options.modules = DescribeModules(modules);
+    options.log = trainer->log_;
     if (s.group != nullptr) {
       // A read of chosen tables goes to every rank; a rank answers a table
       // only other ranks hold with no rows.

@@ -317,6 +317,81 @@ TEST(TrackerTest, TwoConsumersWithDeleteOnRead) {
   EXPECT_EQ(tracker->Status().usage.total.lookups, 0);
 }
 
+// Reads the closed batches only, as a subscription on the service does.
+absl::Status ReadClosed(Tracker& tracker, const std::string& consumer) {
+  DeltaRequest request;
+  request.consumer = consumer;
+  request.through_current_batch = false;
+  return tracker.GetDelta(request).status();
+}
+
+TEST(TrackerTest, ConsumersAddedAtRunTimeExpireWhenGone) {
+  TrackerOptions options;
+  options.consumers = {"fixed", "reader"};
+  options.expire_consumers_after = absl::Milliseconds(200);
+  std::vector<std::string> logged;
+  options.log = [&](const std::string& line) { logged.push_back(line); };
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->AddConsumer("gone").ok());
+  ASSERT_TRUE(tracker->AddConsumer("alive").ok());
+  // "fixed" (declared) and "gone" never read; "reader" and "alive" read
+  // every closed batch.
+  for (int64_t b = 0; b < 10; ++b) {
+    ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({b})}}).ok());
+    tracker->Step();
+    ASSERT_TRUE(ReadClosed(*tracker, "reader").ok());
+    ASSERT_TRUE(ReadClosed(*tracker, "alive").ok());
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  // A pause in training: "alive" and "reader", waiting for the next batch,
+  // are silent meanwhile, but the batch they have not read was closed just
+  // now.
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({10})}}).ok());
+  tracker->Step();
+
+  TrackerStatus status = tracker->Status();
+  std::vector<std::string> names;
+  for (const ConsumerStatus& c : status.consumers) names.push_back(c.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"alive", "fixed", "reader"}));
+  EXPECT_EQ(status.consumers_expired, 1);
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("consumer 'gone' removed"), std::string::npos)
+      << logged[0];
+  EXPECT_EQ(ReadClosed(*tracker, "gone").code(), absl::StatusCode::kNotFound);
+  // It may come back: added again, from the current batch.
+  EXPECT_TRUE(tracker->AddConsumer("gone").ok());
+}
+
+TEST(TrackerTest, AnExpiredConsumersRowsAreDeletedOnRead) {
+  TrackerOptions options;
+  options.consumers = {"fixed"};
+  options.expire_consumers_after = absl::Milliseconds(100);
+  auto tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->AddConsumer("gone").ok());
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1, 2})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(ReadClosed(*tracker, "fixed").ok());
+  // Batch 0 is held for "gone" alone.
+  EXPECT_EQ(tracker->Status().usage.total.ids, 2);
+  absl::SleepFor(absl::Milliseconds(150));
+  tracker->Step();
+  EXPECT_EQ(tracker->Status().usage.total.ids, 0);
+  // Without expiry (the default) it would be held for good.
+  options.expire_consumers_after = absl::ZeroDuration();
+  tracker = MakeTracker(options);
+  ASSERT_TRUE(tracker->AddConsumer("gone").ok());
+  ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({1, 2})}}).ok());
+  tracker->Step();
+  ASSERT_TRUE(ReadClosed(*tracker, "fixed").ok());
+  absl::SleepFor(absl::Milliseconds(150));
+  tracker->Step();
+  EXPECT_EQ(tracker->Status().usage.total.ids, 2);
+  options.expire_consumers_after = -absl::Seconds(1);
+  EXPECT_EQ(Tracker::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TrackerTest, WithoutDeleteOnReadRowsStayButCursorsMove) {
   TrackerOptions options;
   options.delete_on_read = false;

@@ -150,6 +150,9 @@ TEST(ConfigDefaults, ZeroEvalBatchesAndLogEveryStepsAreKept) {
 TEST(ConfigDefaults, NotANumberIsRefused) {
   for (const char* text : {
            "tracker { drain_seconds: nan }",
+           "tracker { expire_consumers_after_seconds: nan }",
+           "tracker { expire_consumers_after_seconds: -1 }",
+           "tracker { expire_consumers_after_seconds: inf }",
            "checkpoints { dir: \"/tmp/c\" every_seconds: nan }",
            "model { dense_optimizer { learning_rate: nan } }",
            "model { sparse_optimizer { learning_rate: nan } }",
@@ -159,6 +162,16 @@ TEST(ConfigDefaults, NotANumberIsRefused) {
     EXPECT_EQ(settings.status().code(), absl::StatusCode::kInvalidArgument)
         << text;
   }
+}
+
+TEST(ConfigDefaults, ConsumersExpireOnlyWhenAsked) {
+  absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(Parse(""));
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->tracker.expire_consumers_after, absl::ZeroDuration());
+  settings = ResolveTrainerConfig(
+      Parse("tracker { expire_consumers_after_seconds: 900 }"));
+  ASSERT_TRUE(settings.ok()) << settings.status();
+  EXPECT_EQ(settings->tracker.expire_consumers_after, absl::Seconds(900));
 }
 
 TEST(ConfigDefaults, CudaWithoutAnIndexIsEachRanksOwnGpu) {
