@@ -134,37 +134,5 @@ class TrainerSubscriptionTest(unittest.TestCase):
                 self.assertEqual(rows.ids.shape[0], rows.states.shape[0])
 
 
-class ShardedTrainerTest(unittest.TestCase):
-    """A trainer of two ranks serves each rank's shards from its own
-    address: the client, which reads one address, refuses it instead of
-    returning one rank's part of each table as the whole."""
-
-    def test_consumer_calls_refuse_a_trainer_of_several_ranks(self):
-        work = os.path.join(os.environ["TEST_TMPDIR"], "sharded")
-        os.makedirs(work, exist_ok=True)
-        config = os.path.join(work, "trainer.textproto")
-        with open(config, "w") as f:
-            f.write('model { tables { name: "t0" num_embeddings: 100 '
-                    'embedding_dim: 8 } tables { name: "t1" '
-                    'num_embeddings: 100 embedding_dim: 8 } }\n'
-                    "data { batch_size: 16 }\n")
-        trainer = ServerProcess("trainer/trainer", [
-            f"--config={config}", "--steps=-1", "--nproc_per_node=2"])
-        try:
-            with deltastream.TrackerClient(trainer.target, timeout=20) as c:
-                # Status reads the rank's own shards, so it is allowed.
-                self.assertGreaterEqual(len(traced_tables(c)), 1)
-                for call in (lambda: c.get("default"),
-                             lambda: c.subscribe("default"),
-                             lambda: c.commit("default", 1),
-                             lambda: c.add_consumer("other"),
-                             lambda: c.clear("default")):
-                    with self.assertRaisesRegex(RuntimeError,
-                                                "trainer of 2 ranks"):
-                        call()
-        finally:
-            trainer.stop()
-
-
 if __name__ == "__main__":
     unittest.main()

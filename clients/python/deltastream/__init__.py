@@ -16,10 +16,12 @@ from .checkpoint_chain import (ChainError, ChainLink, ChainTable,
                                read_chain_link)
 from .client import (Delta, LookupResult, PredictorClient, Subscription,
                      TableDelta, TrackerClient)
+from .fan_in import FanInError
 from .npz import read_delta_npz
 from .tensors import from_numpy, to_numpy
 
-__all__ = ["ChainError", "ChainLink", "ChainTable", "Delta", "LinkContent",
+__all__ = ["ChainError", "ChainLink", "ChainTable", "Delta", "FanInError",
+           "LinkContent",
            "LoadedChain", "LookupResult", "PredictorClient", "Subscription",
            "TableDelta", "TrackerClient", "applied_links", "chain_problems",
            "from_numpy", "list_chain", "load_chain", "read_chain_link",

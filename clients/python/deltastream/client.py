@@ -8,8 +8,9 @@ each chunk into its array. Errors are `grpc.RpcError` with the server's code
 and message (for example NOT_FOUND for an unknown consumer); bad arguments
 raise ValueError before anything is sent.
 
-A client holds one gRPC channel; it is safe to use from several threads (as
-gRPC's channels are). Close it with `close()` or a `with` block.
+A client holds one gRPC channel (one per rank of a sharded trainer, which
+it reads as one model: deltastream/fan_in.py); it is safe to use from several
+threads (as gRPC's channels are). Close it with `close()` or a `with` block.
 """
 
 import dataclasses
@@ -123,6 +124,10 @@ class _DeltaAssembler:
 
     def __init__(self):
         self._delta: Optional[Delta] = None
+        # The last delta's column blocks: fqn -> (col_offset, table_cols) of
+        # each table whose chunks name one (DeltaChunk.col_offset: a
+        # column-wise shard, served by one rank of a sharded trainer).
+        self.columns: Dict[str, Tuple[int, int]] = {}
         # Tables coming in several chunks: their arrays, and the next row.
         self._pending: Dict[str, Tuple[Dict[str, np.ndarray], int]] = {}
         # A dense parameter coming in pieces: its name, array, elements in.
@@ -142,6 +147,7 @@ class _DeltaAssembler:
                 run_id=h.run_id, run_start_batch=h.run_start_batch)
             self._pending = {}
             self._dense_piece = None
+            self.columns = {}
         if self._delta is None:
             raise ValueError("delta stream without a header")
         if chunk.HasField("dense"):
@@ -212,6 +218,8 @@ class _DeltaAssembler:
         if end > rows:
             raise ValueError(f"chunk rows [{start}, {end}) of "
                              f"{chunk.fqn} past its {rows} rows")
+        if chunk.table_cols > 0:
+            self.columns[chunk.fqn] = (chunk.col_offset, chunk.table_cols)
         arrays, received = self._pending.pop(chunk.fqn, ({}, 0))
         if start != received:
             raise ValueError(f"table '{chunk.fqn}': rows from {start} where "
@@ -252,22 +260,66 @@ def _read_request(consumer: str, fqns: Optional[Iterable[str]], top_k: TopK,
     return request
 
 
-class TrackerClient(_Connection):
+def _read_delta(stream) -> Tuple[Delta, Dict[str, Tuple[int, int]]]:
+    """The delta a GetDelta stream carries, and its tables' column blocks
+    (_DeltaAssembler.columns). RuntimeError when the stream ends early."""
+    assembler = _DeltaAssembler()
+    for chunk in stream:
+        delta = assembler.add(chunk)
+        if delta is not None:
+            return delta, assembler.columns
+    raise RuntimeError("the delta stream ended before its last chunk")
+
+
+class _TrackerService(_Connection):
+    """A channel to one tracker service and its stub: a one-process server,
+    or one rank of a sharded trainer."""
+
+    def __init__(self, target: str, token: Optional[str],
+                 root_certificates: Optional[bytes], timeout: Optional[float],
+                 max_message_bytes: int):
+        super().__init__(target, token, root_certificates, timeout,
+                         max_message_bytes)
+        self.stub = tracker_pb2_grpc.DeltaTrackerStub(self._channel)
+
+    def open_read(self, request: tracker_pb2.GetDeltaRequest,
+                  timeout: Optional[float]):
+        """Starts a GetDelta stream, bounded by `timeout` seconds (None:
+        unbounded); the stream is an iterator of chunks with cancel()."""
+        return self.stub.GetDelta(request, metadata=self._metadata,
+                                  timeout=timeout)
+
+    def open_subscription(self, request: tracker_pb2.SubscribeRequest,
+                          timeout: Optional[float]):
+        """Starts a Subscribe stream, bounded by `timeout` seconds."""
+        return self.stub.Subscribe(request, metadata=self._metadata,
+                                   timeout=timeout)
+
+
+class TrackerClient(_TrackerService):
     """A client of a tracker: tracker_server, or a trainer's --listen port.
 
     Consumer side: get, subscribe, commit, consumers, add_consumer,
-    remove_consumer, clear, status. Producer side (a Python trainer beside
-    tracker_server): push (one record of lookups) and step (closes the
-    batch). `token`: the bearer token (tracker_service/auth.h roles);
+    remove_consumer, clear, compact, status. Producer side (a Python trainer
+    beside tracker_server): push (one record of lookups) and step (closes
+    the batch). `token`: the bearer token (tracker_service/auth.h roles);
     `root_certificates`: PEM bytes to verify a TLS server (None: plaintext);
     `timeout`: seconds per unary call (None: none); `read_timeout`: seconds
     for a whole `get` stream (None: none), as the C++ client's 600 s.
 
-    One rank: a trainer of several ranks serves each rank's shards from its
-    own address; this client reads one address, so its consumer-side calls
-    refuse such a trainer (RuntimeError) rather than return one rank's part
-    of each table as the whole. Read it with `deltactl` or the C++
-    FanInClient (clients/fan_in_client.h), which merge every rank's.
+    A sharded trainer (several ranks, each serving its own shards from its
+    own address) is read as one model, as the C++ FanInClient reads it
+    (clients/fan_in_client.h): given any rank's address, the first call
+    discovers every rank (the Topology RPC) and the consumer-side calls fan
+    in: `get` reads every rank at one consistent cut and merges the parts
+    into full tables with global row IDs, ascending and each once;
+    `subscribe` polls; `commit`, `add_consumer`, `remove_consumer`, `clear`
+    and `compact` reach every rank; `status` merges the ranks'; `consumers`
+    is rank 0's. See deltastream/fan_in.py for the merge rules and errors
+    (a FanInError, a grpc.RpcError, names the rank or the table). With one
+    process (tracker_server, a one-process trainer) every call goes to
+    `target` unchanged. `push` and `step` always go to `target` (a trainer
+    refuses them: it records its own lookups).
     """
 
     def __init__(self, target: str, token: Optional[str] = None,
@@ -277,28 +329,15 @@ class TrackerClient(_Connection):
                  read_timeout: Optional[float] = 600.0):
         super().__init__(target, token, root_certificates, timeout,
                          max_message_bytes)
+        from .fan_in import FanIn  # fan_in imports this module
         self.read_timeout = read_timeout
-        self._stub = tracker_pb2_grpc.DeltaTrackerStub(self._channel)
-        self._world_size: Optional[int] = None
+        self._fan_in = FanIn(self, lambda address: _TrackerService(
+            address, token, root_certificates, timeout, max_message_bytes))
 
-    def _require_one_rank(self) -> None:
-        """RuntimeError for a trainer of several ranks (see the class)."""
-        if self._world_size is None:
-            try:
-                topology = self.call(self._stub.Topology,
-                                     tracker_pb2.TopologyRequest())
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise
-                self._world_size = 1  # a server older than Topology
-            else:
-                self._world_size = topology.world_size
-        if self._world_size > 1:
-            raise RuntimeError(
-                f"{self.target} is a rank of a trainer of {self._world_size} "
-                "ranks, each serving its own shards: this client reads one "
-                "rank's and would return part of each table; read through "
-                "deltactl or the C++ FanInClient (clients/fan_in_client.h)")
+    def close(self) -> None:
+        """Closes the channels (every rank's)."""
+        self._fan_in.close()
+        super().close()
 
     # Producer.
     def push(self, tables: Mapping[str, Union[np.ndarray, Tuple]]) -> int:
@@ -315,7 +354,7 @@ class TrackerClient(_Connection):
             tensors.from_numpy(np.asarray(ids).reshape(-1), table.ids)
             if states is not None:
                 tensors.from_numpy(states, table.states)
-        response = self.call(self._stub.Record, iter([request]))
+        response = self.call(self.stub.Record, iter([request]))
         if response.records != 1:
             raise RuntimeError(f"the server recorded {response.records} of 1 "
                                "record message")
@@ -323,7 +362,7 @@ class TrackerClient(_Connection):
 
     def step(self) -> int:
         """Closes the current batch; returns the new current batch."""
-        return self.call(self._stub.Step, tracker_pb2.StepRequest()).batch
+        return self.call(self.stub.Step, tracker_pb2.StepRequest()).batch
 
     # Consumer.
     def get(self, consumer: str, fqns: Optional[Iterable[str]] = None,
@@ -336,19 +375,14 @@ class TrackerClient(_Connection):
 
         fqns: the tables to read (None: all); top_k / per_table_top_k: a row
         count (int) or a percentage (float). The consumer's cursor moves (in
-        acknowledged mode, only once `commit` is called).
+        acknowledged mode, only once `commit` is called). A sharded trainer:
+        every rank's part at one cut, merged (top-k of a table split by
+        columns is refused: ValueError).
         """
-        self._require_one_rank()
         request = _read_request(consumer, fqns, top_k, per_table_top_k,
                                 include_scores, all_rows, include_dense,
                                 omit_states, omit_values, max_chunk_bytes)
-        assembler = _DeltaAssembler()
-        for chunk in self._stub.GetDelta(request, metadata=self._metadata,
-                                         timeout=self.read_timeout):
-            delta = assembler.add(chunk)
-            if delta is not None:
-                return delta
-        raise RuntimeError("the delta stream ended before its last chunk")
+        return self._fan_in.get(request, self.read_timeout)
 
     def subscribe(self, consumer: str, every_steps: int = 1,
                   every_ms: int = 0, fqns: Optional[Iterable[str]] = None,
@@ -360,55 +394,47 @@ class TrackerClient(_Connection):
         milliseconds, whichever first, starting with what is unread now.
 
         Returns a Subscription: iterate it for Deltas; `cancel()` ends it.
-        `timeout` bounds the whole stream (None: until cancelled).
+        `timeout` bounds the whole stream (None: until cancelled). A sharded
+        trainer: a fan_in.PollingSubscription, merged reads on the same
+        schedule.
         """
-        self._require_one_rank()
         request = tracker_pb2.SubscribeRequest(
             read=_read_request(consumer, fqns, top_k, None, include_scores,
                                all_rows, include_dense, omit_states,
                                omit_values, 0),
             every_steps=every_steps, every_ms=every_ms)
-        stream = self._stub.Subscribe(request, metadata=self._metadata,
-                                      timeout=timeout)
-        return Subscription(stream)
+        return self._fan_in.subscribe(request, self.read_timeout, timeout)
 
     def commit(self, consumer: str, end_batch: int) -> None:
-        """Acknowledged mode: makes the read that ended at `end_batch` final."""
-        self._require_one_rank()
-        self.call(self._stub.Commit, tracker_pb2.CommitRequest(
+        """Acknowledged mode: makes the read that ended at `end_batch` final
+        (on every rank of a sharded trainer)."""
+        self._fan_in.commit(tracker_pb2.CommitRequest(
             consumer=consumer, end_batch=end_batch))
 
     def consumers(self) -> List[str]:
-        """The tracker's consumers."""
-        return list(self.call(self._stub.ListConsumers,
-                              tracker_pb2.ListConsumersRequest()).consumers)
+        """The tracker's consumers (rank 0's of a sharded trainer)."""
+        return self._fan_in.consumers()
 
     def add_consumer(self, consumer: str) -> List[str]:
         """Adds a consumer (its cursor starts at the current batch)."""
-        self._require_one_rank()
-        return list(self.call(self._stub.AddConsumer,
-                              tracker_pb2.ConsumerRequest(
-                                  consumer=consumer)).consumers)
+        return self._fan_in.add_consumer(consumer)
 
     def remove_consumer(self, consumer: str) -> List[str]:
         """Removes a consumer (not the last one)."""
-        self._require_one_rank()
-        return list(self.call(self._stub.RemoveConsumer,
-                              tracker_pb2.ConsumerRequest(
-                                  consumer=consumer)).consumers)
+        return self._fan_in.remove_consumer(consumer)
 
     def clear(self, consumer: str = "") -> None:
         """clear(c): c skips to the present; clear(): drops everything."""
-        self._require_one_rank()
-        self.call(self._stub.Clear, tracker_pb2.ClearRequest(consumer=consumer))
+        self._fan_in.clear(consumer)
 
     def compact(self) -> None:
         """Compacts what compaction can merge without changing any read."""
-        self.call(self._stub.Compact, tracker_pb2.CompactRequest())
+        self._fan_in.compact()
 
     def status(self) -> tracker_pb2.StatusResponse:
-        """The tracker's state: mode, batch, consumers' lag, tables, bytes."""
-        return self.call(self._stub.Status, tracker_pb2.StatusRequest())
+        """The tracker's state: mode, batch, consumers' lag, tables, bytes
+        (a sharded trainer's ranks' merged: fan_in.merge_statuses)."""
+        return self._fan_in.status()
 
 
 class Subscription:
