@@ -11,7 +11,6 @@ import re
 import shutil
 import struct
 import subprocess
-import time
 import unittest
 import zlib
 

@@ -32,7 +32,7 @@ import os
 import re
 import struct
 import zlib
-from typing import BinaryIO, Dict, List, Optional, Tuple, Union
+from typing import BinaryIO, Dict, List, Tuple, Union
 
 import numpy as np
 
