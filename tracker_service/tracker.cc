@@ -265,10 +265,7 @@ int64_t Tracker::Step() {
     }
     int64_t oldest_unread = curr_batch_;
     for (const auto& [name, consumer] : consumers_) {
-      oldest_unread = std::min(oldest_unread, consumer->cursor);
-      for (const auto& [fqn, cursor] : consumer->table_cursors) {
-        oldest_unread = std::min(oldest_unread, cursor);
-      }
+      oldest_unread = std::min(oldest_unread, consumer->SmallestCursor());
     }
     batch_opened_.erase(batch_opened_.begin(),
                         batch_opened_.lower_bound(oldest_unread));
@@ -285,11 +282,8 @@ std::vector<std::string> Tracker::ExpireConsumersLocked(absl::Time now) {
   std::vector<std::string> lines;
   for (auto it = consumers_.begin(); it != consumers_.end();) {
     const Consumer& consumer = *it->second;
-    int64_t first_unread = consumer.cursor;
-    for (const auto& [fqn, cursor] : consumer.table_cursors) {
-      first_unread = std::min(first_unread, cursor);
-    }
-    first_unread = std::max<int64_t>(0, first_unread);
+    const int64_t first_unread =
+        std::max<int64_t>(0, consumer.SmallestCursor());
     // Gone, not merely waiting: silent, and a batch it has not read was
     // closed (the next one opened) that long ago. A subscription waiting
     // through a pause in training is not silent for long once the batches

@@ -61,12 +61,13 @@ struct TrackerOptions {
   // tables out.
   std::vector<std::string> model_fqns;
   // Consumers not in `consumers` (added at run time: a predictor named after
-  // its pod) that have left a closed batch unread for this long are removed
-  // at the next Step(), as RemoveConsumer would (never the last consumer):
-  // one that is gone (its pod scaled down, rescheduled or crashed) would
-  // otherwise hold every row it has not read, and the end-of-run drain. If
-  // it comes back, its next read is NotFound; it adds itself again and
-  // resyncs (a gap, clients/delta_continuity.h). Zero: never.
+  // its pod) that have neither read nor committed for this long, with a
+  // batch unread that was closed that long ago, are removed at a Step(), as
+  // RemoveConsumer would (never the last consumer): one that is gone (its pod
+  // scaled down, rescheduled or crashed) would otherwise hold every row it has
+  // not read, and the end-of-run drain. If it comes back, its next read is
+  // NotFound; it adds itself again and resyncs (a gap,
+  // clients/delta_continuity.h). Zero: never.
   absl::Duration expire_consumers_after = absl::ZeroDuration();
   // Receives one line per decision the tracker takes on its own (a consumer
   // expired), after its locks are released; may be empty.
@@ -553,12 +554,12 @@ class Tracker {
   // found them, so that delivering it is delivering a read made now.
   bool UnchangedLocked(const PreparedRead& read)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Delivers the read: a pending read (acknowledged mode), or the consumer's
-  // cursors moved to its end.
   // Removes the consumers TrackerOptions::expire_consumers_after expires at
   // `now`; returns a log line for each.
   std::vector<std::string> ExpireConsumersLocked(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Delivers the read: a pending read (acknowledged mode), or the consumer's
+  // cursors moved to its end.
   void DeliverLocked(const DeltaRequest& request, const PreparedRead& read)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every row of `fqn`, with its current value (DeltaRequest::all_rows).

@@ -33,6 +33,14 @@ struct Tracker::Consumer {
   // (TrackerOptions::expire_consumers_after).
   absl::Time last_contact = absl::Now();
 
+  // The oldest batch it may not have read: its smallest cursor.
+  int64_t SmallestCursor() const {
+    int64_t smallest = cursor;
+    for (const auto& [fqn, table_cursor] : table_cursors) {
+      smallest = std::min(smallest, table_cursor);
+    }
+    return smallest;
+  }
   // The ends of the pending reads of `fqn`.
   std::vector<int64_t> PendingEnds(const std::string& fqn) const {
     std::vector<int64_t> ends;
