@@ -27,7 +27,9 @@
 // 0 done (or stopped, everything saved), 1 training failed, 2 bad config or
 // flags; --stopped_exit_code gives a stop before the run's end a code of its
 // own, for schedulers that must not count it as the run's completion (a
-// Kubernetes Job, deploy/k8s/trainer.yaml).
+// Kubernetes Job, deploy/k8s/trainer.yaml), and --peer_failure_exit_code a
+// rank that failed only because another rank did (died, hung, or left with
+// a failure of its own), for schedulers that count failures per rank.
 #include <ATen/Parallel.h>
 #include <google/protobuf/text_format.h>
 #include <signal.h>
@@ -104,6 +106,12 @@ ABSL_FLAG(int, stopped_exit_code, 0,
           "any rank) ended before its step budget and the data's end, with "
           "everything saved: 0, or 3..125 for a scheduler that must restart "
           "the run rather than count it done (deploy/k8s/trainer.yaml)");
+ABSL_FLAG(int, peer_failure_exit_code, 0,
+          "several ranks: exit status of a rank whose run failed because of "
+          "another rank (one that died, hung or left the group with a "
+          "failure of its own), so that a scheduler counts only the rank at "
+          "fault: 0 (exit 1 as any failure), or 3..125 and not "
+          "--stopped_exit_code (deploy/k8s/trainer.yaml)");
 ABSL_FLAG(std::string, restore_chain, "",
           "override: checkpoint chain to start from when the checkpoint dir "
           "has no checkpoint of its own");
@@ -192,6 +200,7 @@ int LaunchRanks(int argc, char** argv, const sigset_t& signals) {
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.bind_cores = absl::GetFlag(FLAGS_bind_cores);
   options.stopped_exit_code = absl::GetFlag(FLAGS_stopped_exit_code);
+  options.peer_failure_exit_code = absl::GetFlag(FLAGS_peer_failure_exit_code);
   // This very binary, under the name it was started by (the ranks' lines
   // begin with it).
   options.executable = "/proc/self/exe";
@@ -288,12 +297,23 @@ absl::StatusOr<v1::TrainerConfig> ConfigFromCommandLine() {
   if (absl::GetFlag(FLAGS_max_restarts) < 0) {
     return absl::InvalidArgumentError("--max_restarts must be >= 0");
   }
+  // 1 and 2 already say "failed" and "refused"; above 125 the shells' own
+  // codes and 128 + a signal.
+  for (const auto& [name, code] :
+       {std::pair{"stopped_exit_code", absl::GetFlag(FLAGS_stopped_exit_code)},
+        std::pair{"peer_failure_exit_code",
+                  absl::GetFlag(FLAGS_peer_failure_exit_code)}}) {
+    if (code != 0 && (code < 3 || code > 125)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be 0 or in 3..125; got ", code));
+    }
+  }
   if (const int code = absl::GetFlag(FLAGS_stopped_exit_code);
-      code != 0 && (code < 3 || code > 125)) {
-    // 1 and 2 already say "failed" and "refused"; above 125 the shells'
-    // own codes and 128 + a signal.
-    return absl::InvalidArgumentError(
-        absl::StrCat("--stopped_exit_code must be 0 or in 3..125; got ", code));
+      code != 0 && code == absl::GetFlag(FLAGS_peer_failure_exit_code)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--stopped_exit_code and --peer_failure_exit_code must differ (a "
+        "stop saved everything, a peer's failure did not); both are ",
+        code));
   }
   if (const int port = absl::GetFlag(FLAGS_master_port);
       port < 0 || port > 65535) {
@@ -458,6 +478,14 @@ int Main(int argc, char** argv) {
   SignalWatch signal_watch(signals);
 
   std::unique_ptr<ProcessGroup> group;
+  // A failed run's exit status: --peer_failure_exit_code when the group
+  // failed because of another rank, else 1.
+  const auto failure_code = [&group] {
+    const int peer_code = absl::GetFlag(FLAGS_peer_failure_exit_code);
+    return peer_code != 0 && group != nullptr && group->failed_elsewhere()
+               ? peer_code
+               : kExitFailure;
+  };
   const bool ranked = std::getenv("RANK") != nullptr;
   if (ranked) {
     settings->device = LocalRankDevice(*settings, env->local_rank);
@@ -480,7 +508,7 @@ int Main(int argc, char** argv) {
     absl::Status agreed =
         shared.ok() ? AgreeOnConfig(*shared, *group) : shared.status();
     if (!agreed.ok()) {
-      return Fail(group->failed() ? kExitFailure : kExitUsage,
+      return Fail(group->failed() ? failure_code() : kExitUsage,
                   absl::StrCat("rank ", env->rank, ": ", agreed.message()));
     }
     settings->group = group.get();
@@ -518,7 +546,7 @@ int Main(int argc, char** argv) {
     // Refused (2) for what it was given, unless a collective failed: the
     // fault is then another rank's, or the network's.
     const bool group_failed = group != nullptr && group->failed();
-    return fail(group_failed ? kExitFailure : kExitUsage, trainer.status());
+    return fail(group_failed ? failure_code() : kExitUsage, trainer.status());
   }
   std::shared_ptr<TrackerMetrics> tracker_metrics;
   if ((*trainer)->tracker() != nullptr) {
@@ -544,7 +572,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<TrainerProgress> progress =
       (*trainer)->Run(signal_watch.stop(), (*trainer)->settings().steps);
   (*trainer)->StopService();
-  if (!progress.ok()) return fail(kExitFailure, progress.status());
+  if (!progress.ok()) return fail(failure_code(), progress.status());
   const int exit_code =
       progress->stopped ? absl::GetFlag(FLAGS_stopped_exit_code) : 0;
   if (rank != 0) return exit_code;

@@ -184,14 +184,23 @@ class ManifestsTest(unittest.TestCase):
     def test_a_stopped_trainer_resumes_and_a_refused_one_fails(self):
         # A stop (eviction, drain) must not complete the index: the trainer
         # exits with its stopped code, which the Job ignores (a new pod
-        # resumes); a refused config (exit 2) fails the Job.
+        # resumes), and so does a rank that failed only because another
+        # did (its peer failure code: one crash counts once against
+        # backoffLimit); a refused config (exit 2) fails the Job.
         spec = self.by_kind["Job"]["deltastream-trainer"]["spec"]
         pod = spec["template"]["spec"]
         self.assertEqual(pod["restartPolicy"], "Never")  # the policy's
         container = pod["containers"][0]
-        codes = [int(a.split("=", 1)[1]) for a in container["args"]
-                 if a.startswith("--stopped_exit_code=")]
-        self.assertEqual(len(codes), 1)
+
+        def code_of(flag):
+            codes = [int(a.split("=", 1)[1]) for a in container["args"]
+                     if a.startswith(flag + "=")]
+            self.assertEqual(len(codes), 1, flag)
+            return codes[0]
+
+        stopped = code_of("--stopped_exit_code")
+        peer_failure = code_of("--peer_failure_exit_code")
+        self.assertNotEqual(stopped, peer_failure)
         actions = {}
         for rule in spec["podFailurePolicy"]["rules"]:
             on = rule.get("onExitCodes")
@@ -201,7 +210,11 @@ class ManifestsTest(unittest.TestCase):
             self.assertEqual(on["operator"], "In")
             for code in on["values"]:
                 actions[code] = rule["action"]
-        self.assertEqual(actions.get(codes[0]), "Ignore")
+        self.assertEqual(actions.get(stopped), "Ignore")
+        self.assertEqual(actions.get(peer_failure), "Ignore")
+        # A crash of the rank at fault (1, or 128 + a signal) counts.
+        for counted in (1, 137):
+            self.assertNotIn(counted, actions)
         self.assertEqual(actions.get(2), "FailJob")
         self.assertIn({"type": "DisruptionTarget"},
                       [c for r in spec["podFailurePolicy"]["rules"]

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -147,9 +148,11 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
                      options.master_addr, ":", port, ", attempt ", attempt,
                      ")"));
     bool failed = false;
-    int first_failure_code = 1;  // the first failed rank's exit code
-    bool refused = false;        // a rank exited kExitUsage
-    bool stopped = false;        // a rank exited stopped_exit_code
+    // The first failed rank's exit code (1 for a signal), ranks that exited
+    // peer_failure_exit_code passed over.
+    std::optional<int> failure_code;
+    bool refused = false;  // a rank exited kExitUsage
+    bool stopped = false;  // a rank exited stopped_exit_code
     absl::Time kill_at = absl::InfiniteFuture();
     int signals_seen = 0;
     while (!running.empty()) {
@@ -160,9 +163,13 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
         running.erase(pid);
         stopped = stopped || Stopped(options, status);
         if (!Succeeded(status) && !Stopped(options, status)) {
-          log(absl::StrCat("rank ", rank, " ", Describe(status)));
-          if (!failed && WIFEXITED(status)) {
-            first_failure_code = WEXITSTATUS(status);
+          const bool followed =
+              options.peer_failure_exit_code != 0 && WIFEXITED(status) &&
+              WEXITSTATUS(status) == options.peer_failure_exit_code;
+          log(absl::StrCat("rank ", rank, " ", Describe(status),
+                           followed ? " (another rank's failure)" : ""));
+          if (!followed && !failure_code.has_value()) {
+            failure_code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
           }
           refused = refused ||
                     (WIFEXITED(status) && WEXITSTATUS(status) == kExitUsage);
@@ -203,7 +210,9 @@ int RunLocalRanks(const LocalLaunchOptions& options, const sigset_t& signals) {
       return kExitUsage;
     }
     if (stop_requested || attempt >= options.max_restarts) {
-      return first_failure_code;
+      // Every failed rank followed another's: the fault lies outside this
+      // launcher's ranks (another node's).
+      return failure_code.value_or(options.peer_failure_exit_code);
     }
     log(absl::StrCat("restarting the group (restart ", attempt + 1, " of ",
                      options.max_restarts, ")"));

@@ -37,6 +37,10 @@ struct LocalLaunchOptions {
   // saved" (the trainer's --stopped_exit_code; 0: none of its own). Not a
   // failure: the group is not restarted, and the launcher exits with it.
   int stopped_exit_code = 0;
+  // A rank's exit status for "failed because another rank did" (the
+  // trainer's --peer_failure_exit_code; 0: none of its own). A failure like
+  // any other, except for which code the launcher returns.
+  int peer_failure_exit_code = 0;
 };
 
 // A TCP port of the IPv4 `address` (not one: 127.0.0.1) that was free a
@@ -73,7 +77,9 @@ std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
 //   input would be refused again; the others' failures follow from its
 //   leaving, whichever exited first). Otherwise, with restarts left, the
 //   group is started again; else returns the exit code of the attempt's
-//   first failed rank, or 1 when it was killed by a signal.
+//   first failed rank (1 when it was killed by a signal), passing over
+//   ranks that exited `peer_failure_exit_code` unless every failed rank
+//   did (then that code: the fault lies with ranks of another launcher).
 // - A signal in `signals` (blocked by the caller: BlockTerminationSignals)
 //   is forwarded to every rank, which then stops as it would alone; a
 //   second one SIGKILLs them. Returns 0 when they then all exit 0 (no

@@ -3,8 +3,10 @@
 #include <ATen/ATen.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -116,6 +118,10 @@ struct ProcessGroup::Impl {
   std::map<std::string, CollectiveStats> stats ABSL_GUARDED_BY(mu);
   // Set by the first failed collective; every later call returns it.
   absl::Status broken ABSL_GUARDED_BY(mu);
+  // Whether a collective of this group or of a sibling failed because of
+  // other ranks (failed_elsewhere()): shared by a group and its siblings.
+  std::shared_ptr<std::atomic<bool>> failed_elsewhere =
+      std::make_shared<std::atomic<bool>>(false);
 
   int rank() const { return options.env.rank; }
   int size() const { return options.env.world_size; }
@@ -186,11 +192,15 @@ struct ProcessGroup::Impl {
           " after ", absl::FormatDuration(absl::Now() - start), ": ");
       absl::StatusOr<std::vector<int>> missing = MissingRanks();
       std::string who;
+      // Other ranks to blame: the store's host unreachable (from another
+      // rank), or ranks that left or never reported.
+      bool elsewhere = false;
       if (!missing.ok()) {
         who = absl::StrCat(
             "rank 0 (the store's host at ", options.env.master_addr, ":",
             options.env.master_port, ") is unreachable, dead or hung (",
             missing.status().message(), ")");
+        elsewhere = rank() != 0;
       } else {
         std::vector<std::string> parts;
         for (const auto& [r, why] : LeftRanks()) {
@@ -202,9 +212,11 @@ struct ProcessGroup::Impl {
               absl::StrJoin(*missing, ", "), " did not report within ",
               absl::FormatDuration(options.timeout), " (dead or hung)"));
         }
+        elsewhere = !parts.empty();
         who = parts.empty() ? "every rank saw it fail"
                             : absl::StrJoin(parts, "; ");
       }
+      if (elsewhere) *failed_elsewhere = true;
       const std::string message = absl::StrCat(head, who, "; c10d: ", cause);
       broken = timed_out ? absl::DeadlineExceededError(message)
                          : absl::UnavailableError(message);
@@ -384,6 +396,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::CreateSibling(
   auto impl = std::make_unique<Impl>();
   impl->options = impl_->options;
   impl->is_gloo = impl_->is_gloo;
+  impl->failed_elsewhere = impl_->failed_elsewhere;
   impl->store = c10::make_intrusive<::c10d::PrefixStore>(
       absl::StrCat(name, "/"), impl_->store);
   return Connect(std::move(impl),
@@ -545,6 +558,8 @@ bool ProcessGroup::failed() const {
   return !impl_->broken.ok();
 }
 
+bool ProcessGroup::failed_elsewhere() const { return *impl_->failed_elsewhere; }
+
 void ProcessGroup::Leave(const absl::Status& why) {
   absl::MutexLock lock(&impl_->mu);
   if (!impl_->broken.ok()) return;
@@ -556,6 +571,12 @@ void ProcessGroup::Leave(const absl::Status& why) {
   } catch (const std::exception&) {
     // The store is gone: the others find this rank gone as a dead one.
   }
+  // Then its connections close, as they would at its exit: a collective the
+  // others wait in for this rank fails at once (a peer's connection closed)
+  // and finds the reason above, though this rank may stay alive a while
+  // (serving its consumers' last reads). No collective is in flight: they
+  // run under `mu`. NCCL's communicators are left to the process's exit.
+  if (impl_->is_gloo) impl_->backend.reset();
 }
 
 absl::Status ProcessGroup::StoreSet(absl::string_view key,

@@ -138,15 +138,26 @@ class ProcessGroup {
 
   // Tells the other ranks that this one leaves the group because of `why`
   // (a failure of its own: a checkpoint it cannot read, a port it cannot
-  // bind), before it exits. Their next collective fails at once, naming this
-  // rank and `why`, instead of waiting out the timeout for a rank that never
-  // reports (dead or hung). Does nothing once the group has failed (the
-  // others know); every later call on this rank fails. Best effort: with the
-  // store gone, the others find this rank as they would a dead one.
+  // bind), then closes its connections (Gloo). Their next or pending
+  // collective fails at once, naming this rank and `why`, instead of
+  // waiting out the timeout for a rank that never reports (dead or hung),
+  // even while this process stays alive. Does nothing once the group has
+  // failed (the others know); every later call on this rank fails. Best
+  // effort: with the store gone, the others find this rank as they would a
+  // dead one. Siblings (CreateSibling) are not left: leave each.
   void Leave(const absl::Status& why);
   // Whether a collective has failed or Leave was called: every later call
   // fails.
   bool failed() const;
+  // Whether a collective of this group, or of a sibling (CreateSibling),
+  // failed because of other ranks: it named a rank that left the group or
+  // never reported (dead or hung), or, on a rank other than 0, found the
+  // store's host gone. False while the group works, after Leave alone (a
+  // failure of this rank's own), and when every rank saw the collective
+  // fail (no rank to blame). A launcher can then tell the rank at fault
+  // from those that only followed it (the trainer's
+  // --peer_failure_exit_code).
+  bool failed_elsewhere() const;
 
   // Per label, since construction or the last ResetStats.
   std::map<std::string, CollectiveStats> Stats() const;

@@ -624,8 +624,8 @@ ShardedCollection<Collection, Local, Output>::ComputeAndDistribute(
     // own (a post-lookup hook, such as the tracker's, or memory), and the
     // other ranks are on their way into the output distribution, which this
     // rank will not join. It leaves the group, so that they name it and its
-    // reason instead of a rank that did not report (dead or hung): at once
-    // once this process exits, else after their collective timeout.
+    // reason, at once, instead of a rank that did not report (dead or hung)
+    // after their collective timeout.
     if (group_->world_size() > 1) {
       group_->Leave(
           absl::Status(local_output.status().code(),

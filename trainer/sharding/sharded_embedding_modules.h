@@ -249,8 +249,8 @@ class ShardedCollection : public ShardedEmbeddingModule {
   // error: the inputs were checked on every rank), the other ranks are
   // already bound for the output distribution: at world sizes above 1 this
   // rank then leaves the group (ProcessGroup::Leave) with the error, so that
-  // their collective names it and why (at once when this process exits);
-  // the group is unusable afterwards.
+  // their collective names it and why, at once; the group is unusable
+  // afterwards.
   absl::StatusOr<Output> ComputeAndDistribute(const DistributedBatch& batch);
 
  protected:

@@ -107,12 +107,14 @@ TEST(RunLocalRanksTest, ASingleRankKeepsLibTorchsDefault) {
 // appends a line to $DIR/attempts).
 std::pair<int, int> ExitCodeAndAttempts(const std::string& name,
                                         const std::string& script,
-                                        int stopped_exit_code = 0) {
+                                        int stopped_exit_code = 0,
+                                        int peer_failure_exit_code = 0) {
   const std::string dir = absl::StrCat(TestTempDir(), "/", name);
   LocalLaunchOptions options;
   options.nproc_per_node = 2;
   options.max_restarts = 2;
   options.stopped_exit_code = stopped_exit_code;
+  options.peer_failure_exit_code = peer_failure_exit_code;
   options.argv = {
       "/bin/sh", "-c",
       absl::StrCat("DIR=", dir, "; mkdir -p $DIR; [ $RANK = 0 ] && ",
@@ -155,6 +157,32 @@ TEST(RunLocalRanksTest, RanksThatStoppedEndTheLaunchWithTheStoppedCode) {
   // Without a stopped code, 3 is a failure like any other.
   EXPECT_EQ(ExitCodeAndAttempts("three_failed", "exit 3"),
             std::make_pair(3, 3));
+}
+
+TEST(RunLocalRanksTest, RanksThatFollowedAnothersFailureAreNotBlamed) {
+  // Rank 0 exits first with the code of a rank that failed because another
+  // did (the trainer's --peer_failure_exit_code); rank 1, the one at fault,
+  // exits 1 after it (ignoring the launcher's SIGTERM, as a rank busy
+  // failing would not see it). The launch is restarted as after any
+  // failure, and ends with rank 1's code.
+  EXPECT_EQ(ExitCodeAndAttempts("peer_then_own",
+                                "if [ $RANK = 1 ]; then trap '' TERM; "
+                                "sleep 0.3; exit 1; fi; exit 4",
+                                /*stopped_exit_code=*/3,
+                                /*peer_failure_exit_code=*/4),
+            std::make_pair(1, 3));
+  // A rank at fault killed by a signal: 1.
+  EXPECT_EQ(ExitCodeAndAttempts("peer_then_killed",
+                                "if [ $RANK = 1 ]; then sleep 0.3; "
+                                "kill -KILL $$; fi; exit 4",
+                                /*stopped_exit_code=*/3,
+                                /*peer_failure_exit_code=*/4),
+            std::make_pair(1, 3));
+  // Every rank followed another's failure (the rank at fault runs under
+  // another launcher, on another node): the launch ends with that code.
+  EXPECT_EQ(ExitCodeAndAttempts("all_peer", "exit 4", /*stopped_exit_code=*/3,
+                                /*peer_failure_exit_code=*/4),
+            std::make_pair(4, 3));
 }
 
 // Whether process `pid` is gone: no such process, or a zombie left for

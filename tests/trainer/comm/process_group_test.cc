@@ -134,6 +134,8 @@ int FailingRankScenario(ProcessGroup& group, bool hang) {
                    static_cast<long long>(
                        absl::ToInt64Milliseconds(absl::Now() - start)),
                    s.ToString().c_str());
+      // The fault is the dying rank's.
+      RANK_CHECK(group.failed_elsewhere());
       return kCollectiveFailed;
     }
   }
@@ -141,23 +143,32 @@ int FailingRankScenario(ProcessGroup& group, bool hang) {
 }
 
 // Rank 1 fails on its own after the first collective (say its checkpoint
-// file is damaged), tells the group why (Leave) and exits; the others'
-// next collective fails at once with its reason.
+// file is damaged) and tells the group why (Leave), then stays alive for
+// longer than the others' collective timeout (as a trainer serving its
+// consumers' last reads); the others' next collective fails at once with its
+// reason.
 int LeavingRankScenario(ProcessGroup& group) {
   at::Tensor t = at::ones({4});
   RANK_OK(group.AllReduceSum(t, "test.first"));
   const absl::Time start = absl::Now();
   if (group.rank() == 1) {
+    // Let the others enter their collective first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     group.Leave(absl::DataLossError("rank-00001-of-00003.pt is damaged"));
     RANK_CHECK(!group.AllReduceSum(t, "test.after_leaving").ok());
+    RANK_CHECK(!group.failed_elsewhere());  // its own failure
+    std::this_thread::sleep_for(std::chrono::seconds(8));
     return 0;
   }
+  RANK_CHECK(!group.failed_elsewhere());
   absl::Status s = group.AllReduceSum(t, "test.after_failure");
   std::fprintf(
       stderr, "FAILED after %lld ms: %s\n",
       static_cast<long long>(absl::ToInt64Milliseconds(absl::Now() - start)),
       s.ToString().c_str());
-  return s.ok() ? 0 : kCollectiveFailed;
+  if (s.ok()) return 0;
+  RANK_CHECK(group.failed_elsewhere());  // rank 1's
+  return kCollectiveFailed;
 }
 
 int RunScenario(const std::string& scenario) {
@@ -244,7 +255,8 @@ TEST(ProcessGroupTest, HungRankFailsTheOthersWithItsName) {
 }
 
 // A rank that leaves (a failure of its own) is named with its reason by
-// every other rank at once, not after the timeout as a dead or hung one.
+// every other rank at once, not after the timeout as a dead or hung one,
+// though it is still alive.
 TEST(ProcessGroupTest, ARankThatLeavesIsNamedWithItsReasonAtOnce) {
   const int timeout_s = 20;
   std::vector<RankResult> results =

@@ -5,7 +5,8 @@
 #     bound to cores of its own (--bind_cores), with one intra-op thread
 #     per core of its own;
 #  2. a SIGKILLed rank stops the other within the collective timeout, and
-#     the launcher exits 1 naming the rank;
+#     the launcher exits 1 naming the rank; the other, which failed only
+#     because of it, exits --peer_failure_exit_code;
 #  3. SIGTERM to the launcher stops both ranks at the same step, cleanly,
 #     and so does one SIGINT to the launcher's whole process group (a
 #     terminal's Ctrl-C): the ranks run in a group of their own, so that
@@ -113,7 +114,7 @@ wait_launcher() {
 }
 
 # 2. A dead rank.
-if start_endless dead; then
+if ENDLESS_FLAGS=--peer_failure_exit_code=4 start_endless dead; then
   rank1=$(pgrep -P "$launcher" | sort -n | tail -1)
   start=$(date +%s)
   kill -9 "$rank1"
@@ -124,6 +125,8 @@ if start_endless dead; then
     fail "dead rank: not named: $(cat "$DIR/dead.err")"
   grep -q 'rank 0: .*rank 1' "$DIR/dead.err" ||
     fail "dead rank: rank 0's error does not name rank 1: $(cat "$DIR/dead.err")"
+  grep -q "rank 0 exited with code 4 (another rank's failure)" "$DIR/dead.err" ||
+    fail "dead rank: rank 0 did not exit 4: $(cat "$DIR/dead.err")"
   echo "a SIGKILLed rank stopped the group in ${elapsed} s"
 fi
 
