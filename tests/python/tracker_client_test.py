@@ -6,6 +6,8 @@ the real deltactl."""
 import os
 import re
 import subprocess
+import threading
+import time
 import unittest
 
 import grpc
@@ -70,6 +72,23 @@ class TrackerClientTest(unittest.TestCase):
                 if len(got) >= 6:
                     break
         self.assertEqual(sorted(got), [0, 1, 2, 100, 101, 102])
+
+    def test_cancel_from_another_thread_ends_the_iteration(self):
+        # A loop over a subscription ends cleanly when another thread
+        # cancels it, as a sharded trainer's polling subscription does.
+        self.client.push({"m.cancel": (np.array([1]),
+                                       np.ones((1, 2), np.float32))})
+        self.client.step()
+        self.client.add_consumer("cancelled")
+        with self.client.subscribe("cancelled", fqns=["m.cancel"],
+                                   every_steps=1, timeout=20) as subscription:
+            timer = threading.Timer(0.5, subscription.cancel)
+            timer.start()
+            start = time.monotonic()
+            for _ in subscription:  # no step: only the cancel ends it
+                pass
+            timer.join()
+        self.assertLess(time.monotonic() - start, 10)
 
     def test_consumers_status_and_errors(self):
         self.assertIn("a", self.client.consumers())

@@ -443,19 +443,30 @@ class Subscription:
     def __init__(self, stream):
         self._stream = stream
         self._assembler = _DeltaAssembler()
+        self._cancelled = False
 
     def __iter__(self) -> Iterator[Delta]:
         return self
 
     def __next__(self) -> Delta:
-        for chunk in self._stream:
-            delta = self._assembler.add(chunk)
-            if delta is not None:
-                return delta
+        try:
+            for chunk in self._stream:
+                delta = self._assembler.add(chunk)
+                if delta is not None:
+                    return delta
+        except grpc.RpcError as e:
+            # Our own cancel() (from any thread) ends the iteration, as it
+            # ends a sharded trainer's polling subscription; any other
+            # error is the caller's to see.
+            if not (self._cancelled and
+                    e.code() == grpc.StatusCode.CANCELLED):
+                raise
         raise StopIteration
 
     def cancel(self) -> None:
-        """Ends the stream (the server stops pushing)."""
+        """Ends the stream (the server stops pushing); iteration stops
+        after a delta in flight."""
+        self._cancelled = True
         self._stream.cancel()
 
     def __enter__(self):
