@@ -80,6 +80,9 @@ std::optional<std::string> RankOmpNumThreads(int nproc_per_node,
 //   first failed rank (1 when it was killed by a signal), passing over
 //   ranks that exited `peer_failure_exit_code` unless every failed rank
 //   did (then that code: the fault lies with ranks of another launcher).
+//   A rank killed by a signal counts as at fault, even the launcher's own
+//   SIGKILL after the grace period (a hung rank is the likelier fault than
+//   one slow to follow another's failure).
 // - A signal in `signals` (blocked by the caller: BlockTerminationSignals)
 //   is forwarded to every rank, which then stops as it would alone; a
 //   second one SIGKILLs them. Returns 0 when they then all exit 0 (no

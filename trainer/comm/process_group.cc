@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -39,6 +40,14 @@ std::string Text(const std::vector<uint8_t>& bytes) {
 // reason when it leaves (Leave).
 std::string FailedKey(int rank) { return absl::StrCat("failed/", rank); }
 std::string LeftKey(int rank) { return absl::StrCat("left/", rank); }
+
+// Whether a rank of the group on `store` has seen it fail (or left it).
+bool AnyRankFailed(::c10d::Store& store, int world_size) {
+  for (int r = 0; r < world_size; ++r) {
+    if (store.check({FailedKey(r)})) return true;
+  }
+  return false;
+}
 
 bool IsLoopback(const std::string& addr) {
   return addr == "localhost" || absl::StartsWith(addr, "127.");
@@ -118,6 +127,9 @@ struct ProcessGroup::Impl {
   std::map<std::string, CollectiveStats> stats ABSL_GUARDED_BY(mu);
   // Set by the first failed collective; every later call returns it.
   absl::Status broken ABSL_GUARDED_BY(mu);
+  // When the group formed or its last collective ended: a rank that enters a
+  // collective more than a timeout later kept the others waiting.
+  absl::Time last_done ABSL_GUARDED_BY(mu) = absl::Now();
   // Whether a collective of this group or of a sibling failed because of
   // other ranks (failed_elsewhere()): shared by a group and its siblings.
   std::shared_ptr<std::atomic<bool>> failed_elsewhere =
@@ -193,14 +205,17 @@ struct ProcessGroup::Impl {
       absl::StatusOr<std::vector<int>> missing = MissingRanks();
       std::string who;
       // Other ranks to blame: the store's host unreachable (from another
-      // rank), or ranks that left or never reported.
+      // rank), or ranks that left or never reported; never when this rank
+      // came to the collective late enough for the others to have given up
+      // on it (it is then the likelier fault, and its failure must count).
+      const bool on_time = start - last_done <= options.timeout;
       bool elsewhere = false;
       if (!missing.ok()) {
         who = absl::StrCat(
             "rank 0 (the store's host at ", options.env.master_addr, ":",
             options.env.master_port, ") is unreachable, dead or hung (",
             missing.status().message(), ")");
-        elsewhere = rank() != 0;
+        elsewhere = on_time && rank() != 0;
       } else {
         std::vector<std::string> parts;
         for (const auto& [r, why] : LeftRanks()) {
@@ -212,7 +227,7 @@ struct ProcessGroup::Impl {
               absl::StrJoin(*missing, ", "), " did not report within ",
               absl::FormatDuration(options.timeout), " (dead or hung)"));
         }
-        elsewhere = !parts.empty();
+        elsewhere = on_time && !parts.empty();
         who = parts.empty() ? "every rank saw it fail"
                             : absl::StrJoin(parts, "; ");
       }
@@ -222,6 +237,7 @@ struct ProcessGroup::Impl {
                          : absl::UnavailableError(message);
       return broken;
     }
+    last_done = absl::Now();
     CollectiveStats& s = stats[std::string(label)];
     ++s.calls;
     s.bytes_sent += bytes_sent;
@@ -265,21 +281,44 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
         "Gloo)"));
   }
   const std::string where = absl::StrCat(env.master_addr, ":", env.master_port);
+  const absl::Time deadline = absl::Now() + options.rendezvous_timeout;
   try {
     ::c10d::TCPStoreOptions store_options;
     store_options.port = static_cast<uint16_t>(env.master_port);
     store_options.isServer = !env.use_agent_store && env.rank == 0;
     if (!env.use_agent_store) store_options.numWorkers = env.world_size;
     store_options.waitWorkers = !env.use_agent_store;
-    store_options.timeout = ToChrono(options.rendezvous_timeout);
-    c10::intrusive_ptr<::c10d::Store> store =
-        c10::make_intrusive<::c10d::TCPStore>(env.master_addr, store_options);
-    if (env.use_agent_store) {
-      store = c10::make_intrusive<::c10d::PrefixStore>(
-          absl::StrCat("/worker/attempt_", env.restart_count), store);
+    while (true) {
+      store_options.timeout =
+          ToChrono(std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+      c10::intrusive_ptr<::c10d::Store> store =
+          c10::make_intrusive<::c10d::TCPStore>(env.master_addr, store_options);
+      if (env.use_agent_store) {
+        store = c10::make_intrusive<::c10d::PrefixStore>(
+            absl::StrCat("/worker/attempt_", env.restart_count), store);
+      }
+      impl->store =
+          c10::make_intrusive<::c10d::PrefixStore>("deltastream_pg/", store);
+      // The store of a group that failed: a previous run's, whose host is
+      // still reporting its failure (up to a collective timeout) when this
+      // rank's restarted process reaches it (a Kubernetes pod recreated
+      // before its peers have exited). Joining it would fail, or be refused
+      // as a second process of this RANK: wait for that host to exit and
+      // this run's to come up.
+      if (store_options.isServer || env.use_agent_store ||
+          !AnyRankFailed(*impl->store, env.world_size)) {
+        break;
+      }
+      impl->store.reset();
+      if (absl::Now() >= deadline) {
+        return absl::UnavailableError(absl::StrCat(
+            "rank ", env.rank, " of ", env.world_size, ": the TCPStore at ",
+            where, " still held a failed group's keys after ",
+            absl::FormatDuration(options.rendezvous_timeout),
+            " (a previous run's rank 0 that did not exit)"));
+      }
+      absl::SleepFor(absl::Milliseconds(500));
     }
-    impl->store =
-        c10::make_intrusive<::c10d::PrefixStore>("deltastream_pg/", store);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat(
         "rank ", env.rank, " of ", env.world_size,
@@ -387,6 +426,10 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Connect(
         absl::StrCat("rank ", env.rank, " of ", env.world_size, ": connecting ",
                      impl->is_gloo ? "Gloo" : "NCCL", " through ", where,
                      " failed: ", e.what()));
+  }
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->last_done = absl::Now();
   }
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }

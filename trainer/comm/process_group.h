@@ -152,11 +152,14 @@ class ProcessGroup {
   // Whether a collective of this group, or of a sibling (CreateSibling),
   // failed because of other ranks: it named a rank that left the group or
   // never reported (dead or hung), or, on a rank other than 0, found the
-  // store's host gone. False while the group works, after Leave alone (a
-  // failure of this rank's own), and when every rank saw the collective
-  // fail (no rank to blame). A launcher can then tell the rank at fault
-  // from those that only followed it (the trainer's
-  // --peer_failure_exit_code).
+  // store's host gone, and this rank had entered it on time (within the
+  // timeout of the group's forming or its previous collective: a rank
+  // later than that kept the others waiting until they gave up, and is
+  // itself the likelier fault). False while the group works, after Leave
+  // alone (a failure of this rank's own), and when every rank saw the
+  // collective fail (no rank to blame). It errs towards false: a
+  // scheduler that counts failures per rank (the trainer's
+  // --peer_failure_exit_code) may count one failure twice, never none.
   bool failed_elsewhere() const;
 
   // Per label, since construction or the last ResetStats.

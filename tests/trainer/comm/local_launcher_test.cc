@@ -134,9 +134,13 @@ TEST(RunLocalRanksTest, ARefusingRankEndsTheLaunchWithItsCode) {
   // (rank 1 ignores the launcher's SIGTERM meanwhile, as a rank busy
   // leaving would not see it). The launch exits 2 and is not restarted: it
   // would be refused again.
+  // (Rank 0 exits once rank 1 ignores SIGTERM: before its trap, the
+  // launcher's SIGTERM would end it, a failure of another kind.)
   EXPECT_EQ(ExitCodeAndAttempts("refused",
                                 "if [ $RANK = 1 ]; then trap '' TERM; "
-                                "sleep 0.3; exit 2; fi; exit 1"),
+                                "touch $DIR/trapped; sleep 0.3; exit 2; fi; "
+                                "until [ -e $DIR/trapped ]; do sleep 0.01; "
+                                "done; exit 1"),
             std::make_pair(2, 1));
   // A failure that may pass (exit 1) is restarted, and ends with its code.
   EXPECT_EQ(ExitCodeAndAttempts("failed", "[ $RANK = 1 ] && exit 1; sleep 30"),
@@ -171,16 +175,24 @@ TEST(RunLocalRanksTest, RanksThatFollowedAnothersFailureAreNotBlamed) {
                                 /*stopped_exit_code=*/3,
                                 /*peer_failure_exit_code=*/4),
             std::make_pair(1, 3));
-  // A rank at fault killed by a signal: 1.
+  // A rank at fault killed by a signal (its own, not the launcher's): 1.
   EXPECT_EQ(ExitCodeAndAttempts("peer_then_killed",
-                                "if [ $RANK = 1 ]; then sleep 0.3; "
-                                "kill -KILL $$; fi; exit 4",
+                                "if [ $RANK = 1 ]; then trap '' TERM; "
+                                "sleep 0.3; kill -KILL $$; fi; exit 4",
                                 /*stopped_exit_code=*/3,
                                 /*peer_failure_exit_code=*/4),
             std::make_pair(1, 3));
   // Every rank followed another's failure (the rank at fault runs under
   // another launcher, on another node): the launch ends with that code.
-  EXPECT_EQ(ExitCodeAndAttempts("all_peer", "exit 4", /*stopped_exit_code=*/3,
+  // (Each rank exits once both ignore the launcher's SIGTERM, which would
+  // end the other before its trap: a failure of another kind.)
+  EXPECT_EQ(ExitCodeAndAttempts("all_peer",
+                                "A=$TORCHELASTIC_RESTART_COUNT; trap '' TERM; "
+                                "touch $DIR/trapped.$A.$RANK; "
+                                "until [ -e $DIR/trapped.$A.0 ] && "
+                                "[ -e $DIR/trapped.$A.1 ]; do sleep 0.01; "
+                                "done; exit 4",
+                                /*stopped_exit_code=*/3,
                                 /*peer_failure_exit_code=*/4),
             std::make_pair(4, 3));
 }

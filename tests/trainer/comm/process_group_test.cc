@@ -143,10 +143,10 @@ int FailingRankScenario(ProcessGroup& group, bool hang) {
 }
 
 // Rank 1 fails on its own after the first collective (say its checkpoint
-// file is damaged) and tells the group why (Leave), then stays alive for
-// longer than the others' collective timeout (as a trainer serving its
-// consumers' last reads); the others' next collective fails at once with its
-// reason.
+// file is damaged) and tells the group why (Leave), then stays alive for 8 s
+// (as a trainer serving its consumers' last reads); the others' next
+// collective fails at once with its reason, long before that exit and
+// their collective timeout.
 int LeavingRankScenario(ProcessGroup& group) {
   at::Tensor t = at::ones({4});
   RANK_OK(group.AllReduceSum(t, "test.first"));
@@ -171,6 +171,24 @@ int LeavingRankScenario(ProcessGroup& group) {
   return kCollectiveFailed;
 }
 
+// Rank 1 comes to a collective 3 timeouts late (say a checkpoint write
+// stalled): rank 0 gives up on it and exits, blaming it; rank 1, whose
+// collective then fails too (its peer and the store gone), blames no one
+// else: its failure must count.
+int LateRankScenario(ProcessGroup& group) {
+  at::Tensor t = at::ones({4});
+  RANK_OK(group.AllReduceSum(t, "test.first"));
+  if (group.rank() == 1) {
+    std::this_thread::sleep_for(3 * absl::ToChronoSeconds(group.timeout()));
+  }
+  absl::Status s = group.AllReduceSum(t, "test.after_failure");
+  RANK_CHECK(!s.ok());
+  std::fprintf(stderr, "rank %d failed: %s\n", group.rank(),
+               s.ToString().c_str());
+  RANK_CHECK(group.failed_elsewhere() == (group.rank() == 0));
+  return kCollectiveFailed;
+}
+
 int RunScenario(const std::string& scenario) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       testing::RankGroupFromEnv(absl::Seconds(20));
@@ -182,6 +200,7 @@ int RunScenario(const std::string& scenario) {
   if (scenario == "dead") return FailingRankScenario(**group, false);
   if (scenario == "hang") return FailingRankScenario(**group, true);
   if (scenario == "leave") return LeavingRankScenario(**group);
+  if (scenario == "late") return LateRankScenario(**group);
   std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
   return 1;
 }
@@ -278,6 +297,15 @@ TEST(ProcessGroupTest, ARankThatLeavesIsNamedWithItsReasonAtOnce) {
     EXPECT_LT(std::atoll(result.output.c_str() + at + 13), 5000)
         << result.output;
     if (r == 0) std::printf("rank 0 reported: %s", result.output.c_str());
+  }
+}
+
+TEST(ProcessGroupTest, ALateRankIsBlamedByTheOthersAndNotByItself) {
+  std::vector<RankResult> results = RunRanks(
+      "late", 2, absl::Seconds(30), {{"TEST_COLLECTIVE_TIMEOUT_S", "2"}});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_FALSE(results[r].timed_out) << "rank " << r << " hung";
+    EXPECT_EQ(results[r].exit_code, kCollectiveFailed) << results[r].output;
   }
 }
 
@@ -402,6 +430,49 @@ TEST(ProcessGroupTest, ALaunchThatCannotFormAGroupIsRefusedAtOnce) {
       EXPECT_TRUE(absl::StrContains(status[i].message(), c.fault)) << status[i];
     }
   }
+}
+
+// A rank restarted while the previous run's rank 0 still hosts the store,
+// reporting that run's failure (a Kubernetes pod recreated before its peers
+// exited): it waits for that store to go and joins the new run's, instead
+// of joining the old group's keys (refused there, as a second RANK or
+// another WORLD_SIZE, or failing with its host).
+TEST(ProcessGroupTest, ARestartedRankWaitsOutAFailedGroupsStore) {
+  const int port = testing::FreePort();
+  ProcessGroupOptions old_host;  // the old run's store, as rank 0 of 1
+  old_host.env.master_port = port;
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> stale =
+      ProcessGroup::Create(old_host);
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  ASSERT_TRUE((*stale)->StoreSet("failed/0", "1").ok());  // it failed
+
+  auto options = [port](int rank) {
+    ProcessGroupOptions o;
+    o.env.rank = rank;
+    o.env.world_size = 2;
+    o.env.local_rank = rank;
+    o.env.local_world_size = 2;
+    o.env.master_port = port;
+    o.rendezvous_timeout = absl::Seconds(30);
+    return o;
+  };
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> rank1 =
+      absl::UnknownError("not run");
+  std::thread restarted([&] { rank1 = ProcessGroup::Create(options(1)); });
+  absl::SleepFor(absl::Seconds(2));  // rank 1 finds the old store meanwhile
+  stale->reset();                    // the old rank 0 exits
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> rank0 =
+      absl::UnknownError("not run");
+  std::thread new_host([&] { rank0 = ProcessGroup::Create(options(0)); });
+  restarted.join();
+  new_host.join();
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  ASSERT_TRUE(rank1.ok()) << rank1.status();
+  at::Tensor t0 = at::ones({2}), t1 = at::ones({2});
+  std::thread sum([&] { EXPECT_TRUE((*rank1)->AllReduceSum(t1, "t").ok()); });
+  EXPECT_TRUE((*rank0)->AllReduceSum(t0, "t").ok());
+  sum.join();
+  EXPECT_EQ(t0[0].item<float>(), 2.0f);
 }
 
 class ScopedEnv {
