@@ -474,7 +474,8 @@ v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
     merged.set_cap_compactions(merged.cap_compactions() +
                                rank.cap_compactions());
     merged.set_cap_drops(merged.cap_drops() + rank.cap_drops());
-    // Every rank expires the same consumers.
+    // The ranks expire the same consumers, each by its own clock (one may do
+    // so a step before another): the most any rank removed.
     merged.set_consumers_expired(
         std::max(merged.consumers_expired(), rank.consumers_expired()));
     merged.set_dropped_ids(merged.dropped_ids() + rank.dropped_ids());

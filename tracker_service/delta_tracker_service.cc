@@ -497,7 +497,12 @@ grpc::Status DeltaTrackerService::ServeDelta(grpc::ServerContext* context,
     absl::StatusOr<Delta> delta = ReadAtCut(
         context, request.cut(), *read, fill_while_sending ? &fill : nullptr);
     if (!delta.ok()) return ToGrpcStatus(delta.status());
-    return WriteDelta(context, *delta, request, sink, fill.get());
+    const grpc::Status written =
+        WriteDelta(context, *delta, request, sink, fill.get());
+    // A transfer may outlast the consumer expiry's silence (a large delta to
+    // a slow client): its end is contact too.
+    tracker_->Touch(read->consumer);
+    return written;
   });
 }
 
@@ -565,6 +570,11 @@ grpc::Status DeltaTrackerService::Subscribe(
             absl::Now(), read->continue_from);
     if (!schedule.ok()) return ToGrpcStatus(schedule.status());
     MessageSink sink(writer);
+    // A subscription waiting for its next push, and one whose push took long
+    // to send, is a consumer in contact (consumer expiry): touched at most
+    // every kTouchEvery while it waits, and after every push.
+    constexpr absl::Duration kTouchEvery = absl::Seconds(10);
+    absl::Time touched = absl::Now();
     while (true) {
       if (context->IsCancelled()) return kClientGone;
       if (stopping_) {
@@ -573,6 +583,10 @@ grpc::Status DeltaTrackerService::Subscribe(
       }
       const int64_t current = tracker_->current_batch();
       const absl::Time now = absl::Now();
+      if (now - touched >= kTouchEvery) {
+        tracker_->Touch(read->consumer);
+        touched = now;
+      }
       if (!schedule->Due(current, now)) {
         const SubscriptionSchedule::Wake wake =
             schedule->NextWake(now, absl::Milliseconds(100));
@@ -595,6 +609,8 @@ grpc::Status DeltaTrackerService::Subscribe(
           !s.ok()) {
         return s;
       }
+      tracker_->Touch(read->consumer);
+      touched = absl::Now();
       schedule->Pushed(next, delta->end_batch, now);
     }
   });

@@ -259,9 +259,13 @@ int64_t Tracker::Step() {
     batch = ++curr_batch_;
     const absl::Time now = absl::Now();
     batch_opened_[batch] = now;
-    // A filling read's copy holds on to its consumer: expire at a later step.
-    if (options_.expire_consumers_after > absl::ZeroDuration() && !copying_) {
-      expired = ExpireConsumersLocked(now);
+    // A filling read's copy holds on to its consumer: expire at its end.
+    if (options_.expire_consumers_after > absl::ZeroDuration()) {
+      if (copying_) {
+        expiry_deferred_ = true;
+      } else {
+        expired = ExpireConsumersLocked(now);
+      }
     }
     int64_t oldest_unread = curr_batch_;
     for (const auto& [name, consumer] : consumers_) {

@@ -374,6 +374,13 @@ class Tracker {
   // for an unknown consumer.
   absl::Status Commit(absl::string_view consumer, int64_t end_batch)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks `consumer` in contact now, as its reads and commits do, for
+  // TrackerOptions::expire_consumers_after: the service touches a consumer
+  // when a read's stream has been sent and while a subscription waits for its
+  // next push, so that neither a long transfer nor a long schedule is taken
+  // for a consumer gone. An unknown name is ignored. Does not wait for a
+  // filling read's copy.
+  void Touch(absl::string_view consumer) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Adds a consumer whose cursor starts at the current batch. InvalidArgument
   // for a bad name (tracker_service/names.h), AlreadyExists if present.
@@ -532,10 +539,13 @@ class Tracker {
   // A filling read that failed with copies deferred: drops every shared read
   // (some may be its own, whose rows were never written).
   void DropSharedReadsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // At the end of a read's copy: the memory cap and auto-compaction that
-  // records and steps deferred meanwhile. Their failure (out of memory) is
-  // logged, not the read's: the next record and step apply them again.
-  void ApplyDeferredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At the end of a read's copy: the memory cap, auto-compaction and
+  // consumer expiry that records and steps deferred meanwhile. The first
+  // two's failure (out of memory) is logged, not the read's: the next record
+  // and step apply them again. Returns the expiry's log lines, for after the
+  // lock.
+  std::vector<std::string> ApplyDeferredLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A read between its parts (GetDeltaUnguarded).
   struct PreparedRead;
   // The read's part under the lock: checks the consumer and tables, and takes
@@ -596,6 +606,7 @@ class Tracker {
   bool copying_ ABSL_GUARDED_BY(mu_) = false;
   bool cap_deferred_ ABSL_GUARDED_BY(mu_) = false;
   bool compaction_deferred_ ABSL_GUARDED_BY(mu_) = false;
+  bool expiry_deferred_ ABSL_GUARDED_BY(mu_) = false;
   // Signalled when copying_ turns false.
   mutable std::condition_variable_any copy_ended_;
   // Holds mu_ exclusively once no filling read is copying: what every change

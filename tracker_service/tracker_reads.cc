@@ -380,16 +380,22 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
   // From here to end_copy, records and steps go on; every other change
   // waits.
   const auto end_copy = [&](bool copied) {
-    // Waiters in ChangeLock wake whatever happens below.
-    absl::Cleanup wake = [this] { copy_ended_.notify_all(); };
-    WriterLock lock(&mu_);
-    copying_ = false;
-    if (copied) {
-      DeliverLocked(request, read);
-    } else {
-      DropSharedReadsLocked();
+    std::vector<std::string> expired;
+    {
+      // Waiters in ChangeLock wake whatever happens below.
+      absl::Cleanup wake = [this] { copy_ended_.notify_all(); };
+      WriterLock lock(&mu_);
+      copying_ = false;
+      if (copied) {
+        DeliverLocked(request, read);
+      } else {
+        DropSharedReadsLocked();
+      }
+      expired = ApplyDeferredLocked();
     }
-    ApplyDeferredLocked();
+    if (options_.log) {
+      for (const std::string& line : expired) options_.log(line);
+    }
   };
   try {
     if (absl::Status s = ReadLiveRows(request, read); !s.ok()) {
@@ -409,7 +415,7 @@ absl::StatusOr<Delta> Tracker::FillingRead(const DeltaRequest& request,
 
 void Tracker::DropSharedReadsLocked() { shared_reads_.clear(); }
 
-void Tracker::ApplyDeferredLocked() {
+std::vector<std::string> Tracker::ApplyDeferredLocked() {
   const bool cap = std::exchange(cap_deferred_, false);
   const bool compaction = std::exchange(compaction_deferred_, false);
   const absl::Status status =
@@ -424,6 +430,8 @@ void Tracker::ApplyDeferredLocked() {
         "read's copy failed (",
         status.ToString(), "); the next record and step apply them"));
   }
+  if (!std::exchange(expiry_deferred_, false)) return {};
+  return ExpireConsumersLocked(absl::Now());
 }
 
 absl::Status Tracker::PrepareReadLocked(
@@ -631,6 +639,15 @@ void Tracker::MoveToPresentLocked(Consumer& consumer) {
   consumer.cursor = curr_batch_;
   consumer.table_cursors.clear();
   consumer.pending.clear();
+}
+
+void Tracker::Touch(absl::string_view name) {
+  // Not a ChangeLock: a filling read's copy needs its consumer to stay, and
+  // this neither removes it nor changes what the copy reads.
+  WriterLock lock(&mu_);
+  if (Consumer* consumer = FindConsumer(name)) {
+    consumer->last_contact = absl::Now();
+  }
 }
 
 absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {

@@ -328,8 +328,11 @@ absl::StatusOr<double> Trainer::Evaluate() {
 }
 
 bool Trainer::StopAgreed(const std::atomic<bool>& stop) const {
-  return stop.load() ||
-         (rank_source_ != nullptr && rank_source_->stop_requested());
+  // Several ranks: the agreement's answer alone. A signal that reaches one
+  // rank after the ranks agreed to end (the data's end) must not make that
+  // rank alone report a stop (its exit code then differs from the others').
+  if (rank_source_ != nullptr) return rank_source_->stop_requested();
+  return stop.load();
 }
 
 absl::Status Trainer::ServeCuts() {

@@ -109,7 +109,8 @@ class Trainer {
   // consistent cuts every rank holds are read now (ServeAgreedCuts).
   absl::Status ServeCuts();
   // Whether training stops on request: this process's `stop`, or (several
-  // ranks) another rank's, learned through the per-step agreement.
+  // ranks) the per-step agreement's answer, whichever rank's request it
+  // carried.
   bool StopAgreed(const std::atomic<bool>& stop) const;
   // How long a step boundary holds for the reads of its cuts, at most.
   static constexpr absl::Duration kCutHoldLimit = absl::Seconds(10);

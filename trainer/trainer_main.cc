@@ -508,7 +508,14 @@ int Main(int argc, char** argv) {
     absl::Status agreed =
         shared.ok() ? AgreeOnConfig(*shared, *group) : shared.status();
     if (!agreed.ok()) {
-      return Fail(group->failed() ? failure_code() : kExitUsage,
+      // Refused (2) for a plan it cannot read or configs the ranks do not
+      // share; a store or collective that failed (a peer lost while the
+      // ranks started) is a failure as any other, not the config's.
+      const bool refused =
+          !shared.ok() ||
+          (agreed.code() == absl::StatusCode::kInvalidArgument &&
+           !group->failed());
+      return Fail(refused ? kExitUsage : failure_code(),
                   absl::StrCat("rank ", env->rank, ": ", agreed.message()));
     }
     settings->group = group.get();

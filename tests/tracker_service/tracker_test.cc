@@ -334,26 +334,33 @@ TEST(TrackerTest, ConsumersAddedAtRunTimeExpireWhenGone) {
   auto tracker = MakeTracker(options);
   ASSERT_TRUE(tracker->AddConsumer("gone").ok());
   ASSERT_TRUE(tracker->AddConsumer("alive").ok());
+  ASSERT_TRUE(tracker->AddConsumer("touched").ok());
   // "fixed" (declared) and "gone" never read; "reader" and "alive" read
-  // every closed batch.
+  // every closed batch; "touched" never reads either, but is in contact (a
+  // subscription waiting for a push due later, a long transfer: the
+  // service's Touch).
   for (int64_t b = 0; b < 10; ++b) {
     ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({b})}}).ok());
     tracker->Step();
     ASSERT_TRUE(ReadClosed(*tracker, "reader").ok());
     ASSERT_TRUE(ReadClosed(*tracker, "alive").ok());
+    tracker->Touch("touched");
+    tracker->Touch("nobody");  // ignored
     absl::SleepFor(absl::Milliseconds(50));
   }
   // A pause in training: "alive" and "reader", waiting for the next batch,
   // are silent meanwhile, but the batch they have not read was closed just
   // now.
   absl::SleepFor(absl::Milliseconds(300));
+  tracker->Touch("touched");
   ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({10})}}).ok());
   tracker->Step();
 
   TrackerStatus status = tracker->Status();
   std::vector<std::string> names;
   for (const ConsumerStatus& c : status.consumers) names.push_back(c.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"alive", "fixed", "reader"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"alive", "fixed", "reader", "touched"}));
   EXPECT_EQ(status.consumers_expired, 1);
   ASSERT_EQ(logged.size(), 1u);
   EXPECT_NE(logged[0].find("consumer 'gone' removed"), std::string::npos)

@@ -464,8 +464,9 @@ class Subscription:
         raise StopIteration
 
     def cancel(self) -> None:
-        """Ends the stream (the server stops pushing); iteration stops
-        after a delta in flight."""
+        """Ends the stream (the server stops pushing) and the iteration. A
+        delta partly received then is dropped: in non-acknowledged mode its
+        rows are lost to this consumer, as with any cancelled read."""
         self._cancelled = True
         self._stream.cancel()
 

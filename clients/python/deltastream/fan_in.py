@@ -295,7 +295,8 @@ def merge_statuses(
         for name in ("bytes", "memory_cap_bytes", "cap_compactions",
                      "cap_drops", "dropped_ids", "dropped_bytes"):
             setattr(merged, name, getattr(merged, name) + getattr(rank, name))
-        # Every rank expires the same consumers.
+        # The ranks expire the same consumers, each by its own clock (one
+        # may do so a step before another): the most any rank removed.
         merged.consumers_expired = max(merged.consumers_expired,
                                        rank.consumers_expired)
         merged.run_id = f"{merged.run_id},{rank.run_id}"
