@@ -291,24 +291,35 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
     while (true) {
       store_options.timeout =
           ToChrono(std::max(deadline - absl::Now(), absl::Milliseconds(1)));
-      c10::intrusive_ptr<::c10d::Store> store =
-          c10::make_intrusive<::c10d::TCPStore>(env.master_addr, store_options);
-      if (env.use_agent_store) {
-        store = c10::make_intrusive<::c10d::PrefixStore>(
-            absl::StrCat("/worker/attempt_", env.restart_count), store);
+      bool stale = false;
+      try {
+        c10::intrusive_ptr<::c10d::Store> store =
+            c10::make_intrusive<::c10d::TCPStore>(env.master_addr,
+                                                  store_options);
+        if (env.use_agent_store) {
+          store = c10::make_intrusive<::c10d::PrefixStore>(
+              absl::StrCat("/worker/attempt_", env.restart_count), store);
+        }
+        impl->store =
+            c10::make_intrusive<::c10d::PrefixStore>("deltastream_pg/", store);
+        // The store of a group that failed: a previous run's, whose host is
+        // still reporting its failure (up to a collective timeout) when this
+        // rank's restarted process reaches it (a Kubernetes pod recreated
+        // before its peers have exited). Joining it would fail, or be
+        // refused as a second process of this RANK: wait for that host to
+        // exit and this run's to come up.
+        stale = !store_options.isServer && !env.use_agent_store &&
+                AnyRankFailed(*impl->store, env.world_size);
+      } catch (const std::exception&) {
+        // A client whose store went away while it looked (that old host
+        // exiting) tries again; the rest is the rendezvous's failure.
+        if (store_options.isServer || env.use_agent_store ||
+            deadline - absl::Now() < absl::Seconds(1)) {
+          throw;
+        }
+        stale = true;
       }
-      impl->store =
-          c10::make_intrusive<::c10d::PrefixStore>("deltastream_pg/", store);
-      // The store of a group that failed: a previous run's, whose host is
-      // still reporting its failure (up to a collective timeout) when this
-      // rank's restarted process reaches it (a Kubernetes pod recreated
-      // before its peers have exited). Joining it would fail, or be refused
-      // as a second process of this RANK: wait for that host to exit and
-      // this run's to come up.
-      if (store_options.isServer || env.use_agent_store ||
-          !AnyRankFailed(*impl->store, env.world_size)) {
-        break;
-      }
+      if (!stale) break;
       impl->store.reset();
       if (absl::Now() >= deadline) {
         return absl::UnavailableError(absl::StrCat(
