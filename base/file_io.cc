@@ -26,8 +26,8 @@ absl::StatusOr<DurableFile> DurableFile::Create(std::string path) {
   const int fd =
       ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write '", temporary, "': ", OsError()));
+    return absl::ErrnoToStatus(errno,
+                               absl::StrCat("cannot write '", temporary, "'"));
   }
   return DurableFile(std::move(path), fd);
 }
@@ -119,8 +119,7 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           uint64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read '", path, "': ", OsError()));
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read '", path, "'"));
   }
   std::string contents;
   char buffer[1 << 16];
@@ -128,10 +127,10 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
     const ssize_t n = ::read(fd, buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      const std::string reason = OsError();
+      const int error = errno;
       ::close(fd);
-      return absl::InternalError(
-          absl::StrCat("reading '", path, "' failed: ", reason));
+      return absl::ErrnoToStatus(error,
+                                 absl::StrCat("reading '", path, "' failed"));
     }
     if (n == 0) break;
     contents.append(buffer, static_cast<size_t>(n));

@@ -18,8 +18,10 @@ namespace deltastream {
 // that after a crash `path` holds either its previous content or the new one,
 // never a mix, and a finished write survives a power loss.
 //
-// Errors: PermissionDenied when the temporary cannot be created, Internal
-// (with the OS reason) when a write, fsync or rename fails (disk full).
+// Errors: the OS's (absl::ErrnoToStatus: EACCES PermissionDenied, ENOSPC
+// ResourceExhausted, EIO Unknown) when the temporary cannot be created,
+// Internal (with the OS reason) when a write, fsync or rename fails (disk
+// full).
 
 // A file being written durably. Not thread-safe. Destroying it without
 // Commit() removes the temporary and leaves `path` as it was.
@@ -57,8 +59,9 @@ absl::Status WriteFileDurably(const std::string& path,
 absl::Status SyncDirectory(const std::string& dir);
 
 // The whole content of a small file (tokens, certificates, configs).
-// NotFound when it cannot be opened; FailedPrecondition when it is larger
-// than `max_bytes`; Internal on a read error.
+// The OS's error when it cannot be opened or read (absl::ErrnoToStatus:
+// ENOENT NotFound, EACCES PermissionDenied, EIO Unknown);
+// FailedPrecondition when it is larger than `max_bytes`.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           uint64_t max_bytes = 64 << 20);
 

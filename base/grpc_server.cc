@@ -82,11 +82,11 @@ absl::Status ProbeBind(const std::string& address, const HostPort& listen) {
   }
   freeaddrinfo(resolved);
   if (in_use) {
-    return absl::UnavailableError(
+    return absl::FailedPreconditionError(
         absl::StrCat("cannot listen on ", address, ": address in use"));
   }
   if (not_local && !bound) {
-    return absl::UnavailableError(
+    return absl::FailedPreconditionError(
         absl::StrCat("cannot listen on ", address, ": not a local address"));
   }
   return absl::OkStatus();
@@ -163,7 +163,7 @@ absl::StatusOr<StartedServer> StartServer(
   started.server = builder.BuildAndStart();
   if (started.server == nullptr || started.port == 0) {
     if (started.server != nullptr) started.server->Shutdown();
-    return absl::UnavailableError(absl::StrCat(
+    return absl::FailedPreconditionError(absl::StrCat(
         "cannot listen on ", address, " (address in use or not local)"));
   }
   started.address = JoinHostPort(listen.host, started.port);

@@ -36,8 +36,8 @@ struct StartedServer {
 
 // What StartServer checks before gRPC binds: OK when `address` could be
 // listened on now (port 0 always can; a host that does not resolve is left
-// to gRPC); InvalidArgument for a malformed address; Unavailable, one line,
-// when it is in use or not local. Another process may still take it before
+// to gRPC); InvalidArgument for a malformed address; FailedPrecondition, one
+// line, when it is in use or not local. Another process may still take it before
 // the bind.
 absl::Status CheckCanListen(const std::string& address);
 
@@ -65,8 +65,8 @@ absl::Status ValidateKeepalive(int keepalive_ms);
 // SO_REUSEPORT on by default, which lets a second server bind an address
 // already in use and take half of its new connections; here such a bind fails
 // instead. The caller sets everything else on `builder` (services, limits)
-// before calling. InvalidArgument: a malformed address. Unavailable: the
-// address is in use or not local.
+// before calling. InvalidArgument: a malformed address. FailedPrecondition:
+// the address is in use or not local.
 absl::StatusOr<StartedServer> StartServer(
     grpc::ServerBuilder& builder, const std::string& address,
     std::shared_ptr<grpc::ServerCredentials> credentials,

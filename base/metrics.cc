@@ -46,13 +46,13 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
             "listening_ports", CivetwebAddress(address, listen), "num_threads",
             "2"});
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
+    return absl::FailedPreconditionError(
         absl::StrCat("cannot serve metrics on ", address,
                      " (in use or not a local address): ", e.what()));
   }
   const std::vector<int> ports = endpoint->exposer_->GetListeningPorts();
   if (ports.empty()) {
-    return absl::UnavailableError(
+    return absl::FailedPreconditionError(
         absl::StrCat("cannot serve metrics on ", address, ": no port bound"));
   }
   endpoint->port_ = ports.front();

@@ -51,7 +51,8 @@ class MetricsEndpoint {
   // Serves `registry` (shared: it must outlive nothing here) on `address`,
   // HOST:PORT checked by ValidateListenAddress (port 0: a free one; the
   // host an IP address or "localhost"). InvalidArgument: a malformed
-  // address; Unavailable: one line, the address is in use or not local.
+  // address; FailedPrecondition: one line, the address is in use or not
+  // local.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
       const std::string& address,
       std::shared_ptr<prometheus::Registry> registry);

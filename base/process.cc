@@ -20,6 +20,23 @@ int Fail(int exit_code, const absl::Status& status) {
   return Fail(exit_code, status.message());
 }
 
+int StartFailureExitCode(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kUnauthenticated:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
 sigset_t BlockTerminationSignals() {
   sigset_t signals;
   sigemptyset(&signals);

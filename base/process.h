@@ -17,6 +17,20 @@ namespace deltastream {
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
+// The exit code of a start-up that failed with `status` (a server's or a
+// trainer's database, checkpoint, address): kExitUsage when the status says
+// that what the binary was given is wrong, so that a restart would be refused
+// the same way (InvalidArgument, FailedPrecondition, NotFound, AlreadyExists,
+// PermissionDenied, Unauthenticated, OutOfRange, Unimplemented, DataLoss);
+// kExitFailure when a restart may well succeed (an I/O error, memory, a
+// timeout, a peer out of reach: Internal, Unknown, Unavailable,
+// ResourceExhausted, DeadlineExceeded, Aborted, Cancelled). Schedulers
+// restart on 1 and not on 2 (deploy/k8s/trainer.yaml, deploy/systemd/), so an
+// error read as a refusal would end a job that one retry would have saved.
+// Errors from the OS take their code from errno (absl::ErrnoToStatus): EIO is
+// Unknown, ENOSPC ResourceExhausted, EACCES PermissionDenied, ENOENT NotFound.
+int StartFailureExitCode(const absl::Status& status);
+
 // Prints "<program>: <message>" as one line on stderr and returns
 // `exit_code`, for `return Fail(kExitUsage, "...")` in main().
 int Fail(int exit_code, absl::string_view message);

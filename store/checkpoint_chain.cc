@@ -63,17 +63,20 @@ absl::Status Corrupt(const std::string& path, absl::string_view what) {
 // Reads a link file front to back.
 class LinkFileReader {
  public:
-  // NotFound when `path` cannot be opened.
+  // The OS's error when `path` cannot be opened (absl::ErrnoToStatus:
+  // ENOENT NotFound, a link removed meanwhile; EIO Unknown).
   static absl::StatusOr<LinkFileReader> Open(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      return absl::NotFoundError(
-          absl::StrCat("cannot read '", path, "': ", std::strerror(errno)));
+      return absl::ErrnoToStatus(errno,
+                                 absl::StrCat("cannot read '", path, "'"));
     }
     struct stat file;
     if (::fstat(fd, &file) != 0) {
+      const int error = errno;
       ::close(fd);
-      return absl::InternalError(absl::StrCat("cannot stat '", path, "'"));
+      return absl::ErrnoToStatus(error,
+                                 absl::StrCat("cannot stat '", path, "'"));
     }
     return LinkFileReader(path, fd, static_cast<uint64_t>(file.st_size));
   }

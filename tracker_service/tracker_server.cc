@@ -149,7 +149,9 @@ int Main() {
   options.log = [](const std::string& line) { LogWarning(line); };
   absl::StatusOr<std::unique_ptr<Tracker>> tracker =
       Tracker::Create(std::move(options));
-  if (!tracker.ok()) return Fail(kExitUsage, tracker.status().message());
+  if (!tracker.ok()) {
+    return Fail(StartFailureExitCode(tracker.status()), tracker.status());
+  }
 
   // Deltas are tens of MiB of fresh buffers per read: reuse them.
   KeepHostMemoryForReuse();
@@ -162,13 +164,17 @@ int Main() {
   host_options.rpc_metrics = &rpc_metrics;
   absl::StatusOr<std::unique_ptr<ServiceHost>> host =
       ServiceHost::Start(tracker->get(), host_options);
-  if (!host.ok()) return Fail(kExitUsage, host.status().message());
+  if (!host.ok()) {
+    return Fail(StartFailureExitCode(host.status()), host.status());
+  }
   // Declared after the host, so destroyed (no more scrapes) before it.
   auto tracker_metrics =
       std::make_shared<TrackerMetrics>(tracker->get(), (*host)->snapshots());
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics =
       StartMetricsFromFlags(registry);
-  if (!metrics.ok()) return Fail(kExitUsage, metrics.status());
+  if (!metrics.ok()) {
+    return Fail(StartFailureExitCode(metrics.status()), metrics.status());
+  }
   if (*metrics != nullptr) {
     (*metrics)->Add(tracker_metrics);
     LogInfo(

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -299,11 +301,22 @@ absl::StatusOr<std::vector<CheckpointEntry>> CheckpointEntries(
   return entries;
 }
 
-bool Complete(const CheckpointEntry& entry) {
-  if (entry.legacy) return true;  // written whole by one rename
+// OK when `entry` is a complete checkpoint; NotFound or DataLoss when it is
+// not (a save cut short: no manifest, a rank file missing or short); another
+// error when that cannot be told (an I/O error reading the manifest). That
+// must not be taken for incomplete: a restore would skip, and a rotation
+// remove, a checkpoint that the next try reads.
+absl::Status CheckComplete(const CheckpointEntry& entry) {
+  if (entry.legacy) return absl::OkStatus();  // written whole by one rename
   absl::StatusOr<v1::CheckpointManifest> manifest =
       ReadCheckpointManifest(entry.path);
-  return manifest.ok() && CheckCheckpointFiles(entry.path, *manifest).ok();
+  if (!manifest.ok()) return manifest.status();
+  return CheckCheckpointFiles(entry.path, *manifest);
+}
+
+bool Incomplete(const absl::Status& complete) {
+  return complete.code() == absl::StatusCode::kNotFound ||
+         complete.code() == absl::StatusCode::kDataLoss;
 }
 
 void RemoveCheckpoint(const CheckpointEntry& entry) {
@@ -316,16 +329,18 @@ void RemoveCheckpoint(const CheckpointEntry& entry) {
 }
 
 // Rank 0, after step `step`'s manifest: keeps the newest `keep` complete
-// checkpoints, and no incomplete one older than `step`.
-// A directory it cannot list is left as it is.
+// checkpoints, and no incomplete one older than `step`. A directory it
+// cannot list, and a checkpoint it cannot tell complete or not, are left as
+// they are.
 void RotateCheckpoints(const std::string& dir, int64_t step, int64_t keep) {
   absl::StatusOr<std::vector<CheckpointEntry>> entries = CheckpointEntries(dir);
   if (!entries.ok()) return;
   int64_t kept = 0;
   for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
-    if (Complete(*it)) {
+    const absl::Status complete = CheckComplete(*it);
+    if (complete.ok()) {
       if (++kept > std::max<int64_t>(keep, 1)) RemoveCheckpoint(*it);
-    } else if (it->step < step) {
+    } else if (Incomplete(complete) && it->step < step) {
       RemoveCheckpoint(*it);
     }
   }
@@ -523,7 +538,9 @@ absl::StatusOr<std::optional<std::string>> LatestCheckpoint(
   absl::StatusOr<std::vector<CheckpointEntry>> entries = CheckpointEntries(dir);
   if (!entries.ok()) return entries.status();
   for (auto it = entries->rbegin(); it != entries->rend(); ++it) {
-    if (Complete(*it)) return it->path;
+    const absl::Status complete = CheckComplete(*it);
+    if (complete.ok()) return it->path;
+    if (!Incomplete(complete)) return complete;
   }
   return std::nullopt;
 }
@@ -532,14 +549,22 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
     const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read '", path, "'"));
   }
   std::vector<char> bytes;
   char buffer[1 << 16];
   for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file)) > 0;) {
     bytes.insert(bytes.end(), buffer, buffer + n);
   }
+  // A read that failed (EIO on a network volume) is the disk's failure, not
+  // a damaged checkpoint: its bytes must not reach the checksum check.
+  const int read_error =
+      std::ferror(file) == 0 ? 0 : (errno != 0 ? errno : EIO);
   std::fclose(file);
+  if (read_error != 0) {
+    return absl::ErrnoToStatus(read_error,
+                               absl::StrCat("reading '", path, "' failed"));
+  }
 
   // torch::jit::pickle_load does not check the archive's CRCs: a flipped byte
   // in a table would load as a wrong value.

@@ -108,8 +108,9 @@ absl::StatusOr<CheckpointInfo> SaveCheckpoint(
 // and whose rank files all exist with the sizes it lists, or an old
 // single-file checkpoint); nullopt when there is none (or no dir). Reads
 // manifests only, from the newest down. Internal, naming `dir`, when it
-// cannot be listed (an I/O error, a file in its place): never taken for
-// empty, which would start a run again from step 0.
+// cannot be listed (an I/O error, a file in its place), and the OS's error
+// when a manifest cannot be read (EIO: Unknown): never taken for empty or
+// incomplete, which would start a run again from step 0 or an older step.
 absl::StatusOr<std::optional<std::string>> LatestCheckpoint(
     const std::string& dir);
 
@@ -144,8 +145,9 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
     torch::optim::Optimizer& dense_optimizer, ProcessGroup* group = nullptr);
 
 // The tensors of one pickled checkpoint file (a rank file, or an old
-// single-file checkpoint) by key. NotFound when it cannot be read; DataLoss
-// when it does not parse or fails its zip checksums.
+// single-file checkpoint) by key. The OS's error when it cannot be opened or
+// read (absl::ErrnoToStatus: ENOENT NotFound, EIO Unknown); DataLoss when it
+// does not parse or fails its zip checksums.
 absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
     const std::string& path);
 

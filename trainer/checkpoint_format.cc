@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/file_io.h"
@@ -142,9 +143,13 @@ absl::Status CheckCheckpointFiles(const std::string& checkpoint_dir,
     const std::string path = absl::StrCat(checkpoint_dir, "/", file.name());
     std::error_code error;
     const uintmax_t bytes = std::filesystem::file_size(path, error);
-    if (error) {
+    if (error == std::errc::no_such_file_or_directory) {
       return absl::DataLossError(absl::StrCat("checkpoint '", checkpoint_dir,
                                               "' lacks '", file.name(), "'"));
+    }
+    if (error) {
+      return absl::ErrnoToStatus(error.value(),
+                                 absl::StrCat("cannot stat '", path, "'"));
     }
     if (static_cast<int64_t>(bytes) != file.bytes()) {
       return absl::DataLossError(absl::StrCat("'", path, "' has ", bytes,

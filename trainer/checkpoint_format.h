@@ -43,11 +43,13 @@ std::string DtypeName(const at::Tensor& tensor);
 absl::Status WriteCheckpointManifest(const std::string& checkpoint_dir,
                                      const v1::CheckpointManifest& manifest);
 // Reads and parses it. NotFound without one; DataLoss when it does not
-// parse or is not a manifest of a version this code reads.
+// parse or is not a manifest of a version this code reads; the OS's error
+// when it cannot be read (absl::ErrnoToStatus: EIO Unknown).
 absl::StatusOr<v1::CheckpointManifest> ReadCheckpointManifest(
     const std::string& checkpoint_dir);
 // OK when every file the manifest lists exists with its size; DataLoss
-// naming the first that does not.
+// naming the first that does not; the OS's error when one cannot be looked
+// at (EIO).
 absl::Status CheckCheckpointFiles(const std::string& checkpoint_dir,
                                   const v1::CheckpointManifest& manifest);
 

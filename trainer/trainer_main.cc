@@ -24,12 +24,14 @@
 // stderr, and a summary on stdout at the end. SIGTERM or SIGINT ends the run
 // after the current step, with a final snapshot and checkpoint (before
 // training has started: at once, exit code 128 + the signal). Exit codes:
-// 0 done (or stopped, everything saved), 1 training failed, 2 bad config or
-// flags; --stopped_exit_code gives a stop before the run's end a code of its
-// own, for schedulers that must not count it as the run's completion (a
-// Kubernetes Job, deploy/k8s/trainer.yaml), and --peer_failure_exit_code a
-// rank that failed only because another rank did (died, hung, or left with
-// a failure of its own), for schedulers that count failures per rank.
+// 0 done (or stopped, everything saved), 1 training failed (or its start,
+// for what a restart may not meet: an I/O error, memory), 2 bad config, flags
+// or inputs (base/process.h, StartFailureExitCode); --stopped_exit_code gives a
+// stop before the run's end a code of its own, for schedulers that must not
+// count it as the run's completion (a Kubernetes Job, deploy/k8s/trainer.yaml),
+// and --peer_failure_exit_code a rank that failed only because another rank did
+// (died, hung, or left with a failure of its own), for schedulers that count
+// failures per rank.
 #include <ATen/Parallel.h>
 #include <google/protobuf/text_format.h>
 #include <signal.h>
@@ -444,7 +446,9 @@ int Main(int argc, char** argv) {
     return Fail(kExitUsage, "--nproc_per_node must be >= 0");
   }
   absl::StatusOr<v1::TrainerConfig> config = ConfigFromCommandLine();
-  if (!config.ok()) return Fail(kExitUsage, config.status());
+  if (!config.ok()) {
+    return Fail(StartFailureExitCode(config.status()), config.status());
+  }
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
   if (!settings.ok()) return Fail(kExitUsage, settings.status());
   if (absl::GetFlag(FLAGS_nproc_per_node) > 0 &&
@@ -498,10 +502,8 @@ int Main(int argc, char** argv) {
     if (!made.ok()) {
       // Ranks launched so that they cannot form a group (different
       // WORLD_SIZEs, one RANK twice) are refused: a restart would be too.
-      return Fail(made.status().code() == absl::StatusCode::kFailedPrecondition
-                      ? kExitUsage
-                      : kExitFailure,
-                  made.status());
+      // A rendezvous that timed out or lost its store is a failure.
+      return Fail(StartFailureExitCode(made.status()), made.status());
     }
     group = *std::move(made);
     absl::StatusOr<std::string> shared = SharedConfigText(*config);
@@ -550,10 +552,14 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*std::move(settings), log);
   if (!trainer.ok()) {
-    // Refused (2) for what it was given, unless a collective failed: the
-    // fault is then another rank's, or the network's.
+    // Refused (2) for what it was given (a bad checkpoint, an address in
+    // use), a failure (1) for what a restart may not meet (an I/O error, out
+    // of memory), and a collective's failure as the group's: the fault is
+    // then another rank's, or the network's.
     const bool group_failed = group != nullptr && group->failed();
-    return fail(group_failed ? failure_code() : kExitUsage, trainer.status());
+    return fail(
+        group_failed ? failure_code() : StartFailureExitCode(trainer.status()),
+        trainer.status());
   }
   std::shared_ptr<TrackerMetrics> tracker_metrics;
   if ((*trainer)->tracker() != nullptr) {
@@ -562,7 +568,9 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics =
       StartMetricsFromFlags(registry, ranked ? env->local_rank : 0);
-  if (!metrics.ok()) return fail(kExitUsage, metrics.status());
+  if (!metrics.ok()) {
+    return fail(StartFailureExitCode(metrics.status()), metrics.status());
+  }
   if (*metrics != nullptr) {
     if (tracker_metrics != nullptr) (*metrics)->Add(tracker_metrics);
     // Every rank's: with port 0 each has a port of its own.

@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/torch_status.h"
@@ -54,10 +55,13 @@ absl::Status Trainer::RestoreOrStart() {
          {s.checkpoint_dir, s.checkpoint_dir + "/checkpoints"}) {
       std::error_code error;
       std::filesystem::create_directories(dir, error);
-      if (error || !std::filesystem::is_directory(dir)) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "cannot create '", dir,
-            "': ", error ? error.message() : "a file is in its place"));
+      if (error) {
+        return absl::ErrnoToStatus(error.value(),
+                                   absl::StrCat("cannot create '", dir, "'"));
+      }
+      if (!std::filesystem::is_directory(dir)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot create '", dir, "': a file is in its place"));
       }
     }
     absl::StatusOr<std::optional<std::string>> latest =
@@ -79,8 +83,10 @@ absl::Status Trainer::RestoreOrStart() {
           SpreadOverRanks(*s.group, mine, "restore.checkpoint_step");
       if (!steps.ok()) return steps.status();
       if (!latest.ok()) return latest.status();
+      // Another rank's failure, refused or not by that rank's own exit
+      // code: here it is one a restart may not meet (StartFailureExitCode).
       if (steps->lowest == kUnlisted) {
-        return absl::FailedPreconditionError(absl::StrFormat(
+        return absl::UnavailableError(absl::StrFormat(
             "another rank cannot list the checkpoints in '%s/checkpoints'",
             s.checkpoint_dir));
       }
@@ -115,8 +121,8 @@ absl::Status Trainer::RestoreOrStart() {
           *s.group, restored.ok() ? step_ : -1, "restore.chain_end");
       if (!ends.ok()) return ends.status();
       if (!restored.ok()) return restored;
-      if (ends->lowest < 0) {
-        return absl::FailedPreconditionError(absl::StrFormat(
+      if (ends->lowest < 0) {  // as kUnlisted above
+        return absl::UnavailableError(absl::StrFormat(
             "another rank cannot load the checkpoint chain '%s'",
             s.restore_chain));
       }

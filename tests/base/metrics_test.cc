@@ -75,7 +75,7 @@ TEST(MetricsEndpointTest, RefusesAnAddressInUseWithOneLine) {
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> second =
       MetricsEndpoint::Start((*first)->address(), registry);
   ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(second.status().message().find((*first)->address()),
             std::string::npos);
   EXPECT_EQ(second.status().message().find('\n'), std::string::npos);

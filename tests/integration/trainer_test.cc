@@ -155,6 +155,67 @@ TEST(TrainerTest, BadConfigIsAClearErrorWithExitCode2) {
   EXPECT_THAT(result.err, ::testing::HasSubstr("line 2"));
 }
 
+// What a restart may not meet (an I/O error: reading /proc/self/mem's first
+// page fails with EIO) exits 1, so that a scheduler tries again; a
+// scheduler does not restart exit 2 (deploy/k8s/trainer.yaml, systemd).
+TEST(TrainerTest, AnIoErrorAtStartIsAFailureNotARefusal) {
+  const std::string trainer = RunfilePath("trainer/trainer");
+  const CommandResult config = RunCommand(trainer + " --config=/proc/self/mem");
+  EXPECT_EQ(config.exit_code, 1) << config.err;
+  EXPECT_THAT(config.err, ::testing::HasSubstr("Input/output error"));
+
+  // A checkpoint whose manifest cannot be read is neither incomplete (the
+  // run would start again from an older step, or from 0) nor refused.
+  const std::string dir = TestTempDir() + "/unreadable";
+  std::filesystem::remove_all(dir);
+  const std::string run = trainer + " --checkpoint_dir=" + dir;
+  ASSERT_EQ(RunCommand(run + " --steps=4").exit_code, 0);
+  const std::string manifest =
+      dir + "/checkpoints/checkpoint-000000000004/manifest.json";
+  std::filesystem::rename(manifest, manifest + ".saved");
+  std::filesystem::create_symlink("/proc/self/mem", manifest);
+  const CommandResult unreadable = RunCommand(run + " --steps=6");
+  EXPECT_EQ(unreadable.exit_code, 1) << unreadable.err;
+  EXPECT_THAT(unreadable.err, ::testing::HasSubstr("Input/output error"));
+  EXPECT_THAT(unreadable.err, ::testing::Not(::testing::HasSubstr("step 1")));
+  std::filesystem::remove(manifest);
+  std::filesystem::rename(manifest + ".saved", manifest);
+  const CommandResult resumed = RunCommand(run + " --steps=6");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_THAT(resumed.err, ::testing::HasSubstr("(step 4,")) << resumed.err;
+}
+
+// The rotation of checkpoints removes incomplete ones, never one it cannot
+// read: that may be the newest a restart would find.
+TEST(TrainerTest, TheRotationKeepsACheckpointItCannotRead) {
+  const std::string dir = TestTempDir() + "/rotation";
+  std::filesystem::remove_all(dir);
+  const std::string trainer =
+      RunfilePath("trainer/trainer") + " --checkpoint_dir=" + dir;
+  WriteText(TestTempDir() + "/keep2.textproto",
+            "checkpoints { every_steps: 2 keep: 2 }\n");
+  WriteText(TestTempDir() + "/keep1.textproto",
+            "checkpoints { every_steps: 2 keep: 1 }\n");
+  ASSERT_EQ(RunCommand(trainer + " --steps=4 --config=" + TestTempDir() +
+                       "/keep2.textproto")
+                .exit_code,
+            0);
+  const std::string second = dir + "/checkpoints/checkpoint-000000000002";
+  std::filesystem::remove(second + "/manifest.json");
+  std::filesystem::create_symlink("/proc/self/mem", second + "/manifest.json");
+  // The restart reads the newest complete checkpoint (step 4) and no older
+  // one; its rotation then reads them all.
+  const CommandResult rotated = RunCommand(
+      trainer + " --steps=2 --config=" + TestTempDir() + "/keep1.textproto");
+  ASSERT_EQ(rotated.exit_code, 0) << rotated.err;
+  EXPECT_THAT(rotated.err, ::testing::HasSubstr("(step 4,")) << rotated.err;
+  EXPECT_TRUE(
+      std::filesystem::exists(dir + "/checkpoints/checkpoint-000000000006"));
+  EXPECT_FALSE(
+      std::filesystem::exists(dir + "/checkpoints/checkpoint-000000000004"));
+  EXPECT_TRUE(std::filesystem::exists(second)) << "removed as incomplete";
+}
+
 // A step already checkpointed is not saved again at the end: the save of a
 // same-step checkpoint takes the complete one apart first, so a crash
 // during it would lose the newest checkpoint.
