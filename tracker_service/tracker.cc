@@ -139,7 +139,7 @@ Tracker::Tracker(TrackerOptions options, FeatureMap feature_map,
       run_id_(NewRunId()),
       reader_(reader),
       store_(UpdateModeFor(options_.mode)) {
-  batch_opened_[0] = absl::Now();
+  batch_opened_[0] = Opened::Now();
   for (const std::string& name : options_.consumers) {
     auto consumer = std::make_unique<Consumer>();
     consumer->name = name;
@@ -257,14 +257,13 @@ int64_t Tracker::Step() {
   {
     WriterLock lock(&mu_);
     batch = ++curr_batch_;
-    const absl::Time now = absl::Now();
-    batch_opened_[batch] = now;
+    batch_opened_[batch] = Opened::Now();
     // A filling read's copy holds on to its consumer: expire at its end.
     if (options_.expire_consumers_after > absl::ZeroDuration()) {
       if (copying_) {
         expiry_deferred_ = true;
       } else {
-        expired = ExpireConsumersLocked(now);
+        expired = ExpireConsumersLocked();
       }
     }
     int64_t oldest_unread = curr_batch_;
@@ -281,8 +280,9 @@ int64_t Tracker::Step() {
   return batch;
 }
 
-std::vector<std::string> Tracker::ExpireConsumersLocked(absl::Time now) {
+std::vector<std::string> Tracker::ExpireConsumersLocked() {
   const absl::Duration after = options_.expire_consumers_after;
+  const absl::Duration now = MonotonicNow();
   std::vector<std::string> lines;
   for (auto it = consumers_.begin(); it != consumers_.end();) {
     const Consumer& consumer = *it->second;
@@ -294,7 +294,7 @@ std::vector<std::string> Tracker::ExpireConsumersLocked(absl::Time now) {
     // after the pause close.
     const bool gone = first_unread < curr_batch_ &&
                       now - consumer.last_contact >= after &&
-                      now - OpenedAt(first_unread + 1) >= after;
+                      now - OpenedAt(first_unread + 1).monotonic >= after;
     const bool declared =
         std::find(options_.consumers.begin(), options_.consumers.end(),
                   consumer.name) != options_.consumers.end();
@@ -335,9 +335,9 @@ int64_t Tracker::WaitForBatchAfter(int64_t batch, absl::Time deadline) const {
   return published_batch_;
 }
 
-absl::Time Tracker::OpenedAt(int64_t batch) const {
+Tracker::Opened Tracker::OpenedAt(int64_t batch) const {
   auto it = batch_opened_.lower_bound(batch);
-  return it == batch_opened_.end() ? absl::Now() : it->second;
+  return it == batch_opened_.end() ? Opened::Now() : it->second;
 }
 
 int64_t Tracker::current_batch() const {
@@ -522,7 +522,7 @@ TrackerStatus Tracker::Status() const {
   status.run_start_batch = run_start_batch_;
   status.serves_live_rows = reader_ != nullptr;
   const std::vector<std::string> fqns = store_.Fqns();
-  const absl::Time now = absl::Now();
+  const absl::Duration now = MonotonicNow();
   for (const auto& [name, consumer] : consumers_) {
     ConsumerStatus c;
     c.name = name;
@@ -532,8 +532,9 @@ TrackerStatus Tracker::Status() const {
     }
     c.lag_steps =
         std::max<int64_t>(0, curr_batch_ - std::max<int64_t>(0, c.cursor));
-    c.lag = c.lag_steps > 0 ? now - OpenedAt(std::max<int64_t>(0, c.cursor))
-                            : absl::ZeroDuration();
+    c.lag = c.lag_steps > 0
+                ? now - OpenedAt(std::max<int64_t>(0, c.cursor)).monotonic
+                : absl::ZeroDuration();
     if (!consumer->pending.empty())
       c.pending_end = consumer->pending.back().end;
     c.pending_reads = static_cast<int>(consumer->pending.size());

@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -20,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/shared_mutex.h"
@@ -460,6 +462,21 @@ class Tracker {
  private:
   struct Consumer;
 
+  // Now by the monotonic clock, as a duration since an arbitrary start: for
+  // how long ago things happened (consumer expiry, lag), which a step of the
+  // wall clock (NTP, a resumed VM) must not move.
+  static absl::Duration MonotonicNow() {
+    return absl::FromChrono(
+        std::chrono::steady_clock::now().time_since_epoch());
+  }
+  // When a batch was opened: by the wall clock, which deltas carry to other
+  // hosts (their freshness), and by MonotonicNow.
+  struct Opened {
+    absl::Time wall;
+    absl::Duration monotonic;
+    static Opened Now() { return {absl::Now(), MonotonicNow()}; }
+  };
+
   Tracker(TrackerOptions options, FeatureMap feature_map,
           LiveRowsReader* reader);
 
@@ -515,8 +532,8 @@ class Tracker {
   void CompactOpenWindowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells WaitForBatchAfter callers the current batch.
   void PublishBatch(int64_t batch) ABSL_LOCKS_EXCLUDED(step_mu_);
-  // The time batch `batch` was opened (the first one known at or after it).
-  absl::Time OpenedAt(int64_t batch) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // When batch `batch` was opened (the first one known at or after it).
+  Opened OpenedAt(int64_t batch) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Whether a filling read of `request` may copy the states of a table read
   // with `spec` (its top-k, or null) after it hands the delta out.
   bool DefersStates(const DeltaRequest& request, const TopK* spec) const;
@@ -564,9 +581,9 @@ class Tracker {
   // found them, so that delivering it is delivering a read made now.
   bool UnchangedLocked(const PreparedRead& read)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the consumers TrackerOptions::expire_consumers_after expires at
-  // `now`; returns a log line for each.
-  std::vector<std::string> ExpireConsumersLocked(absl::Time now)
+  // Removes the consumers TrackerOptions::expire_consumers_after expires
+  // now; returns a log line for each.
+  std::vector<std::string> ExpireConsumersLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Delivers the read: a pending read (acknowledged mode), or the consumer's
   // cursors moved to its end.
@@ -647,7 +664,7 @@ class Tracker {
   absl::flat_hash_map<std::string, SharedRead> shared_reads_
       ABSL_GUARDED_BY(mu_);
   // When each batch from the oldest any consumer has not read was opened.
-  std::map<int64_t, absl::Time> batch_opened_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Opened> batch_opened_ ABSL_GUARDED_BY(mu_);
 
   // WaitForBatchAfter's wake-ups: the current batch as Step() published it.
   // A SharedMutex and condition_variable_any (exclusive_lockable.h), not

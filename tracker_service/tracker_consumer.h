@@ -29,9 +29,10 @@ struct Tracker::Consumer {
   // Since this process started (ConsumerStatus): not kept in snapshots.
   int64_t resyncs = 0;
   int64_t dropped_ids = 0;
-  // When it was added (or restored) or last read or committed
+  // When it was added (or restored) or last read or committed, or its
+  // transfer or subscription went on (Touch), by MonotonicNow
   // (TrackerOptions::expire_consumers_after).
-  absl::Time last_contact = absl::Now();
+  absl::Duration last_contact = MonotonicNow();
 
   // The oldest batch it may not have read: its smallest cursor.
   int64_t SmallestCursor() const {

@@ -431,7 +431,7 @@ std::vector<std::string> Tracker::ApplyDeferredLocked() {
         status.ToString(), "); the next record and step apply them"));
   }
   if (!std::exchange(expiry_deferred_, false)) return {};
-  return ExpireConsumersLocked(absl::Now());
+  return ExpireConsumersLocked();
 }
 
 absl::Status Tracker::PrepareReadLocked(
@@ -521,8 +521,8 @@ absl::Status Tracker::PrepareReadLocked(
   const int64_t oldest = std::max<int64_t>(delta.start_batch, 0);
   if (oldest < end) {
     // Batch b was closed when batch b + 1 was opened.
-    delta.oldest_change = OpenedAt(oldest + 1);
-    delta.newest_change = OpenedAt(end);
+    delta.oldest_change = OpenedAt(oldest + 1).wall;
+    delta.newest_change = OpenedAt(end).wall;
   }
   delta.run_id = run_id_;
   delta.run_start_batch = run_start_batch_;
@@ -575,7 +575,7 @@ void Tracker::DeliverLocked(const DeltaRequest& request,
                             const PreparedRead& read) {
   Consumer* consumer = FindConsumer(read.delta.consumer);
   const int64_t end = read.delta.end_batch;
-  consumer->last_contact = absl::Now();
+  consumer->last_contact = MonotonicNow();
   if (options_.acknowledged_reads) {
     std::vector<PendingRead>& pending = consumer->pending;
     // The same read again (a poll with nothing new) replaces the first.
@@ -646,7 +646,7 @@ void Tracker::Touch(absl::string_view name) {
   // this neither removes it nor changes what the copy reads.
   WriterLock lock(&mu_);
   if (Consumer* consumer = FindConsumer(name)) {
-    consumer->last_contact = absl::Now();
+    consumer->last_contact = MonotonicNow();
   }
 }
 
@@ -656,7 +656,7 @@ absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {
   if (consumer == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
   }
-  consumer->last_contact = absl::Now();
+  consumer->last_contact = MonotonicNow();
   if (!options_.acknowledged_reads) {
     return absl::FailedPreconditionError(
         "commit needs acknowledged reads, which this tracker does not use");

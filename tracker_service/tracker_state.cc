@@ -168,7 +168,7 @@ absl::Status Tracker::RestoreState(TrackerState state) {
     dropped_ids_ = state.dropped_ids;
     dropped_bytes_ = state.dropped_bytes;
     batch_opened_.clear();
-    batch_opened_[curr_batch_] = absl::Now();
+    batch_opened_[curr_batch_] = Opened::Now();
     run_start_batch_ = curr_batch_;
   }
   PublishBatch(state.current_batch);
