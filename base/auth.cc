@@ -97,9 +97,10 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(
 absl::StatusOr<TokenAuthorizer> TokenAuthorizer::FromFile(
     const std::string& path, NameRule consumer_names) {
   absl::StatusOr<std::string> text = ReadSmallFile(path);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read token file '", path, "'"));
+  if (!text.ok()) {  // the OS's error: EIO is no refusal (StartFailureExitCode)
+    return absl::Status(text.status().code(),
+                        absl::StrCat("cannot read token file '", path,
+                                     "': ", text.status().message()));
   }
   absl::StatusOr<TokenAuthorizer> parsed = Parse(*text, consumer_names);
   if (!parsed.ok()) {

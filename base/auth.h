@@ -57,8 +57,9 @@ class TokenAuthorizer {
   // that has no consumers, such as the predictor, grants none).
   static absl::StatusOr<TokenAuthorizer> Parse(absl::string_view text,
                                                NameRule consumer_names);
-  // Parse of the file's text; InvalidArgument naming the path when it cannot
-  // be read or does not parse.
+  // Parse of the file's text; InvalidArgument naming the path when it does
+  // not parse, the OS's error (ReadSmallFile's) naming it when it cannot be
+  // read.
   static absl::StatusOr<TokenAuthorizer> FromFile(const std::string& path,
                                                   NameRule consumer_names);
 

@@ -129,7 +129,13 @@ absl::Status FromRocksStatus(const rocksdb::Status& status,
   std::string message = absl::StrCat(what, " ", kind, " database '", path,
                                      "': ", status.ToString());
   if (status.IsCorruption()) return absl::DataLossError(message);
-  if (status.IsIOError() && absl::StrContains(status.ToString(), "lock")) {
+  // RocksDB's words for a LOCK another process (or this one) holds; not any
+  // I/O error that names the LOCK file (opening it with no file descriptors
+  // left) or a path with "lock" in it.
+  const std::string text = status.ToString();
+  if (status.IsIOError() &&
+      (absl::StrContains(text, "While lock file") ||
+       absl::StrContains(text, "lock hold by current process"))) {
     return absl::FailedPreconditionError(
         absl::StrCat(message, " (is another process using it?)"));
   }
@@ -139,14 +145,29 @@ absl::Status FromRocksStatus(const rocksdb::Status& status,
 absl::StatusOr<std::unique_ptr<rocksdb::DB>> OpenForCheck(
     const std::string& path, const rocksdb::Options& options,
     absl::string_view kind, bool verify_checksums) {
+  // A file system's error is not an absent, foreign or new database: that
+  // would refuse a sound one (exit 2), or skip the checks below.
   std::error_code error;
-  if (!fs::exists(path, error)) return std::unique_ptr<rocksdb::DB>();
-  if (!fs::is_directory(path, error)) {
+  const auto failed = [&](absl::string_view what) {
+    return absl::ErrnoToStatus(
+        error.value(), absl::StrCat("cannot look at ", kind, " database '",
+                                    path, "' (", what, ")"));
+  };
+  const bool exists = fs::exists(path, error);
+  if (error) return failed("exists");
+  if (!exists) return std::unique_ptr<rocksdb::DB>();
+  const bool directory = fs::is_directory(path, error);
+  if (error) return failed("is a directory");
+  if (!directory) {
     return absl::FailedPreconditionError(
         absl::StrCat(kind, " database '", path, "' is not a directory"));
   }
-  if (fs::is_empty(path, error)) return std::unique_ptr<rocksdb::DB>();
-  if (!fs::exists(fs::path(path) / "CURRENT", error)) {
+  const bool empty = fs::is_empty(path, error);
+  if (error) return failed("is empty");
+  if (empty) return std::unique_ptr<rocksdb::DB>();
+  const bool has_current = fs::exists(fs::path(path) / "CURRENT", error);
+  if (error) return failed("has CURRENT");
+  if (!has_current) {
     // A creation cut short is created again.
     if (OnlyCreationFiles(path)) return std::unique_ptr<rocksdb::DB>();
     return absl::FailedPreconditionError(

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -133,7 +134,7 @@ int Main() {
           ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
                               absl::GetFlag(FLAGS_tls_ca), client_options);
       !read.ok()) {
-    return Fail(2, read.message());
+    return Fail(StartFailureExitCode(read), read);
   }
   std::unique_ptr<TokenAuthorizer> auth;
   if (const std::string path = absl::GetFlag(FLAGS_auth_token_file);
@@ -141,14 +142,18 @@ int Main() {
     // No consumer of the predictor's: consumer names are not checked further.
     absl::StatusOr<TokenAuthorizer> parsed =
         TokenAuthorizer::FromFile(path, nullptr);
-    if (!parsed.ok()) return Fail(kExitUsage, parsed.status());
+    if (!parsed.ok()) {
+      return Fail(StartFailureExitCode(parsed.status()), parsed.status());
+    }
     auth = std::make_unique<TokenAuthorizer>(*std::move(parsed));
   }
   FILE* apply_log = nullptr;
   if (const std::string path = absl::GetFlag(FLAGS_apply_log); !path.empty()) {
     apply_log = std::fopen(path.c_str(), "a");
     if (apply_log == nullptr) {
-      return Fail(2, absl::StrCat("cannot append to --apply_log '", path, "'"));
+      const absl::Status error = absl::ErrnoToStatus(
+          errno, absl::StrCat("cannot append to --apply_log '", path, "'"));
+      return Fail(StartFailureExitCode(error), error);
     }
   }
 
@@ -162,13 +167,19 @@ int Main() {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       ServerCredentialsFromFiles(absl::GetFlag(FLAGS_tls_cert),
                                  absl::GetFlag(FLAGS_tls_key));
-  if (!credentials.ok()) return Fail(kExitUsage, credentials.status());
+  if (!credentials.ok()) {
+    return Fail(StartFailureExitCode(credentials.status()),
+                credentials.status());
+  }
 
   ReplicaOptions replica_options;
   replica_options.db_path = absl::GetFlag(FLAGS_replica_db);
   absl::StatusOr<std::unique_ptr<Replica>> replica =
       Replica::Open(replica_options);
-  if (!replica.ok()) return Fail(1, replica.status().message());
+  if (!replica.ok()) {
+    // A damaged replica database is refused (2): a restart would be too.
+    return Fail(StartFailureExitCode(replica.status()), replica.status());
+  }
   if ((*replica)->Version() >= 0) {
     Log(absl::StrFormat("replica in %s resumes at version %d of run %s",
                         (*replica)->where(), (*replica)->Version(),

@@ -311,10 +311,16 @@ absl::StatusOr<LinkFile> ReadLinkFile(const std::string& path, bool keep,
   absl::StatusOr<LinkFileReader> reader = LinkFileReader::Open(path);
   if (!reader.ok()) return reader.status();
   char magic[kMagicBytes];
-  if (reader->size() < kMagicBytes + kRecordPrefixBytes ||
-      !reader->ReadExact(magic, kMagicBytes).ok() ||
-      (std::memcmp(magic, kMagicV1, kMagicBytes) != 0 &&
-       std::memcmp(magic, kMagicV2, kMagicBytes) != 0)) {
+  if (reader->size() < kMagicBytes + kRecordPrefixBytes) {
+    return Corrupt(path, "is not a checkpoint link");
+  }
+  // A read that fails (EIO) is the disk's error, not a link that is not one:
+  // that would have the chain's end unknown, or the link removed.
+  if (absl::Status s = reader->ReadExact(magic, kMagicBytes); !s.ok()) {
+    return s;
+  }
+  if (std::memcmp(magic, kMagicV1, kMagicBytes) != 0 &&
+      std::memcmp(magic, kMagicV2, kMagicBytes) != 0) {
     return Corrupt(path, "is not a checkpoint link");
   }
   if (std::memcmp(magic, kMagicV1, kMagicBytes) == 0) {

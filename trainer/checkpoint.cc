@@ -277,8 +277,9 @@ struct CheckpointEntry {
 
 // Checkpoint directories and old files in `dir`, by step (a directory
 // before a file of the same step); none when `dir` does not exist. Internal,
-// naming `dir`, when it cannot be listed: taken for empty, a trainer would
-// start again from step 0.
+// naming `dir`, when it cannot be listed, and the OS's error when an entry
+// cannot be looked at: taken for empty, a trainer would start again from
+// step 0.
 absl::StatusOr<std::vector<CheckpointEntry>> CheckpointEntries(
     const std::string& dir) {
   absl::StatusOr<std::vector<fs::directory_entry>> items =
@@ -290,8 +291,16 @@ absl::StatusOr<std::vector<CheckpointEntry>> CheckpointEntries(
     std::optional<int64_t> step = CheckpointStep(path);
     if (!step.has_value()) continue;
     const bool legacy = absl::EndsWith(path, kLegacySuffix);
+    // Where the listing gave no file type (some network file systems) this
+    // stats the entry: an error other than its removal meanwhile is not a
+    // checkpoint that is not there.
     std::error_code type_error;
-    if (legacy != !item.is_directory(type_error)) continue;
+    const bool directory = item.is_directory(type_error);
+    if (type_error && type_error != std::errc::no_such_file_or_directory) {
+      return absl::ErrnoToStatus(type_error.value(),
+                                 absl::StrCat("cannot stat '", path, "'"));
+    }
+    if (legacy == directory) continue;
     entries.push_back({*step, path, legacy});
   }
   std::sort(entries.begin(), entries.end(),
@@ -927,6 +936,10 @@ absl::StatusOr<OpenedCheckpoint> Open(const std::string& path,
                                       RecModel* model) {
   std::error_code error;
   if (fs::is_directory(path, error)) return OpenDirectory(path);
+  if (error && error != std::errc::no_such_file_or_directory) {
+    return absl::ErrnoToStatus(error.value(),
+                               absl::StrCat("cannot stat '", path, "'"));
+  }
   if (model == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is not a checkpoint directory"));

@@ -454,7 +454,7 @@ int Main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_nproc_per_node) > 0 &&
       std::getenv("RANK") == nullptr) {
     if (absl::Status status = CheckLaunch(*settings); !status.ok()) {
-      return Fail(kExitUsage, status);
+      return Fail(StartFailureExitCode(status), status);
     }
     return LaunchRanks(argc, argv, signals);
   }
@@ -510,14 +510,16 @@ int Main(int argc, char** argv) {
     absl::Status agreed =
         shared.ok() ? AgreeOnConfig(*shared, *group) : shared.status();
     if (!agreed.ok()) {
-      // Refused (2) for a plan it cannot read or configs the ranks do not
-      // share; a store or collective that failed (a peer lost while the
+      // A plan it cannot read as its error says (a missing or bad one is
+      // refused, 2; a read error is not); refused for configs the ranks do
+      // not share; a store or collective that failed (a peer lost while the
       // ranks started) is a failure as any other, not the config's.
-      const bool refused =
-          !shared.ok() ||
-          (agreed.code() == absl::StatusCode::kInvalidArgument &&
-           !group->failed());
-      return Fail(refused ? kExitUsage : failure_code(),
+      const int code = !shared.ok() ? StartFailureExitCode(shared.status())
+                       : agreed.code() == absl::StatusCode::kInvalidArgument &&
+                               !group->failed()
+                           ? kExitUsage
+                           : failure_code();
+      return Fail(code,
                   absl::StrCat("rank ", env->rank, ": ", agreed.message()));
     }
     settings->group = group.get();

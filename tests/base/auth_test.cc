@@ -53,10 +53,17 @@ TEST(TokenAuthorizerTest, NameRuleIsTheCallers) {
   }
 }
 
+// The OS's error, named: a missing file is refused (NotFound, exit 2 at
+// start), a read error (EIO: /proc/self/mem's first page) is not.
 TEST(TokenAuthorizerTest, MissingFileIsAClearError) {
   auto result = TokenAuthorizer::FromFile("/nonexistent/tokens", nullptr);
-  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(result.status().message().find("/nonexistent/tokens"),
+            std::string::npos);
+  auto unreadable = TokenAuthorizer::FromFile("/proc/self/mem", nullptr);
+  EXPECT_EQ(unreadable.status().code(), absl::StatusCode::kUnknown)
+      << unreadable.status();
+  EXPECT_NE(unreadable.status().message().find("cannot read token file"),
             std::string::npos);
 }
 

@@ -168,14 +168,22 @@ class CriteoTsvSource::LineReader {
 
   // Reads up to kChunkBytes after end_; sets eof_ at the end of the file.
   absl::Status Fill() {
+    errno = 0;
     const int n =
         gzread(file_, buffer_.get() + end_, static_cast<unsigned>(kChunkBytes));
+    const int read_error = errno;
     int code = Z_OK;
     const char* message = gzerror(file_, &code);
     if (n < 0 || (n == 0 && code != Z_OK)) {
+      const std::string what =
+          absl::StrCat("criteo: reading '", path_, "' failed");
+      // The disk's error (EIO on a network volume) is not damaged data: a
+      // restart may read it.
+      if (code == Z_ERRNO && read_error != 0) {
+        return absl::ErrnoToStatus(read_error, what);
+      }
       // A truncated gzip stream reads as far as it goes, then Z_BUF_ERROR.
-      return absl::DataLossError(
-          absl::StrCat("criteo: reading '", path_, "' failed: ", message));
+      return absl::DataLossError(absl::StrCat(what, ": ", message));
     }
     end_ += static_cast<size_t>(n);
     if (n == 0) eof_ = true;

@@ -293,7 +293,8 @@ absl::Status ValidateShardingPlan(
 absl::StatusOr<v1::ShardingPlan> ReadShardingPlan(const std::string& path) {
   absl::StatusOr<std::string> text = ReadSmallFile(path);
   if (!text.ok()) {
-    return absl::NotFoundError(
+    return absl::Status(
+        text.status().code(),
         absl::StrCat("sharding plan: ", text.status().message()));
   }
   v1::ShardingPlan plan;

@@ -521,6 +521,20 @@ TEST_F(CriteoTsvTest, TruncatedGzipIsDataLoss) {
   EXPECT_THAT(status.message(), HasSubstr(path));
 }
 
+// The disk's read error is not damaged data: /proc/self/mem opens and its
+// first page (never mapped) fails to read with EIO.
+TEST_F(CriteoTsvTest, AReadErrorIsTheDisksNotDataLoss) {
+  const std::string path = Path("eio.tsv");
+  ASSERT_EQ(symlink("/proc/self/mem", path.c_str()), 0);
+  std::unique_ptr<CriteoTsvSource> source = MakeSource(OptionsFor({path}));
+  absl::StatusOr<std::optional<Batch>> batch = source->Next();
+  ASSERT_FALSE(batch.ok());
+  EXPECT_EQ(batch.status().code(), absl::StatusCode::kUnknown)
+      << batch.status();
+  EXPECT_THAT(batch.status().message(), HasSubstr("Input/output error"));
+  EXPECT_THAT(batch.status().message(), HasSubstr(path));
+}
+
 TEST_F(CriteoTsvTest, RejectsBadOptionsNamingTheField) {
   auto expect_invalid = [](const CriteoOptions& options,
                            const std::string& field) {
