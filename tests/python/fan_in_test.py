@@ -7,7 +7,8 @@ While the ranks train: reads are consistent cuts of full tables, from either
 rank's address; a commit moves every rank's cursor; subscriptions push
 merged deltas on their schedule; status merges the ranks'; consumers are
 added, removed and cleared on every rank; top-k of the column-wise table is
-refused; the TorchRec adapter reads through the fan-in. Once a trainer has
+refused; the TorchRec adapter reads through the fan-in. A client follows a
+restart of the trainer under another world size. Once a trainer has
 stopped training (its tables no longer change): the merged delta equals the
 C++ FanInClient's (deltactl get --out=F.npz) exactly, and its values are
 those of a merged read of all rows. Without servers: merge_rank_deltas and
@@ -15,6 +16,7 @@ merge_statuses on parts made up to hit each merge rule and error.
 """
 
 import os
+import socket
 import subprocess
 import time
 import unittest
@@ -57,9 +59,9 @@ PLAN = {
 }
 
 
-def start_trainer(name: str, tracker: str, steps: int) -> ServerProcess:
-    """The trainer on two ranks with the mixed plan and `tracker` (the
-    tracker block's fields), in $TEST_TMPDIR/name."""
+def write_config(name: str, tracker: str) -> str:
+    """$TEST_TMPDIR/name, holding config.txt (the model and `tracker`, the
+    tracker block's fields) and plan.txt (the mixed plan on two ranks)."""
     work = os.path.join(os.environ["TEST_TMPDIR"], name)
     os.makedirs(work, exist_ok=True)
     with open(os.path.join(work, "config.txt"), "w") as f:
@@ -73,6 +75,13 @@ def start_trainer(name: str, tracker: str, steps: int) -> ServerProcess:
                 f.write(f"  shards {{ rank: {rank} row_offset: {row} rows: "
                         f"{rows} col_offset: {col} cols: {cols} }}\n")
             f.write("}\n")
+    return work
+
+
+def start_trainer(name: str, tracker: str, steps: int) -> ServerProcess:
+    """The trainer on two ranks with the mixed plan and `tracker` (the
+    tracker block's fields), in $TEST_TMPDIR/name."""
+    work = write_config(name, tracker)
     return ServerProcess("trainer/trainer", [
         f"--config={work}/config.txt", f"--plan={work}/plan.txt",
         f"--steps={steps}", "--nproc_per_node=2"])
@@ -372,6 +381,84 @@ def topology(**kinds):
     return tracker_pb2.TopologyResponse(world_size=2, shards=[
         tracker_pb2.TableShard(fqn=fqn, sharding_type=kind, rank=r)
         for fqn, kind in kinds.items() for r in range(2)])
+
+
+def free_port_pair() -> int:
+    """A loopback port P with P + 1 free too (the second rank's), as free
+    as a probe can tell."""
+    for _ in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise AssertionError("no two free ports in a row")
+
+
+class RestartedTrainerTest(unittest.TestCase, MergedDeltaChecks):
+    """A client follows the trainer behind its address through a restart
+    under another world size (two ranks, then one process restored from
+    their checkpoint): the stale topology's reads fail, the next call
+    discovers the new one, and reads go on, merged from the one process."""
+
+    def test_a_client_follows_a_restart_to_another_world_size(self):
+        port = free_port_pair()
+        work = write_config("restarted", 'consumers: ["py"]')
+        common = [f"--listen=127.0.0.1:{port}", f"--checkpoint_dir={work}/run",
+                  "--drain_s=0", "--steps=-1"]
+        two = ServerProcess("trainer/trainer", [
+            f"--config={work}/config.txt", f"--plan={work}/plan.txt",
+            "--nproc_per_node=2"] + common)
+        target = f"127.0.0.1:{port}"  # rank 0's (two.target: either's)
+        client = deltastream.TrackerClient(target, timeout=20)
+        try:
+            wait_for_batch(client, 2)
+            before = client.get("py")
+            self.assert_merged(before)
+            self.assertEqual(two.stop(), 0)
+
+            one = ServerProcess("trainer/trainer",
+                                [f"--config={work}/config.txt"] + common)
+            try:
+                self.assertEqual(one.target, target)
+                errors = []
+                deadline = time.monotonic() + 60
+                while True:
+                    try:
+                        after = client.get("py")
+                        break
+                    except grpc.RpcError as error:
+                        # The old ranks' addresses, gone: UNAVAILABLE, and
+                        # the ranks forgotten.
+                        errors.append(error.code())
+                        self.assertEqual(error.code(),
+                                         grpc.StatusCode.UNAVAILABLE, error)
+                        self.assertLess(time.monotonic(), deadline, errors)
+                        time.sleep(0.2)
+                # Rank 1's address serves no more: the stale topology's
+                # read failed before the new one was discovered.
+                self.assertTrue(errors)
+                self.assertFalse(after.resync_required)
+                self.assertNotIn(",", after.run_id)  # one process's run
+                self.assertNotEqual(after.run_id, before.run_id)
+                for fqn, table in after.tables.items():
+                    self.assertTrue(np.all(np.diff(table.ids) > 0), fqn)
+                    self.assertEqual(table.values.shape,
+                                     (table.ids.shape[0], DIM), fqn)
+                status = client.status()
+                self.assertNotIn(",", status.run_id)
+                self.assertEqual([c.name for c in status.consumers], ["py"])
+            finally:
+                one.stop()
+        finally:
+            client.close()
+            two.stop()
 
 
 class MergeRankDeltasTest(unittest.TestCase):
