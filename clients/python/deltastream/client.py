@@ -83,7 +83,13 @@ def _channel(target: str, root_certificates: Optional[bytes],
                ("grpc.max_send_message_length", max_message_bytes),
                ("grpc.keepalive_time_ms", 20000),
                ("grpc.keepalive_timeout_ms", 20000),
-               ("grpc.keepalive_permit_without_calls", 0)]
+               ("grpc.keepalive_permit_without_calls", 0),
+               # gRPC's transparent retries off: with them (grpcio 1.51,
+               # Debian's), the first streaming call after a server's
+               # graceful shutdown (a restarted trainer's GOAWAY) waited
+               # forever, past its deadline. Without, it fails UNAVAILABLE at
+               # once, which tells the fan-in to find the ranks again.
+               ("grpc.enable_retries", 0)]
     if root_certificates is None:
         return grpc.insecure_channel(target, options=options)
     credentials = grpc.ssl_channel_credentials(root_certificates)
