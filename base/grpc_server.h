@@ -37,8 +37,8 @@ struct StartedServer {
 // What StartServer checks before gRPC binds: OK when `address` could be
 // listened on now (port 0 always can; a host that does not resolve is left
 // to gRPC); InvalidArgument for a malformed address; FailedPrecondition, one
-// line, when it is in use or not local. Another process may still take it before
-// the bind.
+// line, when it is in use or not local. Another process may still take it
+// before the bind.
 absl::Status CheckCanListen(const std::string& address);
 
 // The shortest interval between a client's keepalive pings that servers
