@@ -26,7 +26,8 @@ absl::StatusOr<DurableFile> DurableFile::Create(std::string path) {
   const int fd =
       ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::ErrnoToStatus(errno,
+    const int error = errno;  // before the message's allocations
+    return absl::ErrnoToStatus(error,
                                absl::StrCat("cannot write '", temporary, "'"));
   }
   return DurableFile(std::move(path), fd);
@@ -119,7 +120,8 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           uint64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read '", path, "'"));
+    const int error = errno;  // before the message's allocations
+    return absl::ErrnoToStatus(error, absl::StrCat("cannot read '", path, "'"));
   }
   std::string contents;
   char buffer[1 << 16];

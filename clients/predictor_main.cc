@@ -151,9 +151,10 @@ int Main() {
   if (const std::string path = absl::GetFlag(FLAGS_apply_log); !path.empty()) {
     apply_log = std::fopen(path.c_str(), "a");
     if (apply_log == nullptr) {
-      const absl::Status error = absl::ErrnoToStatus(
-          errno, absl::StrCat("cannot append to --apply_log '", path, "'"));
-      return Fail(StartFailureExitCode(error), error);
+      const int error = errno;  // before the message's allocations
+      const absl::Status status = absl::ErrnoToStatus(
+          error, absl::StrCat("cannot append to --apply_log '", path, "'"));
+      return Fail(StartFailureExitCode(status), status);
     }
   }
 

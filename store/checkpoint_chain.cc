@@ -68,7 +68,8 @@ class LinkFileReader {
   static absl::StatusOr<LinkFileReader> Open(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      return absl::ErrnoToStatus(errno,
+      const int error = errno;  // before the message's allocations
+      return absl::ErrnoToStatus(error,
                                  absl::StrCat("cannot read '", path, "'"));
     }
     struct stat file;

@@ -558,7 +558,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
     const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot read '", path, "'"));
+    const int error = errno;  // before the message's allocations
+    return absl::ErrnoToStatus(error, absl::StrCat("cannot read '", path, "'"));
   }
   std::vector<char> bytes;
   char buffer[1 << 16];

@@ -79,16 +79,18 @@ bool ParseHex(absl::string_view text, uint64_t* value) {
 absl::Status CheckDataFile(const std::string& path) {
   struct stat info;
   if (stat(path.c_str(), &info) != 0) {
+    const int error = errno;  // before the message's allocations
     return absl::ErrnoToStatus(
-        errno, absl::StrCat("criteo: cannot open '", path, "'"));
+        error, absl::StrCat("criteo: cannot open '", path, "'"));
   }
   if (S_ISDIR(info.st_mode)) {
     return absl::FailedPreconditionError(
         absl::StrCat("criteo: '", path, "' is a directory, not a file"));
   }
   if (access(path.c_str(), R_OK) != 0) {
+    const int error = errno;  // before the message's allocations
     return absl::ErrnoToStatus(
-        errno, absl::StrCat("criteo: cannot open '", path, "'"));
+        error, absl::StrCat("criteo: cannot open '", path, "'"));
   }
   return absl::OkStatus();
 }
@@ -111,9 +113,10 @@ class CriteoTsvSource::LineReader {
     errno = 0;
     gzFile file = gzopen(path.c_str(), "rb");
     if (file == nullptr) {
+      const int error = errno;  // before the message's allocations
       const std::string message =
           absl::StrCat("criteo: cannot open '", path, "'");
-      if (errno != 0) return absl::ErrnoToStatus(errno, message);
+      if (error != 0) return absl::ErrnoToStatus(error, message);
       return absl::ResourceExhaustedError(message);
     }
     gzbuffer(file, 1 << 17);
