@@ -20,6 +20,10 @@ int Fail(int exit_code, const absl::Status& status) {
   return Fail(exit_code, status.message());
 }
 
+int FailStart(const absl::Status& status) {
+  return Fail(StartFailureExitCode(status), status);
+}
+
 int StartFailureExitCode(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:

@@ -36,6 +36,9 @@ int StartFailureExitCode(const absl::Status& status);
 int Fail(int exit_code, absl::string_view message);
 // The same with the status's message.
 int Fail(int exit_code, const absl::Status& status);
+// Fail for a start-up that failed with `status`, with StartFailureExitCode's
+// code.
+int FailStart(const absl::Status& status);
 
 // Blocks SIGTERM and SIGINT in the calling thread, and so in every thread it
 // starts later (gRPC's, RocksDB's, LibTorch's inherit the mask): call it

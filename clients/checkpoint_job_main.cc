@@ -98,7 +98,7 @@ int Main() {
           ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
                               absl::GetFlag(FLAGS_tls_ca), client_options);
       !read.ok()) {
-    return Fail(StartFailureExitCode(read), read);
+    return FailStart(read);
   }
   CheckpointJob job(options, FanInClient::Connect(target, client_options),
                     stdout);

@@ -134,7 +134,7 @@ int Main() {
           ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
                               absl::GetFlag(FLAGS_tls_ca), client_options);
       !read.ok()) {
-    return Fail(StartFailureExitCode(read), read);
+    return FailStart(read);
   }
   std::unique_ptr<TokenAuthorizer> auth;
   if (const std::string path = absl::GetFlag(FLAGS_auth_token_file);
@@ -143,7 +143,7 @@ int Main() {
     absl::StatusOr<TokenAuthorizer> parsed =
         TokenAuthorizer::FromFile(path, nullptr);
     if (!parsed.ok()) {
-      return Fail(StartFailureExitCode(parsed.status()), parsed.status());
+      return FailStart(parsed.status());
     }
     auth = std::make_unique<TokenAuthorizer>(*std::move(parsed));
   }
@@ -154,7 +154,7 @@ int Main() {
       const int error = errno;  // before the message's allocations
       const absl::Status status = absl::ErrnoToStatus(
           error, absl::StrCat("cannot append to --apply_log '", path, "'"));
-      return Fail(StartFailureExitCode(status), status);
+      return FailStart(status);
     }
   }
 
@@ -169,8 +169,7 @@ int Main() {
       ServerCredentialsFromFiles(absl::GetFlag(FLAGS_tls_cert),
                                  absl::GetFlag(FLAGS_tls_key));
   if (!credentials.ok()) {
-    return Fail(StartFailureExitCode(credentials.status()),
-                credentials.status());
+    return FailStart(credentials.status());
   }
 
   ReplicaOptions replica_options;
@@ -179,7 +178,7 @@ int Main() {
       Replica::Open(replica_options);
   if (!replica.ok()) {
     // A damaged replica database is refused (2): a restart would be too.
-    return Fail(StartFailureExitCode(replica.status()), replica.status());
+    return FailStart(replica.status());
   }
   if ((*replica)->Version() >= 0) {
     Log(absl::StrFormat("replica in %s resumes at version %d of run %s",

@@ -150,7 +150,7 @@ int Main() {
   absl::StatusOr<std::unique_ptr<Tracker>> tracker =
       Tracker::Create(std::move(options));
   if (!tracker.ok()) {
-    return Fail(StartFailureExitCode(tracker.status()), tracker.status());
+    return FailStart(tracker.status());
   }
 
   // Deltas are tens of MiB of fresh buffers per read: reuse them.
@@ -165,7 +165,7 @@ int Main() {
   absl::StatusOr<std::unique_ptr<ServiceHost>> host =
       ServiceHost::Start(tracker->get(), host_options);
   if (!host.ok()) {
-    return Fail(StartFailureExitCode(host.status()), host.status());
+    return FailStart(host.status());
   }
   // Declared after the host, so destroyed (no more scrapes) before it.
   auto tracker_metrics =
@@ -173,7 +173,7 @@ int Main() {
   absl::StatusOr<std::unique_ptr<MetricsEndpoint>> metrics =
       StartMetricsFromFlags(registry);
   if (!metrics.ok()) {
-    return Fail(StartFailureExitCode(metrics.status()), metrics.status());
+    return FailStart(metrics.status());
   }
   if (*metrics != nullptr) {
     (*metrics)->Add(tracker_metrics);

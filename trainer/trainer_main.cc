@@ -447,14 +447,14 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<v1::TrainerConfig> config = ConfigFromCommandLine();
   if (!config.ok()) {
-    return Fail(StartFailureExitCode(config.status()), config.status());
+    return FailStart(config.status());
   }
   absl::StatusOr<TrainerSettings> settings = ResolveTrainerConfig(*config);
   if (!settings.ok()) return Fail(kExitUsage, settings.status());
   if (absl::GetFlag(FLAGS_nproc_per_node) > 0 &&
       std::getenv("RANK") == nullptr) {
     if (absl::Status status = CheckLaunch(*settings); !status.ok()) {
-      return Fail(StartFailureExitCode(status), status);
+      return FailStart(status);
     }
     return LaunchRanks(argc, argv, signals);
   }
@@ -503,7 +503,7 @@ int Main(int argc, char** argv) {
       // Ranks launched so that they cannot form a group (different
       // WORLD_SIZEs, one RANK twice) are refused: a restart would be too.
       // A rendezvous that timed out or lost its store is a failure.
-      return Fail(StartFailureExitCode(made.status()), made.status());
+      return FailStart(made.status());
     }
     group = *std::move(made);
     absl::StatusOr<std::string> shared = SharedConfigText(*config);
