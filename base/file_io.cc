@@ -151,8 +151,8 @@ absl::StatusOr<std::vector<std::filesystem::directory_entry>> ListDirectory(
   std::vector<std::filesystem::directory_entry> entries;
   std::error_code error;
   auto unreadable = [&] {
-    return absl::InternalError(
-        absl::StrCat("cannot list ", what, " '", dir, "': ", error.message()));
+    return absl::ErrnoToStatus(
+        error.value(), absl::StrCat("cannot list ", what, " '", dir, "'"));
   };
   std::filesystem::directory_iterator it(dir, error);
   if (error) {

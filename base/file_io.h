@@ -66,9 +66,10 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path,
                                           uint64_t max_bytes = 64 << 20);
 
 // The entries of directory `dir`, in no order; none when it does not exist.
-// Internal, "cannot list <what> '<dir>': <reason>", when it cannot be listed
-// (an I/O error, no permission, a file in its place), also part way: a
-// directory read in part is never taken for one that holds less.
+// The OS's error, "cannot list <what> '<dir>': <reason>", when it cannot be
+// listed (EIO Unknown, EACCES PermissionDenied, a file in its place
+// FailedPrecondition), also part way: a directory read in part is never
+// taken for one that holds less.
 absl::StatusOr<std::vector<std::filesystem::directory_entry>> ListDirectory(
     const std::string& dir, absl::string_view what);
 

@@ -141,7 +141,7 @@ void CheckpointJob::Wait(absl::Duration duration) {
   }
 }
 
-absl::Status CheckpointJob::Run() {
+absl::Status CheckpointJob::Open() {
   absl::StatusOr<HeldVersion> chain = ChainEndOrUnknown(options_.dir);
   if (!chain.ok()) return chain.status();
   chain_ = *std::move(chain);
@@ -171,6 +171,14 @@ absl::Status CheckpointJob::Run() {
   }
   LogInfo(absl::StrFormat("%s, chain in %s ends at batch %d", options_.consumer,
                           options_.dir, chain_.end_batch));
+  opened_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointJob::Run() {
+  if (!opened_) {
+    if (absl::Status s = Open(); !s.ok()) return s;
+  }
   while (!stopping_.load()) {
     bool again = false;
     if (absl::Status s = Pull(&again); !s.ok()) return s;

@@ -108,9 +108,17 @@ class CheckpointJob {
   CheckpointJob(CheckpointJobOptions options,
                 std::unique_ptr<TrackerClient> client, FILE* out);
 
+  // Reads where the chain in options.dir ends and checks the links a load
+  // applies (a damaged one makes the next link a full one), removes the
+  // temporaries of writes a crash cut short and syncs the directory. An
+  // error is the chain's (a broken chain: FailedPrecondition; one that
+  // cannot be read: the OS error), found before the service is contacted.
+  absl::Status Open();
+
   // Pulls until options.count links are written or Stop() is called (OK),
   // or until a pull, write or commit fails in a way retrying cannot fix
   // (that error; an unreachable service is retried for options.retry_s).
+  // Opens the chain first unless Open() did.
   absl::Status Run();
 
   // Ends Run() after the pull in progress. Async-signal-safe.
@@ -146,6 +154,7 @@ class CheckpointJob {
   std::atomic<bool> stopping_{false};
   UnreachableRetry retry_;
   HeldVersion chain_;
+  bool opened_ = false;
   bool need_full_ = false;
   int64_t written_ = 0;
   mutable absl::Mutex stats_mu_;

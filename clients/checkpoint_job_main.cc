@@ -25,7 +25,9 @@
 // SIGTERM/SIGINT end it after the pull in progress. Exit codes: 0 done, 1 a
 // pull or write failed (an unreachable service, a trainer restarting, and a
 // stopped or hung one are retried for --retry_s first: 60 s unless told), 2
-// bad flags (one line).
+// bad flags or a chain refused at start (its links broken: missing or
+// overlapping), with one line; a chain that cannot be read at start is the
+// OS error's code (StartFailureExitCode: EIO 1).
 // --metrics_listen serves Prometheus metrics (clients/checkpoint_job_metrics.h;
 // its address is logged: "metrics on http://HOST:PORT/metrics").
 // The job itself: clients/checkpoint_job.h; this file holds flags and main.
@@ -113,6 +115,12 @@ int Main() {
     (*metrics_endpoint)->Add(metrics);
     LogInfo(absl::StrCat("metrics on http://", (*metrics_endpoint)->address(),
                          "/metrics"));
+  }
+  // What the chain's directory holds decides the code, as any start-up's
+  // error does: a broken chain is refused again on a restart (2), a read
+  // error may not be (1).
+  if (absl::Status opened = job.Open(); !opened.ok()) {
+    return FailStart(opened);
   }
   running_job = &job;
   signal(SIGTERM, OnSignal);

@@ -7,7 +7,9 @@
 // --drain_s the trainer serves until the job has read its last step) the
 // chain loads to the trainer's final checkpoint bit for bit: every table and
 // the dense parameters. A consumer that read before gets a full base; rows
-// dropped under the memory cap make the job write a full link again.
+// dropped under the memory cap make the job write a full link again. A
+// broken chain is refused at start (exit 2) and an unreadable one fails it
+// (exit 1), before the service is contacted.
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -422,6 +425,57 @@ TEST(CheckpointJobTest, RowsDroppedUnderTheMemoryCapMakeAFullLink) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->links.size(), 1u);
   EXPECT_TRUE(loaded->dense.empty());
+}
+
+// What the chain's directory holds is read before the service is contacted,
+// and its error gives the exit code as any start-up's does
+// (StartFailureExitCode): a broken chain is refused again on every restart
+// (2, which systemd's RestartPreventExitStatus and a podFailurePolicy do not
+// restart), a link that cannot be read may read on the next (1). Nothing is
+// removed either way.
+TEST(CheckpointJobTest, ABrokenChainIsRefusedAtStartAnUnreadableOneRetried) {
+  const std::string work = TestTempDir() + "/checkpoint_job_refused";
+  std::filesystem::remove_all(work);
+  const std::string broken = work + "/broken";
+  std::filesystem::create_directories(broken);
+  std::ofstream(broken + "/full-000000000000-000000000004.ckpt") << "x";
+  std::ofstream(broken + "/incr-000000000006-000000000008.ckpt") << "x";
+  // Nothing listens on port 1: the job must fail before it would retry.
+  const std::string job = RunfilePath("clients/checkpoint_job") +
+                          " --target=127.0.0.1:1 --retry_s=0 --dir=";
+  CommandResult refused = RunCommand(job + broken);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("is broken: batches 4..5 missing"));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(broken),
+                          std::filesystem::directory_iterator()),
+            2);
+
+  // A file where the directory should be: ENOTDIR, refused again too.
+  CommandResult not_a_directory =
+      RunCommand(job + broken + "/full-000000000000-000000000004.ckpt");
+  EXPECT_EQ(not_a_directory.exit_code, 2) << not_a_directory.err;
+  EXPECT_THAT(not_a_directory.err, HasSubstr("cannot list the checkpoint"));
+
+  // The newest link cannot be read: an OS error, not damage, so no full
+  // link replaces it. EIO from a sysfs file that answers every read so (its
+  // size is 4096); where there is none, a symlink loop (ELOOP), whose code
+  // is EIO's (Unknown).
+  const std::string unreadable = work + "/unreadable";
+  std::filesystem::create_directories(unreadable);
+  const std::string link = unreadable + "/full-000000000000-000000000004.ckpt";
+  const char* eio = "/sys/devices/software/power/autosuspend_delay_ms";
+  bool reads_eio = false;
+  if (int fd = open(eio, O_RDONLY); fd >= 0) {
+    char byte;
+    reads_eio = read(fd, &byte, 1) < 0 && errno == EIO;
+    close(fd);
+  }
+  std::filesystem::create_symlink(reads_eio ? eio : link.c_str(), link);
+  CommandResult failed = RunCommand(job + unreadable);
+  EXPECT_EQ(failed.exit_code, 1) << failed.err;
+  EXPECT_THAT(failed.err,
+              HasSubstr(reads_eio ? "Input/output error" : "Too many levels"));
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
 }
 
 }  // namespace
