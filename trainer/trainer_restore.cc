@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 
@@ -21,6 +20,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/comm/process_group.h"
 #include "trainer/cursor_agreement.h"
+#include "trainer/modules/embedding_config.h"
 #include "trainer/pipeline/gradient_scaler.h"
 #include "trainer/sharding/sharded_embedding_modules.h"
 #include "trainer/trainer.h"
@@ -307,55 +307,63 @@ absl::Status Trainer::RestoreFromChain() {
       block.col_offset = shards[t].col_offset;
     }
   }
-  // The tables of other ranks' shards (sharded): the chain's rows of them
-  // are theirs to restore.
-  std::set<std::string> elsewhere;
+  // Every table's global shape (rows, columns) by FQN, sharded or not: the
+  // chain's rows must fit it before a rank takes its block of them, or rows
+  // and columns no block holds would be dropped without a word. A sharded
+  // table no shard of this rank holds is in no Block: the chain's rows of
+  // it are other ranks' to restore.
+  std::map<std::string, std::pair<int64_t, int64_t>> global;
+  for (const auto& [fqn, block] : tables) {
+    const at::Tensor& weight = block.module->weight(block.table);
+    global[fqn] = {weight.size(0), weight.size(1)};
+  }
   for (ShardedEmbeddingModule* sharded : model_->sharded_modules()) {
     for (const EmbeddingShard& shard : sharded->shards()) {
-      elsewhere.insert(CleanFqn(
-          absl::StrCat(sharded->path(),
-                       sharded->pooled() ? ".embedding_bags." : ".embeddings.",
-                       shard.table)));
+      const EmbeddingTableConfig& config = sharded->tables()[shard.table_index];
+      global[CleanFqn(absl::StrCat(
+          sharded->path(),
+          sharded->pooled() ? ".embedding_bags." : ".embeddings.",
+          shard.table))] = {config.num_embeddings, config.embedding_dim};
     }
   }
   int64_t rows = 0;
   absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     at::NoGradGuard no_grad;
     for (const auto& [fqn, table] : chain->tables) {
-      auto it = tables.find(fqn);
-      if (it == tables.end()) {
-        if (elsewhere.count(fqn) > 0) continue;
+      auto shape = global.find(fqn);
+      if (shape == global.end()) {
         return absl::InvalidArgumentError(
             absl::StrCat("restore_chain '", dir, "' holds table '", fqn,
                          "', which this model does not have"));
       }
+      if (table.ids.numel() == 0) continue;
+      const auto [global_rows, global_cols] = shape->second;
+      if (table.values.dim() != 2 || table.values.size(1) != global_cols ||
+          table.ids.max().item<int64_t>() >= global_rows ||
+          table.ids.min().item<int64_t>() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "restore_chain '", dir, "': table '", fqn, "' of ", global_rows,
+            " x ", global_cols, " does not fit the chain's rows (",
+            c10::str(table.values.sizes()), ", IDs ",
+            table.ids.min().item<int64_t>(), " to ",
+            table.ids.max().item<int64_t>(), ")"));
+      }
+      auto it = tables.find(fqn);
+      if (it == tables.end()) continue;  // another rank's
       const Block& block = it->second;
       const at::Tensor& weight = block.module->weight(block.table);
-      if (table.ids.numel() == 0) continue;
       // This block's rows and columns of the chain's (global) rows.
       at::Tensor ids = table.ids, values = table.values;
-      if (!model_->sharded_modules().empty()) {
+      if (weight.size(0) != global_rows || weight.size(1) != global_cols) {
         const at::Tensor mine =
             (ids >= block.row_offset)
                 .logical_and(ids < block.row_offset + weight.size(0))
                 .nonzero()
                 .squeeze(1);
         ids = ids.index_select(0, mine) - block.row_offset;
-        values = values.index_select(0, mine);
-        if (values.dim() == 2 &&
-            values.size(1) >= block.col_offset + weight.size(1)) {
-          values = values.narrow(1, block.col_offset, weight.size(1));
-        }
+        values = values.index_select(0, mine).narrow(1, block.col_offset,
+                                                     weight.size(1));
         if (ids.numel() == 0) continue;
-      }
-      if (values.dim() != 2 || values.size(1) != weight.size(1) ||
-          ids.max().item<int64_t>() >= weight.size(0) ||
-          ids.min().item<int64_t>() < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "restore_chain '", dir, "': table '", fqn, "' of ", weight.size(0),
-            " x ", weight.size(1), " does not fit the chain's rows (",
-            c10::str(table.values.sizes()), ", IDs up to ",
-            table.ids.max().item<int64_t>(), ")"));
       }
       weight.index_copy_(0, ids.to(weight.device()),
                          values.to(weight.device(), weight.dtype()));

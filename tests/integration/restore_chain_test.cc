@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "clients/checkpoint_chain.h"
 #include "tests/integration/server_process.h"
 #include "trainer/checkpoint.h"
@@ -53,6 +55,24 @@ std::string CriteoData() {
     lines.push_back(absl::StrJoin(fields, "\t"));
   }
   return absl::StrJoin(lines, "\n") + "\n";
+}
+
+// A plan for two ranks over tables c0 and c1 of `rows` x `dim` (dim even):
+// c0 split by rows, c1 by columns with rank 1's block first.
+std::string TwoRankPlan(int64_t rows, int64_t dim) {
+  const int64_t half_rows = rows / 2, half_dim = dim / 2;
+  return absl::StrFormat(
+      "world_size: 2\n"
+      "tables { table: \"c0\" sharding_type: ROW_WISE num_embeddings: %d "
+      "embedding_dim: %d\n"
+      "  shards { rank: 0 row_offset: 0 rows: %d col_offset: 0 cols: %d }\n"
+      "  shards { rank: 1 row_offset: %d rows: %d col_offset: 0 cols: %d } }\n"
+      "tables { table: \"c1\" sharding_type: COLUMN_WISE num_embeddings: %d "
+      "embedding_dim: %d\n"
+      "  shards { rank: 1 row_offset: 0 rows: %d col_offset: 0 cols: %d }\n"
+      "  shards { rank: 0 row_offset: 0 rows: %d col_offset: %d cols: %d } }\n",
+      rows, dim, half_rows, dim, half_rows, rows - half_rows, dim, rows, dim,
+      rows, half_dim, rows, half_dim, dim - half_dim);
 }
 
 // One read of `consumer` (deltactl get --json): its header fields.
@@ -171,6 +191,64 @@ TEST(RestoreChainTest, ModelIsTheChainAndConsumersBehindItResync) {
   EXPECT_EQ(verified->version, kSteps);
   EXPECT_EQ(verified->tables, 2);
   EXPECT_GT(verified->dense_parameters, 0);
+
+  // (4) Two ranks restore the same chain under a plan that splits c0 by
+  // rows and c1 by columns (rank 1's block first): each takes its block of
+  // the chain's rows, and their final checkpoint is the chain bit for bit.
+  const std::string two_ranks =
+      RunfilePath("trainer/trainer") +
+      " --nproc_per_node=2 --listen=127.0.0.1:0 --steps=-1 --restore_chain=" +
+      chain;
+  const std::string plan = work + "/plan.txt";
+  WriteText(plan, TwoRankPlan(1000, 4));
+  const std::string sharded = work + "/sharded";
+  const CommandResult restored =
+      RunCommand(two_ranks + " --config=" + config + " --plan=" + plan +
+                 " --checkpoint_dir=" + sharded);
+  ASSERT_EQ(restored.exit_code, 0) << restored.err;
+  const std::optional<std::string> sharded_checkpoint =
+      LatestCheckpoint(sharded + "/checkpoints").value_or(std::nullopt);
+  ASSERT_TRUE(sharded_checkpoint.has_value()) << restored.err;
+  absl::StatusOr<CheckpointModel> sharded_model =
+      ReadCheckpointModel(*sharded_checkpoint);
+  ASSERT_TRUE(sharded_model.ok()) << sharded_model.status();
+  absl::StatusOr<Verified> sharded_verified =
+      VerifyChain(*sharded_model, chain);
+  ASSERT_TRUE(sharded_verified.ok()) << sharded_verified.status();
+  EXPECT_EQ(sharded_verified->version, kSteps);
+  EXPECT_EQ(sharded_verified->tables, 2);
+  EXPECT_GT(sharded_verified->dense_parameters, 0);
+
+  // (5) A chain that does not fit the model's tables is refused on every
+  // rank before training (exit 2, nothing saved), also where each rank's
+  // block would take a part of it: rows past a row-wise table's end (IDs
+  // up to 999 in a table of 500) and columns past a column-wise table's
+  // width (4 in a table of 2, split 1 and 1) would be dropped.
+  const struct {
+    int64_t rows, dim;
+    const char* says;
+  } kMisfits[] = {{500, 4, "of 500 x 4 does not fit"},
+                  {1000, 2, "of 1000 x 2 does not fit"}};
+  for (const auto& misfit : kMisfits) {
+    const std::string name =
+        absl::StrCat(work, "/misfit-", misfit.rows, "x", misfit.dim);
+    std::string text = ReadText(config);
+    text = absl::StrReplaceAll(
+        text,
+        {{"num_embeddings: 1000",
+          absl::StrCat("num_embeddings: ", misfit.rows)},
+         {"embedding_dim: 4", absl::StrCat("embedding_dim: ", misfit.dim)}});
+    WriteText(name + ".textproto", text);
+    WriteText(name + ".plan", TwoRankPlan(misfit.rows, misfit.dim));
+    const CommandResult refused = RunCommand(two_ranks + " --config=" + name +
+                                             ".textproto --plan=" + name +
+                                             ".plan --checkpoint_dir=" + name);
+    EXPECT_EQ(refused.exit_code, 2) << refused.err;
+    EXPECT_THAT(refused.err, HasSubstr(misfit.says)) << refused.err;
+    EXPECT_EQ(LatestCheckpoint(name + "/checkpoints").value_or("unreadable"),
+              std::nullopt)
+        << refused.err;
+  }
   std::printf(
       "restore_chain test: %.1f s\n",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
