@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "clients/replica_row_store.h"
 #include "proto/tensor_codec.h"
 
@@ -201,6 +202,14 @@ absl::StatusOr<ReplicaRows> Replica::Lookup(absl::string_view fqn,
         absl::StrCat("the replica holds no table '", fqn, "'"));
   }
   const ReplicaTableInfo& info = it->second;
+  const int64_t row_bytes =
+      info.dim * static_cast<int64_t>(c10::elementSize(info.dtype));
+  if (n > kMaxLookupBytes / row_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d IDs of table '%s' (rows of %d bytes) would return more than the "
+        "%d MiB one lookup returns: look them up in parts",
+        n, fqn, row_bytes, kMaxLookupBytes >> 20));
+  }
   ReplicaRows result;
   result.version = version_;
   result.run_id = run_id_;

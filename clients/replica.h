@@ -62,6 +62,11 @@ struct ReplicaOptions {
   int64_t cache_bytes = int64_t{256} << 20;
 };
 
+// The most one Lookup returns: rows of at most this many bytes (the largest
+// message the predictor's lookup API takes). It caps the memory one call can
+// make the replica allocate.
+inline constexpr int64_t kMaxLookupBytes = int64_t{64} << 20;
+
 // Rows of one table found by Lookup.
 struct ReplicaRows {
   int64_t version = -1;  // the version they belong to
@@ -126,7 +131,8 @@ class Replica {
 
   // Rows of `ids` (int64 [n], any device) in table `fqn`. NotFound for a
   // table the replica does not hold; InvalidArgument for IDs that are not
-  // int64 [n]; the backend's read errors.
+  // int64 [n] and for more rows than kMaxLookupBytes hold (before anything
+  // is allocated); the backend's read errors.
   absl::StatusOr<ReplicaRows> Lookup(absl::string_view fqn,
                                      const at::Tensor& ids) const
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -473,7 +473,7 @@ absl::StatusOr<std::unique_ptr<RocksRowStore>> RocksRowStore::Open(
                                static_cast<int>(it->value().size())) ||
         record.fqn() != it->key().ToString().substr(kTablesBegin.size()) ||
         !(dtype = HostDType(record.dtype())).ok() || record.dim() < 1 ||
-        record.rows() < 0) {
+        record.dim() > kMaxTensorElements || record.rows() < 0) {
       return corrupt(
           absl::StrCat("the record of table '", it->key().ToString(), "'"));
     }

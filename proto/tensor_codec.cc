@@ -111,8 +111,9 @@ absl::StatusOr<WireLayout> CheckLayout(int dtype, std::vector<int64_t> shape) {
   for (int64_t size : shape) {
     // Each size too: with a 0 among them the product stays 0, and a [0,
     // 2^62] would pass (a state width no row could have).
-    if (size < 0 || size > (int64_t{1} << 40) ||
-        (size > 0 && elements > (uint64_t{1} << 40) / size)) {
+    if (size < 0 || size > kMaxTensorElements ||
+        (size > 0 &&
+         elements > static_cast<uint64_t>(kMaxTensorElements) / size)) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad tensor shape: dimension ", size));
     }

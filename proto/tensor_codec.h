@@ -45,6 +45,10 @@ struct WireLayout {
   uint64_t bytes = 0;
 };
 
+// The most elements a tensor on the wire (or a row width in a file) may
+// have, in all and in each dimension: 2^40.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 40;
+
 // Checks a wire dtype and shape (at most 8 dims, no negative or overflowing
 // size); InvalidArgument, with the numbers, otherwise.
 absl::StatusOr<WireLayout> CheckLayout(int dtype, std::vector<int64_t> shape);

@@ -16,8 +16,13 @@
 namespace deltastream {
 namespace {
 
-// Rows per Lookup call: a few MiB, under any message limit.
-constexpr int64_t kLookupRows = 65536;
+// Rows per Lookup call: at most 65536 and 16 MiB, under the predictor's
+// limit (64 MiB) and any message limit.
+int64_t LookupRows(const at::Tensor& weight) {
+  const int64_t row_bytes =
+      std::max<int64_t>(1, weight.size(1) * weight.element_size());
+  return std::clamp<int64_t>((int64_t{16} << 20) / row_bytes, 1, 65536);
+}
 
 // OK when `copy` equals `trainer` bit for bit; else what differs.
 absl::Status Compare(const std::string& what, const at::Tensor& copy,
@@ -77,7 +82,7 @@ void SetDeadline(grpc::ClientContext& context) {
 absl::StatusOr<Verified> VerifyReplica(const CheckpointModel& model,
                                        const std::string& target) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // a few MiB per lookup (kLookupRows)
+  args.SetMaxReceiveMessageSize(-1);  // a few MiB per lookup (LookupRows)
   auto stub = v1::ReplicaLookup::NewStub(grpc::CreateCustomChannel(
       target, grpc::InsecureChannelCredentials(), args));
   Verified verified;
@@ -107,8 +112,9 @@ absl::StatusOr<Verified> VerifyReplica(const CheckpointModel& model,
           "predictor ", target, " holds no table for '", name, "'"));
     }
     std::vector<at::Tensor> parts;
-    for (int64_t first = 0; first < weight.size(0); first += kLookupRows) {
-      const int64_t n = std::min(kLookupRows, weight.size(0) - first);
+    const int64_t per_call = LookupRows(weight);
+    for (int64_t first = 0; first < weight.size(0); first += per_call) {
+      const int64_t n = std::min(per_call, weight.size(0) - first);
       v1::LookupRequest request;
       request.set_fqn(fqn->second);
       if (absl::Status s = EncodeTensor(at::arange(first, first + n, at::kLong),

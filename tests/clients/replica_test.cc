@@ -1,11 +1,13 @@
 // The replica's contracts (clients/replica.h) on both backends: applies and
 // lookups, dense parameters swapped with the rows, resets, reopening a
 // RocksDB replica bit for bit (and refusing a damaged one), bad input changing
-// nothing, dense parameters too large for the database refused, and lookups
-// running while applies install (run under TSan too).
+// nothing, dense parameters too large for the database refused, lookups past
+// their limit refused, and lookups running while applies install (run under
+// TSan too).
 #include "clients/replica.h"
 
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
@@ -121,6 +123,28 @@ TEST_P(ReplicaTest, AppliesAndLooksUpRows) {
   ASSERT_EQ(tables.size(), 2u);
   EXPECT_EQ(tables.at("t").dim, 4);
   EXPECT_EQ(tables.at("t").dtype, at::kFloat);
+}
+
+// One lookup returns at most kMaxLookupBytes of rows: more IDs are refused
+// before anything is allocated (a request of 64 MiB of IDs would otherwise
+// make the replica zero-fill and send dim/1 times as much).
+TEST_P(ReplicaTest, ALookupReturnsAtMostItsLimit) {
+  std::unique_ptr<Replica> replica = Open("lookup_limit");
+  const int64_t dim = 4096;  // rows of 16 KiB: the limit is 4096 of them
+  ASSERT_TRUE(
+      replica->Apply({Delta({{"wide", Ids({7}), Filled(1, dim, 2)}})}, 1, "r")
+          .ok());
+  const int64_t most = kMaxLookupBytes / (dim * 4);
+  absl::StatusOr<ReplicaRows> full =
+      replica->Lookup("wide", at::arange(most, at::kLong));
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->rows.sizes(), (at::IntArrayRef{most, dim}));
+  EXPECT_TRUE(at::equal(full->rows[7], at::full({dim}, 2.0f)));
+  absl::StatusOr<ReplicaRows> over =
+      replica->Lookup("wide", at::arange(most + 1, at::kLong));
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(over.status().message()),
+              ::testing::HasSubstr("4097 IDs of table 'wide'"));
 }
 
 TEST_P(ReplicaTest, LaterRowsWinAndRedeliveryIsHarmless) {
