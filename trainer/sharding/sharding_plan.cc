@@ -58,9 +58,11 @@ absl::Status CheckTiling(const v1::TablePlan& plan, int64_t rows, int64_t dim) {
   int64_t area = 0;
   for (int i = 0; i < plan.shards_size(); ++i) {
     const v1::Shard& s = plan.shards(i);
+    // Written so that no sum overflows: the plan's numbers are anyone's.
     if (s.row_offset() < 0 || s.rows() < 0 || s.col_offset() < 0 ||
-        s.cols() < 0 || s.row_offset() + s.rows() > rows ||
-        s.col_offset() + s.cols() > dim) {
+        s.cols() < 0 || s.row_offset() > rows ||
+        s.rows() > rows - s.row_offset() || s.col_offset() > dim ||
+        s.cols() > dim - s.col_offset()) {
       return absl::InvalidArgumentError(
           absl::StrCat(ShardName(plan, i), " (rows ", s.row_offset(), "+",
                        s.rows(), ", cols ", s.col_offset(), "+", s.cols(),

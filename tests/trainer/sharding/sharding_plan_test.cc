@@ -78,6 +78,16 @@ TEST(ShardingPlanTest, ValidationNamesWhatIsWrong) {
   overlap.mutable_tables(0)->mutable_shards(1)->set_col_offset(1);
   EXPECT_THAT(ValidateShardingPlan(overlap, Tables(), 2, true).message(),
               HasSubstr("shard 1 overlaps shard 0"));
+  // Offsets and sizes whose sums overflow int64 (2^62 + 2^62) and whose
+  // area wraps to 0 still lie outside the table.
+  v1::ShardingPlan overflow = plan;
+  *overflow.mutable_tables(0) = RowWisePlan(Tables()[0], 2);
+  overflow.mutable_tables(0)->mutable_shards(0)->set_rows(10);
+  v1::Shard* huge = overflow.mutable_tables(0)->mutable_shards(1);
+  huge->set_row_offset(int64_t{1} << 62);
+  huge->set_rows(int64_t{1} << 62);
+  EXPECT_THAT(ValidateShardingPlan(overflow, Tables(), 2, true).message(),
+              HasSubstr("lies outside the table's 10 x 4"));
   v1::ShardingPlan bad_rank = plan;
   bad_rank.mutable_tables(1)->mutable_shards(0)->set_rank(5);
   EXPECT_THAT(ValidateShardingPlan(bad_rank, Tables(), 2, true).message(),
