@@ -6,11 +6,14 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/file_io.h"
+#include "trainer/sharding/sharding_plan.h"
 
 namespace deltastream {
 
@@ -103,6 +106,40 @@ absl::Status WriteCheckpointManifest(const std::string& checkpoint_dir,
       absl::StrCat(checkpoint_dir, "/", kCheckpointManifestName), json);
 }
 
+namespace {
+
+// The first problem of `tensor`'s blocks for its merge rule, "" when none:
+// TILE blocks tile its 2-D shape exactly, so that counting the elements
+// they fill proves every element filled (a block listed twice and another
+// not at all would leave memory unwritten); COLUMN_MEAN blocks lie inside
+// its rows and do not overlap in rows x table columns, so that no block
+// weighs twice in a mean.
+std::string BlocksProblem(const v1::CheckpointTensor& tensor) {
+  if (tensor.merge() != v1::TILE && tensor.merge() != v1::COLUMN_MEAN) {
+    return "";
+  }
+  const std::string what = absl::StrCat("'", tensor.key(), "'");
+  if (tensor.shape_size() != 2 || tensor.shape(0) < 1 || tensor.shape(1) < 1 ||
+      (tensor.merge() == v1::COLUMN_MEAN && tensor.shape(1) != 1)) {
+    return absl::StrCat(what, " has the shape [",
+                        absl::StrJoin(tensor.shape(), ", "), "]");
+  }
+  std::vector<TensorBlock> blocks;
+  for (const v1::CheckpointBlock& block : tensor.blocks()) {
+    blocks.push_back(
+        {block.row_offset(), block.rows(), block.col_offset(), block.cols()});
+  }
+  if (tensor.merge() == v1::TILE) {
+    return deltastream::BlocksProblem(blocks, tensor.shape(0), tensor.shape(1),
+                                      /*cover=*/true, what, "block");
+  }
+  return deltastream::BlocksProblem(blocks, tensor.shape(0),
+                                    std::numeric_limits<int64_t>::max(),
+                                    /*cover=*/false, what, "block");
+}
+
+}  // namespace
+
 absl::StatusOr<v1::CheckpointManifest> ReadCheckpointManifest(
     const std::string& checkpoint_dir) {
   const std::string path =
@@ -132,6 +169,11 @@ absl::StatusOr<v1::CheckpointManifest> ReadCheckpointManifest(
         file.name()[0] == '.') {
       return absl::DataLossError(
           absl::StrCat("'", path, "' names the file '", file.name(), "'"));
+    }
+  }
+  for (const v1::CheckpointTensor& tensor : manifest.tensors()) {
+    if (std::string problem = BlocksProblem(tensor); !problem.empty()) {
+      return absl::DataLossError(absl::StrCat("'", path, "': ", problem));
     }
   }
   return manifest;

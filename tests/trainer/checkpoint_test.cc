@@ -5,6 +5,7 @@
 #include "trainer/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/optim/adam.h>
@@ -20,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
+#include "proto/checkpoint_manifest.pb.h"
 #include "tests/testing/test_dirs.h"
 #include "tests/trainer/checkpoint_fixtures.h"
 #include "trainer/pipeline/gradient_scaler.h"
@@ -336,6 +338,51 @@ TEST(CheckpointFilesTest, RefusesAModelItDoesNotFit) {
   std::ofstream(rank_file, std::ios::binary | std::ios::trunc) << damaged;
   status = LoadCheckpoint(info->path, *saved, optimizer).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+}
+
+// A manifest whose blocks of a table do not tile it is damage, also where
+// their element count adds up: rows [0, h) listed twice as [0, h) and
+// [0, n - h), rows [h, n) in none, read as a whole table and left the rows
+// no block filled as whatever memory held.
+TEST(CheckpointFilesTest, AManifestWhoseBlocksDoNotTileIsDataLoss) {
+  const std::string dir = FreshDir("overlap");
+  std::unique_ptr<Dlrm> saved = Model(SparseOptimizerType::kAdagrad, 1);
+  ASSERT_NE(saved, nullptr);
+  torch::optim::SGD optimizer(saved->dense().parameters(),
+                              torch::optim::SGDOptions(0.1));
+  absl::StatusOr<CheckpointInfo> info =
+      SaveCheckpoint(dir, 1, 1, *saved, optimizer, 1);
+  ASSERT_TRUE(info.ok()) << info.status();
+  const std::string path = info->path + "/manifest.json";
+  absl::StatusOr<std::string> json = ReadSmallFile(path);
+  ASSERT_TRUE(json.ok()) << json.status();
+  v1::CheckpointManifest manifest;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(*json, &manifest).ok());
+  v1::CheckpointTensor* table = nullptr;
+  for (v1::CheckpointTensor& tensor : *manifest.mutable_tensors()) {
+    if (tensor.merge() == v1::TILE && tensor.shape(0) >= 3) table = &tensor;
+  }
+  ASSERT_NE(table, nullptr);
+  const int64_t rows = table->shape(0), half = rows / 2;
+  ASSERT_EQ(table->blocks_size(), 1);
+  table->mutable_blocks(0)->set_rows(half);
+  *table->add_blocks() = table->blocks(0);
+  table->mutable_blocks(1)->set_rows(rows - half);
+  std::string edited;
+  ASSERT_TRUE(
+      google::protobuf::util::MessageToJsonString(manifest, &edited).ok());
+  ASSERT_TRUE(WriteFileDurably(path, edited).ok());
+
+  const absl::Status status =
+      LoadCheckpoint(info->path, *saved, optimizer).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_TRUE(absl::StrContains(
+      status.message(),
+      absl::StrCat("'", table->key(), "' block 1 overlaps block 0")))
+      << status;
+  // Not a checkpoint to start from, nor one to keep as the newest.
+  EXPECT_EQ(LatestCheckpoint(dir).value(), std::nullopt);
 }
 
 // The scaler's state by name, as plain numbers.

@@ -55,38 +55,15 @@ std::string ShardName(const v1::TablePlan& plan, int index) {
 
 // The shards' rectangles are inside the table, disjoint, and cover it.
 absl::Status CheckTiling(const v1::TablePlan& plan, int64_t rows, int64_t dim) {
-  int64_t area = 0;
-  for (int i = 0; i < plan.shards_size(); ++i) {
-    const v1::Shard& s = plan.shards(i);
-    // Written so that no sum overflows: the plan's numbers are anyone's.
-    if (s.row_offset() < 0 || s.rows() < 0 || s.col_offset() < 0 ||
-        s.cols() < 0 || s.row_offset() > rows ||
-        s.rows() > rows - s.row_offset() || s.col_offset() > dim ||
-        s.cols() > dim - s.col_offset()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ShardName(plan, i), " (rows ", s.row_offset(), "+",
-                       s.rows(), ", cols ", s.col_offset(), "+", s.cols(),
-                       ") lies outside the table's ", rows, " x ", dim));
-    }
-    area += s.rows() * s.cols();
-    for (int j = 0; j < i; ++j) {
-      const v1::Shard& o = plan.shards(j);
-      const bool rows_overlap = s.row_offset() < o.row_offset() + o.rows() &&
-                                o.row_offset() < s.row_offset() + s.rows();
-      const bool cols_overlap = s.col_offset() < o.col_offset() + o.cols() &&
-                                o.col_offset() < s.col_offset() + s.cols();
-      if (rows_overlap && cols_overlap) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(ShardName(plan, i), " overlaps shard ", j));
-      }
-    }
+  std::vector<TensorBlock> blocks;
+  for (const v1::Shard& s : plan.shards()) {
+    blocks.push_back({s.row_offset(), s.rows(), s.col_offset(), s.cols()});
   }
-  if (area != rows * dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("table '", plan.table(), "': shards cover ", area, " of ",
-                     rows * dim, " entries"));
-  }
-  return absl::OkStatus();
+  const std::string problem =
+      BlocksProblem(blocks, rows, dim, /*cover=*/true,
+                    absl::StrCat("table '", plan.table(), "'"), "shard");
+  if (problem.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(problem);
 }
 
 absl::Status CheckTablePlan(const v1::TablePlan& plan,
@@ -239,6 +216,40 @@ v1::ShardingPlan DefaultShardingPlan(
         TableWisePlan(tables[t], static_cast<int>(t % world_size));
   }
   return plan;
+}
+
+std::string BlocksProblem(const std::vector<TensorBlock>& blocks, int64_t rows,
+                          int64_t cols, bool cover, absl::string_view what,
+                          absl::string_view kind) {
+  int64_t area = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const TensorBlock& b = blocks[i];
+    if (b.row_offset < 0 || b.rows < 0 || b.col_offset < 0 || b.cols < 0 ||
+        b.row_offset > rows || b.rows > rows - b.row_offset ||
+        b.col_offset > cols || b.cols > cols - b.col_offset) {
+      return absl::StrCat(what, " ", kind, " ", i, " (rows ", b.row_offset, "+",
+                          b.rows, ", cols ", b.col_offset, "+", b.cols,
+                          ") lies outside its ", rows, " x ", cols);
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const TensorBlock& o = blocks[j];
+      const bool rows_overlap = b.row_offset < o.row_offset + o.rows &&
+                                o.row_offset < b.row_offset + b.rows;
+      const bool cols_overlap = b.col_offset < o.col_offset + o.cols &&
+                                o.col_offset < b.col_offset + b.cols;
+      if (rows_overlap && cols_overlap) {
+        return absl::StrCat(what, " ", kind, " ", i, " overlaps ", kind, " ",
+                            j);
+      }
+    }
+    // Inside and disjoint: the areas add up to at most rows x cols.
+    area += b.rows * b.cols;
+  }
+  if (cover && area != rows * cols) {
+    return absl::StrCat(what, ": ", kind, "s cover ", area, " of ", rows * cols,
+                        " entries");
+  }
+  return "";
 }
 
 absl::Status ValidateShardingPlan(

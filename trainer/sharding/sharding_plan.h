@@ -1,11 +1,13 @@
 #ifndef DELTASTREAM_TRAINER_SHARDING_SHARDING_PLAN_H_
 #define DELTASTREAM_TRAINER_SHARDING_SHARDING_PLAN_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/plan.pb.h"
 #include "trainer/modules/embedding_config.h"
@@ -56,6 +58,26 @@ absl::Status ValidateShardingPlan(
     const v1::ShardingPlan& plan,
     const std::vector<EmbeddingTableConfig>& tables, int world_size,
     bool pooled);
+
+// A block of a [rows, cols] tensor: rows [row_offset, row_offset + rows),
+// columns [col_offset, col_offset + cols).
+struct TensorBlock {
+  int64_t row_offset = 0;
+  int64_t rows = 0;
+  int64_t col_offset = 0;
+  int64_t cols = 0;
+};
+
+// The first problem of `blocks` as blocks of a `rows` x `cols` tensor, ""
+// when there is none: each lies inside it (no negative number, no sum that
+// overflows: the numbers may come from anyone's file), no two overlap, and,
+// with `cover`, together they cover it. The problem names the tensor
+// (`what`, "table 't0'") and block i ("<what> <kind> <i>", kind "shard" or
+// "block"). The one rule for a plan's shards and a checkpoint manifest's
+// blocks.
+std::string BlocksProblem(const std::vector<TensorBlock>& blocks, int64_t rows,
+                          int64_t cols, bool cover, absl::string_view what,
+                          absl::string_view kind);
 
 // Reads a plan in protobuf text format (as the planner writes it).
 // NotFound when the file cannot be read (with the system's reason);

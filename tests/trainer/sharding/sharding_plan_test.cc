@@ -86,8 +86,11 @@ TEST(ShardingPlanTest, ValidationNamesWhatIsWrong) {
   v1::Shard* huge = overflow.mutable_tables(0)->mutable_shards(1);
   huge->set_row_offset(int64_t{1} << 62);
   huge->set_rows(int64_t{1} << 62);
-  EXPECT_THAT(ValidateShardingPlan(overflow, Tables(), 2, true).message(),
-              HasSubstr("lies outside the table's 10 x 4"));
+  EXPECT_THAT(
+      ValidateShardingPlan(overflow, Tables(), 2, true).message(),
+      HasSubstr(
+          "table 'a' shard 1 (rows 4611686018427387904+4611686018427387904, "
+          "cols 0+4) lies outside its 10 x 4"));
   v1::ShardingPlan bad_rank = plan;
   bad_rank.mutable_tables(1)->mutable_shards(0)->set_rank(5);
   EXPECT_THAT(ValidateShardingPlan(bad_rank, Tables(), 2, true).message(),
