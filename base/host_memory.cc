@@ -2,6 +2,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 #include <malloc.h>
 
 #include <cstdint>
@@ -35,8 +36,13 @@ class MallocCpuAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t bytes) DELTASTREAM_ALLOCATE_CONST override {
     if (bytes == 0) return {nullptr, nullptr, &Delete, c10::Device(c10::kCPU)};
-    void* block = std::malloc(bytes + kAlignment + sizeof(void*));
-    if (block == nullptr) throw std::bad_alloc();
+    // As LibTorch's own allocators report it (a c10::Error, which the
+    // project's catch sites handle; IsOutOfMemory in base/torch_status.h).
+    void* block = bytes <= SIZE_MAX - kAlignment - sizeof(void*)
+                      ? std::malloc(bytes + kAlignment + sizeof(void*))
+                      : nullptr;
+    TORCH_CHECK_WITH(OutOfMemoryError, block != nullptr,
+                     "out of memory: cannot allocate ", bytes, " bytes");
     const uintptr_t start = reinterpret_cast<uintptr_t>(block) + sizeof(void*);
     void* aligned =
         reinterpret_cast<void*>((start + kAlignment - 1) & ~(kAlignment - 1));

@@ -16,17 +16,27 @@ namespace deltastream {
 // throwing c10::Error; in this project the tensors a LibTorch call sees come
 // from its caller (a request, a batch, a config), so:
 //   c10::Error            -> InvalidArgument (its message, without backtrace)
-//   std::bad_alloc, and a c10::Error that reports "out of memory"
-//                         -> ResourceExhausted
+//   std::bad_alloc, and a c10::Error that reports memory an allocator
+//   could not give (IsOutOfMemory) -> ResourceExhausted
 //   any other std::exception -> Internal
 // No exception crosses an API of this project: wrap LibTorch calls in
 // CatchTorchErrors.
+//
+// Whether `e` reports memory an allocator could not give: c10's
+// OutOfMemoryError (CUDA's caching allocator, KeepHostMemoryForReuse's CPU
+// allocator: "out of memory") or LibTorch's default CPU allocator's "not
+// enough memory". A reader that maps LibTorch's errors to DataLoss (damaged
+// bytes) asks this first: running out of memory is not damage.
+inline bool IsOutOfMemory(const c10::Error& e) {
+  const absl::string_view message = e.what_without_backtrace();
+  return dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
+         message.find("out of memory") != absl::string_view::npos ||
+         message.find("not enough memory") != absl::string_view::npos;
+}
+
 inline absl::Status TorchErrorStatus(const c10::Error& e) {
   const char* message = e.what_without_backtrace();
-  if (absl::string_view(message).find("out of memory") !=
-      absl::string_view::npos) {
-    return absl::ResourceExhaustedError(message);
-  }
+  if (IsOutOfMemory(e)) return absl::ResourceExhaustedError(message);
   return absl::InvalidArgumentError(message);
 }
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/file_io.h"
+#include "base/torch_status.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/tensor_codec.h"
 
@@ -674,12 +675,12 @@ absl::StatusOr<LoadedChain> LoadChain(const std::string& dir) {
   }
   LoadedChain loaded;
   for (const ChainLink& link : FromNewestFull(*links)) {
-    absl::StatusOr<LinkFile> read;
-    try {
-      read = ReadLinkFile(link.path, /*keep=*/true);
-    } catch (const c10::Error& e) {  // no memory for a table
+    // LibTorch throws where there is no memory for a table.
+    absl::StatusOr<LinkFile> read = CatchTorchErrors(
+        [&] { return ReadLinkFile(link.path, /*keep=*/true); });
+    if (read.status().code() == absl::StatusCode::kResourceExhausted) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot load '", link.path, "': ", e.what_without_backtrace()));
+          "cannot load '", link.path, "': ", read.status().message()));
     }
     if (!read.ok()) return read.status();
     if (absl::Status s = CheckMatchesName(link, *read); !s.ok()) return s;
@@ -690,8 +691,8 @@ absl::StatusOr<LoadedChain> LoadChain(const std::string& dir) {
     if (link.full) {
       loaded.tables = std::move(read->tables);
     } else {
-      absl::StatusOr<ChainTables> merged =
-          MergeTables(loaded.tables, read->tables);
+      absl::StatusOr<ChainTables> merged = CatchTorchErrors(
+          [&] { return MergeTables(loaded.tables, read->tables); });
       if (!merged.ok()) {
         return absl::Status(merged.status().code(),
                             absl::StrCat("cannot load '", link.path,

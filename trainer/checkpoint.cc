@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <new>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/file_io.h"
+#include "base/torch_status.h"
 #include "base/zip_checksums.h"
 #include "proto/checkpoint_manifest.pb.h"
 #include "trainer/checkpoint_format.h"
@@ -563,8 +565,14 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
   }
   std::vector<char> bytes;
   char buffer[1 << 16];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file)) > 0;) {
-    bytes.insert(bytes.end(), buffer, buffer + n);
+  try {
+    for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), file)) > 0;) {
+      bytes.insert(bytes.end(), buffer, buffer + n);
+    }
+  } catch (const std::bad_alloc&) {
+    std::fclose(file);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no memory to read '", path, "'"));
   }
   // A read that failed (EIO on a network volume) is the disk's failure, not
   // a damaged checkpoint: its bytes must not reach the checksum check.
@@ -590,6 +598,7 @@ absl::StatusOr<std::map<std::string, at::Tensor>> ReadCheckpointTensors(
       tensors[entry.key().toStringRef()] = entry.value().toTensor();
     }
   } catch (const c10::Error& e) {
+    if (IsOutOfMemory(e)) return TorchErrorStatus(e);
     return absl::DataLossError(absl::StrCat(
         "'", path,
         "' is not a readable checkpoint: ", e.what_without_backtrace()));
@@ -826,6 +835,7 @@ absl::Status Fill(const std::vector<std::string>& files,
         }
       }
     } catch (const c10::Error& e) {
+      if (IsOutOfMemory(e)) return TorchErrorStatus(e);
       return absl::DataLossError(
           absl::StrCat("'", files[file], "': ", e.what_without_backtrace()));
     }
@@ -1106,6 +1116,7 @@ absl::StatusOr<CheckpointInfo> LoadCheckpoint(
     archive.load_from(stream, model.device());
     dense_optimizer.load(archive);
   } catch (const c10::Error& e) {
+    if (IsOutOfMemory(e)) return TorchErrorStatus(e);
     return does_not_fit(e.what_without_backtrace());
   }
   for (size_t i = 0; i < scaler.size(); ++i) {

@@ -1,5 +1,6 @@
 // KeepHostMemoryForReuse: a freed tensor's memory is reused without faulting
-// it in again, and tensors keep LibTorch's alignment.
+// it in again, tensors keep LibTorch's alignment, and an allocation that
+// fails is LibTorch's out-of-memory error.
 
 #include "base/host_memory.h"
 
@@ -8,6 +9,8 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+
+#include "base/torch_status.h"
 
 namespace deltastream {
 namespace {
@@ -37,6 +40,28 @@ TEST_F(HostMemoryTest, TensorsKeepLibTorchsAlignment) {
   for (int64_t bytes : {1, 3, 64, 1000, 1 << 20}) {
     at::Tensor t = at::empty({bytes}, at::kByte);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u) << bytes;
+  }
+}
+
+// Memory the allocator cannot give is LibTorch's out-of-memory error, as its
+// own allocators report it, so that every catch site maps it to
+// ResourceExhausted, never to a crash (a std::bad_alloc their c10::Error
+// handlers let through) or to damage.
+TEST_F(HostMemoryTest, AnAllocationThatFailsIsOutOfMemory) {
+  const absl::Status status = CatchTorchErrors([]() -> absl::Status {
+    at::Tensor petabyte = at::empty({int64_t{1} << 50}, at::kByte);
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("out of memory: cannot allocate "
+                                  "1125899906842624 bytes"),
+            absl::string_view::npos)
+      << status;
+  try {
+    at::Tensor petabyte = at::empty({int64_t{1} << 50}, at::kByte);
+    ADD_FAILURE() << "allocated 1 PiB";
+  } catch (const c10::Error& e) {
+    EXPECT_TRUE(IsOutOfMemory(e)) << e.what_without_backtrace();
   }
 }
 
