@@ -247,7 +247,10 @@ absl::StatusOr<LinkFile> ReadLinkV1(LinkFileReader& reader) {
   for (v1::CheckpointTable& table : *file.link.mutable_tables()) {
     absl::StatusOr<at::Tensor> ids = DecodeTensor(table.ids());
     absl::StatusOr<at::Tensor> values = DecodeTensor(table.values());
-    if (!ids.ok() || !values.ok() || ids->dim() != 1 ||
+    // Int64 IDs, as the later format's description requires: IDs of
+    // another type would pass as sound and fail only where a load uses them.
+    if (!ids.ok() || !values.ok() || ids->scalar_type() != at::kLong ||
+        ids->dim() != 1 ||
         (ids->numel() > 0 &&
          (values->dim() < 1 || values->size(0) != ids->numel()))) {
       return Corrupt(

@@ -507,6 +507,22 @@ TEST(CheckpointChainTest, LinksOfTheFirstFormatAreStillRead) {
   bytes[16] ^= 1;
   WriteBytes(dir + "/full-000000000000-000000000010.ckpt", bytes + payload);
   EXPECT_THAT(LoadChain(dir).status().message(), HasSubstr("checksum"));
+
+  // The IDs as float64 (the same 16 bytes), under a checksum that matches:
+  // damage, not a link that is sound until a load uses its IDs.
+  std::string float_ids = payload;
+  ASSERT_EQ(float_ids[12], '\x01');  // the IDs' dtype: INT64
+  float_ids[12] = '\x05';            // FLOAT64
+  const uint32_t float_crc = static_cast<uint32_t>(crc32(
+      crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(float_ids.data()),
+      float_ids.size()));
+  std::string header("DSCHAIN1", 8);
+  header.append(reinterpret_cast<const char*>(&size), 8);
+  header.append(reinterpret_cast<const char*>(&float_crc), 4);
+  WriteBytes(dir + "/full-000000000000-000000000010.ckpt", header + float_ids);
+  const absl::Status refused = LoadChain(dir).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("table 't' does not decode"));
 }
 
 // deltactl chain: the operator's view of a chain.
