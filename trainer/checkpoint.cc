@@ -1148,11 +1148,18 @@ absl::StatusOr<CheckpointModel> ReadCheckpointModel(const std::string& path) {
     constexpr absl::string_view kSparse = "sparse.", kWeight = ".weight",
                                 kDense = "dense.";
     for (auto& [key, tensor] : *tensors) {
+      const bool table =
+          absl::StartsWith(key, kSparse) && absl::EndsWith(key, kWeight);
+      // What a reader's item() and size(1) need, or it would throw.
+      if ((key == "meta.step" && tensor.numel() != 1) ||
+          (table && tensor.dim() != 2)) {
+        return absl::DataLossError(absl::StrCat("'", path, "': '", key, "' is ",
+                                                c10::str(tensor.sizes())));
+      }
       if (key == "meta.step") model.step = tensor.item<int64_t>();
       if (absl::StartsWith(key, kDense)) {
         model.dense[key.substr(kDense.size())] = tensor;
-      } else if (absl::StartsWith(key, kSparse) &&
-                 absl::EndsWith(key, kWeight)) {
+      } else if (table) {
         model.tables[key.substr(kSparse.size(), key.size() - kSparse.size() -
                                                     kWeight.size())] = tensor;
       }

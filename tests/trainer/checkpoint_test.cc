@@ -288,6 +288,28 @@ TEST_P(OldCheckpointTest, StillRestoresAndReads) {
   EXPECT_FALSE(fs::exists(old));
 }
 
+// An old file whose step is not one number, or whose table is not 2-D, is
+// damage (DataLoss) for verify_model's reader, not an exception.
+TEST(OldCheckpointFilesTest, MisshapenEntriesAreDataLoss) {
+  const std::string dir = FreshDir("old_misshapen");
+  fs::create_directories(dir);
+  for (const auto& [key, tensor] :
+       {std::pair<std::string, at::Tensor>{"meta.step", at::arange(2)},
+        {"sparse.sparse_arch.t0.weight", at::ones({3})}}) {
+    c10::Dict<std::string, at::Tensor> tensors;
+    tensors.insert("meta.step", at::scalar_tensor(1, at::kLong));
+    tensors.insert_or_assign(key, tensor);
+    const std::vector<char> pickled = torch::jit::pickle_save(tensors);
+    const std::string path = dir + "/checkpoint-000000000001.pt";
+    ASSERT_TRUE(WriteFileDurably(
+                    path, absl::string_view(pickled.data(), pickled.size()))
+                    .ok());
+    const absl::Status status = ReadCheckpointModel(path).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << key << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), key)) << status;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, OldCheckpointTest,
                          ::testing::Values(SparseOptimizerType::kRowwiseAdagrad,
                                            SparseOptimizerType::kAdam));
