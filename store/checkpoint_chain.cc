@@ -711,10 +711,33 @@ absl::StatusOr<LoadedChain> LoadChain(const std::string& dir) {
   return loaded;
 }
 
+namespace {
+
+// Removes every link of `dir` but `full` that ends where it ends or before
+// (what a load from `full` never applies), durably; returns `full`.
+absl::StatusOr<ChainLink> RemoveLinksBefore(const std::string& dir,
+                                            const ChainLink& full) {
+  absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
+  if (!links.ok()) return links.status();
+  std::error_code error;
+  for (const ChainLink& link : *links) {
+    if (link.path != full.path && link.end_batch <= full.end_batch) {
+      std::filesystem::remove(link.path, error);
+    }
+  }
+  if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
+  return full;
+}
+
+}  // namespace
+
 absl::StatusOr<ChainLink> CompactChain(const std::string& dir) {
   absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
   if (!loaded.ok()) return loaded.status();
-  if (loaded->links.size() == 1) return loaded->links.front();
+  if (loaded->links.size() == 1) {
+    // Already one full link: the links it superseded still go.
+    return RemoveLinksBefore(dir, loaded->links.front());
+  }
   ChainLinkContent content;
   content.full = true;
   content.start_batch = 0;
@@ -727,16 +750,7 @@ absl::StatusOr<ChainLink> CompactChain(const std::string& dir) {
   content.run_start_batch = loaded->run_start_batch;
   absl::StatusOr<ChainLink> full = WriteChainLinkContent(dir, content);
   if (!full.ok()) return full.status();
-  absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
-  if (!links.ok()) return links.status();
-  std::error_code error;
-  for (const ChainLink& link : *links) {
-    if (link.path != full->path && link.end_batch <= full->end_batch) {
-      std::filesystem::remove(link.path, error);
-    }
-  }
-  if (absl::Status s = SyncDirectory(dir); !s.ok()) return s;
-  return full;
+  return RemoveLinksBefore(dir, *full);
 }
 
 absl::StatusOr<std::vector<ChainLink>> TruncateChainAfter(

@@ -160,7 +160,9 @@ absl::StatusOr<LoadedChain> LoadChain(const std::string& dir);
 
 // Writes the loaded chain as one full link covering [0, end), keeping the
 // newest dense parameters (with their batch) and the newest run, and deletes
-// the links it replaces. Errors as LoadChain and WriteChainLinkContent.
+// the links it replaces, superseded ones (before the newest full link)
+// included; where the chain already loads from one full link, only those go.
+// Errors as LoadChain and WriteChainLinkContent.
 absl::StatusOr<ChainLink> CompactChain(const std::string& dir);
 
 // Removes every link of `dir` that ends after `batch` (a trainer that

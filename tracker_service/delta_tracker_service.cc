@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/subscription_schedule.h"
 #include "base/torch_status.h"
@@ -225,9 +226,14 @@ absl::StatusOr<DeltaRequest> ToDeltaRequest(
   if (request.has_continue_from()) {
     delta_request.continue_from = request.continue_from();
   }
+  // Each table once, in the order first named, before the tracker's lock:
+  // a list naming one table millions of times (a 64 MiB request) would be
+  // checked under the lock recording waits on and kept with every pending
+  // read.
+  absl::flat_hash_set<absl::string_view> named;
   for (const std::string& fqn : request.fqns()) {
     if (absl::Status s = ValidateName("table FQN", fqn); !s.ok()) return s;
-    delta_request.fqns.push_back(fqn);
+    if (named.insert(fqn).second) delta_request.fqns.push_back(fqn);
   }
   if (request.has_top_k()) {
     absl::StatusOr<TopK> top_k = ToTopK(request.top_k());

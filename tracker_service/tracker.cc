@@ -272,6 +272,7 @@ int64_t Tracker::Step() {
     }
     batch_opened_.erase(batch_opened_.begin(),
                         batch_opened_.lower_bound(oldest_unread));
+    ThinOpenedBatchesLocked();
   }
   PublishBatch(batch);
   if (options_.log) {
@@ -333,6 +334,16 @@ int64_t Tracker::WaitForBatchAfter(int64_t batch, absl::Time deadline) const {
         return published_batch_ > batch;
       });
   return published_batch_;
+}
+
+void Tracker::ThinOpenedBatchesLocked() {
+  if (batch_opened_.size() <= kMaxOpenedBatches) return;
+  // Every other one of the older half: amortized, one erase per step.
+  const size_t older_half = batch_opened_.size() / 2;
+  auto it = batch_opened_.begin();
+  for (size_t i = 0; i < older_half; ++i) {
+    it = i % 2 == 1 ? batch_opened_.erase(it) : std::next(it);
+  }
 }
 
 Tracker::Opened Tracker::OpenedAt(int64_t batch) const {
@@ -515,6 +526,7 @@ TrackerStatus Tracker::Status() const {
   status.cap_compactions = cap_compactions_;
   status.cap_drops = cap_drops_;
   status.consumers_expired = consumers_expired_;
+  status.opened_batches = static_cast<int64_t>(batch_opened_.size());
   status.dropped_ids = dropped_ids_;
   status.dropped_bytes = dropped_bytes_;
   status.warnings = feature_map_.warnings;

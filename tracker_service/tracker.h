@@ -184,6 +184,9 @@ struct TrackerStatus {
   int64_t dropped_bytes = 0;
   // Consumers removed by TrackerOptions::expire_consumers_after since start.
   int64_t consumers_expired = 0;
+  // Batches whose open time the tracker holds (for lags, expiry and
+  // freshness): at most about 2^16, however long a consumer stays behind.
+  int64_t opened_batches = 0;
   std::vector<std::string> warnings;
   std::string run_id;
   int64_t run_start_batch = 0;
@@ -663,8 +666,16 @@ class Tracker {
   };
   absl::flat_hash_map<std::string, SharedRead> shared_reads_
       ABSL_GUARDED_BY(mu_);
-  // When each batch from the oldest any consumer has not read was opened.
+  // When each batch from the oldest any consumer has not read was opened;
+  // at most kMaxOpenedBatches of them (ThinOpenedBatchesLocked): OpenedAt
+  // gives a batch no longer kept the time of the next one kept.
   std::map<int64_t, Opened> batch_opened_ ABSL_GUARDED_BY(mu_);
+  static constexpr size_t kMaxOpenedBatches = size_t{1} << 16;
+  // Past kMaxOpenedBatches, drops every other entry of the older half, so
+  // that a consumer that never reads (or never commits) holds the map at
+  // about 5 MiB with times ever coarser for the oldest batches, never growing
+  // with every step for good.
+  void ThinOpenedBatchesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // WaitForBatchAfter's wake-ups: the current batch as Step() published it.
   // A SharedMutex and condition_variable_any (exclusive_lockable.h), not

@@ -290,6 +290,15 @@ TEST(CheckpointChainTest, ANewerFullLinkSupersedesOlderIncrements) {
   EXPECT_EQ(loaded->end_batch, 45);
   EXPECT_EQ(Longs(loaded->tables.at("t").ids), (std::vector<int64_t>{1}));
 
+  // Compacting a chain that loads from its one full link writes nothing and
+  // removes the five links that link superseded.
+  EXPECT_EQ(ListChain(dir)->size(), 6u);
+  absl::StatusOr<ChainLink> compacted = CompactChain(dir);
+  ASSERT_TRUE(compacted.ok()) << compacted.status();
+  EXPECT_EQ(compacted->end_batch, 45);
+  ASSERT_EQ(ListChain(dir)->size(), 1u);
+  EXPECT_EQ(ListChain(dir)->front().path, compacted->path);
+
   // A full link that ends before an increment does is not the newer one
   // (names order links by batch, not by time): a trainer that went back must
   // have the chain truncated first (TruncateChainAfter), or the load refuses.

@@ -370,6 +370,27 @@ TEST(TrackerTest, ConsumersAddedAtRunTimeExpireWhenGone) {
   EXPECT_TRUE(tracker->AddConsumer("gone").ok());
 }
 
+// A consumer that never reads keeps the open time of every batch after its
+// cursor wanted: at most about 2^16 are kept, the oldest exactly (its lag is
+// still measured from the batch it has not read).
+TEST(TrackerTest, BatchOpenTimesStayBoundedBehindAStuckConsumer) {
+  TrackerOptions options;
+  options.consumers = {"stuck"};
+  const absl::Time start = absl::Now();
+  auto tracker = MakeTracker(options);
+  absl::SleepFor(absl::Milliseconds(20));
+  constexpr int64_t kSteps = (int64_t{1} << 16) + 5000;
+  for (int64_t b = 0; b < kSteps; ++b) tracker->Step();
+  const TrackerStatus status = tracker->Status();
+  EXPECT_EQ(status.current_batch, kSteps);
+  EXPECT_LE(status.opened_batches, int64_t{1} << 16);
+  EXPECT_GT(status.opened_batches, int64_t{1} << 14);
+  ASSERT_EQ(status.consumers.size(), 1u);
+  EXPECT_GE(status.consumers[0].lag_steps, kSteps);
+  EXPECT_GE(status.consumers[0].lag, absl::Milliseconds(20));
+  EXPECT_LE(status.consumers[0].lag, absl::Now() - start);
+}
+
 TEST(TrackerTest, AnExpiredConsumersRowsAreDeletedOnRead) {
   TrackerOptions options;
   options.consumers = {"fixed"};
