@@ -140,8 +140,10 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     return Invalid("model.dense_optimizer.type", status.message());
   }
   settings.dense_learning_rate = model.dense_optimizer().learning_rate();
-  if (!(settings.dense_learning_rate >= 0)) {  // also NaN
-    return Invalid("model.dense_optimizer.learning_rate", "must be >= 0");
+  if (!(settings.dense_learning_rate >= 0) ||  // also NaN
+      !std::isfinite(settings.dense_learning_rate)) {
+    return Invalid("model.dense_optimizer.learning_rate",
+                   "must be finite and >= 0");
   }
 
   // The run.
@@ -186,6 +188,15 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
   settings.eval_batches = data.eval_batches();
   if (settings.eval_batches < 0) {
     return Invalid("data.eval_batches", "must be >= 0");
+  }
+  // The held-out examples are all kept in memory, from the start.
+  constexpr int64_t kMaxEvalExamples = int64_t{1} << 26;
+  if (settings.eval_batches > kMaxEvalExamples / batch_size) {
+    return Invalid(
+        "data.eval_batches",
+        absl::StrCat("holds ", settings.eval_batches, " x ", batch_size,
+                     " examples, all kept in memory: at most ",
+                     kMaxEvalExamples));
   }
   absl::flat_hash_set<std::string> data_features;
   if (data.has_criteo()) {
@@ -286,8 +297,10 @@ absl::StatusOr<TrainerSettings> ResolveTrainerConfig(
     }
     settings.tracker.expire_consumers_after = absl::Seconds(expire_after);
     settings.drain_seconds = tracker.drain_seconds();
-    if (!(settings.drain_seconds >= 0)) {  // also NaN
-      return Invalid("tracker.drain_seconds", "must be >= 0");
+    // Finite: an infinite drain would wait for a consumer gone for good.
+    if (!(settings.drain_seconds >= 0) ||  // also NaN
+        !std::isfinite(settings.drain_seconds)) {
+      return Invalid("tracker.drain_seconds", "must be finite and >= 0");
     }
   }
   if (!settings.tracking && !tracker.listen().empty()) {

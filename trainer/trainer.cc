@@ -152,18 +152,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // share; the training source already yields this rank's share (and agrees
   // with the other ranks whether to go on).
   BatchSource& held_out = eval_source ? *eval_source : *trainer->source_;
-  for (int64_t b = 0; b < s.eval_batches; ++b) {
-    absl::StatusOr<std::optional<Batch>> batch = held_out.Next();
-    if (!batch.ok()) return batch.status();
-    if (!batch->has_value()) break;
-    Batch mine = **std::move(batch);
-    if (s.group != nullptr && eval_source != nullptr) {
-      absl::StatusOr<Batch> part = RankExamples(
-          mine, s.group->rank(), s.group->world_size(), s.batch_size);
-      if (!part.ok()) return part.status();
-      mine = *std::move(part);
+  // All held in memory: more than it holds is ResourceExhausted (exit 1),
+  // never an exception out of Create.
+  absl::Status held = CatchTorchErrors([&]() -> absl::Status {
+    for (int64_t b = 0; b < s.eval_batches; ++b) {
+      absl::StatusOr<std::optional<Batch>> batch = held_out.Next();
+      if (!batch.ok()) return batch.status();
+      if (!batch->has_value()) break;
+      Batch mine = **std::move(batch);
+      if (s.group != nullptr && eval_source != nullptr) {
+        absl::StatusOr<Batch> part = RankExamples(
+            mine, s.group->rank(), s.group->world_size(), s.batch_size);
+        if (!part.ok()) return part.status();
+        mine = *std::move(part);
+      }
+      trainer->eval_batches_.push_back(mine.To(trainer->model_->device()));
     }
-    trainer->eval_batches_.push_back(mine.To(trainer->model_->device()));
+    return absl::OkStatus();
+  });
+  if (!held.ok()) {
+    return absl::Status(held.code(),
+                        absl::StrCat("the held-out batches: ", held.message()));
   }
 
   // Every rank's shards of the model: the tracker's tables and, with the

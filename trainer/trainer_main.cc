@@ -288,8 +288,9 @@ absl::StatusOr<v1::TrainerConfig> ConfigFromCommandLine() {
           "--steps must be >= 1, or -1 to train until stopped; got ", steps));
     }
   }
-  if (FlagGiven("drain_s") && !(absl::GetFlag(FLAGS_drain_s) >= 0)) {
-    return absl::InvalidArgumentError("--drain_s must be >= 0");
+  if (FlagGiven("drain_s") && (!(absl::GetFlag(FLAGS_drain_s) >= 0) ||
+                               !std::isfinite(absl::GetFlag(FLAGS_drain_s)))) {
+    return absl::InvalidArgumentError("--drain_s must be finite and >= 0");
   }
   const double timeout = absl::GetFlag(FLAGS_collective_timeout_s);
   if (!(timeout > 0) || !std::isfinite(timeout)) {

@@ -279,6 +279,42 @@ TEST(TrainerTest, ATrackerAheadOfTheModelRestartsAtTheModelsStep) {
       << next.err;
 }
 
+// Batches larger than the memory the trainer may use (here 6 GB of address
+// space) end it with exit 1 and one line, never an abort: the held-out
+// batches (built at the start) and a training batch alike.
+TEST(TrainerTest, BatchesLargerThanMemoryAreAFailureNotACrash) {
+  const std::string dir = TestTempDir() + "/huge_batches";
+  std::filesystem::create_directories(dir);
+  const std::string model =
+      "model { num_dense: 3 dense_arch: [8, 4] over_arch: [8, 1] "
+      "tables { name: \"t0\" num_embeddings: 1000 embedding_dim: 4 "
+      "feature_names: \"cat_0\" } }\n";
+  const struct {
+    const char* name;
+    const char* data;
+    const char* says;
+  } kCases[] = {
+      {"held_out",
+       "data { batch_size: 1000 eval_batches: 1 synthetic { min_length: "
+       "2000000 max_length: 2000000 } }",
+       "the held-out batches: out of memory"},
+      {"training",
+       "data { batch_size: 1 eval_batches: 0 synthetic { min_length: "
+       "2147483648 max_length: 2147483648 } }",
+       "step 1: out of memory"},
+  };
+  for (const auto& c : kCases) {
+    const std::string config = dir + "/" + c.name + ".textproto";
+    WriteText(config, model + c.data + "\n");
+    const CommandResult result =
+        RunCommand("ulimit -v 6000000; exec " + RunfilePath("trainer/trainer") +
+                   " --steps=2 --listen=127.0.0.1:0 --config=" + config +
+                   " --checkpoint_dir=" + dir + "/" + c.name);
+    EXPECT_EQ(result.exit_code, 1) << c.name << ": " << result.err;
+    EXPECT_THAT(result.err, ::testing::HasSubstr(c.says)) << c.name;
+  }
+}
+
 // What would fail a run later, or be ignored, is refused before any step:
 // exit 2 and one line naming it (exit 1 for data with nothing to train).
 TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
@@ -308,8 +344,9 @@ TEST(TrainerTest, BadFlagsAndInputsAreRefusedBeforeTraining) {
     std::string says;
   } kRefusals[] = {
       {"--steps=0", "--steps must be >= 1, or -1"},
-      {"--drain_s=-3", "--drain_s must be >= 0"},
-      {"--drain_s=nan", "--drain_s must be >= 0"},
+      {"--drain_s=-3", "--drain_s must be finite and >= 0"},
+      {"--drain_s=nan", "--drain_s must be finite and >= 0"},
+      {"--drain_s=inf", "--drain_s must be finite and >= 0"},
       {"--collective_timeout_s=0", "--collective_timeout_s"},
       {"--max_restarts=-1", "--max_restarts must be >= 0"},
       {"--master_port=70000", "--master_port"},

@@ -146,10 +146,20 @@ TEST(ConfigDefaults, ZeroEvalBatchesAndLogEveryStepsAreKept) {
   EXPECT_EQ(settings->log_every_steps, 0);
 }
 
-// NaN passes a "< 0" check: it is refused like a negative value.
+// NaN passes a "< 0" check: it is refused like a negative value. So is an
+// infinite rate or drain (training would end in NaN without a word, a drain
+// would wait for a consumer gone for good), and a held-out set no memory
+// holds (it is built at the start, whole).
 TEST(ConfigDefaults, NotANumberIsRefused) {
   for (const char* text : {
            "tracker { drain_seconds: nan }",
+           "tracker { drain_seconds: inf }",
+           "model { dense_optimizer { learning_rate: inf } }",
+           "model { sparse_optimizer { learning_rate: inf } }",
+           "model { sparse_optimizer { type: \"adam\" eps: inf } }",
+           "model { sparse_optimizer { type: \"adagrad\" "
+           "initial_accumulator_value: inf } }",
+           "data { batch_size: 8 eval_batches: 1000000000000 }",
            "tracker { expire_consumers_after_seconds: nan }",
            "tracker { expire_consumers_after_seconds: -1 }",
            "tracker { expire_consumers_after_seconds: inf }",

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/torch_status.h"
 
 namespace deltastream {
 namespace {
@@ -371,7 +372,10 @@ SyntheticSource::SyntheticSource(SyntheticOptions options)
 SyntheticSource::~SyntheticSource() = default;
 
 absl::StatusOr<std::optional<Batch>> SyntheticSource::Next() {
-  absl::StatusOr<Batch> batch = impl_->Next(options_);
+  // A batch larger than memory (a huge batch_size or lengths) is
+  // ResourceExhausted, never an exception through the training loop.
+  absl::StatusOr<Batch> batch =
+      CatchTorchErrors([&] { return impl_->Next(options_); });
   if (!batch.ok()) return batch.status();
   return std::optional<Batch>(*std::move(batch));
 }

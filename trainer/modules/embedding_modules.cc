@@ -307,6 +307,10 @@ absl::StatusOr<EmbeddingModule::Lookup> EmbeddingModule::LookUp(
     }
     return absl::OkStatus();
   });
+  if (status.code() == absl::StatusCode::kResourceExhausted) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "module '", options_.path, "': lookup failed: ", status.message()));
+  }
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "module '", options_.path, "': lookup failed (an ID outside its ",

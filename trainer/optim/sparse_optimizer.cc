@@ -37,17 +37,23 @@ absl::StatusOr<SparseOptimizerType> ParseSparseOptimizer(
 }
 
 absl::Status ValidateOptimizer(const SparseOptimizerConfig& config) {
+  // Finite too: an infinite rate or state trains to NaN without a word.
+  const auto finite = [](double value) { return std::isfinite(value); };
   if (!(config.learning_rate >= 0) || !(config.eps > 0) ||
       !(config.beta1 >= 0 && config.beta1 < 1) ||
       !(config.beta2 >= 0 && config.beta2 < 1) || !(config.weight_decay >= 0) ||
-      !(config.initial_accumulator_value >= 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad ", SparseOptimizerName(config.type),
-        " settings: need learning_rate >= 0 (got ", config.learning_rate,
-        "), eps > 0 (", config.eps, "), 0 <= beta1, beta2 < 1 (", config.beta1,
-        ", ", config.beta2, "), weight_decay >= 0 (", config.weight_decay,
-        "), initial_accumulator_value >= 0 (", config.initial_accumulator_value,
-        ")"));
+      !(config.initial_accumulator_value >= 0) ||
+      !finite(config.learning_rate) || !finite(config.eps) ||
+      !finite(config.weight_decay) ||
+      !finite(config.initial_accumulator_value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad ", SparseOptimizerName(config.type),
+                     " settings: need finite values, learning_rate >= 0 (got ",
+                     config.learning_rate, "), eps > 0 (", config.eps,
+                     "), 0 <= beta1, beta2 < 1 (", config.beta1, ", ",
+                     config.beta2, "), weight_decay >= 0 (",
+                     config.weight_decay, "), initial_accumulator_value >= 0 (",
+                     config.initial_accumulator_value, ")"));
   }
   return absl::OkStatus();
 }

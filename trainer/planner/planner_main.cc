@@ -6,13 +6,14 @@
 //           [--ddr_gb=G] [--proposer=dp|greedy|uniform|all]
 //           [--out=plan.textproto] [--json] [--constraints=F]
 //
-// Exit status: 0 a plan; 1 nothing fits (the reason on stderr); 2 bad
-// flags or input.
+// Exit status: 0 a plan; 1 nothing fits (the reason on stderr), or no
+// memory to plan in; 2 bad flags or input.
 #include <google/protobuf/text_format.h>
 
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <utility>
@@ -251,5 +252,14 @@ int main(int argc, char** argv) {
           deltastream::HandleCommandLine(argc, argv)) {
     return *exit_code;
   }
-  return deltastream::planner::Run();
+  // A world or a search too large for this machine's memory (a huge
+  // --world_size or --dp_bins_per_device): one line and exit 1, not an abort.
+  try {
+    return deltastream::planner::Run();
+  } catch (const std::bad_alloc&) {
+    return deltastream::Fail(
+        deltastream::kExitFailure,
+        "out of memory: the planning problem does not fit in this machine's "
+        "memory (--world_size, --dp_bins_per_device)");
+  }
 }

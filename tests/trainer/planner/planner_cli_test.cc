@@ -142,6 +142,16 @@ model { dense_arch: [64]
       0);
 }
 
+// A world larger than the memory the planner may use (here 4 GB of address
+// space): one line and exit 1, not an abort.
+TEST(PlannerCli, AProblemLargerThanMemoryExitsOne) {
+  const CommandResult result = RunCommand("ulimit -v 4000000; exec " +
+                                          Planner("--world_size=1000000000"));
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_THAT(result.err, HasSubstr("out of memory"));
+  ExpectNoCrash(result);
+}
+
 TEST(PlannerCli, BadInputExitsTwo) {
   struct Case {
     std::string flags;
