@@ -64,10 +64,11 @@ v1::TrainerConfig WithTrainerConfigDefaults(v1::TrainerConfig config) {
        &v1::CriteoData::set_max_malformed_fraction, 0.01);
   } else {
     v1::SyntheticData& synthetic = *data.mutable_synthetic();
-    Or(&synthetic, &v1::SyntheticData::min_length,
-       &v1::SyntheticData::set_min_length, 1);
-    Or(&synthetic, &v1::SyntheticData::max_length,
-       &v1::SyntheticData::set_max_length, sequence ? 8 : 1);
+    // Set or not (an explicit 0 is kept: empty features).
+    if (!synthetic.has_min_length()) synthetic.set_min_length(1);
+    if (!synthetic.has_max_length()) {
+      synthetic.set_max_length(sequence ? 8 : 1);
+    }
     Or(&synthetic, &v1::SyntheticData::zipf_exponent,
        &v1::SyntheticData::set_zipf_exponent, 1.05);
   }

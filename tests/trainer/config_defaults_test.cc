@@ -77,6 +77,13 @@ TEST(ConfigDefaults, WhatIsSetStaysAndDependentDefaultsFollowIt) {
   EXPECT_EQ(config.data().batch_size(), -3);  // not checked here
   EXPECT_EQ(config.data().synthetic().min_length(), 2);
   EXPECT_EQ(config.data().synthetic().max_length(), 8);  // sequence
+  // An explicit 0 is kept (features that may be empty), not taken for unset.
+  EXPECT_EQ(WithTrainerConfigDefaults(
+                Parse("data { synthetic { min_length: 0 max_length: 3 } }"))
+                .data()
+                .synthetic()
+                .min_length(),
+            0);
   EXPECT_EQ(config.tracker().mode(), "off");
   EXPECT_EQ(config.steps(), -1);
   EXPECT_EQ(config.device(), "cuda:1");
