@@ -114,7 +114,7 @@ namespace {
 // not at all would leave memory unwritten); COLUMN_MEAN blocks lie inside
 // its rows and do not overlap in rows x table columns, so that no block
 // weighs twice in a mean.
-std::string BlocksProblem(const v1::CheckpointTensor& tensor) {
+std::string ManifestBlocksProblem(const v1::CheckpointTensor& tensor) {
   if (tensor.merge() != v1::TILE && tensor.merge() != v1::COLUMN_MEAN) {
     return "";
   }
@@ -130,12 +130,12 @@ std::string BlocksProblem(const v1::CheckpointTensor& tensor) {
         {block.row_offset(), block.rows(), block.col_offset(), block.cols()});
   }
   if (tensor.merge() == v1::TILE) {
-    return deltastream::BlocksProblem(blocks, tensor.shape(0), tensor.shape(1),
-                                      /*cover=*/true, what, "block");
+    return BlocksProblem(blocks, tensor.shape(0), tensor.shape(1),
+                         /*cover=*/true, what, "block");
   }
-  return deltastream::BlocksProblem(blocks, tensor.shape(0),
-                                    std::numeric_limits<int64_t>::max(),
-                                    /*cover=*/false, what, "block");
+  return BlocksProblem(blocks, tensor.shape(0),
+                       std::numeric_limits<int64_t>::max(),
+                       /*cover=*/false, what, "block");
 }
 
 }  // namespace
@@ -172,7 +172,7 @@ absl::StatusOr<v1::CheckpointManifest> ReadCheckpointManifest(
     }
   }
   for (const v1::CheckpointTensor& tensor : manifest.tensors()) {
-    if (std::string problem = BlocksProblem(tensor); !problem.empty()) {
+    if (std::string problem = ManifestBlocksProblem(tensor); !problem.empty()) {
       return absl::DataLossError(absl::StrCat("'", path, "': ", problem));
     }
   }
