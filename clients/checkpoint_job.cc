@@ -262,6 +262,31 @@ absl::Status CheckpointJob::RemoveLinksAfter(int64_t batch) {
   return absl::OkStatus();
 }
 
+absl::Status CheckpointJob::AddOwnConsumer() {
+  absl::StatusOr<std::vector<std::string>> added =
+      client_->AddConsumer(options_.consumer);
+  if (!added.ok() &&
+      added.status().code() != absl::StatusCode::kAlreadyExists) {
+    return added.status();
+  }
+  consumer_added_ = true;
+  // Said loudly: a misspelt name would hold rows on the trainer for good.
+  LogWarning(absl::StrCat(
+      "consumer '", options_.consumer, "' was not on ", client_->target(),
+      ": added; the trainer keeps its unread rows until it is removed "
+      "(deltactl consumers remove ",
+      options_.consumer, ")"));
+  // A consumer added now starts at the trainer's present: whatever the
+  // chain lacks before it comes only from a read of every row.
+  if (!need_full_) {
+    Report("resync: the consumer was added: writing a full link");
+    absl::MutexLock lock(&stats_mu_);
+    ++stats_.resyncs;
+  }
+  need_full_ = true;
+  return absl::OkStatus();
+}
+
 absl::Status CheckpointJob::Pull(bool* again) {
   // A call that failed: retried (at once, after a pause) while the service
   // is unreachable for less than retry_s; otherwise the job ends, with OK
@@ -292,8 +317,17 @@ absl::Status CheckpointJob::Pull(bool* again) {
   }
   request.set_include_dense(options_.dense);
   absl::StatusOr<ReceivedDelta> delta = client_->GetDelta(request);
+  if (delta.status().code() == absl::StatusCode::kNotFound &&
+      !consumer_added_) {
+    // The job names no table: the service does not know its consumer.
+    absl::Status added = AddOwnConsumer();
+    if (!added.ok()) return failed_call(added);
+    *again = true;
+    return absl::OkStatus();
+  }
   if (!delta.ok()) return failed_call(delta.status());
   retry_.Succeeded();
+  consumer_added_ = false;
   const v1::DeltaHeader& header = delta->header;
   if (need_full_ && !header.all_rows()) {
     return absl::FailedPreconditionError(absl::StrCat(

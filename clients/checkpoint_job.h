@@ -96,8 +96,9 @@ struct CheckpointJobStats {
 // ClassifyDelta's rule (clients/delta_continuity.h): dropped rows or a gap
 // start the chain again with a full read; a trainer that restarted behind
 // the chain's end makes the job remove the links after the run's start
-// batch. Every step is reported as one line on `out`: "full"/"increment"
-// links, "resync: ..." and "removed ..." lines.
+// batch. A consumer the service does not know is added (with a warning),
+// and the next link is a full one. Every step is reported as one line on
+// `out`: "full"/"increment" links, "resync: ..." and "removed ..." lines.
 //
 // Thread safety: Run() on one thread; Stop() from any thread or a signal
 // handler (it only sets an atomic flag).
@@ -131,6 +132,9 @@ class CheckpointJob {
   // One pull and what follows from it. Sets `*again` when the next pull
   // should come at once (a resync, a retried call).
   absl::Status Pull(bool* again);
+  // Adds options.consumer on the service, which does not know it (OK also
+  // when it knows it by now), with a warning; the next link is a full one.
+  absl::Status AddOwnConsumer();
   // Removes the links a restarted trainer lost, reporting each.
   absl::Status DropLostLinks(const v1::DeltaHeader& header);
   // Before a full link from the read `header` is written on a chain whose
@@ -156,6 +160,9 @@ class CheckpointJob {
   HeldVersion chain_;
   bool opened_ = false;
   bool need_full_ = false;
+  // Set when the job has added its consumer, until a read succeeds: an
+  // "unknown consumer" in between (removed again at once) ends the job.
+  bool consumer_added_ = false;
   int64_t written_ = 0;
   mutable absl::Mutex stats_mu_;
   CheckpointJobStats stats_ ABSL_GUARDED_BY(stats_mu_);

@@ -221,7 +221,7 @@ absl::StatusOr<std::unique_ptr<SnapshotDb>> SnapshotDb::Open(
 }
 
 std::optional<SnapshotInfo> SnapshotDb::latest() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(latest_mu_);
   return latest_;
 }
 
@@ -337,7 +337,10 @@ absl::StatusOr<SnapshotInfo> SnapshotDb::Write(const Snapshot& snapshot) {
   info.written_at = start;
   info.payload_bytes = payload;
   info.owner_batch = snapshot.owner_batch;
-  latest_ = info;
+  {
+    std::lock_guard<std::mutex> latest_lock(latest_mu_);
+    latest_ = info;
+  }
   // A cleanup that fails leaves older generations for the next write's or
   // Open's: never read (the newest manifest wins), only space.
   status = DeleteGenerationsBefore(*db_, generation);
@@ -348,7 +351,10 @@ absl::StatusOr<SnapshotInfo> SnapshotDb::Write(const Snapshot& snapshot) {
                             status.ToString()));
   }
   info.elapsed = absl::Now() - start;
-  latest_->elapsed = info.elapsed;
+  {
+    std::lock_guard<std::mutex> latest_lock(latest_mu_);
+    latest_->elapsed = info.elapsed;
+  }
   return info;
 }
 

@@ -77,6 +77,7 @@ class SnapshotDb {
   absl::StatusOr<std::optional<Snapshot>> Read(SnapshotInfo* info = nullptr);
 
   // The current generation's description; nullopt before the first snapshot.
+  // Never waits for a Write in progress.
   std::optional<SnapshotInfo> latest() const;
 
   const std::string& path() const { return path_; }
@@ -85,8 +86,13 @@ class SnapshotDb {
   SnapshotDb(std::string path, std::unique_ptr<rocksdb::DB> db);
 
   const std::string path_;
+  // Held by Write and Read for their whole I/O: one at a time.
   mutable std::mutex mu_;
   std::unique_ptr<rocksdb::DB> db_;
+  // Guards latest_ for latest(), which must not wait for a write in
+  // progress (Status calls and metrics scrapes ask for it). Changed only
+  // with mu_ held as well, so Write and Read read it under mu_ alone.
+  mutable std::mutex latest_mu_;
   std::optional<SnapshotInfo> latest_;
 };
 

@@ -39,6 +39,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 json Chain(const std::string& dir) {
   CommandResult result = RunCommand(RunfilePath("clients/deltactl") +
@@ -244,6 +245,39 @@ TEST(CheckpointJobTest, AConsumerThatReadBeforeGetsAFullBase) {
   EXPECT_FALSE(chain->dense.empty());
   EXPECT_EQ(chain->dense_batch, chain->end_batch);
   EXPECT_FALSE(chain->run_id.empty());
+}
+
+// A job whose consumer the trainer does not know adds it, with a warning,
+// as the predictor does (it used to exit 1 on "unknown consumer"); a
+// consumer removed while the chain holds links is added again and the chain
+// goes on with a full link, never with a gap.
+TEST(CheckpointJobTest, AConsumerTheTrainerLacksIsAddedAndTheChainStaysWhole) {
+  const std::string work = TestTempDir() + "/checkpoint_job_added";
+  std::filesystem::remove_all(work);
+  ServerProcess trainer({"--steps=-1"}, "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  CommandResult first = RunCommand(Job(trainer, work, 2));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.err, HasSubstr("consumer 'checkpoint' was not on"));
+  EXPECT_THAT(first.out, HasSubstr("full batches 0.."));
+  EXPECT_THAT(first.out, Not(HasSubstr("resync")));
+  absl::StatusOr<LoadedChain> chain = LoadChain(work);
+  ASSERT_TRUE(chain.ok()) << chain.status();
+  ASSERT_EQ(chain->links.size(), 2u);
+
+  ASSERT_EQ(RunCommand(RunfilePath("clients/deltactl") + " --target=" +
+                       trainer.target() + " consumers remove checkpoint")
+                .exit_code,
+            0);
+  CommandResult again = RunCommand(Job(trainer, work, 1));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr("consumer 'checkpoint' was not on"));
+  EXPECT_THAT(again.out, HasSubstr("resync: the consumer was added"));
+  EXPECT_THAT(again.out, HasSubstr("full batches 0.."));
+  absl::StatusOr<LoadedChain> grown = LoadChain(work);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_GT(grown->end_batch, chain->end_batch);
+  EXPECT_TRUE(grown->links.back().full);
 }
 
 // A job that starts on a chain whose applied link fails its checksum (bit

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -156,6 +159,40 @@ TEST(SnapshotDbTest, NewGenerationsReplaceOldOnesAndFreeTheirSpace) {
   ExpectSameTables(snapshot.tables, (*read)->tables);
   // One snapshot is 20500 * (8 + 128) = 2.8 MB; six would be 16.7 MB.
   EXPECT_LT(DirectoryBytes(path), 2 * 20500 * (8 + 128) + (1 << 20));
+}
+
+// Status calls and metrics scrapes ask for latest() while the trainer
+// writes a snapshot: they get the generation before it at once, not after
+// the write (which held them for its whole I/O, and a fan-in predictor's
+// 10 s Status poll with them).
+TEST(SnapshotDbTest, LatestDoesNotWaitForAWriteInProgress) {
+  const std::string path = FreshPath("latest_during_write");
+  auto db = SnapshotDb::Open(path);
+  ASSERT_TRUE(db.ok()) << db.status();
+  Snapshot small;
+  small.tables = {MakeTable("t", at::kFloat, 8, {100}, true, 1)};
+  ASSERT_TRUE((*db)->Write(small).ok());
+  // 128 MiB of states: a write of a few hundred milliseconds.
+  Snapshot large;
+  large.tables = {MakeTable("t", at::kFloat, 64, {500000}, true, 2)};
+  std::atomic<bool> started{false};
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    started.store(true);
+    absl::StatusOr<SnapshotInfo> info = (*db)->Write(large);
+    EXPECT_TRUE(info.ok()) << info.status();
+    done.store(true);
+  });
+  while (!started.load()) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::optional<SnapshotInfo> during = (*db)->latest();
+  const bool write_done = done.load();
+  writer.join();
+  ASSERT_TRUE(during.has_value());
+  EXPECT_EQ(during->generation, 1u);
+  EXPECT_FALSE(write_done);
+  ASSERT_TRUE((*db)->latest().has_value());
+  EXPECT_EQ((*db)->latest()->generation, 2u);
 }
 
 TEST(SnapshotDbTest, StoreExportImportThroughTheDatabaseKeepsEveryRead) {
