@@ -58,6 +58,7 @@
 #include "base/grpc_server.h"
 #include "base/host_memory.h"
 #include "base/host_port.h"
+#include "base/log.h"
 #include "base/metrics.h"
 #include "base/process.h"
 #include "base/rpc_metrics.h"
@@ -445,6 +446,11 @@ int Main(int argc, char** argv) {
   const sigset_t signals = BlockTerminationSignals();
   if (absl::GetFlag(FLAGS_nproc_per_node) < 0) {
     return Fail(kExitUsage, "--nproc_per_node must be >= 0");
+  }
+  // For the lines its libraries log (snapshots, the tracker, the service);
+  // the trainer's own "trainer: ..." lines keep their form.
+  if (absl::Status logging = InitLogging("trainer"); !logging.ok()) {
+    return Fail(kExitUsage, logging.message());
   }
   absl::StatusOr<v1::TrainerConfig> config = ConfigFromCommandLine();
   if (!config.ok()) {

@@ -447,6 +447,16 @@ TEST(MetricsFlagsTest, AnAddressInUseOrABadFormatExitsTwoWithOneLine) {
           << binary << " " << flags << ": " << result.err;
     }
   }
+  // The trainer takes the log flags for its libraries' lines: a bad value
+  // is refused as anywhere else (it was accepted and did nothing).
+  for (const std::string flags :
+       {"--log_format=xml", "--log_level=bogus", "--metrics_listen=nohost"}) {
+    const CommandResult result =
+        RunCommand(RunfilePath("trainer/trainer") + " --steps=1 " + flags);
+    EXPECT_EQ(result.exit_code, 2) << "trainer " << flags << ": " << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << "trainer " << flags << ": " << result.err;
+  }
   // TLS flags of the predictor: both or neither, readable; a token file
   // that is readable and well formed.
   const std::string bad_tokens = TestTempDir() + "/metrics_scrape.bad_tokens";
