@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <string>
+#include <utility>
 
 namespace deltastream {
 
@@ -50,11 +53,31 @@ sigset_t BlockTerminationSignals() {
   return signals;
 }
 
-int WaitForTerminationSignal(const sigset_t& signals) {
-  int signal = 0;
-  while (sigwait(&signals, &signal) != 0) {
+TerminationWatch::TerminationWatch(const sigset_t& signals,
+                                   std::function<void(int)> on_first,
+                                   std::function<void(int)> on_second)
+    : on_first_(std::move(on_first)),
+      on_second_(std::move(on_second)),
+      thread_([this, signals] { Watch(signals); }) {}
+
+TerminationWatch::~TerminationWatch() {
+  done_.store(true);
+  thread_.join();
+}
+
+void TerminationWatch::Watch(sigset_t signals) {
+  const timespec tick{0, 100 * 1000 * 1000};
+  while (!done_.load()) {
+    const int signal = sigtimedwait(&signals, nullptr, &tick);
+    if (signal <= 0) continue;
+    if (signalled_.exchange(true)) {
+      on_second_(signal);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(128 + signal);
+    }
+    on_first_(signal);
   }
-  return signal;
 }
 
 }  // namespace deltastream

@@ -1,7 +1,10 @@
 #ifndef DELTASTREAM_BASE_PROCESS_H_
 #define DELTASTREAM_BASE_PROCESS_H_
 
+#include <atomic>
 #include <csignal>
+#include <functional>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -42,14 +45,40 @@ int FailStart(const absl::Status& status);
 
 // Blocks SIGTERM and SIGINT in the calling thread, and so in every thread it
 // starts later (gRPC's, RocksDB's, LibTorch's inherit the mask): call it
-// first in main(), before any thread exists, and take the signals with
-// WaitForTerminationSignal (or sigtimedwait on the returned set) on a thread
-// of your own. Returns the blocked set.
+// first in main(), before any thread exists, and take the signals with a
+// TerminationWatch (or sigtimedwait on the returned set) on a thread of your
+// own. Returns the blocked set.
 sigset_t BlockTerminationSignals();
 
-// Waits until SIGTERM or SIGINT arrives (blocked by BlockTerminationSignals)
-// and returns its number.
-int WaitForTerminationSignal(const sigset_t& signals);
+// Takes SIGTERM and SIGINT (blocked by BlockTerminationSignals) on a thread
+// of its own, from construction to destruction. The first signal calls
+// `on_first(signal)` on that thread (it asks the process to stop; a second
+// signal is taken once it returns). A second one means the user will not
+// wait for the stop to finish (a final snapshot, a drain, a read in
+// progress): `on_second(signal)` says so (a log line), then the process
+// ends at once with 128 + the signal, as the signal's default action would.
+// The destructor stops watching (within 100 ms); a signal that arrives
+// after it stays pending.
+class TerminationWatch {
+ public:
+  TerminationWatch(const sigset_t& signals, std::function<void(int)> on_first,
+                   std::function<void(int)> on_second);
+  ~TerminationWatch();
+  TerminationWatch(const TerminationWatch&) = delete;
+  TerminationWatch& operator=(const TerminationWatch&) = delete;
+
+  // Whether a signal has arrived.
+  bool signalled() const { return signalled_.load(); }
+
+ private:
+  void Watch(sigset_t signals);
+
+  const std::function<void(int)> on_first_;
+  const std::function<void(int)> on_second_;
+  std::atomic<bool> done_{false};
+  std::atomic<bool> signalled_{false};
+  std::thread thread_;
+};
 
 }  // namespace deltastream
 

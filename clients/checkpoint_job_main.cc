@@ -22,7 +22,8 @@
 // trainer restarted from a snapshot older than the chain's end (a new run id
 // whose start batch is before it), the links after that batch hold changes
 // the trainer lost: they are removed (each printed) before going on.
-// SIGTERM/SIGINT end it after the pull in progress. Exit codes: 0 done, 1 a
+// SIGTERM/SIGINT end it after the pull in progress (a second one: at once,
+// with 128 + the signal). Exit codes: 0 done, 1 a
 // pull or write failed (an unreachable service, a trainer restarting, and a
 // stopped or hung one are retried for --retry_s first: 60 s unless told), 2
 // bad flags or a chain refused at start (its links broken: missing or
@@ -70,15 +71,11 @@ ABSL_FLAG(std::string, tls_ca, "", "PEM roots: connect with TLS");
 namespace deltastream {
 namespace {
 
-CheckpointJob* running_job = nullptr;
-
-void OnSignal(int) {
-  if (running_job != nullptr) running_job->Stop();
-}
-
 int Main() {
   // Received deltas reuse freed memory instead of faulting in fresh pages.
   KeepHostMemoryForReuse();
+  // Before any thread (gRPC's, the metrics server's) exists.
+  const sigset_t signals = BlockTerminationSignals();
   if (absl::Status logging = InitLogging("checkpoint_job"); !logging.ok()) {
     return Fail(kExitUsage, logging.message());
   }
@@ -116,19 +113,25 @@ int Main() {
     LogInfo(absl::StrCat("metrics on http://", (*metrics_endpoint)->address(),
                          "/metrics"));
   }
+  // A signal while the chain is opened (its checksums read) stops the job
+  // before its first pull.
+  TerminationWatch watch(
+      signals,
+      [&job](int signal) {
+        LogInfo(absl::StrCat("signal ", signal,
+                             ": stopping after the pull in progress"));
+        job.Stop();
+      },
+      [](int signal) {
+        LogWarning(absl::StrCat("signal ", signal, " again: exiting now"));
+      });
   // What the chain's directory holds decides the code, as any start-up's
   // error does: a broken chain is refused again on a restart (2), a read
   // error may not be (1).
   if (absl::Status opened = job.Open(); !opened.ok()) {
     return FailStart(opened);
   }
-  running_job = &job;
-  signal(SIGTERM, OnSignal);
-  signal(SIGINT, OnSignal);
   const absl::Status run = job.Run();
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGINT, SIG_DFL);
-  running_job = nullptr;
   return run.ok() ? 0 : Fail(kExitFailure, run.message());
 }
 

@@ -52,6 +52,10 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kFirstBackoff{100};
 const std::chrono::milliseconds kLongestBackoff =
     ClientOptions().max_reconnect_backoff;
+// A resync right after a read of every row (none of the pushes between could
+// be applied) waits 1 s, doubling up to 60 s.
+constexpr std::chrono::milliseconds kFirstResyncWait{1000};
+constexpr std::chrono::milliseconds kLongestResyncWait{60000};
 constexpr std::chrono::milliseconds kTrainerPoll{200};
 constexpr std::chrono::seconds kSummaryEvery{5};
 // every_steps for "by time only": a push is due only when the timer runs out.
@@ -128,12 +132,24 @@ void Predictor::NoteError(const absl::Status& status) {
 
 absl::Status Predictor::Run() {
   std::chrono::milliseconds backoff = kFirstBackoff;
+  std::chrono::milliseconds resync_wait = kFirstResyncWait;
   while (!stopping_.load()) {
     progressed_ = false;
     absl::Status status = Session();
     if (stopping_.load()) break;
-    if (status.ok()) {  // a resync is due: now
+    if (status
+            .ok()) {  // a resync is due: now, unless the last one did not help
       backoff = kFirstBackoff;
+      if (full_reads_since_push_ == 0) {
+        resync_wait = kFirstResyncWait;
+        continue;
+      }
+      LogWarning(absl::StrFormat(
+          "resync again in %d ms: no push could be applied since the last "
+          "read of every row (%s)",
+          resync_wait.count(), resync_reason_));
+      if (!Sleep(absl::FromChrono(resync_wait))) break;
+      resync_wait = std::min(resync_wait * 2, kLongestResyncWait);
       continue;
     }
     NoteError(status);
@@ -289,6 +305,7 @@ absl::Status Predictor::FullRead(const std::string& why) {
   }
   staged_.clear();
   progressed_ = true;
+  ++full_reads_since_push_;
   version_newest_change_us_ = header.newest_change_unix_micros();
   // A full read starts the count again: it covers what the consumer's read
   // covered, whatever the replica held before.
@@ -438,6 +455,7 @@ bool Predictor::OnPush(ReceivedDelta&& delta) {
   version_newest_change_us_ = header.newest_change_unix_micros();
   staged_.clear();
   progressed_ = true;
+  full_reads_since_push_ = 0;
   LogApply(version, end, rows, has_dense, false, header.run_id());
   {
     absl::MutexLock lock(&mu_);

@@ -139,6 +139,11 @@ class Predictor {
   bool first_push_ = true;             // of the current subscription
   bool chain_tried_ = false;
   bool progressed_ = false;  // the current session applied something
+  // Reads of every row since the replica last applied a push: one that is
+  // followed by another resync paces the next (a cause that persists, such
+  // as a memory cap that drops the consumer's rows every step, would make
+  // back-to-back reads of every row, each pinning the trainer's rows).
+  int full_reads_since_push_ = 0;
   // When the newest batch of the replica's version was closed (0: unknown).
   int64_t version_newest_change_us_ = 0;
   bool acknowledged_ = false;

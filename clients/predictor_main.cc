@@ -235,14 +235,15 @@ int Main() {
     health->SetServingStatus(false);
   });
 
-  std::atomic<bool> signalled{false};
-  std::thread stopper([&] {
-    const int signal = WaitForTerminationSignal(signals);
-    if (!signalled.exchange(true)) {
-      Log(absl::StrCat("signal ", signal, ": stopping"));
-    }
-    predictor.Stop();
-  });
+  TerminationWatch watch(
+      signals,
+      [&predictor](int signal) {
+        Log(absl::StrCat("signal ", signal, ": stopping"));
+        predictor.Stop();
+      },
+      [](int signal) {
+        Log(absl::StrCat("signal ", signal, " again: exiting now"));
+      });
   std::thread poller([&predictor] { predictor.PollTrainer(); });
   const absl::Status run = predictor.Run();
   predictor.Stop();
@@ -250,8 +251,6 @@ int Main() {
   health_watch.join();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   poller.join();
-  if (!signalled.exchange(true)) kill(getpid(), SIGTERM);  // wakes `stopper`
-  stopper.join();
   if (apply_log != nullptr) std::fclose(apply_log);
   if (!run.ok()) return Fail(1, run.message());
   return 0;

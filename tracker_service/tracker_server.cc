@@ -191,13 +191,18 @@ int Main() {
   std::printf("listening on %s\n", (*host)->address().c_str());
   std::fflush(stdout);
 
-  std::thread stopper([&host, &signals] {
-    const int signal = WaitForTerminationSignal(signals);
-    LogInfo(absl::StrCat("signal ", signal, ", shutting down"));
-    (*host)->Shutdown();
-  });
+  TerminationWatch watch(
+      signals,
+      [&host](int signal) {
+        LogInfo(absl::StrCat("signal ", signal, ", shutting down"));
+        (*host)->Shutdown();
+      },
+      [](int signal) {
+        LogWarning(absl::StrCat("signal ", signal,
+                                " again: exiting now, without the final "
+                                "snapshot"));
+      });
   (*host)->Wait();
-  stopper.join();
   if (TrackerSnapshots* snapshots = (*host)->snapshots();
       snapshots != nullptr) {
     absl::StatusOr<SnapshotInfo> last = snapshots->Snapshot();

@@ -220,21 +220,24 @@ int LaunchRanks(int argc, char** argv, const sigset_t& signals) {
 
 // Watches for SIGTERM and SIGINT (blocked by BlockTerminationSignals) from
 // construction to destruction. Once training has started a signal asks the
-// run to stop after the current step (stop()); before, it ends the process
-// at once with 128 + the signal, as the signal's default action would:
-// nothing is trained and nothing needs saving yet, and a rank waiting for a
-// group that will never form (another rank failed to start) must not hold
-// its launcher until the grace period ends.
+// run to stop after the current step (stop()), and a second one ends the
+// process at once (TerminationWatch): the user will not wait for the stop to
+// finish (the final checkpoint, the consumers' drain), as the launcher
+// SIGKILLs its ranks on a second one. Before training a signal ends the
+// process at once with 128 + the signal, as the signal's default action
+// would: nothing is trained and nothing needs saving yet, and a rank
+// waiting for a group that will never form (another rank failed to start)
+// must not hold its launcher until the grace period ends.
 class SignalWatch {
  public:
   explicit SignalWatch(const sigset_t& signals)
-      : thread_([this, signals] { Watch(signals); }) {}
-  ~SignalWatch() {
-    done_.store(true);
-    thread_.join();
-  }
-  SignalWatch(const SignalWatch&) = delete;
-  SignalWatch& operator=(const SignalWatch&) = delete;
+      : watch_(
+            signals, [this](int signal) { First(signal); },
+            [this](int signal) {
+              log_(absl::StrFormat(
+                  "signal %d again: exiting now, without finishing the stop",
+                  signal));
+            }) {}
 
   void TrainingStarted(std::function<void(const std::string&)> log) {
     log_ = std::move(log);
@@ -243,37 +246,23 @@ class SignalWatch {
   const std::atomic<bool>& stop() const { return stop_; }
 
  private:
-  void Watch(sigset_t signals) {
-    const timespec tick{0, 100 * 1000 * 1000};
-    while (!done_.load()) {
-      const int signal = sigtimedwait(&signals, nullptr, &tick);
-      if (signal <= 0) continue;
-      if (!training_.load()) {
-        std::fprintf(stderr,
-                     "trainer: signal %d before training started: exiting\n",
-                     signal);
-        std::fflush(stderr);
-        std::_Exit(128 + signal);
-      }
-      if (stop_.load()) {
-        // A second signal: the user will not wait for the stop to finish
-        // (the final checkpoint, the consumers' drain), as the launcher
-        // SIGKILLs its ranks on a second one.
-        log_(absl::StrFormat(
-            "signal %d again: exiting now, without finishing the stop",
-            signal));
-        std::fflush(stderr);
-        std::_Exit(128 + signal);
-      }
-      log_(absl::StrFormat("signal %d: stopping after this step", signal));
-      stop_.store(true);
+  void First(int signal) {
+    if (!training_.load()) {
+      std::fprintf(stderr,
+                   "trainer: signal %d before training started: exiting\n",
+                   signal);
+      std::fflush(stderr);
+      std::_Exit(128 + signal);
     }
+    log_(absl::StrFormat("signal %d: stopping after this step", signal));
+    stop_.store(true);
   }
 
-  std::atomic<bool> done_{false}, training_{false}, stop_{false};
+  std::atomic<bool> training_{false}, stop_{false};
   // Set before training_ and read only after it.
   std::function<void(const std::string&)> log_;
-  std::thread thread_;
+  // Last: its thread starts once the members above exist.
+  TerminationWatch watch_;
 };
 
 // The flags' own checks (those that override the config are checked when

@@ -5,10 +5,15 @@
 #include "base/process.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "base/file_io.h"
 #include "tests/testing/test_dirs.h"
@@ -82,6 +87,71 @@ TEST(FileIoErrorsTest, AFullDiskIsAFailure) {
   EXPECT_NE(written.message().find("No space left"), std::string::npos)
       << written;
   std::filesystem::remove_all(dir);
+}
+
+// In a child process, as a binary's main() would: the first signal asks for
+// a stop (here one that never finishes), a second ends the process at once
+// with 128 + the signal, after on_second's line.
+TEST(TerminationWatchTest, TheFirstSignalAsksForAStopASecondEndsTheProcess) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(ready[0]);
+    const sigset_t signals = BlockTerminationSignals();
+    std::atomic<int> first{0};
+    TerminationWatch watch(
+        signals,
+        [&](int signal) {
+          first.store(signal);
+          const char stop = 's';
+          (void)!write(ready[1], &stop, 1);
+        },
+        [&](int signal) {
+          const char again = signal == first.load() ? 'a' : 'x';
+          (void)!write(ready[1], &again, 1);
+        });
+    EXPECT_FALSE(watch.signalled());
+    const char up = 'u';
+    (void)!write(ready[1], &up, 1);
+    // A stop that never finishes (a final snapshot the user will not wait
+    // for): only the second signal ends it.
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    _exit(0);
+  }
+  close(ready[1]);
+  char seen[3] = {};
+  ASSERT_EQ(read(ready[0], &seen[0], 1), 1);
+  EXPECT_EQ(seen[0], 'u');
+  ASSERT_EQ(kill(child, SIGTERM), 0);
+  ASSERT_EQ(read(ready[0], &seen[1], 1), 1);
+  EXPECT_EQ(seen[1], 's');
+  ASSERT_EQ(kill(child, SIGTERM), 0);
+  ASSERT_EQ(read(ready[0], &seen[2], 1), 1);
+  EXPECT_EQ(seen[2], 'a');
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  close(ready[0]);
+}
+
+// Destroyed, it stops watching: a main() that returns is not held up.
+TEST(TerminationWatchTest, DestructionEndsTheWatch) {
+  sigset_t old;
+  pthread_sigmask(SIG_SETMASK, nullptr, &old);
+  const sigset_t signals = BlockTerminationSignals();
+  const auto start = std::chrono::steady_clock::now();
+  {
+    TerminationWatch watch(
+        signals, [](int) {}, [](int) {});
+    EXPECT_FALSE(watch.signalled());
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 }  // namespace

@@ -361,6 +361,40 @@ TEST_F(PredictorTest, ResyncsWhenTheTrainerRestartsBehindIt) {
   }
 }
 
+// A cause of resyncs that persists (here a memory cap that drops the
+// consumer's unread rows every step) paces the reads of every row: 1 s,
+// then 2 s, 4 s... after one that no push could follow (they came back to
+// back, each pinning the trainer's rows).
+TEST_F(PredictorTest, ResyncsThatDoNotHelpArePaced) {
+  std::ofstream(work_ + "/trainer.textproto")
+      << "tracker { consumers: \"predictor\" acknowledged_reads: true "
+         "memory_cap_bytes: 1 }\n"
+         "log_every_steps: 0\n";
+  ServerProcess trainer(TrainerFlags(), "trainer/trainer");
+  ASSERT_GT(trainer.port(), 0);
+  const std::string log = work_ + "/predictor.log";
+  ServerProcess predictor(PredictorFlags(trainer), "clients/predictor", log);
+  ASSERT_GT(predictor.port(), 0);
+  std::unique_ptr<Stub> stub = Connect(predictor);
+  std::optional<v1::PredictorStatus> resynced = WaitFor(
+      *stub, [](const v1::PredictorStatus& s) { return s.resyncs() >= 1; });
+  ASSERT_TRUE(resynced.has_value());
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  std::optional<v1::PredictorStatus> later = PredictorStatusOf(*stub);
+  ASSERT_TRUE(later.has_value());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  // Waits of 1, 2 and 4 s: at most 3 more in about 6 s (unpaced, a read of
+  // every row of this model takes well under a second).
+  EXPECT_LE(later->resyncs() - resynced->resyncs(), 3)
+      << "in " << seconds << " s";
+  EXPECT_TRUE(ExitedCleanly(predictor.Stop(SIGTERM)));
+  EXPECT_NE(ReadText(log).find("resync again in 1000 ms"), std::string::npos)
+      << ReadText(log);
+}
+
 // A consumer name the trainer refuses ends the predictor with the trainer's
 // one line (it retried it every second, for good, never ready).
 TEST_F(PredictorTest, AConsumerNameTheTrainerRefusesEndsIt) {
