@@ -3,7 +3,8 @@ writer (tests/python/chain_tool: store/checkpoint_chain's
 WriteChainLinkContent) and by the real checkpoint job following the real
 trainer; every table compared, bit for bit, with what the C++ loader
 (LoadChain, the trainer's restore) makes of the same chain. "DSCHAIN1" links,
-damaged links and broken chains too."""
+damaged links and broken chains too, and links written here that the C++
+loader refuses (or reads) alike."""
 
 import json
 import os
@@ -11,13 +12,14 @@ import re
 import shutil
 import struct
 import subprocess
+import tracemalloc
 import unittest
 import zlib
 
 import numpy as np
 
 import deltastream
-from deltastream._proto import checkpoint_pb2
+from deltastream._proto import checkpoint_pb2, tensor_pb2
 from server_process import ServerProcess, runfile
 
 TMP = os.environ.get("TEST_TMPDIR", "/tmp")
@@ -233,6 +235,171 @@ class CheckpointChainTest(unittest.TestCase):
             f.write(blocks[0])
         printed = run("/usr/bin/python3", example, chain).stdout
         self.assertIn(f"{loaded.end_batch} {loaded.run_id}", printed)
+
+
+def record(data):
+    """One "DSCHAIN2" record: size, CRC-32, bytes."""
+    return struct.pack("<QI", len(data), zlib.crc32(data)) + data
+
+
+def describe(wire, array_or_shape, dtype=None):
+    """Fills a description (dtype and shape, no data); the array's bytes,
+    or b"" for a bare shape."""
+    if dtype is None:
+        deltastream.from_numpy(array_or_shape, wire)
+        data, wire.data = wire.data, b""
+        return data
+    wire.dtype = dtype
+    wire.shape.extend(array_or_shape)
+    return b""
+
+
+def write_link(directory, full, start, end, tables=(), dense=(), name=None):
+    """A "DSCHAIN2" link made here: tables (fqn, ids, values), each an
+    array or, for a bare description, (shape, wire dtype); dense (name,
+    shape, wire dtype, bytes)."""
+    link = checkpoint_pb2.CheckpointLink(full=full, start_batch=start,
+                                         end_batch=end)
+    data = b""
+    for fqn, ids, values in tables:
+        table = link.tables.add(fqn=fqn)
+        for wire, array in ((table.ids, ids), (table.values, values)):
+            raw = (describe(wire, *array) if isinstance(array, tuple)
+                   else describe(wire, array))
+            data += record(raw) if raw else b""
+    for parameter_name, shape, dtype, raw in dense:
+        parameter = link.dense.add(name=parameter_name)
+        describe(parameter.tensor, shape, dtype)
+        data += record(raw) if raw else b""
+    if dense:
+        link.dense_batch = end
+    kind = "full" if full else "incr"
+    path = os.path.join(directory,
+                        name or f"{kind}-{start:012d}-{end:012d}.ckpt")
+    with open(path, "wb") as f:
+        f.write(b"DSCHAIN2" + record(link.SerializeToString()) + data)
+    return path
+
+
+class HandWrittenLinksTest(unittest.TestCase):
+    """Links made here, each read by load_chain as the C++ loader (the
+    trainer's restore) reads it."""
+
+    def cpp_refuses(self, directory):
+        result = run(runfile("tests/python/chain_tool"), "load", directory,
+                     os.path.join(TMP, "x.npz"), check=False)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        return result.stderr
+
+    def test_rows_of_another_width_or_dtype_in_a_later_link(self):
+        # The C++ MergeTables' DataLoss, naming the link and the table: not
+        # NumPy's concatenate error, nor float16 rows silently widened.
+        for name, later in [("width", np.ones((1, 2), np.float32)),
+                            ("dtype", np.full((1, 4), 1e6, np.float32))]:
+            with self.subTest(name):
+                directory = fresh_dir("merge_" + name)
+                write_link(directory, True, 0, 5, [
+                    ("t", np.array([1, 2]), np.ones((2, 4), np.float16))])
+                incr = write_link(directory, False, 5, 6, [
+                    ("t", np.array([3]), later)])
+                with self.assertRaises(deltastream.ChainError) as raised:
+                    deltastream.load_chain(directory)
+                message = str(raised.exception)
+                self.assertIn(f"cannot load '{incr}'", message)
+                self.assertIn("table 't' has rows of [4] float16 in one link",
+                              message)
+                self.assertIn("rows of", self.cpp_refuses(directory))
+
+    def test_a_0d_bfloat16_dense_parameter(self):
+        directory = fresh_dir("bf16_scalar")
+        write_link(directory, True, 0, 5, [
+            ("t", np.array([1]), np.ones((1, 2), np.float32))], dense=[
+                ("temperature", [], tensor_pb2.Tensor.BFLOAT16,
+                 struct.pack("<H", 0x3FC0)),  # 1.5
+                ("scale", [2], tensor_pb2.Tensor.BFLOAT16,
+                 struct.pack("<2H", 0x4000, 0xBF80))])  # 2, -1
+        dense = dict(deltastream.load_chain(directory).dense)
+        self.assertEqual(dense["temperature"].shape, ())
+        self.assertEqual(dense["temperature"].dtype, np.float32)
+        self.assertEqual(float(dense["temperature"]), 1.5)
+        np.testing.assert_array_equal(dense["scale"], [2, -1])
+        cpp = cpp_load(directory)
+        for name, array in dense.items():
+            np.testing.assert_array_equal(array, cpp["dense/" + name])
+            self.assertEqual(array.shape, cpp["dense/" + name].shape)
+
+    def test_shapes_past_the_bounds_do_not_decode(self):
+        # CheckLayout's bounds (at most 8 dims, 2^40 elements in each and in
+        # all), checked before a product can wrap int64.
+        directory = fresh_dir("bad_shapes")
+        f32 = tensor_pb2.Tensor.FLOAT32
+        for shape, message in [
+                ([1 << 32, 1 << 32], "dimension 4294967296"),
+                ([0, 1 << 62], f"dimension {1 << 62}"),
+                ([0, (1 << 40) + 1], f"dimension {(1 << 40) + 1}"),
+                ([0] + [1] * 8, "tensor of 9 dims: at most 8")]:
+            with self.subTest(shape=shape):
+                path = write_link(directory, True, 0, 5, [
+                    ("t", np.zeros(0, np.int64), (shape, f32))])
+                with self.assertRaises(deltastream.ChainError) as raised:
+                    deltastream.read_chain_link(path)
+                self.assertIn("table 't' values does not decode: ",
+                              str(raised.exception))
+                self.assertIn(message, str(raised.exception))
+                self.assertIn("does not decode", self.cpp_refuses(directory))
+
+    def test_the_description_is_allocated_at_its_size(self):
+        # A large link (sparse here) with a small description: read with
+        # the memory its record says, not min(256 MiB, the file).
+        directory = fresh_dir("big_link")
+        path = write_link(directory, True, 0, 5)
+        with open(path, "r+b") as f:
+            f.truncate(64 << 20)
+        tracemalloc.start()
+        try:
+            with self.assertRaisesRegex(deltastream.ChainError,
+                                        "bytes after its last record"):
+                deltastream.read_chain_link(path)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        self.assertLess(peak, 1 << 20)
+
+    def test_link_names_and_links_that_vanish(self):
+        # As the C++ ListChain: ASCII digits within int64 only; a link gone
+        # between the listing and its size has 0 bytes.
+        directory = fresh_dir("names")
+        write_link(directory, True, 0, 5, [
+            ("t", np.array([1]), np.ones((1, 2), np.float32))])
+        gone = os.path.join(directory, "incr-000000000005-000000000006.ckpt")
+        os.symlink(os.path.join(directory, "nowhere"), gone)
+        links = deltastream.list_chain(directory)
+        self.assertEqual([(l.start_batch, l.end_batch, l.bytes > 0)
+                          for l in links], [(0, 5, True), (5, 6, False)])
+        os.remove(gone)
+        top = (1 << 63) - 1
+        for name, batches in [
+                ("incr-\u0665-\u0666.ckpt", None),  # Arabic-Indic 5, 6
+                (f"incr-5-{top + 1}.ckpt", None),
+                (f"incr-{top - 1}-{top}.ckpt", (top - 1, top))]:
+            with self.subTest(name=name):
+                path = os.path.join(directory, name)
+                open(path, "wb").close()
+                try:
+                    if batches is None:
+                        with self.assertRaisesRegex(
+                                deltastream.ChainError,
+                                "is not a checkpoint link name"):
+                            deltastream.list_chain(directory)
+                        self.assertIn("not a checkpoint link name",
+                                      self.cpp_refuses(directory))
+                    else:
+                        self.assertEqual(
+                            [(l.start_batch, l.end_batch)
+                             for l in deltastream.list_chain(directory)],
+                            [(0, 5), batches])
+                finally:
+                    os.remove(path)
 
 
 if __name__ == "__main__":

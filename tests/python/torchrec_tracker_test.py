@@ -7,12 +7,15 @@ clear() forgets everything; clear(c) with several consumers does nothing).
 """
 
 import random
+import socket
 import unittest
+from unittest import mock
 
 import grpc
 import torch
 
 from deltastream import TrackerClient
+from deltastream import torchrec_tracker
 from deltastream.torchrec_tracker import RemoteModelDeltaTracker, TrackingMode
 from server_process import ServerProcess
 
@@ -151,6 +154,63 @@ class EmbeddingModeTest(unittest.TestCase):
                              grpc.StatusCode.INVALID_ARGUMENT)
             # Nothing of the refused records was kept.
             self.assertEqual(t.get_delta("e")["ec.t1"].ids.tolist(), [])
+
+    def test_a_batch_of_no_ids_records_nothing(self):
+        with ServerProcess(SERVER, ["--mode=embedding",
+                                    "--delete_on_read=false"]) as server:
+            t = RemoteModelDeltaTracker(
+                server.target, consumers=["e"], delete_on_read=False,
+                mode=TrackingMode.EMBEDDING, feature_to_fqn={"f1": "en.t1"})
+            t.step()
+            t.record_lookup({"f1": Jagged([])}, torch.zeros(0, 2))
+            t.record_lookup({"f1": Jagged([])}, torch.zeros(0))
+            self.assertEqual(ids_of(t.get_delta("e")), {})
+            with self.assertRaises(ValueError):  # states for no IDs
+                t.record_lookup({"f1": Jagged([])}, torch.zeros(2))
+            t.step()
+            t.record_lookup({"f1": Jagged([6])}, torch.ones(1, 2))
+            self.assertEqual(ids_of(t.get_delta("e")), {"en.t1": [6]})
+            t.close()
+
+
+class CreationTest(unittest.TestCase):
+    """The client the adapter makes for a target is closed when a check or
+    call of its creation fails; a client passed in is the caller's."""
+
+    def setUp(self):
+        self.closed = []
+        test = self
+
+        class Recording(TrackerClient):
+            def close(self):
+                test.closed.append(self)
+                super().close()
+        self.Recording = Recording
+        patch = mock.patch.object(torchrec_tracker, "TrackerClient",
+                                  Recording)
+        patch.start()
+        self.addCleanup(patch.stop)
+
+    def test_a_failed_creation_closes_its_client(self):
+        with socket.socket() as s:  # a port nothing listens on
+            s.bind(("127.0.0.1", 0))
+            dead = f"127.0.0.1:{s.getsockname()[1]}"
+        with self.assertRaises(grpc.RpcError):  # the status() call fails
+            RemoteModelDeltaTracker(dead)
+        self.assertEqual(len(self.closed), 1)
+        with ServerProcess(SERVER, ["--mode=id_only"]) as server:
+            for kwargs in ({"mode": TrackingMode.EMBEDDING},
+                           {"delete_on_read": False},
+                           {"mode": "no_such_mode"}):
+                with self.subTest(**kwargs), self.assertRaises(ValueError):
+                    RemoteModelDeltaTracker(server.target, **kwargs)
+            self.assertEqual(len(self.closed), 4)
+            client = self.Recording(server.target)
+            with self.assertRaises(ValueError):
+                RemoteModelDeltaTracker(client=client,
+                                        mode=TrackingMode.EMBEDDING)
+            self.assertEqual(len(self.closed), 4)  # not the caller's
+            client.close()
 
 
 class ClearTest(unittest.TestCase):

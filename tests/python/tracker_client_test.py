@@ -1,14 +1,20 @@
 """deltastream.TrackerClient against the real tracker_server on loopback:
 push/step/get (one chunk and many), subscribe, acknowledged reads and
 commit, consumers, status, errors, and the .npz reader on a file written by
-the real deltactl."""
+the real deltactl. Malformed delta streams and .npz files, and keepalive on
+an idle subscription to a frozen host."""
 
 import os
 import re
+import signal
 import subprocess
+import sys
 import threading
 import time
 import unittest
+import zipfile
+from concurrent import futures
+from unittest import mock
 
 import grpc
 import numpy as np
@@ -281,6 +287,18 @@ class RowAssemblyTest(unittest.TestCase):
         chunks[-1].last = True
         return assemble(chunks)
 
+    @staticmethod
+    def chunk(fqn, ids, table_rows, row_offset=0, values=None, header=None):
+        from deltastream._proto import tracker_pb2
+        chunk = tracker_pb2.DeltaChunk(fqn=fqn, row_offset=row_offset,
+                                       table_rows=table_rows)
+        if header is not None:
+            chunk.header.fqns.extend(header)
+        deltastream.from_numpy(np.asarray(ids, np.int64), chunk.ids)
+        if values is not None:
+            deltastream.from_numpy(values, chunk.values)
+        return chunk
+
     def setUp(self):
         self.ids = np.arange(100, dtype=np.int64)
         self.states = np.random.default_rng(5).standard_normal(
@@ -308,6 +326,298 @@ class RowAssemblyTest(unittest.TestCase):
         no_states[-1].ClearField("states")
         with self.assertRaisesRegex(ValueError, "a chunk of"):
             self.assemble(no_states)
+
+    def test_a_chunk_that_does_not_fit_its_table_is_an_error(self):
+        # As the C++ client's RowsDestination: a later chunk of another
+        # width, dtype or table size is refused, not broadcast or cast.
+        first = self.chunk("t", [1, 2], 4, 0, np.ones((2, 4), np.float32),
+                           header=["t"])
+        for values, rows in [
+                (np.array([[7.0], [8.0]], np.float32), 4),   # width 1
+                (np.full((2, 4), 7.0, np.float64), 4),       # float64
+                (np.ones((2, 4), np.float32), 3)]:           # 3 rows now
+            later = self.chunk("t", [3, 4][:rows - 2], rows, 2,
+                               values[:rows - 2])
+            with self.subTest(values=values.dtype, rows=rows), \
+                    self.assertRaisesRegex(ValueError,
+                                           "table 't': a chunk of .* does "
+                                           "not fit a table of "):
+                self.assemble([first, later])
+        # bfloat16 comes as float32, but is another dtype on the wire.
+        later = self.chunk("t", [3, 4], 4, 2, np.ones((2, 4), np.float32))
+        later.values.dtype = later.values.BFLOAT16
+        later.values.data = np.full(8, 0x3F80, "<u2").tobytes()
+        with self.assertRaisesRegex(ValueError, "bfloat16 .*float32"):
+            self.assemble([first, later])
+
+    def test_tables_and_dense_parameters_the_header_names_must_come(self):
+        never = self.chunk("t", [1], 1, header=["t", "u"])
+        with self.assertRaisesRegex(ValueError,
+                                    "table 'u' named in the header never"):
+            self.assemble([never])
+        no_dense = self.chunk("t", [1], 1, header=["t"])
+        no_dense.header.dense_parameters = 3
+        with self.assertRaisesRegex(ValueError,
+                                    "ended with 0 of its 3 dense parameters"):
+            self.assemble([no_dense])
+
+    def test_a_table_sent_twice_is_an_error(self):
+        once = self.chunk("t", [1, 2], 2, header=["t"])
+        again = self.chunk("t", [5, 6], 2)
+        with self.assertRaisesRegex(ValueError, "table 't'.*sent twice"):
+            self.assemble([once, again])
+
+    def test_sizes_past_the_wire_bounds_are_value_errors(self):
+        # Bounded before anything is allocated (the C++ CheckLayout), not
+        # a MemoryError or NumPy's "array is too big".
+        for rows in (1 << 41, 1 << 62):
+            with self.subTest(rows=rows), self.assertRaisesRegex(
+                    ValueError, f"table 't' ids: bad tensor shape: "
+                    f"dimension {rows}"):
+                self.assemble([self.chunk("t", [1], rows, header=["t"])])
+        # At the bound: no memory for it, or the delta ends short of it.
+        with self.assertRaisesRegex(ValueError, "table 't'"):
+            self.assemble([self.chunk("t", [1], 1 << 40, header=["t"])])
+        from deltastream._proto import tracker_pb2
+        dense = tracker_pb2.DeltaChunk(last=True)
+        dense.header.dense_parameters = 1
+        dense.dense.name = "w"
+        dense.dense.piece_of.extend([1 << 31, 1 << 31])
+        deltastream.from_numpy(np.ones(4, np.float32), dense.dense.tensor)
+        with self.assertRaisesRegex(ValueError, "dense parameter 'w': bad "
+                                    "tensor shape"):
+            assemble([dense])
+        # A wire tensor whose shape's product wraps int64 to 0.
+        wrapped = self.chunk("t", [], 0, header=["t"])
+        wrapped.values.dtype = wrapped.values.FLOAT32
+        wrapped.values.shape.extend([1 << 32, 1 << 32])
+        with self.assertRaisesRegex(ValueError, "table 't': values: bad "
+                                    "tensor shape"):
+            self.assemble([wrapped])
+
+
+class _Stream:
+    """A stand-in for a gRPC response stream: the chunks, then the end;
+    records cancel()."""
+
+    def __init__(self, chunks):
+        self._chunks = iter(chunks)
+        self.cancelled = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.cancelled:
+            raise StopIteration
+        return next(self._chunks)
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class MalformedStreamTest(unittest.TestCase):
+    """A malformed delta ends its stream: the server stops sending."""
+
+    @staticmethod
+    def malformed():
+        return [RowAssemblyTest.chunk("t", [1], 1, header=["t", "u"]),
+                RowAssemblyTest.chunk("t", [2], 1)]
+
+    def test_a_subscription_cancels_its_stream(self):
+        chunks = self.malformed()
+        chunks[0].last = True
+        stream = _Stream(chunks)
+        subscription = deltastream.Subscription(stream)
+        with self.assertRaisesRegex(ValueError, "never came"):
+            next(subscription)
+        self.assertTrue(stream.cancelled)
+        self.assertEqual(list(subscription), [])
+
+    def test_a_read_cancels_its_stream(self):
+        from deltastream.client import _read_delta
+        chunks = self.malformed()
+        chunks[1].last = True
+        stream = _Stream(chunks)
+        with self.assertRaisesRegex(ValueError, "sent twice"):
+            _read_delta(stream)
+        self.assertTrue(stream.cancelled)
+
+
+class _Options:
+    """Records the channel options grpc.insecure_channel and
+    grpc.secure_channel are given; with `keepalive_ms`, shortens the
+    keepalive to it (the rest of the options as the client set them)."""
+
+    def __init__(self, keepalive_ms=None):
+        self.seen = []
+        self._keepalive_ms = keepalive_ms
+        self._insecure = grpc.insecure_channel
+        self._secure = grpc.secure_channel
+
+    def _options(self, options):
+        self.seen.append(dict(options))
+        if self._keepalive_ms is None:
+            return options
+        short = ("grpc.keepalive_time_ms", "grpc.keepalive_timeout_ms")
+        return [(k, self._keepalive_ms if k in short else v)
+                for k, v in options]
+
+    def insecure(self, target, options=None, **kwargs):
+        return self._insecure(target, self._options(options), **kwargs)
+
+    def secure(self, target, credentials, options=None, **kwargs):
+        return self._secure(target, credentials, self._options(options),
+                            **kwargs)
+
+    def __enter__(self):
+        self._patches = [mock.patch.object(grpc, "insecure_channel",
+                                           self.insecure),
+                         mock.patch.object(grpc, "secure_channel",
+                                           self.secure)]
+        for patch in self._patches:
+            patch.start()
+        return self
+
+    def __exit__(self, *exc):
+        for patch in self._patches:
+            patch.stop()
+
+
+# A TCP relay to 127.0.0.1:PORT (argv[1]); prints its own port.
+_RELAY = """
+import socket, sys, threading
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen()
+print(listener.getsockname()[1], flush=True)
+def pipe(a, b):
+    while True:
+        data = a.recv(65536)
+        if not data:
+            break
+        b.sendall(data)
+while True:
+    client, _ = listener.accept()
+    server = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    for a, b in ((client, server), (server, client)):
+        threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+"""
+
+
+class KeepaliveTest(unittest.TestCase):
+    """The channel keeps pinging a call that receives nothing (gRPC stops
+    after 2 pings without data unless told otherwise), as the C++ client's
+    (clients/delta_client.cc): an idle subscription to a host that died
+    without a FIN or RST fails as UNAVAILABLE instead of hanging."""
+
+    def test_channel_options_keep_pinging_without_data(self):
+        with _Options() as options:
+            deltastream.TrackerClient("127.0.0.1:1").close()
+            deltastream.PredictorClient("127.0.0.1:1").close()
+            deltastream.TrackerClient(
+                "127.0.0.1:1", root_certificates=b"not a PEM").close()
+        self.assertEqual(len(options.seen), 3)
+        for seen in options.seen:
+            self.assertEqual(seen.get("grpc.http2.max_pings_without_data"), 0)
+            self.assertEqual(seen.get("grpc.keepalive_time_ms"), 20000)
+            self.assertEqual(seen.get("grpc.keepalive_timeout_ms"), 20000)
+
+    def test_an_idle_call_to_a_frozen_host_fails(self):
+        # A call that never receives, through a relay that freezes (SIGSTOP:
+        # no FIN, no RST) after 3 pings' time; keepalive shortened to 1 s.
+        # Without pings past the second, the call would wait out its
+        # deadline.
+        def idle(request, context):
+            while context.is_active():
+                time.sleep(0.05)
+            yield from ()
+        server = grpc.server(futures.ThreadPoolExecutor(2), options=[
+            ("grpc.http2.min_ping_interval_without_data_ms", 100),
+            ("grpc.http2.max_ping_strikes", 0)])
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            "test.Idle",
+            {"Wait": grpc.unary_stream_rpc_method_handler(idle)})])
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        relay = subprocess.Popen([sys.executable, "-c", _RELAY, str(port)],
+                                 stdout=subprocess.PIPE, text=True)
+        try:
+            relay_port = int(relay.stdout.readline())
+            from deltastream.client import _channel
+            with _Options(keepalive_ms=1000):
+                channel = _channel(f"127.0.0.1:{relay_port}", None, 1 << 20)
+            call = channel.unary_stream("/test.Idle/Wait")(b"", timeout=30)
+            start = time.monotonic()
+            freeze = threading.Timer(
+                3.5, lambda: os.kill(relay.pid, signal.SIGSTOP))
+            freeze.start()
+            with self.assertRaises(grpc.RpcError) as error:
+                for _ in call:
+                    pass
+            freeze.join()
+            self.assertEqual(error.exception.code(),
+                             grpc.StatusCode.UNAVAILABLE,
+                             error.exception.details())
+            self.assertLess(time.monotonic() - start, 20)
+            channel.close()
+        finally:
+            relay.kill()
+            relay.wait()
+            relay.stdout.close()
+            server.stop(0)
+
+
+class NpzTest(unittest.TestCase):
+    """read_delta_npz raises ValueError naming the file for a file that is
+    not a whole delta (as its docstring promises), never zipfile's or
+    NumPy's own errors, nor a delta with arrays that do not fit."""
+
+    def write(self, name, **arrays):
+        path = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), name)
+        entries = {"__delta__/start_batch": np.int64(0),
+                   "__delta__/end_batch": np.int64(3),
+                   "t/ids": np.array([1, 2], np.int64),
+                   "t/values": np.ones((2, 4), np.float32)}
+        entries.update(arrays)
+        np.savez(path, **{k: v for k, v in entries.items() if v is not None})
+        return path
+
+    def refused(self, path, message):
+        with self.assertRaisesRegex(ValueError, message) as raised:
+            deltastream.read_delta_npz(path)
+        self.assertIn(path, str(raised.exception))
+
+    def test_damaged_files_are_value_errors(self):
+        good = self.write("good.npz")
+        delta = deltastream.read_delta_npz(good)
+        np.testing.assert_array_equal(delta.tables["t"].ids, [1, 2])
+        with open(good, "rb") as f:
+            raw = bytearray(f.read())
+        truncated = good[:-4] + "_truncated.npz"
+        with open(truncated, "wb") as f:
+            f.write(raw[:len(raw) // 2])
+        self.refused(truncated, "not a readable .npz")
+        with zipfile.ZipFile(good) as archive:
+            info = archive.getinfo("t/values.npy")
+        data = (info.header_offset + 30 + len(info.filename.encode()) +
+                len(info.extra))
+        raw[data + info.file_size - 1] ^= 0x01  # the last value's last byte
+        flipped = good[:-4] + "_flipped.npz"
+        with open(flipped, "wb") as f:
+            f.write(raw)
+        self.refused(flipped, "CRC")
+
+    def test_arrays_that_are_not_a_delta_are_value_errors(self):
+        self.refused(self.write("batch.npz", **{
+            "__delta__/start_batch": np.array([0, 1])}),
+                     "start_batch is int64 \\[2\\], not an integer scalar")
+        self.refused(self.write("float_ids.npz", **{
+            "t/ids": np.array([[1.5, 2]]), "t/values": None}),
+                     "ids of float64 \\[1, 2\\], not int64")
+        self.refused(self.write("rows.npz", **{
+            "t/values": np.ones((5, 4), np.float32)}),
+                     "2 ids and values of \\[5, 4\\]")
 
 
 if __name__ == "__main__":

@@ -32,18 +32,21 @@ import os
 import re
 import struct
 import zlib
-from typing import BinaryIO, Dict, List, Tuple, Union
+from typing import BinaryIO, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
 from ._proto import checkpoint_pb2, tensor_pb2
-from .tensors import numpy_dtype, to_numpy
+from .tensors import element_count, numpy_dtype, to_numpy
 
 _MAGIC_V1 = b"DSCHAIN1"
 _MAGIC_V2 = b"DSCHAIN2"
 _PREFIX = struct.Struct("<QI")  # a record's size and CRC-32
 _MAX_DESCRIPTION_BYTES = 256 << 20
-_NAME = re.compile(r"^(full|incr)-(\d+)-(\d+)\.ckpt$")
+# ASCII digits only (\d takes any Unicode digit); numbers past int64 are
+# refused as the C++ ListChain's SimpleAtoi refuses them.
+_NAME = re.compile(r"(full|incr)-([0-9]+)-([0-9]+)\.ckpt")
+_MAX_BATCH = (1 << 63) - 1
 _Tensor = tensor_pb2.Tensor
 
 PathLike = Union[str, os.PathLike]
@@ -104,7 +107,9 @@ def list_chain(directory: PathLike) -> List[ChainLink]:
     """The links of `directory` by position (names only; nothing is read).
 
     Other files (temporaries) are skipped; a missing directory is an empty
-    chain. Raises ChainError for a ".ckpt" file whose name does not parse.
+    chain; a link removed while listing has 0 bytes. Raises ChainError for a
+    ".ckpt" file whose name does not parse (batches are ASCII digits, at
+    most 2^63 - 1).
     """
     directory = os.fspath(directory)
     try:
@@ -116,16 +121,31 @@ def list_chain(directory: PathLike) -> List[ChainLink]:
         if not name.endswith(".ckpt"):
             continue
         path = os.path.join(directory, name)
-        match = _NAME.match(name)
-        if match is None:
+        parsed = _parse_name(name)
+        if parsed is None:
             raise ChainError(f"'{path}' is not a checkpoint link name")
-        links.append(ChainLink(path=path, full=match.group(1) == "full",
-                               start_batch=int(match.group(2)),
-                               end_batch=int(match.group(3)),
-                               bytes=os.path.getsize(path)))
+        try:
+            size = os.path.getsize(path)
+        except OSError:  # a link removed meanwhile, as the C++ ListChain
+            size = 0
+        links.append(ChainLink(path=path, full=parsed[0],
+                               start_batch=parsed[1], end_batch=parsed[2],
+                               bytes=size))
     # By start, then end; a full link before an increment of the same range.
     links.sort(key=lambda l: (l.start_batch, l.end_batch, not l.full))
     return links
+
+
+def _parse_name(name: str) -> Optional[Tuple[bool, int, int]]:
+    """(full, start_batch, end_batch) of a link's file name; None when it is
+    not one."""
+    match = _NAME.fullmatch(name)
+    if match is None:
+        return None
+    start, end = int(match.group(2)), int(match.group(3))
+    if start > _MAX_BATCH or end > _MAX_BATCH:
+        return None
+    return match.group(1) == "full", start, end
 
 
 def applied_links(links: List[ChainLink]) -> List[ChainLink]:
@@ -198,37 +218,55 @@ class _LinkFile:
         self.read_into(memoryview(prefix))
         return _PREFIX.unpack(prefix)
 
-    def read_record(self, view: memoryview) -> int:
-        """The next record, of 1 to len(view) bytes, into `view`; its size."""
+    def _record_prefix(self, most: int) -> Tuple[int, int]:
+        """The next record's size and CRC, the size checked: 1 to `most`
+        bytes, all in the file."""
         size, crc = self.read_prefix()
         if size > self.left():
             raise self.corrupt(f"is truncated: a record of {size} bytes at "
                                f"offset {self.offset} has {self.left()} left")
-        if size == 0 or size > len(view):
+        if size == 0 or size > most:
             raise self.corrupt(f"is corrupt: a record of {size} bytes at "
-                               f"offset {self.offset} where 1 to {len(view)} "
+                               f"offset {self.offset} where 1 to {most} "
                                "belong")
-        record = view[:size]
-        self.read_into(record)
+        return size, crc
+
+    def _check_crc(self, record: memoryview, crc: int) -> None:
         if zlib.crc32(record) != crc:
             raise self.corrupt(f"fails its checksum at offset "
-                               f"{self.offset - size}: corrupt")
+                               f"{self.offset - len(record)}: corrupt")
+
+    def read_record(self, view: memoryview) -> int:
+        """The next record, of 1 to len(view) bytes, into `view`; its size."""
+        size, crc = self._record_prefix(len(view))
+        record = view[:size]
+        self.read_into(record)
+        self._check_crc(record, crc)
         return size
+
+    def read_record_bytes(self, most: int) -> bytearray:
+        """The next record, of 1 to `most` bytes, allocated at the size its
+        prefix says (checked first), not at the most it may be."""
+        size, crc = self._record_prefix(most)
+        record = bytearray(size)
+        self.read_into(memoryview(record))
+        self._check_crc(memoryview(record), crc)
+        return record
 
 
 def _check_layout(wire: "_Tensor", what: str, file: _LinkFile):
-    """(NumPy dtype as stored, shape, bytes) of a described tensor."""
+    """(NumPy dtype as stored, shape, bytes) of a described tensor: its
+    dtype and shape checked as the C++ reader's CheckLayout checks them
+    (tensors.element_count), ChainError otherwise."""
     shape = tuple(int(s) for s in wire.shape)
-    if wire.data or any(s < 0 for s in shape):
+    if wire.data:
         raise file.corrupt(f": {what} does not decode")
-    if wire.dtype == _Tensor.BFLOAT16:
-        stored = np.dtype("<u2")
-    else:
-        try:
-            stored = numpy_dtype(wire.dtype)
-        except ValueError as error:
-            raise file.corrupt(f": {what} does not decode: {error}") from None
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    try:
+        stored = (np.dtype("<u2") if wire.dtype == _Tensor.BFLOAT16
+                  else numpy_dtype(wire.dtype))
+        count = element_count(shape)
+    except ValueError as error:
+        raise file.corrupt(f": {what} does not decode: {error}") from None
     return stored, shape, count * stored.itemsize
 
 
@@ -243,8 +281,9 @@ def _read_tensor(file: _LinkFile, wire: "_Tensor", what: str) -> np.ndarray:
     done = 0
     while done < nbytes:
         done += file.read_record(view[done:])
-    if wire.dtype == _Tensor.BFLOAT16:
-        return (array.astype(np.uint32) << 16).view(np.float32)
+    if wire.dtype == _Tensor.BFLOAT16:  # flat: a 0-d array cannot view
+        wide = array.reshape(-1).astype(np.uint32) << 16
+        return wide.view(np.float32).reshape(shape)
     return array
 
 
@@ -303,11 +342,10 @@ def _read_v1(file: _LinkFile, stream: BinaryIO) -> LinkContent:
 
 
 def _read_v2(file: _LinkFile) -> LinkContent:
-    description = bytearray(min(_MAX_DESCRIPTION_BYTES, file.left()))
-    size = file.read_record(memoryview(description))
+    description = file.read_record_bytes(_MAX_DESCRIPTION_BYTES)
     link = checkpoint_pb2.CheckpointLink()
     try:
-        link.ParseFromString(bytes(description[:size]))
+        link.ParseFromString(bytes(description))
     except Exception:  # protobuf's DecodeError differs between versions
         raise file.corrupt("does not parse") from None
     tables = {}
@@ -348,11 +386,9 @@ def read_chain_link(path: PathLike) -> LinkContent:
             content = _read_v2(file)
         else:
             raise file.corrupt("is not a checkpoint link")
-    match = _NAME.match(os.path.basename(path))
-    if match is not None and (
-            (match.group(1) == "full") != content.full or
-            int(match.group(2)) != content.start_batch or
-            int(match.group(3)) != content.end_batch):
+    named = _parse_name(os.path.basename(path))
+    if named is not None and named != (content.full, content.start_batch,
+                                       content.end_batch):
         kind = "a full link" if content.full else "an increment"
         raise ChainError(f"'{path}' holds {kind} of batches "
                          f"[{content.start_batch}, {content.end_batch}), not "
@@ -363,7 +399,9 @@ def read_chain_link(path: PathLike) -> LinkContent:
 def merge_tables(base: Dict[str, ChainTable],
                  later: Dict[str, ChainTable]) -> Dict[str, ChainTable]:
     """`later`'s rows over `base`'s, per table: IDs ascending, a row in both
-    takes `later`'s values (what the C++ loader does)."""
+    takes `later`'s values (what the C++ loader does). Raises ChainError,
+    naming the table, when its rows have another width or dtype in `later`
+    (the C++ MergeTables' DataLoss)."""
     merged = dict(base)
     for fqn, table in later.items():
         old = merged.get(fqn)
@@ -372,6 +410,13 @@ def merge_tables(base: Dict[str, ChainTable],
             continue
         if table.ids.size == 0:
             continue
+        if (old.values.shape[1:] != table.values.shape[1:] or
+                old.values.dtype != table.values.dtype):
+            raise ChainError(
+                f"table '{fqn}' has rows of {list(old.values.shape[1:])} "
+                f"{old.values.dtype} in one link and of "
+                f"{list(table.values.shape[1:])} {table.values.dtype} in a "
+                "later one")
         ids = np.concatenate([old.ids, table.ids])
         values = np.concatenate([old.values, table.values])
         # A stable sort keeps equal IDs in order: the last of a run is newer.
@@ -389,8 +434,9 @@ def load_chain(directory: PathLike) -> LoadedChain:
     later rows replacing earlier ones: the tables at the chain's end batch.
 
     Raises ChainError for an empty directory, a chain without a full link or
-    with holes or overlaps (chain_problems), or a link that does not verify
-    (read_chain_link).
+    with holes or overlaps (chain_problems), a link that does not verify
+    (read_chain_link), or an increment whose rows of a table have another
+    width or dtype than the links before (merge_tables; naming the link).
     """
     directory = os.fspath(directory)
     links = list_chain(directory)
@@ -407,8 +453,11 @@ def load_chain(directory: PathLike) -> LoadedChain:
         if content.dense:
             loaded.dense = content.dense
             loaded.dense_batch = content.dense_batch
-        loaded.tables = (content.tables if link.full
-                         else merge_tables(loaded.tables, content.tables))
+        try:
+            loaded.tables = (content.tables if link.full
+                             else merge_tables(loaded.tables, content.tables))
+        except ChainError as error:
+            raise ChainError(f"cannot load '{link.path}': {error}") from None
         loaded.end_batch = link.end_batch
         loaded.run_id = content.run_id
         loaded.run_start_batch = content.run_start_batch

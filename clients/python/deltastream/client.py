@@ -6,7 +6,8 @@ arrives in one chunk is `np.frombuffer` over the message's bytes (read-only,
 no copy); a table streamed in several chunks is assembled with one copy of
 each chunk into its array. Errors are `grpc.RpcError` with the server's code
 and message (for example NOT_FOUND for an unknown consumer); bad arguments
-raise ValueError before anything is sent.
+raise ValueError before anything is sent; a malformed delta stream raises
+ValueError (_DeltaAssembler) and is cancelled.
 
 A client holds one gRPC channel (one per rank of a sharded trainer, which
 it reads as one model: deltastream/fan_in.py); it is safe to use from several
@@ -84,6 +85,10 @@ def _channel(target: str, root_certificates: Optional[bytes],
                ("grpc.keepalive_time_ms", 20000),
                ("grpc.keepalive_timeout_ms", 20000),
                ("grpc.keepalive_permit_without_calls", 0),
+               # Keep pinging a subscription with no deltas to send: gRPC
+               # stops after 2 pings without data by default, and a dead
+               # host would then hang it (the C++ client sets it too).
+               ("grpc.http2.max_pings_without_data", 0),
                # gRPC's transparent retries off: with them (grpcio 1.51,
                # Debian's), the first streaming call after a server's
                # graceful shutdown (a restarted trainer's GOAWAY) waited
@@ -126,7 +131,16 @@ class _Connection:
 
 
 class _DeltaAssembler:
-    """Builds Deltas from a stream of DeltaChunks (one delta per `last`)."""
+    """Builds Deltas from a stream of DeltaChunks (one delta per `last`).
+
+    A malformed stream raises ValueError naming the table or parameter and
+    the problem, where the C++ client (clients/delta_client.cc,
+    AddDeltaChunk) refuses it: chunks that do not fit their table (rows out
+    of order, another dtype or row shape, a table sent twice), shapes over
+    the wire's bounds (tensors.element_count) or that no memory holds, and a
+    delta that ends without a table its header names, without its dense
+    parameters, or within a table or parameter.
+    """
 
     def __init__(self):
         self._delta: Optional[Delta] = None
@@ -134,10 +148,14 @@ class _DeltaAssembler:
         # each table whose chunks name one (DeltaChunk.col_offset: a
         # column-wise shard, served by one rank of a sharded trainer).
         self.columns: Dict[str, Tuple[int, int]] = {}
-        # Tables coming in several chunks: their arrays, and the next row.
-        self._pending: Dict[str, Tuple[Dict[str, np.ndarray], int]] = {}
+        # Tables coming in several chunks: their arrays, the arrays' wire
+        # dtypes, and the next row.
+        self._pending: Dict[str, Tuple[Dict[str, np.ndarray], Dict[str, int],
+                                       int]] = {}
         # A dense parameter coming in pieces: its name, array, elements in.
         self._dense_piece: Optional[Tuple[str, np.ndarray, int]] = None
+        # The dense parameters the delta's header says it holds.
+        self._dense_parameters = 0
 
     def add(self, chunk: tracker_pb2.DeltaChunk) -> Optional[Delta]:
         """Adds a chunk; returns the delta when `chunk` is its last one."""
@@ -153,6 +171,7 @@ class _DeltaAssembler:
                 run_id=h.run_id, run_start_batch=h.run_start_batch)
             self._pending = {}
             self._dense_piece = None
+            self._dense_parameters = h.dense_parameters
             self.columns = {}
         if self._delta is None:
             raise ValueError("delta stream without a header")
@@ -165,19 +184,29 @@ class _DeltaAssembler:
         if self._dense_piece is not None:
             raise ValueError("the delta ended within dense parameter "
                              f"'{self._dense_piece[0]}'")
-        for fqn, (arrays, received) in self._pending.items():
+        delta, self._delta = self._delta, None
+        if len(delta.dense) != self._dense_parameters:
+            raise ValueError(f"the delta ended with {len(delta.dense)} of its "
+                             f"{self._dense_parameters} dense parameters")
+        for fqn, (arrays, _, received) in self._pending.items():
             raise ValueError(f"table '{fqn}': the delta ended with "
                              f"{received} of its {len(arrays['ids'])} rows")
-        delta, self._delta = self._delta, None
         for fqn, table in delta.tables.items():
-            if table is None:  # announced, never sent
-                delta.tables[fqn] = TableDelta(ids=np.empty(0, np.int64))
+            if table is None:
+                raise ValueError(f"table '{fqn}' named in the header never "
+                                 "came")
         return delta
 
     def _add_dense(self, named) -> None:
         """A dense parameter, or the next piece of one (NamedTensor.piece_of):
         pieces in order, each continuing the parameter the last one began."""
-        piece = tensors.to_numpy(named.tensor)
+        try:
+            piece = tensors.to_numpy(named.tensor)
+        except ValueError as error:
+            raise ValueError(f"dense parameter '{named.name}': "
+                             f"{error}") from None
+        if named.name in self._delta.dense:
+            raise ValueError(f"dense parameter '{named.name}' sent twice")
         if not named.piece_of:
             if self._dense_piece is not None:
                 raise ValueError(f"dense parameter '{named.name}' within the "
@@ -185,8 +214,9 @@ class _DeltaAssembler:
             self._delta.dense[named.name] = piece
             return
         if named.piece_offset == 0 and self._dense_piece is None:
-            self._dense_piece = (
-                named.name, np.empty(tuple(named.piece_of), piece.dtype), 0)
+            self._dense_piece = (named.name, _allocate(
+                f"dense parameter '{named.name}'", tuple(named.piece_of),
+                piece.dtype), 0)
         name, whole, received = self._dense_piece or (None, None, 0)
         if name != named.name or named.piece_offset != received:
             raise ValueError(f"dense parameter '{named.name}': a piece at "
@@ -209,10 +239,16 @@ class _DeltaAssembler:
         """One chunk of a table's rows: a table's chunks come in row order
         and, by the delta's last chunk, cover every row of each array (rows
         left out would be read uninitialised)."""
-        fields = {}
+        fields, wire = {}, {}
         for name in ("ids", "states", "values", "scores"):
             if chunk.HasField(name):
-                fields[name] = tensors.to_numpy(getattr(chunk, name))
+                tensor = getattr(chunk, name)
+                try:
+                    fields[name] = tensors.to_numpy(tensor)
+                except ValueError as error:
+                    raise ValueError(f"table '{chunk.fqn}': {name}: "
+                                     f"{error}") from None
+                wire[name] = tensor.dtype
         if "ids" not in fields:
             raise ValueError(f"table '{chunk.fqn}': a chunk without ids")
         rows, start = chunk.table_rows, chunk.row_offset
@@ -226,7 +262,10 @@ class _DeltaAssembler:
                              f"{chunk.fqn} past its {rows} rows")
         if chunk.table_cols > 0:
             self.columns[chunk.fqn] = (chunk.col_offset, chunk.table_cols)
-        arrays, received = self._pending.pop(chunk.fqn, ({}, 0))
+        if self._delta.tables.get(chunk.fqn) is not None:
+            raise ValueError(f"table '{chunk.fqn}': rows from {start} after "
+                             "all its rows came (a table sent twice)")
+        arrays, dtypes, received = self._pending.pop(chunk.fqn, ({}, {}, 0))
         if start != received:
             raise ValueError(f"table '{chunk.fqn}': rows from {start} where "
                              f"row {received} came next")
@@ -239,12 +278,48 @@ class _DeltaAssembler:
                              f"{sorted(arrays)}")
         for name, part in fields.items():
             if name not in arrays:
-                arrays[name] = np.empty((rows,) + part.shape[1:], part.dtype)
-            arrays[name][start:end] = part
+                arrays[name] = _allocate(f"table '{chunk.fqn}' {name}",
+                                         (rows,) + part.shape[1:], part.dtype)
+                dtypes[name] = wire[name]
+            whole = arrays[name]
+            # bfloat16 and float32 both come as float32: the wire's dtypes.
+            if (wire[name] != dtypes[name] or
+                    (rows,) + part.shape[1:] != whole.shape):
+                raise ValueError(
+                    f"table '{chunk.fqn}': a chunk of {name} "
+                    f"{_dtype_name(wire[name])} {list(part.shape)} does not "
+                    f"fit a table of {_dtype_name(dtypes[name])} "
+                    f"{list(whole.shape)}")
+            whole[start:end] = part
         if end == rows:
             self._delta.tables[chunk.fqn] = TableDelta(**arrays)
         else:
-            self._pending[chunk.fqn] = (arrays, end)
+            self._pending[chunk.fqn] = (arrays, dtypes, end)
+
+
+def _dtype_name(wire_dtype: int) -> str:
+    """A wire dtype's name ("float32"), for messages."""
+    try:
+        return tensors.Tensor.DType.Name(wire_dtype).lower()
+    except ValueError:
+        return f"dtype {wire_dtype}"
+
+
+def _allocate(what: str, shape: Tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised array for `what` (a table's or parameter's whole,
+    assembled from chunks). ValueError, naming it, for a shape the wire does
+    not allow (tensors.element_count) or one no memory holds, as the C++
+    client's DataLoss and ResourceExhausted."""
+    try:
+        count = tensors.element_count(shape)
+    except ValueError as error:
+        raise ValueError(f"{what}: {error}") from None
+    try:
+        return np.empty(shape, dtype)
+    except MemoryError:
+        raise ValueError(f"{what}: no memory for {dtype} {list(shape)} "
+                         f"({count * np.dtype(dtype).itemsize} bytes)"
+                         ) from None
 
 
 def _read_request(consumer: str, fqns: Optional[Iterable[str]], top_k: TopK,
@@ -270,10 +345,14 @@ def _read_delta(stream) -> Tuple[Delta, Dict[str, Tuple[int, int]]]:
     """The delta a GetDelta stream carries, and its tables' column blocks
     (_DeltaAssembler.columns). RuntimeError when the stream ends early."""
     assembler = _DeltaAssembler()
-    for chunk in stream:
-        delta = assembler.add(chunk)
-        if delta is not None:
-            return delta, assembler.columns
+    try:
+        for chunk in stream:
+            delta = assembler.add(chunk)
+            if delta is not None:
+                return delta, assembler.columns
+    except ValueError:
+        stream.cancel()  # a malformed chunk: the rest is of no use
+        raise
     raise RuntimeError("the delta stream ended before its last chunk")
 
 
@@ -455,6 +534,8 @@ class Subscription:
         return self
 
     def __next__(self) -> Delta:
+        """The next delta. A malformed one (_DeltaAssembler) raises
+        ValueError and cancels the stream: iteration ends there."""
         try:
             for chunk in self._stream:
                 delta = self._assembler.add(chunk)
@@ -467,6 +548,11 @@ class Subscription:
             if not (self._cancelled and
                     e.code() == grpc.StatusCode.CANCELLED):
                 raise
+        except ValueError:
+            # The chunks after a malformed one cannot be assembled: the
+            # server stops pushing, as with the C++ client.
+            self.cancel()
+            raise
         raise StopIteration
 
     def cancel(self) -> None:

@@ -24,6 +24,30 @@ _NUMPY_DTYPES = {
 _WIRE_DTYPES = {np.dtype(v).newbyteorder("="): k
                for k, v in _NUMPY_DTYPES.items()}
 
+# The most elements a wire tensor may have, in all and in each dimension,
+# and the most dimensions (proto/tensor_codec.h: kMaxTensorElements).
+MAX_ELEMENTS = 1 << 40
+MAX_DIMS = 8
+
+
+def element_count(shape: Sequence[int]) -> int:
+    """The elements of a tensor of `shape`, checked as the C++ CheckLayout
+    (proto/tensor_codec.cc) checks a wire shape.
+
+    Raises ValueError, with the numbers, for more than 8 dimensions, a
+    negative size, or a size or product over 2^40 (each size too: with a 0
+    among them the product stays 0).
+    """
+    if len(shape) > MAX_DIMS:
+        raise ValueError(f"tensor of {len(shape)} dims: at most {MAX_DIMS}")
+    count = 1
+    for size in shape:
+        size = int(size)
+        if size < 0 or size > MAX_ELEMENTS or count * size > MAX_ELEMENTS:
+            raise ValueError(f"bad tensor shape: dimension {size}")
+        count *= size
+    return count
+
 
 def numpy_dtype(wire_dtype: int) -> np.dtype:
     """The NumPy dtype arrays of `wire_dtype` decode to (float32 for bfloat16).
@@ -41,10 +65,11 @@ def numpy_dtype(wire_dtype: int) -> np.dtype:
 def to_numpy(tensor: Tensor) -> np.ndarray:
     """The array a wire tensor holds, sharing its bytes (read-only).
 
-    Raises ValueError when the byte count does not match dtype and shape.
+    Raises ValueError for a shape element_count refuses, or when the byte
+    count does not match dtype and shape.
     """
     shape = tuple(tensor.shape)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = element_count(shape)
     data = tensor.data
     if tensor.dtype == Tensor.BFLOAT16:
         if len(data) != 2 * count:

@@ -74,7 +74,8 @@ class RemoteModelDeltaTracker:
     flags (ValueError otherwise). feature_to_fqn: feature name -> table FQN,
     what TorchRec derives from the model (None: features are FQNs).
     auto_compact is accepted for signature compatibility: the service
-    compacts on its own (--auto_compact).
+    compacts on its own (--auto_compact). When a check or call of the
+    creation fails, the client the adapter made for `target` is closed.
     """
 
     DEFAULT_CONSUMER: str = "default"
@@ -89,23 +90,29 @@ class RemoteModelDeltaTracker:
         if (target is None) == (client is None):
             raise ValueError("pass exactly one of target and client")
         self._client = client or TrackerClient(target, token=token)
-        self._consumers = list(consumers or [self.DEFAULT_CONSUMER])
-        self._delete_on_read = delete_on_read
-        self._auto_compact = auto_compact
-        self._mode = TrackingMode(mode)
-        self.feature_to_fqn: Dict[str, str] = dict(feature_to_fqn or {})
-        status = self._client.status()
-        if status.mode != self._mode.value:
-            raise ValueError(f"the service tracks {status.mode!r}, the "
-                             f"adapter was asked for {self._mode.value!r}")
-        if status.delete_on_read != delete_on_read:
-            raise ValueError(f"the service runs with delete_on_read="
-                             f"{status.delete_on_read}, the adapter was "
-                             f"asked for {delete_on_read}")
-        known = set(self._client.consumers())
-        for consumer in self._consumers:
-            if consumer not in known:
-                self._client.add_consumer(consumer)
+        try:
+            self._consumers = list(consumers or [self.DEFAULT_CONSUMER])
+            self._delete_on_read = delete_on_read
+            self._auto_compact = auto_compact
+            self._mode = TrackingMode(mode)
+            self.feature_to_fqn: Dict[str, str] = dict(feature_to_fqn or {})
+            status = self._client.status()
+            if status.mode != self._mode.value:
+                raise ValueError(f"the service tracks {status.mode!r}, the "
+                                 f"adapter was asked for "
+                                 f"{self._mode.value!r}")
+            if status.delete_on_read != delete_on_read:
+                raise ValueError(f"the service runs with delete_on_read="
+                                 f"{status.delete_on_read}, the adapter was "
+                                 f"asked for {delete_on_read}")
+            known = set(self._client.consumers())
+            for consumer in self._consumers:
+                if consumer not in known:
+                    self._client.add_consumer(consumer)
+        except BaseException:
+            if client is None:  # ours: no one else would close it
+                self._client.close()
+            raise
         self.curr_batch_idx: int = 0
         # Tables TorchRec's store would hold: recorded through the adapter,
         # or read with rows (recorded by a trainer), since the last global
@@ -122,6 +129,7 @@ class RemoteModelDeltaTracker:
         """Records the IDs of `kjt` (a KeyedJaggedTensor, or a dict feature ->
         IDs or jagged tensor) and, with states, their embeddings/states
         ([total IDs, dim] or anything that views as such) into the open batch.
+        A batch of no IDs with states of no elements records nothing.
         """
         keys = list(kjt.keys())
         per_table_ids: Dict[str, List[torch.Tensor]] = {}
@@ -131,6 +139,8 @@ class RemoteModelDeltaTracker:
         total = sum(int(ids.numel()) for _, ids in ids_by_key)
         rows = None
         if states is not None and self._mode != TrackingMode.ID_ONLY:
+            if total == 0 and states.numel() == 0:
+                return  # nothing looked up: no rows, no width to send
             if total == 0 or states.numel() % total != 0:
                 raise ValueError(f"ids and states size mismatch: {total} IDs, "
                                  f"{states.numel()} state elements")
