@@ -129,6 +129,11 @@ CheckpointJob::CheckpointJob(CheckpointJobOptions options,
       out_(out),
       retry_(absl::Seconds(options_.retry_s)) {}
 
+void CheckpointJob::Stop() {
+  stopping_.store(true);
+  stop_reads_.Cancel();
+}
+
 void CheckpointJob::Report(const std::string& line) {
   std::fprintf(out_, "%s\n", line.c_str());
   std::fflush(out_);
@@ -316,7 +321,9 @@ absl::Status CheckpointJob::Pull(bool* again) {
     request.set_continue_from(chain_.end_batch);
   }
   request.set_include_dense(options_.dense);
-  absl::StatusOr<ReceivedDelta> delta = client_->GetDelta(request);
+  absl::StatusOr<ReceivedDelta> delta =
+      client_->GetDelta(request, &stop_reads_);
+  if (!delta.ok() && stopping_.load()) return absl::OkStatus();  // cancelled
   if (delta.status().code() == absl::StatusCode::kNotFound &&
       !consumer_added_) {
     // The job names no table: the service does not know its consumer.

@@ -100,8 +100,7 @@ struct CheckpointJobStats {
 // and the next link is a full one. Every step is reported as one line on
 // `out`: "full"/"increment" links, "resync: ..." and "removed ..." lines.
 //
-// Thread safety: Run() on one thread; Stop() from any thread or a signal
-// handler (it only sets an atomic flag).
+// Thread safety: Run() on one thread; Stop() and Stats() from any thread.
 class CheckpointJob {
  public:
   // `client` talks to the trainer's tracker; `out` (not owned, must outlive
@@ -122,8 +121,10 @@ class CheckpointJob {
   // Opens the chain first unless Open() did.
   absl::Status Run();
 
-  // Ends Run() after the pull in progress. Async-signal-safe.
-  void Stop() { stopping_.store(true); }
+  // Ends Run() soon: a read in progress is cancelled (within 100 ms; it was
+  // not committed, so nothing of it is lost), a link being written is
+  // finished first.
+  void Stop();
 
   // What it has done so far. Thread-safe (concurrently with Run()).
   CheckpointJobStats Stats() const ABSL_LOCKS_EXCLUDED(stats_mu_);
@@ -156,6 +157,8 @@ class CheckpointJob {
   const std::unique_ptr<TrackerClient> client_;
   FILE* const out_;
   std::atomic<bool> stopping_{false};
+  // Every read's canceller: Stop() cancels it for good.
+  Subscription stop_reads_;
   UnreachableRetry retry_;
   HeldVersion chain_;
   bool opened_ = false;

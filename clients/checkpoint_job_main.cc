@@ -22,8 +22,9 @@
 // trainer restarted from a snapshot older than the chain's end (a new run id
 // whose start batch is before it), the links after that batch hold changes
 // the trainer lost: they are removed (each printed) before going on.
-// SIGTERM/SIGINT end it after the pull in progress (a second one: at once,
-// with 128 + the signal). Exit codes: 0 done, 1 a
+// SIGTERM/SIGINT end it soon: a read in progress is cancelled (it was not
+// committed), a link being written is finished first (a second signal: at
+// once, with 128 + the signal). Exit codes: 0 done, 1 a
 // pull or write failed (an unreachable service, a trainer restarting, and a
 // stopped or hung one are retried for --retry_s first: 60 s unless told), 2
 // bad flags or a chain refused at start (its links broken: missing or
@@ -118,8 +119,7 @@ int Main() {
   TerminationWatch watch(
       signals,
       [&job](int signal) {
-        LogInfo(absl::StrCat("signal ", signal,
-                             ": stopping after the pull in progress"));
+        LogInfo(absl::StrCat("signal ", signal, ": stopping"));
         job.Stop();
       },
       [](int signal) {

@@ -497,10 +497,10 @@ DeltaClient::ReadSubscription(grpc::ClientContext* context,
 }
 
 absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
-    const v1::GetDeltaRequest& request) {
+    const v1::GetDeltaRequest& request, const Subscription* cancel) {
   DeltaClient* const self = this;
   absl::StatusOr<std::vector<ReceivedDelta>> deltas =
-      GetDeltaFromEach(absl::MakeConstSpan(&self, 1), request);
+      GetDeltaFromEach(absl::MakeConstSpan(&self, 1), request, nullptr, cancel);
   if (!deltas.ok()) return deltas.status();
   return std::move(deltas->front());
 }
@@ -523,6 +523,9 @@ struct ReadOfEach {
   Clock::time_point idle_until;  // fails the read if nothing came by then
 };
 
+// How often a GetDeltaFromEach with a canceller looks at it.
+constexpr std::chrono::milliseconds kCancelPoll{100};
+
 // What completed on GetDeltaFromEach's queue: the tag is a stream's index
 // times kSteps plus the step.
 enum class ReadStep : uintptr_t { kStarted, kChunk, kFinished };
@@ -537,7 +540,7 @@ void* Tag(size_t stream, ReadStep step) {
 
 absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
     absl::Span<DeltaClient* const> clients, const v1::GetDeltaRequest& request,
-    size_t* failed) {
+    size_t* failed, const Subscription* cancel) {
   grpc::CompletionQueue queue;
   std::vector<ReadOfEach> reads(clients.size());
   for (size_t i = 0; i < clients.size(); ++i) {
@@ -572,6 +575,13 @@ absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
     Clock::time_point wake = Clock::time_point::max();
     for (size_t i = 0; i < reads.size() && error.ok(); ++i) {
       if (!reads[i].ended) wake = std::min(wake, reads[i].idle_until);
+    }
+    if (cancel != nullptr && error.ok()) {
+      if (cancel->cancelled()) {
+        fail(0, absl::CancelledError("the read was cancelled"));
+        continue;
+      }
+      wake = std::min(wake, Clock::now() + kCancelPoll);
     }
     const grpc::CompletionQueue::NextStatus next =
         queue.AsyncNext(&tag, &ok, wake);

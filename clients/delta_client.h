@@ -119,7 +119,7 @@ absl::Status ReadCredentialFiles(const std::string& token_file,
                                  ClientOptions& options);
 
 // Lets another thread end a running Subscribe (DeltaClient's stream, or
-// FanInClient's polling). Thread-safe.
+// FanInClient's polling) or GetDelta (within 100 ms: Cancelled). Thread-safe.
 class Subscription {
  public:
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
@@ -143,8 +143,11 @@ class TrackerClient {
  public:
   virtual ~TrackerClient() = default;
 
+  // Reads `request`. Cancelled when `cancel` (not owned; may be null) is
+  // cancelled before the read ends: nothing of it is kept.
   virtual absl::StatusOr<ReceivedDelta> GetDelta(
-      const v1::GetDeltaRequest& request) = 0;
+      const v1::GetDeltaRequest& request,
+      const Subscription* cancel = nullptr) = 0;
   // Receives the subscription's deltas, each whole, until `on_delta` returns
   // false or `subscription` is cancelled (both: OK), or the stream fails. No
   // deadline.
@@ -195,18 +198,21 @@ class DeltaClient final : public TrackerClient {
 
   // GetDeltaFromEach of this one client.
   absl::StatusOr<ReceivedDelta> GetDelta(
-      const v1::GetDeltaRequest& request) override;
+      const v1::GetDeltaRequest& request,
+      const Subscription* cancel = nullptr) override;
   // Reads `request` from every one of `clients` at once, as GetDelta reads
   // from one, all on the calling thread (one completion queue drives every
   // stream: no thread per client). The deltas in the order of `clients`; or
   // the error of the first read to fail, as GetDelta would return it, with
   // `*failed` (when not null) set to that client's index: the other reads
   // are cancelled then, and this returns once every stream has ended. A
-  // stream idle for its client's `stream_idle_timeout` fails the read so.
+  // stream idle for its client's `stream_idle_timeout` fails the read so,
+  // and `cancel` (when not null) cancelled: Cancelled within 100 ms.
   // `clients` are not owned and must outlive the call.
   static absl::StatusOr<std::vector<ReceivedDelta>> GetDeltaFromEach(
       absl::Span<DeltaClient* const> clients,
-      const v1::GetDeltaRequest& request, size_t* failed = nullptr);
+      const v1::GetDeltaRequest& request, size_t* failed = nullptr,
+      const Subscription* cancel = nullptr);
   absl::Status Subscribe(const v1::SubscribeRequest& request,
                          const std::function<bool(ReceivedDelta&&)>& on_delta,
                          Subscription* subscription = nullptr) override;

@@ -525,7 +525,7 @@ v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
 
 absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
     const std::shared_ptr<const Ranks>& ranks,
-    const v1::GetDeltaRequest& request) {
+    const v1::GetDeltaRequest& request, const Subscription* cancel) {
   if (!request.all_rows()) {  // top-k does not apply to all_rows
     if (absl::Status refused =
             RefuseTopKOfColumnBlocks(ranks->topology, request);
@@ -541,8 +541,9 @@ absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
   }
   size_t failed = 0;
   absl::StatusOr<std::vector<ReceivedDelta>> parts =
-      DeltaClient::GetDeltaFromEach(clients, at_cut, &failed);
+      DeltaClient::GetDeltaFromEach(clients, at_cut, &failed, cancel);
   if (!parts.ok()) {
+    if (cancel != nullptr && cancel->cancelled()) return parts.status();
     return RankError(ranks, static_cast<int>(failed), parts.status());
   }
   for (size_t r = 1; r < parts->size(); ++r) {
@@ -567,16 +568,16 @@ absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
 }
 
 absl::StatusOr<ReceivedDelta> FanInClient::GetDelta(
-    const v1::GetDeltaRequest& request) {
+    const v1::GetDeltaRequest& request, const Subscription* cancel) {
   absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
   if (!ranks.ok()) return ranks.status();
   if ((*ranks)->clients.size() == 1) {
     absl::StatusOr<ReceivedDelta> delta =
-        (*ranks)->clients[0]->GetDelta(request);
+        (*ranks)->clients[0]->GetDelta(request, cancel);
     if (!delta.ok()) return RankError(*ranks, 0, delta.status());
     return delta;
   }
-  return ReadAtCut(*ranks, request);
+  return ReadAtCut(*ranks, request, cancel);
 }
 
 absl::Status FanInClient::Subscribe(
@@ -634,8 +635,10 @@ absl::Status FanInClient::PollingSubscribe(
       read.set_continue_from(*push.continue_from);
     }
     read.set_include_dense(push.include_dense);
-    absl::StatusOr<ReceivedDelta> delta = ReadAtCut(ranks, read);
-    if (!delta.ok()) return delta.status();
+    absl::StatusOr<ReceivedDelta> delta = ReadAtCut(ranks, read, &subscription);
+    if (!delta.ok()) {
+      return subscription.cancelled() ? absl::OkStatus() : delta.status();
+    }
     schedule->Pushed(push, delta->header.end_batch(), now);
     if (!on_delta(*std::move(delta))) break;
   }

@@ -82,7 +82,8 @@ class FanInClient final : public TrackerClient {
   // together; Aborted when the parts end at different batches (a trainer
   // without consistent cuts).
   absl::StatusOr<ReceivedDelta> GetDelta(
-      const v1::GetDeltaRequest& request) override;
+      const v1::GetDeltaRequest& request,
+      const Subscription* cancel = nullptr) override;
   absl::Status Subscribe(const v1::SubscribeRequest& request,
                          const std::function<bool(ReceivedDelta&&)>& on_delta,
                          Subscription* subscription = nullptr) override;
@@ -131,7 +132,7 @@ class FanInClient final : public TrackerClient {
   // One read at one cut on every rank (several ranks).
   absl::StatusOr<ReceivedDelta> ReadAtCut(
       const std::shared_ptr<const Ranks>& ranks,
-      const v1::GetDeltaRequest& request);
+      const v1::GetDeltaRequest& request, const Subscription* cancel);
   // `call` (AddConsumer or RemoveConsumer) on every rank: `benign`
   // (AlreadyExists, NotFound) from some ranks is what an earlier, partly
   // failed call left, and is passed over; from every rank it is the answer.

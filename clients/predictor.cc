@@ -112,8 +112,20 @@ Predictor::Predictor(PredictorOptions options,
 void Predictor::Stop() {
   absl::MutexLock lock(&stop_mu_);
   stopping_.store(true);
-  if (subscription_ != nullptr) subscription_->Cancel();
+  if (in_flight_ != nullptr) in_flight_->Cancel();
   stop_cv_.SignalAll();
+}
+
+bool Predictor::StartCall(Subscription* call) {
+  absl::MutexLock lock(&stop_mu_);
+  if (stopping_.load()) return false;
+  in_flight_ = call;
+  return true;
+}
+
+void Predictor::EndCall() {
+  absl::MutexLock lock(&stop_mu_);
+  in_flight_ = nullptr;
 }
 
 bool Predictor::Sleep(absl::Duration duration) {
@@ -254,19 +266,12 @@ absl::Status Predictor::Session() {
   request.set_dense_every_steps(options_.dense_every_steps);
   request.set_dense_every_ms(options_.dense_every_ms);
   Subscription subscription;
-  {
-    absl::MutexLock lock(&stop_mu_);
-    if (stopping_.load()) return absl::OkStatus();
-    subscription_ = &subscription;
-  }
+  if (!StartCall(&subscription)) return absl::OkStatus();
   absl::Status status = client_->Subscribe(
       request,
       [this](ReceivedDelta&& delta) { return OnPush(std::move(delta)); },
       &subscription);
-  {
-    absl::MutexLock lock(&stop_mu_);
-    subscription_ = nullptr;
-  }
+  EndCall();
   if (!push_error_.ok()) return std::exchange(push_error_, absl::OkStatus());
   if (!status.ok()) {
     // A subscription the trainer refuses is refused on every retry: the
@@ -287,7 +292,10 @@ absl::Status Predictor::FullRead(const std::string& why) {
   request.set_include_dense(true);
   request.set_omit_states(true);
   const absl::Time started = absl::Now();
-  absl::StatusOr<ReceivedDelta> delta = client_->GetDelta(request);
+  Subscription read;
+  if (!StartCall(&read)) return absl::CancelledError("stopping");
+  absl::StatusOr<ReceivedDelta> delta = client_->GetDelta(request, &read);
+  EndCall();
   if (!delta.ok()) return delta.status();
   const v1::DeltaHeader header = delta->header;
   const int64_t rows = Rows(*delta);

@@ -87,8 +87,9 @@ class Predictor {
   // tracker_server), a refused token (Unauthenticated, PermissionDenied).
   absl::Status Run() ABSL_LOCKS_EXCLUDED(stop_mu_, mu_);
 
-  // Ends Run() and PollTrainer() soon: cancels the subscription, wakes
-  // their sleeps. Idempotent.
+  // Ends Run() and PollTrainer() soon: cancels the subscription or the read
+  // of every row in progress (within 100 ms; a unary call, at most its 10 s
+  // deadline), wakes their sleeps. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(stop_mu_);
 
   // Until Stop(): polls the tracker's current batch every 200 ms (for
@@ -118,6 +119,10 @@ class Predictor {
   void LogApply(int64_t from, int64_t to, int64_t rows, bool dense,
                 bool all_rows, const std::string& run_id);
   void NoteError(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes `call` the one Stop() cancels, until EndCall(); false (nothing
+  // set) when stopping already.
+  bool StartCall(Subscription* call) ABSL_LOCKS_EXCLUDED(stop_mu_);
+  void EndCall() ABSL_LOCKS_EXCLUDED(stop_mu_);
   // Sleeps unless stopped meanwhile; false when stopped.
   bool Sleep(absl::Duration duration) ABSL_LOCKS_EXCLUDED(stop_mu_);
 
@@ -130,7 +135,8 @@ class Predictor {
   std::atomic<bool> stopping_{false};
   absl::Mutex stop_mu_;
   absl::CondVar stop_cv_;  // signalled by Stop()
-  Subscription* subscription_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
+  // The subscription or read in progress, which Stop() cancels.
+  Subscription* in_flight_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
 
   // Run()'s own state: only its thread touches it.
   std::vector<ReceivedDelta> staged_;  // pushes waiting for dense parameters

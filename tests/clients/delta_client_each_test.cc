@@ -15,6 +15,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -222,6 +223,44 @@ TEST(GetDeltaTest, AReadSilentForItsIdleTimeoutFails) {
   absl::StatusOr<ReceivedDelta> answered = a.client()->GetDelta(read);
   ASSERT_TRUE(answered.ok()) << answered.status();
   EXPECT_EQ(answered->tables.count(kTable), 1u);
+}
+
+// A read cancelled from another thread (a predictor or checkpoint job told
+// to stop) ends within about 100 ms, Cancelled, instead of waiting for the
+// server (here a cut that never opens) or the idle timeout; the server
+// withdraws the cut.
+TEST(GetDeltaTest, AReadCancelledFromAnotherThreadEndsAtOnce) {
+  StepCuts cuts(/*stepping=*/true);
+  Served a(&cuts), b;
+  a.Record(1, 10, 100);
+  b.Record(1, 10, 100);
+  v1::GetDeltaRequest read = Read("each");
+  read.set_cut(7);
+  for (const bool each : {false, true}) {
+    SCOPED_TRACE(each ? "GetDeltaFromEach" : "GetDelta");
+    Subscription cancel;
+    std::thread canceller([&cancel] {
+      absl::SleepFor(absl::Milliseconds(300));
+      cancel.Cancel();
+    });
+    const absl::Time start = absl::Now();
+    const absl::Status status =
+        each ? DeltaClient::GetDeltaFromEach({b.client(), a.client()}, read,
+                                             nullptr, &cancel)
+                   .status()
+             : a.client()->GetDelta(read, &cancel).status();
+    const absl::Duration took = absl::Now() - start;
+    canceller.join();
+    EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+    EXPECT_GE(took, absl::Milliseconds(300));
+    EXPECT_LT(took, absl::Seconds(3));
+    const absl::Time cancelled = absl::Now();
+    while (!cuts.Waiting().empty() &&
+           absl::Now() - cancelled < absl::Seconds(10)) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_TRUE(cuts.Waiting().empty());
+  }
 }
 
 // A server that answers every call with one chunk of a delta (a header, no

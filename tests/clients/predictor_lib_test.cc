@@ -1,6 +1,9 @@
 // The predictor as a library, against a real tracker_server on loopback
-// (which serves no live rows: a predictor must refuse to follow it).
+// (which serves no live rows: a predictor must refuse to follow it), and
+// against a trainer that never answers a read (Stop() ends it at once).
 #include <gmock/gmock.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -8,7 +11,10 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "base/grpc_server.h"
 #include "clients/predictor.h"
+#include "proto/tracker.pb.h"
 #include "tests/integration/server_process.h"
 
 namespace deltastream {
@@ -55,6 +61,65 @@ TEST(PredictorLibraryTest, StopEndsRunWhileItRetries) {
   EXPECT_TRUE(run.get().ok());
   ASSERT_EQ(poll.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   EXPECT_THAT(predictor->Status().last_error(), HasSubstr("127.0.0.1:1"));
+}
+
+// A trainer's tracker as a predictor first sees it (Status: live rows, the
+// predictor's consumer) whose reads never send anything, as a trainer
+// stalled in a long step, or a read of a huge model, would.
+class StalledReadReactor : public grpc::ServerGenericBidiReactor {
+ public:
+  explicit StalledReadReactor(std::string method) : method_(std::move(method)) {
+    StartRead(&request_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok || !absl::EndsWith(method_, "/Status")) return;  // until cancelled
+    v1::StatusResponse status;
+    status.set_current_batch(5);
+    status.set_serves_live_rows(true);
+    status.add_consumers()->set_name("predictor");
+    const std::string bytes = status.SerializeAsString();
+    grpc::Slice slice(bytes);
+    response_ = grpc::ByteBuffer(&slice, 1);
+    StartWrite(&response_);
+  }
+  void OnWriteDone(bool) override { Finish(grpc::Status::OK); }
+  void OnCancel() override {
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::string method_;
+  grpc::ByteBuffer request_, response_;
+};
+
+class StalledReadService : public grpc::CallbackGenericService {
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override {
+    return new StalledReadReactor(context->method());
+  }
+};
+
+TEST(PredictorLibraryTest, StopEndsAReadOfEveryRowInProgress) {
+  StalledReadService stalled;
+  grpc::ServerBuilder builder;
+  builder.RegisterCallbackGenericService(&stalled);
+  absl::StatusOr<StartedServer> started =
+      StartServer(builder, "127.0.0.1:0", grpc::InsecureServerCredentials());
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<Predictor> predictor = NewPredictor(started->address);
+  std::future<absl::Status> run =
+      std::async(std::launch::async, [&predictor] { return predictor->Run(); });
+  // The bootstrap's read of every row waits (for the idle timeout: 60 s).
+  EXPECT_EQ(run.wait_for(std::chrono::milliseconds(1000)),
+            std::future_status::timeout);
+  const auto stop = std::chrono::steady_clock::now();
+  predictor->Stop();
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_LT(std::chrono::steady_clock::now() - stop, std::chrono::seconds(3));
+  EXPECT_TRUE(run.get().ok());
+  EXPECT_EQ(predictor->Status().version(), -1);
+  started->server->Shutdown();
 }
 
 }  // namespace
