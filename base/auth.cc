@@ -37,6 +37,16 @@ absl::string_view ActionName(Action action) {
 
 }  // namespace
 
+absl::Status CheckToken(absl::string_view token) {
+  bool printable = true;
+  for (char c : token) printable = printable && c > ' ' && c < 127;
+  if (token.size() < 16 || token.size() > 256 || !printable) {
+    return absl::InvalidArgumentError(
+        "a token must be 16 to 256 printable ASCII characters without spaces");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(
     absl::string_view text, NameRule consumer_names) {
   std::vector<Grant> grants;
@@ -54,8 +64,8 @@ absl::StatusOr<TokenAuthorizer> TokenAuthorizer::Parse(
     if (fields.size() < 2) return error("expected '<token> <role> [names]'");
     Grant grant;
     grant.token = std::string(fields[0]);
-    if (grant.token.size() < 16 || grant.token.size() > 256) {
-      return error("a token must be 16 to 256 characters");
+    if (absl::Status token = CheckToken(grant.token); !token.ok()) {
+      return error(token.message());
     }
     if (fields[1] == "admin") {
       grant.role = Role::kAdmin;

@@ -12,7 +12,6 @@
 #include <memory>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "base/file_io.h"
 #include "base/host_port.h"
@@ -31,16 +30,9 @@ absl::Status ValidateListenAddress(absl::string_view address) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address ", split.status().message()));
   }
-  const auto invalid = [&](absl::string_view why) {
+  if (std::string problem = HostProblem(split->host); !problem.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "listen address '", address, "' is not HOST:PORT (", why, ")"));
-  };
-  if (split->host.empty()) return invalid("no host");
-  for (char c : split->host) {
-    if (absl::ascii_isspace(static_cast<unsigned char>(c)) ||
-        absl::ascii_iscntrl(static_cast<unsigned char>(c))) {
-      return invalid("space in host");
-    }
+        "listen address '", address, "' is not HOST:PORT (", problem, ")"));
   }
   return absl::OkStatus();
 }
@@ -92,6 +84,17 @@ absl::Status ProbeBind(const std::string& address, const HostPort& listen) {
   return absl::OkStatus();
 }
 
+// The first PEM certificate in `pem`; null when there is none.
+std::unique_ptr<X509, decltype(&X509_free)> FirstCertificate(
+    const std::string& pem) {
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), &BIO_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  ERR_clear_error();
+  return cert;
+}
+
 // InvalidArgument, naming the files, unless `cert_pem` begins with a PEM
 // certificate and `key_pem` holds the private key of that certificate:
 // what gRPC would find out only when the server starts, with lines of its
@@ -100,13 +103,8 @@ absl::Status CheckKeyCertPair(const std::string& cert_pem,
                               const std::string& cert_path,
                               const std::string& key_pem,
                               const std::string& key_path) {
-  std::unique_ptr<BIO, decltype(&BIO_free)> cert_bio(
-      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())),
-      &BIO_free);
-  std::unique_ptr<X509, decltype(&X509_free)> cert(
-      PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  std::unique_ptr<X509, decltype(&X509_free)> cert = FirstCertificate(cert_pem);
   if (cert == nullptr) {
-    ERR_clear_error();
     return absl::InvalidArgumentError(
         absl::StrCat("--tls_cert '", cert_path, "' holds no PEM certificate"));
   }
@@ -131,6 +129,15 @@ absl::Status CheckKeyCertPair(const std::string& cert_pem,
 }
 
 }  // namespace
+
+absl::Status CheckPemCertificates(const std::string& pem,
+                                  absl::string_view what) {
+  if (FirstCertificate(pem) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " holds no PEM certificate"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateKeepalive(int keepalive_ms) {
   if (keepalive_ms > 0) return absl::OkStatus();

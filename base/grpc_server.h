@@ -55,6 +55,13 @@ inline constexpr int kMinPingIntervalMs = 5000;
 // stay open until the server stops. Found within twice this.
 inline constexpr int kServerKeepaliveMs = 20000;
 
+// OK when `pem` holds a PEM certificate (a client's --tls_ca roots, a
+// server's --tls_cert); InvalidArgument "<what> holds no PEM certificate"
+// otherwise, where gRPC would log lines of its own and fail every call as
+// an unreachable server.
+absl::Status CheckPemCertificates(const std::string& pem,
+                                  absl::string_view what);
+
 // OK when `keepalive_ms` > 0; InvalidArgument, one line, otherwise.
 absl::Status ValidateKeepalive(int keepalive_ms);
 

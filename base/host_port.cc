@@ -7,6 +7,7 @@
 #include <climits>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,32 @@ absl::StatusOr<HostPort> SplitHostPort(absl::string_view address) {
   }
   split.host = std::string(host);
   return split;
+}
+
+std::string HostProblem(absl::string_view host) {
+  if (host.empty()) return "no host";
+  for (char c : host) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c)) ||
+        absl::ascii_iscntrl(static_cast<unsigned char>(c))) {
+      return "space in host";
+    }
+  }
+  return "";
+}
+
+absl::Status ValidateTarget(absl::string_view target) {
+  absl::StatusOr<HostPort> split = SplitHostPort(target);
+  if (!split.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("target ", split.status().message()));
+  }
+  std::string problem = HostProblem(split->host);
+  if (problem.empty() && split->port == 0) problem = "port 0";
+  if (!problem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("target '", target, "' is not HOST:PORT (", problem, ")"));
+  }
+  return absl::OkStatus();
 }
 
 std::string JoinHostPort(absl::string_view host, int port) {

@@ -30,6 +30,16 @@ struct HostPort {
 // port is not a decimal number from 0 to 65535.
 absl::StatusOr<HostPort> SplitHostPort(absl::string_view address);
 
+// What is wrong with `host` as an address's host, "" when nothing: empty,
+// or holding a space or a control character.
+std::string HostProblem(absl::string_view host);
+
+// OK when `target`, a server to connect to (--target, a predictor's
+// address), is HOST:PORT with a host HostProblem accepts and a PORT in
+// 1..65535. InvalidArgument, one line naming it, otherwise (gRPC would take
+// port 99999 for 34463 and connect to whatever listens there).
+absl::Status ValidateTarget(absl::string_view target);
+
 // "HOST:PORT", with `host` in brackets when it holds a colon (IPv6), so that
 // SplitHostPort(JoinHostPort(h, p)) gives back h and p.
 std::string JoinHostPort(absl::string_view host, int port);

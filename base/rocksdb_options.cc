@@ -139,6 +139,15 @@ absl::Status FromRocksStatus(const rocksdb::Status& status,
     return absl::FailedPreconditionError(
         absl::StrCat(message, " (is another process using it?)"));
   }
+  if (status.IsIOError()) {
+    // RocksDB's POSIX environment words its I/O errors with strerror's.
+    for (const int error :
+         {ENOENT, ENOTDIR, EACCES, EROFS, ENOSPC, EDQUOT, EIO}) {
+      if (absl::StrContains(text, std::strerror(error))) {
+        return absl::Status(absl::ErrnoToStatusCode(error), message);
+      }
+    }
+  }
   return absl::InternalError(message);
 }
 

@@ -43,8 +43,11 @@ rocksdb::Options DurableDbOptions();
 
 // `status` as an absl::Status whose message names what failed, the kind of
 // database ("snapshot", "replica") and its path: DataLoss for corruption,
-// FailedPrecondition (with a hint) for a lock held by another process,
-// Internal otherwise.
+// FailedPrecondition (with a hint) for a lock held by another process; for
+// an I/O error, the code of its errno as absl::ErrnoToStatus gives it
+// (a missing parent directory: NotFound, permission: PermissionDenied, a
+// full disk: ResourceExhausted), so that start-ups exit 2 for what a
+// restart would meet again (base/process.h); Internal otherwise.
 absl::Status FromRocksStatus(const rocksdb::Status& status,
                              absl::string_view what, absl::string_view kind,
                              absl::string_view path);

@@ -24,12 +24,14 @@
 // the trainer lost: they are removed (each printed) before going on.
 // SIGTERM/SIGINT end it soon: a read in progress is cancelled (it was not
 // committed), a link being written is finished first (a second signal: at
-// once, with 128 + the signal). Exit codes: 0 done, 1 a
-// pull or write failed (an unreachable service, a trainer restarting, and a
-// stopped or hung one are retried for --retry_s first: 60 s unless told), 2
-// bad flags or a chain refused at start (its links broken: missing or
-// overlapping), with one line; a chain that cannot be read at start is the
-// OS error's code (StartFailureExitCode: EIO 1).
+// once, with 128 + the signal). Exit codes, with one line: 0 done; 2 bad
+// flags, a chain refused at start (its links broken: missing or
+// overlapping), or a refusal a restart would meet again (a consumer name or
+// token the trainer refuses, a chain the trainer's run cannot continue); 1
+// any other failure (an unreachable service, a trainer restarting, and a
+// stopped or hung one, each retried for --retry_s first: 60 s unless told;
+// a stream cut short; a full disk); a chain that cannot be read at start is
+// the OS error's code (StartFailureExitCode: EIO 1).
 // --metrics_listen serves Prometheus metrics (clients/checkpoint_job_metrics.h;
 // its address is logged: "metrics on http://HOST:PORT/metrics").
 // The job itself: clients/checkpoint_job.h; this file holds flags and main.
@@ -45,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/command_line.h"
 #include "base/host_memory.h"
+#include "base/host_port.h"
 #include "base/log.h"
 #include "base/metrics.h"
 #include "base/process.h"
@@ -93,6 +96,9 @@ int Main() {
   }
   const std::string target = absl::GetFlag(FLAGS_target);
   if (target.empty()) return Fail(kExitUsage, "--target must not be empty");
+  if (absl::Status valid = ValidateTarget(target); !valid.ok()) {
+    return Fail(kExitUsage, valid);
+  }
   ClientOptions client_options;
   if (absl::Status read =
           ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
@@ -131,8 +137,16 @@ int Main() {
   if (absl::Status opened = job.Open(); !opened.ok()) {
     return FailStart(opened);
   }
+  // A refusal a restart would meet again (a consumer name or a token the
+  // trainer refuses, a chain the trainer's run cannot continue) is 2, as at
+  // start; any other failure 1 (a restart may well succeed: a stream cut
+  // short, a full disk).
   const absl::Status run = job.Run();
-  return run.ok() ? 0 : Fail(kExitFailure, run.message());
+  if (run.ok()) return 0;
+  const bool refused =
+      absl::IsInvalidArgument(run) || absl::IsFailedPrecondition(run) ||
+      absl::IsPermissionDenied(run) || absl::IsUnauthenticated(run);
+  return Fail(refused ? kExitUsage : kExitFailure, run);
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/auth.h"
 #include "base/file_io.h"
+#include "base/grpc_server.h"
 #include "proto/tensor_codec.h"
 
 namespace deltastream {
@@ -24,12 +26,22 @@ absl::Status ReadCredentialFiles(const std::string& token_file,
   if (!token_file.empty()) {
     absl::StatusOr<std::string> text = ReadSmallFile(token_file);
     if (!text.ok()) return text.status();
-    options.auth_token = std::string(absl::StripAsciiWhitespace(
+    std::string token(absl::StripAsciiWhitespace(
         absl::string_view(*text).substr(0, text->find('\n'))));
+    if (absl::Status valid = CheckToken(token); !valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--token_file '", token_file, "': ", valid.message()));
+    }
+    options.auth_token = std::move(token);
   }
   if (!tls_ca_file.empty()) {
     absl::StatusOr<std::string> pem = ReadSmallFile(tls_ca_file);
     if (!pem.ok()) return pem.status();
+    if (absl::Status valid = CheckPemCertificates(
+            *pem, absl::StrCat("--tls_ca '", tls_ca_file, "'"));
+        !valid.ok()) {
+      return valid;
+    }
     options.tls_root_certs_pem = *pem;
   }
   return absl::OkStatus();

@@ -113,7 +113,9 @@ struct ClientOptions {
 // Fills `options` from the credential files the CLI, the predictor and the
 // checkpoint job take: `token_file`'s first line (whitespace trimmed) as the
 // bearer token, `tls_ca_file` as the PEM roots. An empty path leaves its
-// field alone. NotFound, naming the file, when one cannot be read.
+// field alone. The OS's error, naming the file, when one cannot be read;
+// InvalidArgument, naming it, for a token CheckToken (base/auth.h) refuses
+// or roots that hold no PEM certificate.
 absl::Status ReadCredentialFiles(const std::string& token_file,
                                  const std::string& tls_ca_file,
                                  ClientOptions& options);

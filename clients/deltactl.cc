@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -34,6 +35,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -41,6 +44,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/command_line.h"
+#include "base/host_port.h"
 #include "base/process.h"
 #include "clients/checkpoint_chain.h"
 #include "clients/delta_client.h"
@@ -111,6 +115,7 @@ struct Invocation {
   TrackerClient* client = nullptr;
   // The one server at the target, for producers' calls (push, step).
   DeltaClient* server = nullptr;
+  std::string target;  // HOST:PORT, for messages
 };
 
 // One command. Adding a command is one entry in Commands().
@@ -324,10 +329,23 @@ int RunPush(const Invocation& run) {
   if (file == "-") {
     text << std::cin.rdbuf();
   } else {
+    // A directory opens as a stream that reads nothing: say what it is
+    // rather than "bad JSON".
+    std::error_code error;
+    if (std::filesystem::is_directory(file, error)) {
+      return Fail(kExitFailure,
+                  absl::StrCat("cannot read '", file, "': it is a directory"));
+    }
     std::ifstream in(file);
-    if (!in)
-      return Fail(kExitFailure, absl::NotFoundError("cannot read " + file));
+    if (!in) {
+      return Fail(kExitFailure, absl::StrCat("cannot read '", file,
+                                             "': ", std::strerror(errno)));
+    }
     text << in.rdbuf();
+    if (in.bad()) {
+      return Fail(kExitFailure, absl::StrCat("cannot read '", file,
+                                             "': ", std::strerror(errno)));
+    }
   }
   auto tables = ParsePushJson(text.str(), file == "-" ? "stdin" : file);
   if (!tables.ok()) return Fail(kExitFailure, tables.status());
@@ -354,9 +372,14 @@ int RunStep(const Invocation& run) {
   return 0;
 }
 
+// The most rows a top-k count may keep: the server holds the count as a
+// double and refuses more than 9e15 (TopK::Validate, tracker_service/top_k.cc).
+constexpr int64_t kMaxTopCount = 9'000'000'000'000'000;
+
 // The read that get and subscribe ask for, from the flags; nullopt (after
-// the usage line) without --consumer or with both kinds of top-k. A top-k
-// flag given is sent whatever its value (the server checks its range).
+// the usage line) without --consumer, with both kinds of top-k, or with a
+// top-k value out of the range the server takes (the same rule as
+// TopK::Validate, refused here as bad usage before anything is read).
 std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command) {
   v1::GetDeltaRequest request;
   request.set_consumer(absl::GetFlag(FLAGS_consumer));
@@ -373,10 +396,21 @@ std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command) {
     return std::nullopt;
   }
   if (FlagGiven("top_percentage")) {
-    request.mutable_top_k()->set_percentage(
-        absl::GetFlag(FLAGS_top_percentage));
+    const double percentage = absl::GetFlag(FLAGS_top_percentage);
+    if (!(percentage > 0 && percentage <= 100)) {
+      Usage(absl::StrCat("--top_percentage must be in (0, 100], got ",
+                         percentage));
+      return std::nullopt;
+    }
+    request.mutable_top_k()->set_percentage(percentage);
   } else if (FlagGiven("top_count")) {
-    request.mutable_top_k()->set_count(absl::GetFlag(FLAGS_top_count));
+    const int64_t count = absl::GetFlag(FLAGS_top_count);
+    if (count < 1 || count > kMaxTopCount) {
+      Usage(absl::StrCat("--top_count must be 1 to ", kMaxTopCount, ", got ",
+                         count));
+      return std::nullopt;
+    }
+    request.mutable_top_k()->set_count(count);
   }
   request.set_include_scores(absl::GetFlag(FLAGS_scores));
   request.set_omit_states(!absl::GetFlag(FLAGS_states));
@@ -388,6 +422,51 @@ int64_t Rows(const ReceivedDelta& delta) {
   int64_t rows = 0;
   for (const auto& [fqn, table] : delta.tables) rows += table.ids.numel();
   return rows;
+}
+
+// ", RESYNC REQUIRED (why)" after a delta's text line when its header says
+// so, else "". The header counts the rows the memory cap dropped
+// (lost_rows); a resync with none dropped has another cause the header does
+// not carry (a read that did not reach the consumer, a restart behind its
+// cursor, ranks that disagree), so none is named.
+std::string ResyncText(const v1::DeltaHeader& header) {
+  if (!header.resync_required()) return "";
+  if (header.lost_rows() > 0) {
+    return absl::StrCat(", RESYNC REQUIRED (", header.lost_rows(),
+                        " rows dropped under the memory cap)");
+  }
+  return ", RESYNC REQUIRED (changes this consumer never received are gone: "
+         "read all rows)";
+}
+
+// A failed read (get, subscribe) as one line. A deadline that passed is not
+// an unreachable server: the server may have delivered the read (moved the
+// consumer's cursor) while its rows were still on their way, and the
+// consumer's next read then says resync_required.
+int FailRead(const Invocation& run, const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kDeadlineExceeded) {
+    return Fail(kExitFailure, status);
+  }
+  // The client library words a deadline as it words an unreachable server
+  // ("cannot reach HOST: Deadline Exceeded"): the host is kept, the words
+  // not. Other deadlines (a stream gone quiet) keep theirs.
+  absl::string_view detail = status.message();
+  std::string from = run.target;
+  if (absl::ConsumePrefix(&detail, "cannot reach ")) {
+    from = std::string(detail.substr(0, detail.find(": ")));
+    detail = "";
+  }
+  return Fail(
+      kExitFailure,
+      absl::StrCat(
+          "the deadline passed before the read from ", from, " finished",
+          detail.empty() ? "" : absl::StrCat(" (", detail, ")"),
+          FlagGiven("timeout_ms")
+              ? absl::StrCat(" (--timeout_ms=", absl::GetFlag(FLAGS_timeout_ms),
+                             ")")
+              : "",
+          "; the server may have delivered it (moved the consumer's cursor), "
+          "and if so the consumer's next read says resync_required"));
 }
 
 int WriteNpz(const ReceivedDelta& delta, const std::string& file,
@@ -402,24 +481,33 @@ int WriteNpz(const ReceivedDelta& delta, const std::string& file,
     out["rows"] = Rows(delta);
     PrintStructured(out, format);
   } else {
-    std::printf("wrote batches [%lld, %lld): %lld rows of %zu tables to %s\n",
+    std::printf("wrote batches [%lld, %lld): %lld rows of %zu tables to %s%s\n",
                 static_cast<long long>(header.start_batch()),
                 static_cast<long long>(header.end_batch()),
                 static_cast<long long>(Rows(delta)), delta.tables.size(),
-                file.c_str());
+                file.c_str(), ResyncText(header).c_str());
   }
   return 0;
 }
 
-// OK when `file` can be written (its "<file>.tmp", as WriteDeltaNpz writes
-// it first, can be created): checked before a read, which moves the
-// consumer's cursor, so that a bad path loses no rows.
+// OK when `file` can be written: its "<file>.tmp", as WriteDeltaNpz writes
+// it first, can be created, and `file` is not a directory (nor a link to
+// one), which the rename of the finished file could not replace. Checked
+// before a read, which moves the consumer's cursor, so that a bad path loses
+// no rows. The status carries errno's code (absl::ErrnoToStatusCode).
 absl::Status CheckWritable(const std::string& file) {
+  std::error_code error;
+  if (std::filesystem::is_directory(file, error)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot write '", file, "': it is a directory; nothing was read"));
+  }
   const std::string tmp = file + ".tmp";
   std::FILE* probe = std::fopen(tmp.c_str(), "wb");
   if (probe == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write '", tmp, "': ", std::strerror(errno),
+    const int code = errno;
+    return absl::Status(
+        absl::ErrnoToStatusCode(code),
+        absl::StrCat("cannot write '", tmp, "': ", std::strerror(code),
                      "; nothing was read"));
   }
   std::fclose(probe);
@@ -432,12 +520,15 @@ int RunGet(const Invocation& run) {
   if (!request.has_value()) return kExitUsage;
   const std::string file = absl::GetFlag(FLAGS_out);
   if (!file.empty()) {
+    // A path that cannot name the file is bad usage (2); a disk that fails
+    // the probe (no space, an I/O error) a failure (1): one rule with the
+    // servers' start-up (base/process.h).
     if (absl::Status writable = CheckWritable(file); !writable.ok()) {
-      return Fail(kExitFailure, writable);
+      return Fail(StartFailureExitCode(writable), writable);
     }
   }
   auto delta = run.client->GetDelta(*request);
-  if (!delta.ok()) return Fail(kExitFailure, delta.status());
+  if (!delta.ok()) return FailRead(run, delta.status());
   if (!file.empty()) return WriteNpz(*delta, file, run.format);
   const v1::DeltaHeader& header = delta->header;
   if (Structured(run.format)) {
@@ -453,15 +544,10 @@ int RunGet(const Invocation& run) {
     return 0;
   }
   const bool wide = run.format == OutputFormat::kWide;
-  std::printf("consumer %s: batches [%lld, %lld)%s\n",
-              header.consumer().c_str(),
-              static_cast<long long>(header.start_batch()),
-              static_cast<long long>(header.end_batch()),
-              header.resync_required()
-                  ? absl::StrCat(", RESYNC REQUIRED (", header.lost_rows(),
-                                 " rows dropped under the memory cap)")
-                        .c_str()
-                  : "");
+  std::printf(
+      "consumer %s: batches [%lld, %lld)%s\n", header.consumer().c_str(),
+      static_cast<long long>(header.start_batch()),
+      static_cast<long long>(header.end_batch()), ResyncText(header).c_str());
   if (wide) {
     std::printf("run %s from batch %lld, changes from %s to %s\n",
                 header.run_id().empty() ? "-" : header.run_id().c_str(),
@@ -520,19 +606,25 @@ int RunSubscribe(const Invocation& run) {
                       static_cast<long long>(h.start_batch()),
                       static_cast<long long>(h.end_batch()),
                       static_cast<long long>(Rows(delta)), delta.tables.size(),
-                      h.resync_required() ? ", RESYNC REQUIRED" : "");
+                      ResyncText(h).c_str());
         }
         std::fflush(stdout);
         return count == 0 || ++received < count;
       });
-  return status.ok() ? 0 : Fail(kExitFailure, status);
+  return status.ok() ? 0 : FailRead(run, status);
 }
 
 int RunCommit(const Invocation& run) {
   const std::string consumer = absl::GetFlag(FLAGS_consumer);
   const int64_t end_batch = absl::GetFlag(FLAGS_end_batch);
-  if (consumer.empty() || end_batch < 0) {
-    return Usage("commit needs --consumer=C --end_batch=B");
+  if (consumer.empty() || !FlagGiven("end_batch")) {
+    return Usage(
+        "commit needs --consumer=C --end_batch=B (B: the end_batch of the "
+        "read to make final)");
+  }
+  if (end_batch < 0) {
+    return Usage(absl::StrCat(
+        "--end_batch must be >= 0 (a read's end_batch), got ", end_batch));
   }
   if (absl::Status s = run.client->Commit(consumer, end_batch); !s.ok()) {
     return Fail(kExitFailure, s);
@@ -551,11 +643,19 @@ int RunConsumers(const Invocation& run) {
   const std::string verb = run.args.empty() ? "list" : run.args[0];
   absl::StatusOr<std::vector<std::string>> names;
   if (verb == "list") {
-    if (run.args.size() > 1) return Usage("consumers list takes no name");
+    if (run.args.size() > 1 || FlagGiven("consumer")) {
+      return Usage("consumers list takes no name");
+    }
     names = run.client->ListConsumers();
   } else if (verb == "add" || verb == "remove") {
-    const std::string name =
-        run.args.size() > 1 ? run.args[1] : absl::GetFlag(FLAGS_consumer);
+    // The name: the argument, or --consumer; both only when they agree.
+    const std::string flag = absl::GetFlag(FLAGS_consumer);
+    if (run.args.size() > 1 && FlagGiven("consumer") && flag != run.args[1]) {
+      return Usage(absl::StrCat("consumers ", verb, " takes one name: '",
+                                run.args[1], "' and --consumer=", flag,
+                                " disagree"));
+    }
+    const std::string name = run.args.size() > 1 ? run.args[1] : flag;
     if (name.empty()) return Usage("consumers " + verb + " needs a name");
     names = verb == "add" ? run.client->AddConsumer(name)
                           : run.client->RemoveConsumer(name);
@@ -653,6 +753,16 @@ int RunWatch(const Invocation& run) {
 int RunChain(const Invocation& run) {
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) return Usage("chain needs --dir=D");
+  // ListChain takes a missing directory for a chain not started yet (the
+  // job's first link creates it); here it is a wrong path, not 0 links. A
+  // path that is not a directory fails in ListChain with the same words.
+  std::error_code missing;
+  if (!std::filesystem::exists(dir, missing)) {
+    return Fail(
+        kExitFailure,
+        absl::StrCat("cannot list the checkpoint chain '", dir, "': ",
+                     missing ? missing.message() : std::strerror(ENOENT)));
+  }
   absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
   if (!links.ok()) return Fail(kExitFailure, links.status());
   std::vector<std::string> problems = ChainProblems(*links);
@@ -804,7 +914,8 @@ const std::vector<Command>& Commands() {
       {"compact", "", "compact the held lookups", {}, true, 0, RunCompact},
       {"clear",
        "[--consumer=C]",
-       "drop what every consumer (or C) has read",
+       "move every consumer (or C) to the present: rows it has not read are "
+       "dropped for it, with no resync",
        {"consumer"},
        true,
        0,
@@ -914,33 +1025,40 @@ int Complete(const std::vector<std::string>& args) {
   return 0;
 }
 
-// The client-side values every command may read, checked for range: an
-// empty string, or the first bad value as one line. (Values sent to the
-// server, like --top_percentage or --every_ms, are the server's to check: one
-// rule in one place.)
+// The values every command may read, checked for range: an empty string, or
+// the first bad value as one line (bad usage). A negative subscription
+// period is refused here too; the upper limits of the periods are the
+// server's to check (its message names them). The top-k flags are checked
+// in ReadRequest.
 std::string FlagError() {
   if (absl::GetFlag(FLAGS_timeout_ms) <= 0) return "--timeout_ms must be > 0";
   if (absl::GetFlag(FLAGS_interval_ms) <= 0) {
     return "--interval_ms must be > 0";
   }
   if (absl::GetFlag(FLAGS_count) < 0) return "--count must be >= 0";
+  if (const int64_t steps = absl::GetFlag(FLAGS_every_steps); steps < 0) {
+    return absl::StrCat("--every_steps must be >= 0 (0: every step), got ",
+                        steps);
+  }
+  if (const int64_t ms = absl::GetFlag(FLAGS_every_ms); ms < 0) {
+    return absl::StrCat("--every_ms must be >= 0 (0: by steps only), got ", ms);
+  }
   return "";
 }
 
 // --target when given (not empty), else $DELTACTL_TARGET when set and not
-// empty, else the flag's default.
+// empty, else the flag's default; HOST:PORT (ValidateTarget).
 absl::StatusOr<std::string> Target() {
-  const std::string target = absl::GetFlag(FLAGS_target);
+  std::string target = absl::GetFlag(FLAGS_target);
   if (FlagGiven("target")) {
     if (target.empty()) {
       return absl::InvalidArgumentError("--target must not be empty");
     }
-    return target;
+  } else if (const char* from_environment = std::getenv("DELTACTL_TARGET");
+             from_environment != nullptr && *from_environment != '\0') {
+    target = from_environment;
   }
-  const char* from_environment = std::getenv("DELTACTL_TARGET");
-  if (from_environment != nullptr && *from_environment != '\0') {
-    return std::string(from_environment);
-  }
+  if (absl::Status valid = ValidateTarget(target); !valid.ok()) return valid;
   return target;
 }
 
@@ -1018,7 +1136,7 @@ int Run(int argc, char** argv) {
           ReadCredentialFiles(absl::GetFlag(FLAGS_token_file),
                               absl::GetFlag(FLAGS_tls_ca), client_options);
       !read.ok()) {
-    return Fail(kExitFailure, read);
+    return FailStart(read);  // a bad token or roots: 2; unreadable: EIO 1
   }
   std::unique_ptr<FanInClient> client =
       FanInClient::Connect(*target, client_options);
@@ -1026,6 +1144,7 @@ int Run(int argc, char** argv) {
       DeltaClient::Create(*target, client_options);
   run.client = client.get();
   run.server = server.get();
+  run.target = *target;
   return command->run(run);
 }
 

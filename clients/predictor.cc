@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/host_port.h"
 #include "base/log.h"
 #include "base/subscription_schedule.h"
 #include "clients/checkpoint_chain.h"
@@ -18,6 +19,9 @@ namespace deltastream {
 absl::Status ValidatePredictorOptions(const PredictorOptions& options) {
   if (options.target.empty()) {
     return absl::InvalidArgumentError("--target is required");
+  }
+  if (absl::Status valid = ValidateTarget(options.target); !valid.ok()) {
+    return valid;
   }
   if (options.consumer.empty()) {
     return absl::InvalidArgumentError("--consumer must not be empty");

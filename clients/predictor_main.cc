@@ -26,11 +26,14 @@
 // acknowledged commits, resyncs, backoff): clients/predictor.h; the lookup
 // API: clients/replica_lookup_service.h. This file holds the flags and main.
 //
-// SIGTERM/SIGINT: cancels the subscription, stops serving, exits 0. Exit
-// codes: 0 stopped by a signal, 1 an error retrying cannot fix (the tracker
-// serves no live rows, a refused token, an unusable replica database), 2 bad
-// flags (one line: an unknown flag, a value that does not parse or is out of
-// range, a --listen address that is malformed or in use).
+// SIGTERM/SIGINT: cancels the subscription or read, stops serving, exits 0
+// (a second signal: at once, 128 + the signal). Exit codes: 0 stopped by a
+// signal; an error retrying cannot fix gives StartFailureExitCode's code
+// (base/process.h), as at start: 2 for what a restart would meet again (the
+// tracker serves no live rows, a refused token or consumer name, a damaged
+// replica database), 1 for a full or failing disk; 2 bad flags (one line: an
+// unknown flag, a value that does not parse or is out of range, a --listen
+// address that is malformed or in use, a --target that is not HOST:PORT).
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -252,7 +255,10 @@ int Main() {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   poller.join();
   if (apply_log != nullptr) std::fclose(apply_log);
-  if (!run.ok()) return Fail(1, run.message());
+  // Run's errors are those retrying cannot fix: 2 for what a restart would
+  // meet again (a tracker without live rows, a refused token or consumer
+  // name), 1 for the replica's storage (a full or failing disk).
+  if (!run.ok()) return FailStart(run);
   return 0;
 }
 

@@ -82,7 +82,9 @@ ABSL_FLAG(std::string, device, "", "override: cpu, cuda or cuda:N");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "override: snapshots and checkpoints directory");
 ABSL_FLAG(std::string, mode, "", "override: tracking mode (or off)");
-ABSL_FLAG(std::string, consumers, "", "override: comma-separated consumers");
+ABSL_FLAG(std::string, consumers, "",
+          "override: comma-separated consumer names, no empty one (empty: "
+          "the config's)");
 ABSL_FLAG(double, drain_s, -1,
           "override: seconds to keep serving after training until every "
           "consumer has read the final batch");
@@ -334,8 +336,14 @@ absl::StatusOr<v1::TrainerConfig> ConfigFromCommandLine() {
   if (std::string consumers = absl::GetFlag(FLAGS_consumers);
       !consumers.empty()) {
     config.mutable_tracker()->clear_consumers();
-    for (absl::string_view c :
-         absl::StrSplit(consumers, ',', absl::SkipEmpty())) {
+    // Every name counts, as in tracker_server's --consumers: "a,,b" is
+    // refused, not read as a,b (the tracker checks the rest of the rule).
+    for (absl::string_view c : absl::StrSplit(consumers, ',')) {
+      if (c.empty()) {
+        return absl::InvalidArgumentError(
+            "--consumers: consumer name must be 1 to 256 bytes, got 0 (an "
+            "empty name: a leading, trailing or doubled comma)");
+      }
       config.mutable_tracker()->add_consumers(std::string(c));
     }
   }

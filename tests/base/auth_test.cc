@@ -29,6 +29,9 @@ TEST(TokenAuthorizerTest, ParsesGrantsAndRefusesMalformedLines) {
            "producer-token-012345 producer a\n",    // names
            "admin-token-0123456789 admin\nadmin-token-0123456789 admin\n",
            "# nothing\n",
+           // Bytes no client could send (gRPC aborts on such metadata).
+           "admin-token\x01-0123456789 admin\n",
+           "admin-token-\xc3\xa9-0123456789 admin\n",
        }) {
     auto result = TokenAuthorizer::Parse(bad, &ValidateName);
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument)
@@ -65,6 +68,20 @@ TEST(TokenAuthorizerTest, MissingFileIsAClearError) {
       << unreadable.status();
   EXPECT_NE(unreadable.status().message().find("cannot read token file"),
             std::string::npos);
+}
+
+// One rule for a token file's tokens and a client's --token_file.
+TEST(CheckTokenTest, PrintableAsciiWithoutSpacesOf16To256) {
+  EXPECT_TRUE(CheckToken("admin-token-0123456789").ok());
+  EXPECT_TRUE(CheckToken(std::string(256, '~')).ok());
+  for (const std::string& bad : {std::string("short"), std::string(257, 'a'),
+                                 std::string("admin token 0123456789"),
+                                 std::string("admin-token-\x01-0123456789"),
+                                 std::string("admin-token-\xc3\xa9-0123456789"),
+                                 std::string("admin-token-\x7f-0123456789")}) {
+    EXPECT_EQ(CheckToken(bad).code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 }  // namespace

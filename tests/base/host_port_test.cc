@@ -106,5 +106,21 @@ TEST(OffsetPortTest, MovesThePortUpAndLeavesPortZero) {
   EXPECT_EQ(OffsetPort("no port", 2), "no port");
 }
 
+// A target is a server to connect to: port 1..65535 (gRPC reads port 99999
+// as 34463), a host.
+TEST(ValidateTargetTest, RefusesWhatWouldConnectElsewhere) {
+  for (const char* good : {"127.0.0.1:50051", "localhost:1", "[::1]:65535",
+                           "trainer-0.svc:50051"}) {
+    EXPECT_TRUE(ValidateTarget(good).ok()) << good;
+  }
+  for (const char* bad :
+       {"127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1:0", "127.0.0.1", ":50051",
+        "a b:1", "::1:80", "127.0.0.1:165999"}) {
+    const absl::Status status = ValidateTarget(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find(bad), std::string::npos) << status;
+  }
+}
+
 }  // namespace
 }  // namespace deltastream

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/integration/server_process.h"
 
@@ -134,6 +136,59 @@ TEST(CheckpointJobFlagsTest, BadFlagsExitTwo) {
   ExpectOneLineRefusal(job + "--target= " + dir, 2, "--target");
   ExpectOneLineRefusal(job + kNobody + " " + dir + " stray", 2,
                        "unexpected argument");
+}
+
+// What a client would send or connect to is checked before it is tried: a
+// token file whose token gRPC cannot send (it aborted the process), TLS
+// roots that hold no certificate (gRPC logged its own lines and every call
+// failed as an unreachable server), a port past 65535 (gRPC connected to
+// the port modulo 65536).
+TEST(ClientFlagsTest, TokensRootsAndTargetsAreCheckedBeforeAnyCall) {
+  const std::string dir = TestTempDir() + "/client_flags_credentials";
+  std::filesystem::create_directories(dir);
+  WriteText(dir + "/control.tok",
+            "abc\x01"
+            "def-0123456789\n");
+  WriteText(dir + "/accent.tok",
+            "abc\xc3\xa9"
+            "def-0123456789\n");
+  WriteText(dir + "/garbage.pem", "not a certificate\n");
+  const std::vector<std::string> binaries = {
+      RunfilePath("clients/deltactl") + " %s status",
+      RunfilePath("clients/checkpoint_job") + " %s --dir=" + dir + "/chain",
+      RunfilePath("clients/predictor") + " %s --listen=127.0.0.1:0"};
+  for (const std::string& binary : binaries) {
+    const auto with = [&](const std::string& flags) {
+      std::string command = binary;
+      command.replace(command.find("%s"), 2, flags);
+      return command;
+    };
+    ExpectOneLineRefusal(
+        with(std::string(kNobody) + " --token_file=" + dir + "/control.tok"), 2,
+        "printable ASCII");
+    ExpectOneLineRefusal(
+        with(std::string(kNobody) + " --token_file=" + dir + "/accent.tok"), 2,
+        "printable ASCII");
+    ExpectOneLineRefusal(
+        with(std::string(kNobody) + " --tls_ca=" + dir + "/garbage.pem"), 2,
+        "holds no PEM certificate");
+    ExpectOneLineRefusal(with("--target=127.0.0.1:99999"), 2,
+                         "127.0.0.1:99999");
+  }
+}
+
+// A replica database whose path cannot be made (a missing parent, a file
+// on the way) is refused as a restart would refuse it again: 2 (RocksDB's
+// I/O error was Internal, 1).
+TEST(PredictorFlagsTest, AReplicaDatabaseThatCannotBeMadeExitsTwo) {
+  const std::string dir = TestTempDir() + "/predictor_flags_replica";
+  std::filesystem::create_directories(dir);
+  WriteText(dir + "/file", "");
+  for (const std::string& path : {dir + "/missing/a/b", dir + "/file/db"}) {
+    ExpectOneLineRefusal(RunfilePath("clients/predictor") + " " + kNobody +
+                             " --listen=127.0.0.1:0 --replica_db=" + path,
+                         2, path);
+  }
 }
 
 TEST(CheckpointJobFlagsTest, RetriesAnUnreachableTrainerByDefault) {

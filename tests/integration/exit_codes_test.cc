@@ -59,5 +59,43 @@ TEST(ExitCodesTest, HelpIsZeroAndBadUsageIsTwoInEveryBinary) {
   }
 }
 
+// verify_model with nothing to compare (neither --predictors nor --chain,
+// or only empty ones) used to print the checkpoint's summary and exit 0,
+// which a script reads as "verified"; an empty entry in --predictors was
+// dropped. Both are refused with one line and exit 2 before the checkpoint
+// is read; a comparison that runs still says what it compared.
+TEST(ExitCodesTest, VerifyModelRefusesARunThatComparesNothing) {
+  const std::string run = TestTempDir() + "/verify_run";
+  const CommandResult trained =
+      RunCommand(RunfilePath("trainer/trainer") +
+                 " --steps=1 --checkpoint_dir=" + run + " >/dev/null");
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  const std::string verify = RunfilePath("trainer/verify_model") +
+                             " --checkpoint_dir=" + run + "/checkpoints";
+  for (const char* flags :
+       {"", " --predictors=", " --chain=", " --predictors= --chain="}) {
+    ExpectUsageError(verify + flags,
+                     "nothing to compare with the trainer's checkpoint: pass "
+                     "--predictors=HOST:PORT,... and/or --chain=DIR");
+  }
+  for (const char* flags :
+       {" --predictors=127.0.0.1:1,,", " --predictors=,127.0.0.1:1",
+        " --predictors=127.0.0.1:1,,127.0.0.1:2 --chain=/nonexistent"}) {
+    ExpectUsageError(verify + flags, "--predictors: an empty HOST:PORT");
+  }
+  // A port past 65535 would reach another port (gRPC: 99999 is 34463).
+  ExpectUsageError(verify + " --predictors=127.0.0.1:99999",
+                   "--predictors: target '127.0.0.1:99999'");
+  ExpectUsageError(RunfilePath("trainer/verify_model") + " --chain=/x",
+                   "--checkpoint or --checkpoint_dir is required");
+  // Something to compare: the comparison runs and says so (here: no chain
+  // there, a copy that cannot be read, exit 1).
+  const CommandResult compared =
+      RunCommand(verify + " --chain=" + run + "/no_chain");
+  EXPECT_EQ(compared.exit_code, 1) << compared.err;
+  EXPECT_THAT(compared.out, HasSubstr("trainer checkpoint at step 1"));
+  EXPECT_THAT(compared.out, HasSubstr("matches the trainer: NO"));
+}
+
 }  // namespace
 }  // namespace deltastream

@@ -396,14 +396,15 @@ TEST_F(PredictorTest, ResyncsThatDoNotHelpArePaced) {
 }
 
 // A consumer name the trainer refuses ends the predictor with the trainer's
-// one line (it retried it every second, for good, never ready).
+// one line (it retried it every second, for good, never ready), and exit 2:
+// a restart would be refused again.
 TEST_F(PredictorTest, AConsumerNameTheTrainerRefusesEndsIt) {
   ServerProcess trainer(TrainerFlags(), "trainer/trainer");
   ASSERT_GT(trainer.port(), 0);
   const CommandResult result =
       RunCommand("timeout 60 " + RunfilePath("clients/predictor") +
                  " --target=" + trainer.target() + " --consumer='no good'");
-  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_EQ(result.exit_code, 2) << result.err;
   EXPECT_NE(result.err.find("consumer name"), std::string::npos) << result.err;
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -130,7 +131,7 @@ TEST(ServerCliTest, GetWritesANumpyFile) {
   EXPECT_EQ(loaded.out, "[2, 4] [[3.0, 4.0], [1.0, 2.0]] 1\n");
   ExpectCleanError(
       RunCommand(Deltactl(server, "get --consumer=c --out=/nonexistent/d.npz")),
-      "/nonexistent/d.npz");
+      "/nonexistent/d.npz", 2);
   // IDs only, on request.
   json ids_only = Json(
       RunCommand(Deltactl(server, "get --json --consumer=d --states=false")));
@@ -146,7 +147,7 @@ TEST(ServerCliTest, GetWritesANumpyFile) {
   ASSERT_TRUE(client->Step().ok());
   const CommandResult refused =
       RunCommand(Deltactl(server, "get --consumer=c --out=/nonexistent/e.npz"));
-  ExpectCleanError(refused, "nothing was read");
+  ExpectCleanError(refused, "nothing was read", 2);
   json kept = Json(RunCommand(Deltactl(server, "get --json --consumer=c")));
   EXPECT_EQ(kept["tables"]["sparse.t1"]["ids"], json({7})) << kept.dump();
 }
@@ -230,7 +231,7 @@ TEST(ServerCliTest, ErrorsAreOneLineAndNonZero) {
       "integers");
   ExpectCleanError(RunCommand(Deltactl(
                        server, "get --consumer=default --top_percentage=150")),
-                   "(0, 100]");
+                   "(0, 100]", 2);
   ExpectCleanError(RunCommand(Deltactl(server, "frobnicate")),
                    "unknown command", 2);
   ExpectCleanError(RunCommand(RunfilePath("clients/deltactl") +
@@ -445,6 +446,253 @@ TEST(ServerCliTest, SubscriptionPeriodsOutOfRangeAreRefused) {
         << field << " " << status;
     EXPECT_EQ(pushes, 0);
   }
+}
+
+// Records `rows` rows of `dim` floats (IDs from `first_id`) into sparse.t1
+// and closes the batch.
+void RecordAndStep(DeltaClient& client, int64_t first_id, int64_t rows,
+                   int64_t dim) {
+  ASSERT_TRUE(client
+                  .Record({{{"sparse.t1",
+                             at::arange(first_id, first_id + rows, at::kLong),
+                             at::ones({rows, dim})}}})
+                  .ok());
+  ASSERT_TRUE(client.Step().ok());
+}
+
+bool ResyncRequired(DeltaClient& client, const std::string& consumer) {
+  auto status = client.Status();
+  if (!status.ok()) return false;
+  for (const v1::ConsumerStatus& c : status->consumers()) {
+    if (c.name() == consumer) return c.resync_required();
+  }
+  return false;
+}
+
+// Makes `consumer`'s next read say resync_required with no row dropped: the
+// server delivers a read of 20 MiB (its cursor moves) in 64 KiB chunks to a
+// client that takes no message over 4 KiB, which ends the stream at the
+// first; the server's next write fails, and it flags the consumer.
+void LoseARead(const ServerProcess& server, const std::string& consumer) {
+  auto client = DeltaClient::Create(server.target());
+  RecordAndStep(*client, 0, 20000, 256);
+  ClientOptions small;
+  small.max_receive_message_bytes = 4096;
+  auto reader = DeltaClient::Create(server.target(), small);
+  v1::GetDeltaRequest request;
+  request.set_consumer(consumer);
+  request.set_max_chunk_bytes(64 << 10);
+  EXPECT_FALSE(reader->GetDelta(request).ok());
+  for (int i = 0; i < 200 && !ResyncRequired(*client, consumer); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(ResyncRequired(*client, consumer));
+}
+
+// get --out=DIR: a directory (or a link to one) cannot be replaced by the
+// file, so it is refused before the read, with exit 2 (bad usage) and
+// "nothing was read": the consumer's rows are still there. (It was read
+// first, then failed to rename: the rows were gone, with no resync.)
+TEST(ServerCliTest, GetOutIntoADirectoryIsRefusedBeforeTheRead) {
+  ServerProcess server({"--mode=embedding", "--consumers=a,b"});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  RecordAndStep(*client, 5, 2, 2);
+  const std::string dir = TestTempDir() + "/out_dir";
+  std::filesystem::create_directories(dir);
+  const std::string link = TestTempDir() + "/out_dir_link";
+  std::filesystem::remove(link);
+  std::filesystem::create_directory_symlink(dir, link);
+  for (const std::string& out : {dir, dir + "/", link}) {
+    const CommandResult refused =
+        RunCommand(Deltactl(server, "get --consumer=b --out=" + out));
+    ExpectCleanError(refused, "is a directory; nothing was read", 2);
+    EXPECT_TRUE(refused.out.empty()) << refused.out;
+  }
+  const CommandResult in_a_file =
+      RunCommand(Deltactl(server, "get --consumer=b --out=" + dir + "/x/"));
+  ExpectCleanError(in_a_file, "nothing was read", 2);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+  json kept = Json(RunCommand(Deltactl(server, "get --json --consumer=b")));
+  EXPECT_EQ(kept["tables"]["sparse.t1"]["ids"], json({5, 6})) << kept.dump();
+  EXPECT_FALSE(kept["resync_required"].get<bool>()) << kept.dump();
+}
+
+// clear moves cursors to the present: rows a consumer has not read are
+// dropped for it, with no resync (docs/tracker-semantics.md); its help says
+// so, not "drops what has been read".
+TEST(ServerCliTest, ClearSkipsToThePresentAndItsHelpSaysSo) {
+  ServerProcess server({"--mode=embedding", "--consumers=a,b"});
+  ASSERT_GT(server.port(), 0);
+  const CommandResult help = RunCommand(Deltactl(server, "clear --help"));
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_NE(help.out.find("to the present: rows it has not read are dropped "
+                          "for it, with no resync"),
+            std::string::npos)
+      << help.out;
+  EXPECT_EQ(help.out.find("has read"), std::string::npos) << help.out;
+  const CommandResult all = RunCommand(Deltactl(server, "--help"));
+  EXPECT_EQ(all.out.find("has read"), std::string::npos) << all.out;
+
+  auto client = DeltaClient::Create(server.target());
+  RecordAndStep(*client, 1, 3, 2);
+  EXPECT_EQ(RunCommand(Deltactl(server, "clear --consumer=b")).exit_code, 0);
+  json b = Json(RunCommand(Deltactl(server, "get --json --consumer=b")));
+  EXPECT_TRUE(b["tables"].empty() || b["tables"]["sparse.t1"]["ids"].empty())
+      << b.dump();
+  EXPECT_FALSE(b["resync_required"].get<bool>()) << b.dump();
+  json a = Json(RunCommand(Deltactl(server, "get --json --consumer=a")));
+  EXPECT_EQ(a["tables"]["sparse.t1"]["ids"], json({1, 2, 3})) << a.dump();
+}
+
+// chain --dir of a missing path, or of a file, is an error naming it (exit
+// 1), not an empty chain; an empty directory is 0 links.
+TEST(ServerCliTest, ChainOfAMissingDirectoryIsAnError) {
+  const std::string deltactl = RunfilePath("clients/deltactl");
+  const std::string missing = TestTempDir() + "/no_such_chain";
+  std::filesystem::remove_all(missing);
+  ExpectCleanError(RunCommand(deltactl + " chain --dir=" + missing),
+                   "cannot list the checkpoint chain '" + missing +
+                       "': No such file or directory");
+  ExpectCleanError(RunCommand(deltactl + " chain --json --dir=" + missing),
+                   "cannot list the checkpoint chain '" + missing + "'");
+  const std::string file = TestTempDir() + "/not_a_chain";
+  std::ofstream(file) << "x";
+  ExpectCleanError(
+      RunCommand(deltactl + " chain --dir=" + file),
+      "cannot list the checkpoint chain '" + file + "': Not a directory");
+  const std::string empty = TestTempDir() + "/empty_chain";
+  std::filesystem::create_directories(empty);
+  const CommandResult listed = RunCommand(deltactl + " chain --dir=" + empty);
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("0 links, 0.0 MiB, no gaps"), std::string::npos)
+      << listed.out;
+}
+
+// A read past its deadline says so, not "cannot reach" a server that
+// answered, and that the read may have been delivered. A resync the memory
+// cap did not cause names no cause (it blamed the cap, "0 rows dropped");
+// one it did names the rows.
+TEST(ServerCliTest, DeadlinesAndResyncsSayWhatHappened) {
+  ServerProcess server({"--mode=embedding", "--consumers=a,b"});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  RecordAndStep(*client, 0, 20000, 256);  // 20 MiB: not read in 1 ms
+  const CommandResult late =
+      RunCommand(Deltactl(server, "get --consumer=a --timeout_ms=1"));
+  ExpectCleanError(late, "the deadline passed before the read from " +
+                             server.target() + " finished (--timeout_ms=1)");
+  EXPECT_NE(late.err.find("may have delivered it"), std::string::npos)
+      << late.err;
+  EXPECT_NE(late.err.find("resync_required"), std::string::npos) << late.err;
+  EXPECT_EQ(late.err.find("cannot reach"), std::string::npos) << late.err;
+
+  LoseARead(server, "b");
+  const CommandResult text = RunCommand(Deltactl(server, "get --consumer=b"));
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find(", RESYNC REQUIRED (changes this consumer never "
+                          "received are gone: read all rows)"),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(text.out.find("memory cap"), std::string::npos) << text.out;
+
+  ServerProcess capped(
+      {"--mode=embedding", "--consumers=c", "--memory_cap_bytes=4096"});
+  ASSERT_GT(capped.port(), 0);
+  auto capped_client = DeltaClient::Create(capped.target());
+  for (int batch = 0; batch < 3; ++batch) {
+    RecordAndStep(*capped_client, batch * 100, 100, 4);
+  }
+  const CommandResult dropped =
+      RunCommand(Deltactl(capped, "get --consumer=c"));
+  EXPECT_EQ(dropped.exit_code, 0) << dropped.err;
+  EXPECT_NE(dropped.out.find("rows dropped under the memory cap)"),
+            std::string::npos)
+      << dropped.out;
+  EXPECT_EQ(dropped.out.find("(0 rows"), std::string::npos) << dropped.out;
+}
+
+// get --out says RESYNC REQUIRED as text get does (the file has it too).
+TEST(ServerCliTest, GetOutSaysResyncRequired) {
+  ServerProcess server({"--mode=embedding", "--consumers=a,b"});
+  ASSERT_GT(server.port(), 0);
+  LoseARead(server, "b");
+  const std::string file = TestTempDir() + "/resync.npz";
+  const CommandResult wrote =
+      RunCommand(Deltactl(server, "get --consumer=b --out=" + file));
+  EXPECT_EQ(wrote.exit_code, 0) << wrote.err;
+  EXPECT_NE(wrote.out.find("to " + file + ", RESYNC REQUIRED ("),
+            std::string::npos)
+      << wrote.out;
+  // Without a resync, the line is as before.
+  auto client = DeltaClient::Create(server.target());
+  RecordAndStep(*client, 1, 1, 256);
+  const CommandResult plain =
+      RunCommand(Deltactl(server, "get --consumer=b --out=" + file));
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("RESYNC"), std::string::npos) << plain.out;
+}
+
+// Values out of range are bad usage (exit 2) with one line that names the
+// rule, before anything is sent; a file that cannot be read says why.
+TEST(ServerCliTest, BadValuesAreRefusedWithTheirRule) {
+  // momentum_last: a standalone server's mode with scores, for top-k.
+  ServerProcess server({"--mode=momentum_last", "--consumers=a,b"});
+  ASSERT_GT(server.port(), 0);
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "subscribe --consumer=a --every_steps=-1")),
+      "--every_steps must be >= 0 (0: every step), got -1", 2);
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "subscribe --consumer=a --every_ms=-1")),
+      "--every_ms must be >= 0 (0: by steps only), got -1", 2);
+  ExpectCleanError(
+      RunCommand(
+          Deltactl(server, "get --consumer=a --top_count=9223372036854775807")),
+      "--top_count must be 1 to 9000000000000000, got 9223372036854775807", 2);
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "subscribe --consumer=a --top_count=0")),
+      "--top_count must be 1 to 9000000000000000, got 0", 2);
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "get --consumer=a --top_percentage=0")),
+      "--top_percentage must be in (0, 100], got 0", 2);
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "push --json_file=" + TestTempDir())),
+      "cannot read '" + TestTempDir() + "': it is a directory");
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "commit --consumer=a --end_batch=-7")),
+      "--end_batch must be >= 0 (a read's end_batch), got -7", 2);
+  ExpectCleanError(RunCommand(Deltactl(server, "commit --consumer=a")),
+                   "commit needs --consumer=C --end_batch=B", 2);
+  // The largest count is taken.
+  auto client = DeltaClient::Create(server.target());
+  RecordAndStep(*client, 3, 2, 2);
+  json top = Json(RunCommand(Deltactl(
+      server, "get --json --consumer=a --top_count=9000000000000000")));
+  EXPECT_EQ(top["tables"]["sparse.t1"]["ids"], json({3, 4})) << top.dump();
+}
+
+// consumers add|remove take the name as the argument or --consumer; both,
+// disagreeing, are refused (g was added and --consumer=h ignored).
+TEST(ServerCliTest, ConsumersRefuseTwoDifferentNames) {
+  ServerProcess server({"--mode=embedding", "--consumers=a,b"});
+  ASSERT_GT(server.port(), 0);
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "consumers add g --consumer=h")),
+      "consumers add takes one name: 'g' and --consumer=h disagree", 2);
+  ExpectCleanError(
+      RunCommand(Deltactl(server, "consumers remove a --consumer=b")),
+      "consumers remove takes one name", 2);
+  ExpectCleanError(RunCommand(Deltactl(server, "consumers list --consumer=a")),
+                   "consumers list takes no name", 2);
+  EXPECT_EQ(Json(RunCommand(Deltactl(server, "consumers --json")))["consumers"],
+            json({"a", "b"}));
+  EXPECT_EQ(Json(RunCommand(Deltactl(
+                server, "consumers add --consumer=h --json")))["consumers"],
+            json({"a", "b", "h"}));
+  EXPECT_EQ(
+      Json(RunCommand(Deltactl(
+          server, "consumers remove h --consumer=h --json")))["consumers"],
+      json({"a", "b"}));
 }
 
 }  // namespace

@@ -8,11 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "tests/integration/server_process.h"
@@ -153,6 +156,43 @@ TEST(TrainerTest, BadConfigIsAClearErrorWithExitCode2) {
   result = RunCommand(RunfilePath("trainer/trainer") + " --config=" + config);
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.err, ::testing::HasSubstr("line 2"));
+}
+
+// Every name in --consumers counts, as in tracker_server (docs/service.md):
+// an empty one (a leading, trailing or doubled comma) is refused with exit 2
+// and one line before any step, not dropped. An empty --consumers= is "not
+// given", as every string override is: the config's consumers.
+TEST(TrainerTest, EveryConsumerNameCounts) {
+  const std::string trainer = RunfilePath("trainer/trainer");
+  for (const char* consumers : {"a,,b", ",a", "a,", ","}) {
+    const CommandResult result =
+        RunCommand(trainer + " --steps=1 --consumers=" + consumers);
+    EXPECT_EQ(result.exit_code, 2) << consumers << ": " << result.err;
+    EXPECT_THAT(result.err,
+                ::testing::HasSubstr("--consumers: consumer name must be 1 "
+                                     "to 256 bytes, got 0"))
+        << consumers;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << consumers << ": " << result.err;
+    EXPECT_TRUE(result.out.empty()) << consumers << ": " << result.out;
+  }
+  for (const auto& [flag, expected] :
+       {std::pair<std::string, std::vector<std::string>>{"--consumers=a,b",
+                                                         {"a", "b"}},
+        {"--consumers=", {"default"}}}) {
+    ServerProcess served({"--steps=-1", flag}, "trainer/trainer");
+    ASSERT_GT(served.port(), 0) << flag << ": the trainer did not start";
+    // The service answers once the trainer has restored and started.
+    ASSERT_TRUE(WaitForBatch(served, 1)) << flag;
+    const CommandResult status = RunCommand(Deltactl(served, "status --json"));
+    ASSERT_EQ(status.exit_code, 0) << flag << ": " << status.err;
+    const json parsed = json::parse(status.out);
+    std::vector<std::string> names;
+    for (const json& consumer : parsed["consumers"]) {
+      names.push_back(consumer["name"].get<std::string>());
+    }
+    EXPECT_EQ(names, expected) << flag;
+  }
 }
 
 // What a restart may not meet (an I/O error: reading /proc/self/mem's first

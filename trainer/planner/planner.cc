@@ -278,6 +278,12 @@ absl::StatusOr<Plan> MakePlan(absl::Span<const TableSpec> tables,
   if (absl::Status status = ValidateTopology(topology); !status.ok()) {
     return status;
   }
+  if (planner_options.dp_bins_per_device < 1 ||
+      planner_options.dp_bins_per_device > kMaxDpBinsPerDevice) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dp_bins_per_device must be in [1, ", kMaxDpBinsPerDevice,
+                     "], got ", planner_options.dp_bins_per_device));
+  }
   if (tables.empty()) return absl::InvalidArgumentError("no tables to plan");
   absl::StatusOr<OptionsByTable> enumerated =
       EnumerateOptions(tables, optimizer, topology);

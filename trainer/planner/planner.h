@@ -16,10 +16,16 @@
 
 namespace deltastream::planner {
 
+// The most memory bins per rank of the dynamic-programming proposer (10 times
+// the default): its states take 32 bytes per bin of the whole world, so
+// kMaxWorldSize ranks of these stay near 128 MiB (docs/planner.md).
+inline constexpr int kMaxDpBinsPerDevice = 1000;
+
 struct PlannerOptions {
   // Proposers to run, in order: "dp", "greedy", "uniform".
   std::vector<std::string> proposers = {"dp", "greedy", "uniform"};
-  // Memory bins per rank of the dynamic-programming proposer.
+  // Memory bins per rank of the dynamic-programming proposer, in
+  // [1, kMaxDpBinsPerDevice].
   int dp_bins_per_device = 100;
   // Proposals partitioned per proposer at most (proposals whose lower
   // bound cannot beat the best plan so far are skipped without counting).
@@ -65,7 +71,8 @@ struct Plan {
 // in order of that bound, so that the search stops at the first that
 // cannot win.
 //
-// Errors: InvalidArgument for a bad topology, table or option; when no
+// Errors: InvalidArgument for a bad topology, table or option (or
+// dp_bins_per_device outside [1, kMaxDpBinsPerDevice]); when no
 // proposal fits, ResourceExhausted whose message names the tables that
 // cannot be placed, the bytes missing on which rank and what would make it
 // fit (more ranks, a smaller batch, fewer constraints, a smaller

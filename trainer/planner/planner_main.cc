@@ -38,7 +38,7 @@
 ABSL_FLAG(std::string, config, "",
           "the trainer's config (protobuf text); empty: the trainer's "
           "embedded defaults");
-ABSL_FLAG(int, world_size, 0, "ranks to plan for (required)");
+ABSL_FLAG(int, world_size, 0, "ranks to plan for (required), at most 4096");
 ABSL_FLAG(int, local_world_size, 0, "ranks per host; 0: world_size");
 ABSL_FLAG(double, hbm_gb, 0,
           "GPU memory per rank, GiB (GPU ranks only); 0: the first GPU's "
@@ -52,12 +52,17 @@ ABSL_FLAG(std::string, constraints, "",
           "per-table constraints, a deltastream.v1.PlannerConstraints in "
           "protobuf text");
 ABSL_FLAG(int, dp_bins_per_device, 100,
-          "memory bins per rank of the dynamic-programming proposer");
+          "memory bins per rank of the dynamic-programming proposer, 1 to "
+          "1000");
 ABSL_FLAG(std::string, out, "", "write the plan here (protobuf text)");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of tables");
 
 namespace deltastream::planner {
 namespace {
+
+// The flags' help above says these bounds.
+static_assert(kMaxWorldSize == 4096 && kMaxDpBinsPerDevice == 1000,
+              "update --world_size's and --dp_bins_per_device's help");
 
 constexpr int kNothingFits = 1;
 constexpr int kBadInput = 2;
@@ -104,8 +109,11 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(
         "--local_world_size must be >= 0 (0: world_size)");
   }
-  if (absl::GetFlag(FLAGS_dp_bins_per_device) < 1) {
-    return absl::InvalidArgumentError("--dp_bins_per_device must be >= 1");
+  if (const int bins = absl::GetFlag(FLAGS_dp_bins_per_device);
+      bins < 1 || bins > kMaxDpBinsPerDevice) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dp_bins_per_device must be in [1, ",
+                     kMaxDpBinsPerDevice, "], got ", bins));
   }
   return absl::OkStatus();
 }
@@ -114,6 +122,13 @@ int Run() {
   const int world_size = absl::GetFlag(FLAGS_world_size);
   if (world_size < 1)
     return Fail(kBadInput, "--world_size=N (N >= 1) is required");
+  // The planner's work and memory grow with the world (kMaxWorldSize):
+  // refused before anything is read or planned.
+  if (world_size > kMaxWorldSize) {
+    return Fail(kBadInput,
+                absl::StrCat("--world_size must be at most ", kMaxWorldSize,
+                             " ranks, got ", world_size));
+  }
   if (absl::Status status = CheckFlags(); !status.ok()) {
     return Fail(kBadInput, status);
   }
@@ -252,14 +267,14 @@ int main(int argc, char** argv) {
           deltastream::HandleCommandLine(argc, argv)) {
     return *exit_code;
   }
-  // A world or a search too large for this machine's memory (a huge
-  // --world_size or --dp_bins_per_device): one line and exit 1, not an abort.
+  // A model too large for this machine's memory (many tables on many
+  // ranks): one line and exit 1, not an abort.
   try {
     return deltastream::planner::Run();
   } catch (const std::bad_alloc&) {
     return deltastream::Fail(
         deltastream::kExitFailure,
         "out of memory: the planning problem does not fit in this machine's "
-        "memory (--world_size, --dp_bins_per_device)");
+        "memory (the config's tables, --world_size, --dp_bins_per_device)");
   }
 }

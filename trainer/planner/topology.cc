@@ -32,7 +32,10 @@ absl::Status ValidateTopology(const Topology& topology) {
     return absl::InvalidArgumentError(
         absl::StrCat("topology: ", field, " ", message));
   };
-  if (topology.world_size < 1) return invalid("world_size", "must be >= 1");
+  if (topology.world_size < 1 || topology.world_size > kMaxWorldSize) {
+    return invalid("world_size", absl::StrCat("must be in [1, ", kMaxWorldSize,
+                                              "], got ", topology.world_size));
+  }
   if (topology.local_world_size < 0 ||
       (topology.local_world_size > 0 &&
        topology.world_size % topology.local_world_size != 0)) {

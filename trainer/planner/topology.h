@@ -8,6 +8,12 @@
 
 namespace deltastream::planner {
 
+// The most ranks a plan is for (512 hosts of 8 GPUs): the planner's work and
+// memory grow with tables x ranks (every row-wise option holds a shard per
+// rank; the DP's bins are per rank), so a larger world is refused at once
+// rather than planned for minutes in gigabytes (docs/planner.md).
+inline constexpr int kMaxWorldSize = 4096;
+
 // The machines a plan is for (TorchRec's Topology), with the storage
 // reservation and the step's batch size. Bandwidths are bytes per second.
 // A plain struct: copy it freely.
@@ -70,10 +76,10 @@ struct Topology {
 // per byte and per ID and their backward / forward ratio.
 Topology DefaultTopology(int world_size, bool gpu);
 
-// InvalidArgument naming the field: world size < 1, local world size < 0 or
-// not dividing the world size, a capacity or bandwidth not positive (HBM on
-// a GPU topology only), a reserve percentage outside [0, 1), a batch size
-// < 1.
+// InvalidArgument naming the field: world size < 1 or > kMaxWorldSize,
+// local world size < 0 or not dividing the world size, a capacity or
+// bandwidth not positive (HBM on a GPU topology only), a reserve percentage
+// outside [0, 1), a batch size < 1.
 absl::Status ValidateTopology(const Topology& topology);
 
 // Overrides from the environment, in TorchRec's unit (bytes per

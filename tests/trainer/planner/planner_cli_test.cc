@@ -5,6 +5,8 @@
 #include <google/protobuf/text_format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -142,14 +144,63 @@ model { dense_arch: [64]
       0);
 }
 
-// A world larger than the memory the planner may use (here 4 GB of address
-// space): one line and exit 1, not an abort.
+// A problem larger than the memory the planner may use (here 1 GB of
+// address space: 1,000 tables on the largest world take more): one line and
+// exit 1, not an abort.
 TEST(PlannerCli, AProblemLargerThanMemoryExitsOne) {
-  const CommandResult result = RunCommand("ulimit -v 4000000; exec " +
-                                          Planner("--world_size=1000000000"));
+  std::string tables = "model {\n  dense_arch: [64, 16]\n";
+  for (int t = 0; t < 1000; ++t) {
+    tables += "  tables { name: \"t" + std::to_string(t) +
+              "\" num_embeddings: 1000000 embedding_dim: 16 }\n";
+  }
+  const std::string config = WriteFile("many.textproto", tables + "}\n");
+  const CommandResult result =
+      RunCommand("ulimit -v 1000000; exec " +
+                 Planner("--config=" + config + " --world_size=" +
+                         std::to_string(kMaxWorldSize) + " --ddr_gb=64"));
   EXPECT_EQ(result.exit_code, 1) << result.err;
   EXPECT_THAT(result.err, HasSubstr("out of memory"));
   ExpectNoCrash(result);
+}
+
+// The sizes that drive the planner's work and memory have a documented
+// maximum (docs/planner.md): past it, one line and exit 2 at once (a world of
+// 10^8 ranks used to plan until killed, 10^6 for 54 s and 2.9 GB); at it, a
+// plan.
+TEST(PlannerCli, WorldAndBinsPastTheirMaximumAreRefusedAtOnce) {
+  struct Case {
+    std::string flags;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"--world_size=100000000", "--world_size must be at most 4096 ranks"},
+      {"--world_size=2147483647", "--world_size must be at most 4096 ranks"},
+      {"--world_size=" + std::to_string(kMaxWorldSize + 1),
+       "--world_size must be at most 4096 ranks, got 4097"},
+      {"--world_size=2 --dp_bins_per_device=1001",
+       "--dp_bins_per_device must be in [1, 1000], got 1001"},
+      {"--world_size=2 --dp_bins_per_device=2000000000",
+       "--dp_bins_per_device must be in [1, 1000]"},
+  };
+  for (const Case& c : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const CommandResult result = RunCommand(Planner(c.flags + " --ddr_gb=4"));
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(10))
+        << c.flags;
+    EXPECT_EQ(result.exit_code, 2) << c.flags << "\n" << result.err;
+    EXPECT_THAT(result.err, HasSubstr(c.message)) << c.flags;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << result.err;
+    EXPECT_TRUE(result.out.empty()) << result.out;
+    ExpectNoCrash(result);
+  }
+  const CommandResult largest = RunCommand(
+      Planner("--world_size=" + std::to_string(kMaxWorldSize) +
+              " --local_world_size=8 --ddr_gb=4 --dp_bins_per_device=" +
+              std::to_string(kMaxDpBinsPerDevice)));
+  EXPECT_EQ(largest.exit_code, 0) << largest.err;
+  EXPECT_THAT(largest.out, HasSubstr("on 4096 ranks"));
 }
 
 TEST(PlannerCli, BadInputExitsTwo) {

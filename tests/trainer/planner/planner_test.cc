@@ -549,6 +549,35 @@ TEST(Planner, BoundedSearchFindsTheBestOfAllProposals) {
   }
 }
 
+// The world and the DP's bins drive the planner's work and memory: past
+// their maximum (kMaxWorldSize, kMaxDpBinsPerDevice) MakePlan refuses them
+// before enumerating anything; at it, it plans.
+TEST(Planner, RefusesWorldsAndBinsPastTheirMaximum) {
+  const std::vector<TableSpec> tables = {Table("t", 1000, 16)};
+  auto plan = [&](int world_size, int bins) {
+    const Topology topology = Cpu(world_size);
+    PlannerOptions options;
+    options.dp_bins_per_device = bins;
+    return MakePlan(tables, OptimizerKind::kSgd, topology,
+                    ReserveStorage(topology, tables, 0, 2), options)
+        .status();
+  };
+  EXPECT_TRUE(plan(kMaxWorldSize, kMaxDpBinsPerDevice).ok());
+  for (int world_size : {kMaxWorldSize + 1, 100000000}) {
+    const absl::Status status = plan(world_size, 100);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("world_size must be in [1, 4096]"));
+    EXPECT_EQ(ValidateTopology(Cpu(world_size)).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  for (int bins : {0, kMaxDpBinsPerDevice + 1}) {
+    const absl::Status status = plan(2, bins);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bins;
+    EXPECT_THAT(status.message(),
+                HasSubstr("dp_bins_per_device must be in [1, 1000]"));
+  }
+}
+
 TEST(ValidatePlan, CatchesBrokenPlans) {
   const std::vector<TableSpec> tables = {Table("a", 100, 64)};
   const Topology topology = Cpu(2);
