@@ -506,8 +506,9 @@ grpc::Status DeltaTrackerService::ServeDelta(grpc::ServerContext* context,
     const grpc::Status written =
         WriteDelta(context, *delta, request, sink, fill.get());
     // A transfer may outlast the consumer expiry's silence (a large delta to
-    // a slow client): its end is contact too.
-    tracker_->Touch(read->consumer);
+    // a slow client): its end is contact too (a consumer removed meanwhile
+    // has nothing to keep).
+    tracker_->Touch(read->consumer).IgnoreError();
     return written;
   });
 }
@@ -578,8 +579,10 @@ grpc::Status DeltaTrackerService::Subscribe(
     MessageSink sink(writer);
     // A subscription waiting for its next push, and one whose push took long
     // to send, is a consumer in contact (consumer expiry): touched at most
-    // every kTouchEvery while it waits, and after every push.
-    constexpr absl::Duration kTouchEvery = absl::Seconds(10);
+    // every kTouchEvery while it waits, and after every push. A consumer
+    // removed (or expired) meanwhile ends it then, NOT_FOUND, rather than
+    // at its next push, which may be an hour away.
+    constexpr absl::Duration kTouchEvery = absl::Seconds(1);
     absl::Time touched = absl::Now();
     while (true) {
       if (context->IsCancelled()) return kClientGone;
@@ -590,7 +593,9 @@ grpc::Status DeltaTrackerService::Subscribe(
       const int64_t current = tracker_->current_batch();
       const absl::Time now = absl::Now();
       if (now - touched >= kTouchEvery) {
-        tracker_->Touch(read->consumer);
+        if (absl::Status s = tracker_->Touch(read->consumer); !s.ok()) {
+          return ToGrpcStatus(s);
+        }
         touched = now;
       }
       if (!schedule->Due(current, now)) {
@@ -615,7 +620,9 @@ grpc::Status DeltaTrackerService::Subscribe(
           !s.ok()) {
         return s;
       }
-      tracker_->Touch(read->consumer);
+      if (absl::Status s = tracker_->Touch(read->consumer); !s.ok()) {
+        return ToGrpcStatus(s);
+      }
       touched = absl::Now();
       schedule->Pushed(next, delta->end_batch, now);
     }

@@ -641,13 +641,16 @@ void Tracker::MoveToPresentLocked(Consumer& consumer) {
   consumer.pending.clear();
 }
 
-void Tracker::Touch(absl::string_view name) {
+absl::Status Tracker::Touch(absl::string_view name) {
   // Not a ChangeLock: a filling read's copy needs its consumer to stay, and
   // this neither removes it nor changes what the copy reads.
   WriterLock lock(&mu_);
-  if (Consumer* consumer = FindConsumer(name)) {
-    consumer->last_contact = MonotonicNow();
+  Consumer* consumer = FindConsumer(name);
+  if (consumer == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown consumer '", name, "'"));
   }
+  consumer->last_contact = MonotonicNow();
+  return absl::OkStatus();
 }
 
 absl::Status Tracker::Commit(absl::string_view name, int64_t end_batch) {

@@ -239,6 +239,22 @@ TEST(SubscribeTest, UnknownConsumerOrBadRequestIsAnError) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A consumer removed while its subscription waits for a push due much
+// later ends the subscription within about a second, NOT_FOUND (it stayed
+// open until that push, an hour here).
+TEST(SubscribeTest, ARemovedConsumersSubscriptionEnds) {
+  ServerProcess server({"--consumers=s,other"});
+  ASSERT_GT(server.port(), 0);
+  auto admin = DeltaClient::Create(server.target());
+  Subscriber subscriber(server.target(), Every("s", 1 << 30, 3600 * 1000));
+  ASSERT_TRUE(subscriber.WaitForEnd(0));
+  ASSERT_TRUE(admin->RemoveConsumer("s").ok());
+  const std::optional<absl::Status> ended =
+      subscriber.WaitForEnded(std::chrono::seconds(10));
+  ASSERT_TRUE(ended.has_value());
+  EXPECT_EQ(ended->code(), absl::StatusCode::kNotFound) << *ended;
+}
+
 TEST(SubscribeTest, DeltactlSubscribeAndServerShutdown) {
   ServerProcess server({"--consumers=s,t"});
   ASSERT_GT(server.port(), 0);

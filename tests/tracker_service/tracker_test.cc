@@ -344,15 +344,15 @@ TEST(TrackerTest, ConsumersAddedAtRunTimeExpireWhenGone) {
     tracker->Step();
     ASSERT_TRUE(ReadClosed(*tracker, "reader").ok());
     ASSERT_TRUE(ReadClosed(*tracker, "alive").ok());
-    tracker->Touch("touched");
-    tracker->Touch("nobody");  // ignored
+    EXPECT_TRUE(tracker->Touch("touched").ok());
+    EXPECT_EQ(tracker->Touch("nobody").code(), absl::StatusCode::kNotFound);
     absl::SleepFor(absl::Milliseconds(50));
   }
   // A pause in training: "alive" and "reader", waiting for the next batch,
   // are silent meanwhile, but the batch they have not read was closed just
   // now.
   absl::SleepFor(absl::Milliseconds(300));
-  tracker->Touch("touched");
+  EXPECT_TRUE(tracker->Touch("touched").ok());
   ASSERT_TRUE(tracker->RecordTables({{kT1, Ids({10})}}).ok());
   tracker->Step();
 
