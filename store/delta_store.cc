@@ -152,13 +152,19 @@ absl::Status DeltaStore::Append(int64_t batch_idx,
                                 std::vector<TableLookup> lookups) {
   WriterLock lock(&mu_);
   absl::flat_hash_set<absl::string_view> seen;
+  size_t tables = tables_.size();
   for (const TableLookup& lookup : lookups) {
     if (!seen.insert(lookup.fqn).second) {
       return absl::InvalidArgumentError(absl::StrCat(
           "table '", lookup.fqn, "' appears twice in one batch's lookups"));
     }
-    if (absl::Status status =
-            ValidateLookup(FindTable(lookup.fqn), batch_idx, lookup);
+    const Table* table = FindTable(lookup.fqn);
+    if (table == nullptr && ++tables > kMaxTables) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("table '", lookup.fqn, "' refused: the store holds ",
+                       kMaxTables, " tables, the most it keeps"));
+    }
+    if (absl::Status status = ValidateLookup(table, batch_idx, lookup);
         !status.ok()) {
       return status;
     }

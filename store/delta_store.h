@@ -126,7 +126,11 @@ class DeltaStore {
   // or repeated, `batch_idx` is older than a table's newest lookup, IDs are not
   // int64 [n], or (unless kNone) states are missing, not [n, dim], not of a
   // floating dtype, on another device than the IDs, or of another dim, dtype or
-  // device than the table's earlier lookups.
+  // device than the table's earlier lookups. ResourceExhausted, the store
+  // unchanged, when new FQNs would make it hold more than kMaxTables tables
+  // (a table, once recorded, is kept for good, empty or not: a producer
+  // naming tables without end, such as a standalone server's, is bounded).
+  static constexpr size_t kMaxTables = size_t{1} << 16;
   absl::Status Append(int64_t batch_idx, std::vector<TableLookup> lookups)
       ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "store/row_gather.h"
 #include "store/unique_rows.h"
 #include "tests/testing/tensor_values.h"
@@ -307,6 +308,26 @@ TEST(DeltaStoreTest, UsageCountsBytesAndShrinksOnCompactionAndDelete) {
 // Compaction points at kept states where they were recorded and holds those
 // tensors (counted in bytes()) while enough of their rows are kept;
 // ReleaseRecorded() copies the kept rows and lets go of every recorded tensor.
+// Tables are kept for good once recorded: a producer that names new ones
+// without end (a standalone server's clients) is refused past kMaxTables,
+// all or nothing, while the tables held take lookups as before.
+TEST(DeltaStoreTest, TablesPastTheMostAreRefusedAllOrNothing) {
+  DeltaStore store(UpdateMode::kNone);
+  std::vector<TableLookup> lookups;
+  for (size_t t = 0; t < DeltaStore::kMaxTables; ++t) {
+    lookups.push_back({absl::StrCat("t", t), Ids({1}), {}});
+  }
+  ASSERT_TRUE(store.Append(0, std::move(lookups)).ok());
+  const absl::Status refused =
+      store.Append(1, {{"t0", Ids({2}), {}}, {"new", Ids({3}), {}}});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("'new'"), std::string::npos) << refused;
+  EXPECT_EQ(store.BatchIndices("t0"), std::vector<int64_t>{0});
+  ASSERT_TRUE(store.Append(1, {{"t0", Ids({2}), {}}}).ok());
+  EXPECT_EQ(store.BatchIndices("t0"), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(store.Fqns().size(), DeltaStore::kMaxTables);
+}
+
 TEST(DeltaStoreTest, ReleaseRecordedLetsGoOfRecordedStates) {
   for (UpdateMode mode : {UpdateMode::kFirst, UpdateMode::kLast}) {
     DeltaStore store(mode);
