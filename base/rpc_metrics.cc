@@ -1,5 +1,6 @@
 #include "base/rpc_metrics.h"
 
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -14,13 +15,31 @@ namespace {
 
 using grpc::experimental::InterceptionHookPoints;
 
-// "/pkg.Service/Method" -> {"pkg.Service", "Method"}.
+// "/pkg.Service/Method" -> {"pkg.Service", "Method"} when the binary
+// knows that method: a protobuf service linked into it (the generated
+// descriptors: the tracker, the predictor's lookup API, reflection) or
+// gRPC's health service (which gRPC serves without protobuf's descriptors).
+// Any other name a client sends (answered UNIMPLEMENTED) is {"unknown",
+// "unknown"}: label values a client chooses would add series without end.
 std::pair<std::string, std::string> SplitMethod(absl::string_view full) {
   if (!full.empty() && full.front() == '/') full.remove_prefix(1);
   const size_t slash = full.rfind('/');
-  if (slash == absl::string_view::npos) return {"", std::string(full)};
-  return {std::string(full.substr(0, slash)),
-          std::string(full.substr(slash + 1))};
+  if (slash != absl::string_view::npos) {
+    const absl::string_view service = full.substr(0, slash);
+    const absl::string_view method = full.substr(slash + 1);
+    const bool health = service == "grpc.health.v1.Health" &&
+                        (method == "Check" || method == "Watch");
+    const google::protobuf::ServiceDescriptor* described =
+        health ? nullptr
+               : google::protobuf::DescriptorPool::generated_pool()
+                     ->FindServiceByName(std::string(service));
+    if (health ||
+        (described != nullptr &&
+         described->FindMethodByName(std::string(method)) != nullptr)) {
+      return {std::string(service), std::string(method)};
+    }
+  }
+  return {"unknown", "unknown"};
 }
 
 class RpcMetricsInterceptor : public grpc::experimental::Interceptor {

@@ -19,7 +19,10 @@ namespace deltastream {
 //   grpc_server_handling_seconds{grpc_service, grpc_method, grpc_code}
 //     (histogram; for a stream, its whole duration)
 // grpc_service is the full service name ("deltastream.v1.ReplicaLookup"),
-// grpc_code the canonical code's name ("OK", "NOT_FOUND").
+// grpc_code the canonical code's name ("OK", "NOT_FOUND"). A method the
+// binary does not serve (a name a client made up, answered UNIMPLEMENTED)
+// counts as grpc_service="unknown", grpc_method="unknown": clients cannot
+// add series.
 //
 // Usage, before the server starts:
 //   RpcMetrics rpc_metrics(*registry);

@@ -297,6 +297,7 @@ absl::Status CheckpointJob::Pull(bool* again) {
   // is unreachable for less than retry_s; otherwise the job ends, with OK
   // when it is stopping anyway.
   auto failed_call = [&](const absl::Status& status) {
+    acknowledged_.reset();  // a restarted trainer may read otherwise
     if (retry_.ShouldRetry(status, absl::Now())) {
       if (retry_.just_started()) {
         LogWarning(absl::StrFormat("%s; retrying for %ds", status.message(),
@@ -414,8 +415,17 @@ absl::Status CheckpointJob::Pull(bool* again) {
     }
   }
   // Commit what is on disk (acknowledged mode; elsewhere the read was final
-  // already and the server says so with FailedPrecondition). Not committed,
-  // the read comes again and only what the chain lacks is written.
+  // already: no commit, which the server would refuse, counted as an RPC
+  // error). Not committed, the read comes again and only what the chain
+  // lacks is written.
+  if (!acknowledged_.has_value()) {
+    absl::StatusOr<v1::StatusResponse> status = client_->Status();
+    if (!status.ok()) return failed_call(status.status());
+    acknowledged_ = status->acknowledged_reads();
+  }
+  if (!*acknowledged_) return absl::OkStatus();
+  // FailedPrecondition: the read is no longer pending (a later commit
+  // covered it): nothing to do.
   if (absl::Status commit = client_->Commit(options_.consumer, end);
       !commit.ok() && commit.code() != absl::StatusCode::kFailedPrecondition) {
     return failed_call(commit);

@@ -163,6 +163,9 @@ class CheckpointJob {
   HeldVersion chain_;
   bool opened_ = false;
   bool need_full_ = false;
+  // Whether the service reads in acknowledged mode (commits are due), from
+  // its Status; unknown again after a failed call.
+  std::optional<bool> acknowledged_;
   // Set when the job has added its consumer, until a read succeeds: an
   // "unknown consumer" in between (removed again at once) ends the job.
   bool consumer_added_ = false;

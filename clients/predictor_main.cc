@@ -55,6 +55,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "base/auth.h"
 #include "base/command_line.h"
@@ -224,13 +225,18 @@ int Main() {
   std::printf("listening on %s\n", started->address.c_str());
   std::fflush(stdout);
 
-  // Health follows readiness: SERVING once the replica is ready.
+  // Health follows readiness: SERVING once the replica is ready, and
+  // NOT_SERVING from the moment a stop is asked for (before lookups end, so
+  // that health-checking balancers move away first).
   absl::Notification stopped;
+  absl::Mutex health_mu;
+  bool stopping = false;  // guarded by health_mu
   std::thread health_watch([&] {
     bool serving = false;
     while (!stopped.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
       const bool ready = predictor.Status().ready();
-      if (ready != serving) {
+      absl::MutexLock lock(&health_mu);
+      if (!stopping && ready != serving) {
         health->SetServingStatus(ready);
         serving = ready;
       }
@@ -240,8 +246,13 @@ int Main() {
 
   TerminationWatch watch(
       signals,
-      [&predictor](int signal) {
+      [&](int signal) {
         Log(absl::StrCat("signal ", signal, ": stopping"));
+        {
+          absl::MutexLock lock(&health_mu);
+          stopping = true;
+          health->SetServingStatus(false);
+        }
         predictor.Stop();
       },
       [](int signal) {

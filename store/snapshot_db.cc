@@ -469,9 +469,12 @@ absl::StatusOr<std::optional<Snapshot>> SnapshotDb::Read(SnapshotInfo* info) {
     return corrupt("rows hold ", payload, " bytes, the manifest says ",
                    manifest.payload_bytes());
   }
-  if (info != nullptr) {
-    *info = *latest_;
-    info->elapsed = absl::Now() - start;
+  {
+    // The latest generation's description says how long it took to read
+    // (a restart's restore), not the 0 its reopening left.
+    std::lock_guard<std::mutex> latest_lock(latest_mu_);
+    latest_->elapsed = absl::Now() - start;
+    if (info != nullptr) *info = *latest_;
   }
   return std::optional<Snapshot>(std::move(snapshot));
 }

@@ -33,7 +33,8 @@ struct SnapshotInfo {
   absl::Time written_at = absl::InfinitePast();
   int64_t payload_bytes = 0;  // bytes of IDs and states
   int64_t owner_batch = 0;    // Snapshot::owner_batch
-  // How long the Write or Read that produced this took.
+  // How long the Write, or the Read since, of this generation took (0 for
+  // one an Open found and nothing read yet).
   absl::Duration elapsed;
 };
 

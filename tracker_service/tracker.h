@@ -236,6 +236,9 @@ struct TrackerState {
   int64_t current_batch = 0;
   int64_t compact_index = 0;
   std::vector<ConsumerState> consumers;
+  // The memory cap's counters when the state was saved, for operators
+  // reading a snapshot: RestoreState leaves them out (a process's counters
+  // start at 0, as Prometheus expects).
   int64_t cap_compactions = 0;
   int64_t cap_drops = 0;
   int64_t dropped_ids = 0;

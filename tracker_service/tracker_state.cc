@@ -163,10 +163,13 @@ absl::Status Tracker::RestoreState(TrackerState state) {
     curr_batch_ = state.current_batch;
     curr_compact_index_ = state.compact_index;
     consumers_ = std::move(consumers);
-    cap_compactions_ = state.cap_compactions;
-    cap_drops_ = state.cap_drops;
-    dropped_ids_ = state.dropped_ids;
-    dropped_bytes_ = state.dropped_bytes;
+    // The cap's counters are this process's (since start, as the
+    // consumers' are): a restored count would go down after a crash, which
+    // Prometheus reads as a reset and counts again.
+    cap_compactions_ = 0;
+    cap_drops_ = 0;
+    dropped_ids_ = 0;
+    dropped_bytes_ = 0;
     batch_opened_.clear();
     batch_opened_[curr_batch_] = Opened::Now();
     run_start_batch_ = curr_batch_;

@@ -34,6 +34,17 @@ absl::StatusOr<std::optional<Batch>> RankBatchSource::Next() {
   return std::optional<Batch>(*std::move(part));
 }
 
+absl::StatusOr<int64_t> RankBatchSource::Skip(int64_t batches) {
+  absl::StatusOr<int64_t> skipped = global_->Skip(batches);
+  // A rank whose source failed says 0, so that every rank leaves the
+  // collective; it returns its error, the others the fewest skipped.
+  absl::StatusOr<int64_t> all =
+      group_->AllReduceMin(skipped.ok() ? *skipped : 0, "data.skip");
+  if (!all.ok()) return all.status();
+  if (!skipped.ok()) return skipped.status();
+  return *all;
+}
+
 absl::StatusOr<Batch> RankExamples(const Batch& global, int rank,
                                    int world_size, int64_t batch_size) {
   if (global.size() != world_size * batch_size) {

@@ -37,6 +37,11 @@ class RankBatchSource : public BatchSource {
   RankBatchSource(std::unique_ptr<BatchSource> global, ProcessGroup* group,
                   int64_t batch_size, const std::atomic<bool>* stop);
   absl::StatusOr<std::optional<Batch>> Next() override;
+  // Skips `batches` global batches (the global source's Skip: no batch
+  // drawn where it can jump ahead), then agrees with the other ranks on how
+  // many were skipped (one all-reduce, "data.skip": the fewest). A
+  // collective, as Next() is.
+  absl::StatusOr<int64_t> Skip(int64_t batches) override;
 
   // Where the agreement reads the stop request (null: none).
   void set_stop(const std::atomic<bool>* stop) { stop_ = stop; }

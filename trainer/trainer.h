@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -152,7 +153,8 @@ class Trainer {
   at::Tensor loss_sum_;
   int64_t loss_count_ = 0;
   // The loss of the last progress line (for metrics).
-  double reported_loss_ = 0;
+  // NaN until the first progress line (a 0 would read as a perfect model).
+  double reported_loss_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 }  // namespace deltastream

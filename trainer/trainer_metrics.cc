@@ -27,7 +27,8 @@ TrainerMetrics::TrainerMetrics(prometheus::Registry& registry)
                                .Add({})),
       loss_(prometheus::BuildGauge()
                 .Name("deltastream_trainer_loss")
-                .Help("Loss of the latest step")
+                .Help("Mean loss of the steps of the latest progress line "
+                      "(NaN before the first)")
                 .Register(registry)
                 .Add({})),
       batch_(prometheus::BuildGauge()

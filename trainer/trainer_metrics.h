@@ -16,7 +16,8 @@ namespace deltastream {
 //   deltastream_trainer_steps_total           steps trained
 //   deltastream_trainer_examples_total        examples this rank trained
 //   deltastream_trainer_examples_per_second   this rank's, of the latest step
-//   deltastream_trainer_loss                  of the latest step
+//   deltastream_trainer_loss                  the latest progress line's mean
+//                                             (NaN before the first)
 //   deltastream_trainer_batch                 the latest step's batch index
 // Each rank serves its own; Prometheus sums examples_total across ranks and
 // aggregates the step-time histograms.

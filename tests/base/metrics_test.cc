@@ -4,6 +4,7 @@
 #include "base/metrics.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/client_unary_call.h>
 #include <gtest/gtest.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -116,6 +117,20 @@ TEST(RpcMetricsTest, CountsRpcsByMethodAndCode) {
   EXPECT_EQ(call(""), grpc::StatusCode::OK);
   EXPECT_EQ(call(""), grpc::StatusCode::OK);
   EXPECT_EQ(call("no.such.Service"), grpc::StatusCode::NOT_FOUND);
+  // Methods a client makes up are one series, not one each.
+  for (const char* made_up :
+       {"/x.Y/Random1", "/x.Y/Random2", "/grpc.health.v1.Health/Nope"}) {
+    grpc::ClientContext context;
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1), response;
+    const grpc::Status status =
+        grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+            channel.get(),
+            grpc::internal::RpcMethod(made_up,
+                                      grpc::internal::RpcMethod::NORMAL_RPC),
+            &context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << made_up;
+  }
   started->server->Shutdown(std::chrono::system_clock::now() +
                             std::chrono::seconds(2));
 
@@ -142,6 +157,12 @@ TEST(RpcMetricsTest, CountsRpcsByMethodAndCode) {
                         "Health\"} 2"),
             std::string::npos)
       << scrape;
+  EXPECT_NE(scrape.find("grpc_server_handled_total{grpc_code=\"UNIMPLEMENTED\","
+                        "grpc_method=\"unknown\",grpc_service=\"unknown\"} 3"),
+            std::string::npos)
+      << scrape;
+  EXPECT_EQ(scrape.find("Random"), std::string::npos) << scrape;
+  EXPECT_EQ(scrape.find("Nope"), std::string::npos) << scrape;
 }
 
 TEST(LogTest, TextLinesCarryTimeLevelAndProgram) {

@@ -264,6 +264,42 @@ TEST_F(MetricsScrapeTest, CheckpointJobServesMetrics) {
       << ReadText(log + ".err");
 }
 
+// A checkpoint job commits only where reads are acknowledged: elsewhere the
+// server refused every commit, one FAILED_PRECONDITION a link on its RPC
+// metrics, which an error-ratio alert took for a fault.
+TEST_F(MetricsScrapeTest, CheckpointJobCommitsOnlyAcknowledgedReads) {
+  for (const bool acknowledged : {false, true}) {
+    SCOPED_TRACE(acknowledged ? "acknowledged" : "not acknowledged");
+    const std::string config = work_ + "/plain.textproto";
+    std::ofstream(config) << "tracker { consumers: \"checkpoint\" "
+                          << (acknowledged ? "acknowledged_reads: true " : "")
+                          << "}\nlog_every_steps: 0\n";
+    const std::string log = work_ + "/plain_trainer.log";
+    ServerProcess trainer(
+        {"--config=" + config, "--steps=-1", "--metrics_listen=127.0.0.1:0"},
+        "trainer/trainer", log);
+    ASSERT_GT(trainer.port(), 0);
+    const int metrics_port = MetricsPort(log);
+    ASSERT_GT(metrics_port, 0) << ReadText(log);
+    const CommandResult job = RunCommand(
+        RunfilePath("clients/checkpoint_job") +
+        " --target=" + trainer.target() + " --dir=" + work_ + "/plain_chain_" +
+        (acknowledged ? "ack" : "final") + " --every_ms=100 --count=3");
+    ASSERT_EQ(job.exit_code, 0) << job.err;
+    const std::string scrape = ScrapeMetrics(metrics_port);
+    EXPECT_EQ(scrape.find("grpc_code=\"FAILED_PRECONDITION\",grpc_method="
+                          "\"Commit\""),
+              std::string::npos)
+        << scrape;
+    EXPECT_EQ(Value(scrape,
+                    "grpc_server_handled_total{grpc_code=\"OK\","
+                    "grpc_method=\"Commit\",grpc_service="
+                    "\"deltastream.v1.DeltaTracker\"}") >= 3,
+              acknowledged)
+        << scrape;
+  }
+}
+
 // The trainer serves its steps, its tracker and its service's RPCs.
 TEST_F(MetricsScrapeTest, TrainerServesStepTrackerAndRpcMetrics) {
   const std::string log = work_ + "/trainer.log";

@@ -168,6 +168,22 @@ TEST(TrackerMetricsTest, CountsResyncsAndDroppedRowsPerConsumer) {
   EXPECT_EQ(Value(scrape, dropped + "{consumer=\"slow\"}"),
             static_cast<double>((*tracker)->Status().dropped_ids));
   EXPECT_EQ(Value(scrape, resyncs + "{consumer=\"fast\"}"), 0);
+
+  // Restored from a snapshot (a restart), every counter starts again: the
+  // cap's came back from the snapshot while the consumers' did not, and
+  // went down after a crash, which Prometheus reads as a reset.
+  TrackerOptions same;
+  same.consumers = {"fast", "slow"};
+  same.memory_cap_bytes = 3 * 64 * 8 + 1;
+  absl::StatusOr<std::unique_ptr<Tracker>> restarted =
+      Tracker::Create(std::move(same));
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  ASSERT_TRUE((*restarted)->RestoreState((*tracker)->SaveState()).ok());
+  const TrackerStatus restored = (*restarted)->Status();
+  EXPECT_EQ(restored.dropped_ids, 0);
+  EXPECT_EQ(restored.dropped_bytes, 0);
+  EXPECT_EQ(restored.cap_drops, 0);
+  EXPECT_EQ(restored.cap_compactions, 0);
 }
 
 }  // namespace

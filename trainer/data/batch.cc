@@ -16,6 +16,15 @@ at::Tensor OnDevice(const at::Tensor& tensor, c10::Device device,
 
 }  // namespace
 
+absl::StatusOr<int64_t> BatchSource::Skip(int64_t batches) {
+  for (int64_t skipped = 0; skipped < batches; ++skipped) {
+    absl::StatusOr<std::optional<Batch>> batch = Next();
+    if (!batch.ok()) return batch.status();
+    if (!batch->has_value()) return skipped;
+  }
+  return batches;
+}
+
 absl::Status Batch::ConvertSparseDict() {
   if (!sparse_dict.has_value()) return absl::OkStatus();
   absl::StatusOr<KeyedJaggedTensor> converted =

@@ -54,6 +54,11 @@ class BatchSource {
  public:
   virtual ~BatchSource() = default;
   virtual absl::StatusOr<std::optional<Batch>> Next() = 0;
+  // Skips the next `batches` batches, as that many Next() calls would,
+  // without returning them (a trainer resuming from a checkpoint): the
+  // number skipped (fewer at the end of the data), or Next()'s error. This
+  // one calls Next(); a source that can jump ahead says so by overriding it.
+  virtual absl::StatusOr<int64_t> Skip(int64_t batches);
 };
 
 }  // namespace deltastream

@@ -20,6 +20,7 @@ constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ull;
 constexpr uint64_t kStreamSalt = 0x5851F42D4C957F2Dull;
 constexpr uint64_t kDenseSalt = 0xD1B54A32D192ED03ull;
 constexpr uint64_t kScatterSalt = 0xA0761D6478BD642Full;
+constexpr uint64_t kBatchSalt = 0xE7037ED1A0B428DBull;
 constexpr uint64_t kScoreSalt = 0xE7037ED1A0B428DBull;
 // The most IDs one batch may hold.
 constexpr int64_t kMaxIdsPerBatch = int64_t{1} << 31;
@@ -192,7 +193,8 @@ struct FeatureDraws {
 class SyntheticSource::Impl {
  public:
   explicit Impl(const SyntheticOptions& options)
-      : random_(Mix(Mix(options.seed) ^ Mix(options.stream ^ kStreamSalt))) {
+      : stream_key_(Mix(Mix(options.seed) ^ Mix(options.stream ^ kStreamSalt))),
+        random_(stream_key_) {
     for (const SyntheticFeature& feature : options.features) {
       keys_.push_back(feature.name);
       features_.push_back(FeatureDraws{
@@ -211,7 +213,12 @@ class SyntheticSource::Impl {
     }
   }
 
+  // Each batch draws from a generator of its own, seeded by (seed, stream,
+  // its index): batch k is the same whether the batches before it were
+  // drawn or skipped.
   absl::StatusOr<Batch> Next(const SyntheticOptions& options) {
+    random_ = Random(Mix(stream_key_ ^ Mix(next_batch_ + kBatchSalt)));
+    ++next_batch_;
     const int64_t b = options.batch_size;
     const int64_t num_dense = options.num_dense;
     const int64_t num_features = static_cast<int64_t>(features_.size());
@@ -291,8 +298,12 @@ class SyntheticSource::Impl {
     return batch;
   }
 
+  void Skip(int64_t batches) { next_batch_ += static_cast<uint64_t>(batches); }
+
  private:
-  Random random_;
+  const uint64_t stream_key_;
+  uint64_t next_batch_ = 0;  // the index of the batch Next() draws
+  Random random_;            // the current batch's draws
   std::vector<std::string> keys_;
   std::vector<FeatureDraws> features_;
   std::vector<double> dense_weights_;
@@ -378,6 +389,15 @@ absl::StatusOr<std::optional<Batch>> SyntheticSource::Next() {
       CatchTorchErrors([&] { return impl_->Next(options_); });
   if (!batch.ok()) return batch.status();
   return std::optional<Batch>(*std::move(batch));
+}
+
+absl::StatusOr<int64_t> SyntheticSource::Skip(int64_t batches) {
+  if (batches < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot skip ", batches, " batches"));
+  }
+  impl_->Skip(batches);
+  return batches;
 }
 
 }  // namespace deltastream

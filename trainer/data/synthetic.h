@@ -52,7 +52,9 @@ std::vector<SyntheticFeature> CriteoLikeFeatures(int64_t num_features,
 //
 // Determinism: the same options give bit-identical batches (on one build of
 // the library: the draws use their own generator and distributions, and the
-// standard maths library); another seed or stream gives other batches.
+// standard maths library); another seed or stream gives other batches. The
+// k-th batch depends only on the options and k (each batch has a generator
+// of its own), so Skip() jumps ahead at no cost.
 //
 // Batches: dense float [B, num_dense], standard normal. Sparse: one key per
 // feature, in the order given, int64 lengths and values; each example's
@@ -88,6 +90,8 @@ class SyntheticSource : public BatchSource {
 
   // The next batch; never std::nullopt, never an error.
   absl::StatusOr<std::optional<Batch>> Next() override;
+  // Jumps ahead: batch k depends only on the options and k.
+  absl::StatusOr<int64_t> Skip(int64_t batches) override;
 
   const SyntheticOptions& options() const { return options_; }
 
