@@ -3,6 +3,7 @@
 // loopback, and the two log formats.
 #include "base/metrics.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/client_unary_call.h>
 #include <gtest/gtest.h>
@@ -97,9 +98,12 @@ TEST(MetricsEndpointTest, RefusesMalformedAddresses) {
 TEST(RpcMetricsTest, CountsRpcsByMethodAndCode) {
   auto registry = std::make_shared<prometheus::Registry>();
   RpcMetrics rpc_metrics(*registry);
-  // A real server whose only service is the health service: a Check of an
-  // unknown service answers NOT_FOUND, of the server ("") OK.
+  // A real server with the health and reflection services (reflection, a
+  // sync service, is what lets the server start: health alone has none to
+  // be served from): a Check of an unknown service answers NOT_FOUND, of
+  // the server ("") OK.
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   std::vector<
       std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
