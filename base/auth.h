@@ -28,6 +28,12 @@ enum class Action {
 using NameRule = absl::Status (*)(absl::string_view what,
                                   absl::string_view name);
 
+// OK when `token` is 16 to 256 printable ASCII characters without spaces, as
+// a token file's tokens and a client's --token_file must be (gRPC aborts
+// the process that sends metadata with other bytes); InvalidArgument, one
+// line, otherwise.
+absl::Status CheckToken(absl::string_view token);
+
 // Bearer tokens with roles, from a token file (--auth_token_file):
 //
 //   # comment
@@ -50,12 +56,6 @@ using NameRule = absl::Status (*)(absl::string_view what,
 // time. Every valid token may inspect, which is all a predictor's lookup API
 // asks (the gRPC health service is not checked: probes carry no token).
 // Immutable after construction: thread-safe.
-// OK when `token` is 16 to 256 printable ASCII characters without spaces, as
-// a token file's tokens and a client's --token_file must be (gRPC aborts
-// the process that sends metadata with other bytes); InvalidArgument, one
-// line, otherwise.
-absl::Status CheckToken(absl::string_view token);
-
 class TokenAuthorizer {
  public:
   // InvalidArgument naming the line for a malformed file. `consumer_names`

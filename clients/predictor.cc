@@ -153,8 +153,8 @@ absl::Status Predictor::Run() {
     progressed_ = false;
     absl::Status status = Session();
     if (stopping_.load()) break;
-    if (status
-            .ok()) {  // a resync is due: now, unless the last one did not help
+    // A resync is due: now, unless the last one did not help.
+    if (status.ok()) {
       backoff = kFirstBackoff;
       if (full_reads_since_push_ == 0) {
         resync_wait = kFirstResyncWait;

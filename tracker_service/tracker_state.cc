@@ -163,13 +163,9 @@ absl::Status Tracker::RestoreState(TrackerState state) {
     curr_batch_ = state.current_batch;
     curr_compact_index_ = state.compact_index;
     consumers_ = std::move(consumers);
-    // The cap's counters are this process's (since start, as the
-    // consumers' are): a restored count would go down after a crash, which
-    // Prometheus reads as a reset and counts again.
-    cap_compactions_ = 0;
-    cap_drops_ = 0;
-    dropped_ids_ = 0;
-    dropped_bytes_ = 0;
+    // The cap's counters stay this process's (since start, as the
+    // consumers' are): state.cap_* are not taken, since a restored count
+    // would go down after a crash, which Prometheus reads as a reset.
     batch_opened_.clear();
     batch_opened_[curr_batch_] = Opened::Now();
     run_start_batch_ = curr_batch_;
