@@ -1,16 +1,20 @@
 """Offline checks of deploy/: the Kubernetes manifests against a small
 structural schema (k8s_schema.yaml) and against each other (Services and
 their pods, volumes and claims, probes and ports, grace period and drain,
-torchrun environment); the Dockerfile (stages, packages, binaries that exist
-as Bazel targets); the systemd units. Docker and a cluster cannot run here.
+torchrun environment) and their hardening (non-root pods without privileges,
+read-only root file systems, one checkpoint writer, least-privilege tokens,
+a pinned image); the Dockerfile (stages, packages, binaries that exist as
+Bazel targets, its non-root user) and its build context's .dockerignore;
+the systemd units and their sandboxing; the sample trainer configs. Docker
+and a cluster cannot run here.
 """
 
-import configparser
 import glob
 import os
 import re
 import shlex
 import subprocess
+import tempfile
 import unittest
 
 import yaml
@@ -100,10 +104,57 @@ class SchemaChecker:
                 self.errors.append(f"{where}: {type_name} needs {name}")
 
 
+WORKLOAD_KINDS = ("Job", "Deployment", "StatefulSet")
+
+
 def pod_specs(objects):
-    """(object name, pod template) of every Job and Deployment."""
+    """(object name, pod template) of every workload (Job, Deployment,
+    StatefulSet)."""
     return [(o["metadata"]["name"], o["spec"]["template"]) for _, o in objects
-            if o["kind"] in ("Job", "Deployment")]
+            if o["kind"] in WORKLOAD_KINDS]
+
+
+# Flags whose value is a path the binary writes (a directory or a file).
+WRITTEN_PATH_FLAGS = ("--checkpoint_dir", "--dir", "--db", "--replica_db",
+                      "--apply_log")
+
+
+def flag_values(args, flag):
+    return [a.split("=", 1)[1] for a in args if a.startswith(flag + "=")]
+
+
+def written_paths(args):
+    return [v for flag in WRITTEN_PATH_FLAGS for v in flag_values(args, flag)]
+
+
+def under(path_, directory):
+    directory = directory.rstrip("/")
+    return path_ == directory or path_.startswith(directory + "/")
+
+
+def trainer_config_text(objects):
+    return next(o for _, o in objects if o["kind"] == "ConfigMap" and
+                o["metadata"]["name"] == "deltastream-trainer")["data"][
+                    "trainer.textproto"]
+
+
+def config_drain(objects):
+    return int(re.search(r"drain_seconds:\s*(\d+)",
+                         trainer_config_text(objects)).group(1))
+
+
+# Which workload may mount each Secret, and why (docs/deploy.md). The
+# tracker's token file holds every token (operators' admin ones too): the
+# trainer, which serves the tracker, only. The predictor sends an admin token
+# (each pod adds its own consumer: AddConsumer is an admin call) and holds
+# its lookup API's own token file; the checkpoint job a token of role
+# "consumer checkpoint" (its consumer is declared in the trainer's config).
+SECRET_USERS = {
+    "deltastream-tracker-auth": "deltastream-trainer",
+    "deltastream-tls": "deltastream-trainer",
+    "deltastream-predictor-auth": "deltastream-predictor",
+    "deltastream-checkpoint-auth": "deltastream-checkpoint",
+}
 
 
 class ManifestsTest(unittest.TestCase):
@@ -118,7 +169,7 @@ class ManifestsTest(unittest.TestCase):
     def test_every_object_matches_the_schema(self):
         with open(path("tests/deploy/k8s_schema.yaml")) as f:
             checker = SchemaChecker(yaml.safe_load(f))
-        self.assertGreaterEqual(len(self.objects), 9)
+        self.assertGreaterEqual(len(self.objects), 10)
         for file, obj in self.objects:
             checker.check_object(f"{file}:{obj.get('kind')}/"
                                  f"{obj.get('metadata', {}).get('name')}", obj)
@@ -129,9 +180,22 @@ class ManifestsTest(unittest.TestCase):
             checker = SchemaChecker(yaml.safe_load(f))
         job = yaml.safe_load(yaml.safe_dump(self.by_kind["Job"][
             "deltastream-trainer"]))
-        job["spec"]["template"]["spec"]["containers"][0]["imagePullPolic"] = 1
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        container["imagePullPolic"] = 1
         job["spec"]["completions"] = "2"
+        container["securityContext"]["allowPrivilegeEscalaton"] = False
+        job["spec"]["template"]["spec"]["securityContext"][
+            "runAsNonRoot"] = "true"
         checker.check_object("job", job)
+        self.assertEqual(len(checker.errors), 4, checker.errors)
+        statefulset = yaml.safe_load(yaml.safe_dump(self.by_kind[
+            "StatefulSet"]["deltastream-checkpoint"]))
+        del statefulset["spec"]["serviceName"]
+        tmp = next(v for v in statefulset["spec"]["template"]["spec"][
+            "volumes"] if "emptyDir" in v)
+        tmp["emptyDir"] = {"sizeLimt": "1Gi"}
+        checker.errors = []
+        checker.check_object("statefulset", statefulset)
         self.assertEqual(len(checker.errors), 2, checker.errors)
 
     def test_services_select_pods_and_name_their_ports(self):
@@ -260,7 +324,6 @@ class ManifestsTest(unittest.TestCase):
             pod = template["spec"]
             volumes = {v["name"]: v for v in pod["volumes"]}
             for container in pod["containers"]:
-                self.assertEqual(container["image"], "deltastream:dev")
                 ports = {p["containerPort"] for p in container["ports"]}
                 self.assertIn(int(annotations["prometheus.io/port"]), ports)
                 for probe in ("startupProbe", "readinessProbe",
@@ -289,7 +352,7 @@ class ManifestsTest(unittest.TestCase):
                     self.assertIn(volume["configMap"]["name"], configs)
                 if "secret" in volume:
                     self.assertIn(volume["secret"]["secretName"],
-                                  ("deltastream-auth", "deltastream-tls"))
+                                  SECRET_USERS)
             has_grpc_probe = any("grpc" in c.get(p, {})
                                  for c in pod["containers"]
                                  for p in ("readinessProbe",))
@@ -297,16 +360,169 @@ class ManifestsTest(unittest.TestCase):
                 self.assertTrue(has_grpc_probe, name)
         self.assertEqual(used_claims, claims)  # no claim left unused
 
-    def test_predictor_lookups_take_the_trackers_tokens(self):
-        # The predictor's lookup API is guarded by the token file the
-        # tracker (the trainer's config) uses, from the same Secret.
-        config = self.by_kind["ConfigMap"]["deltastream-trainer"]["data"][
-            "trainer.textproto"]
+    def test_pods_run_as_non_root_without_privileges(self):
+        # Every pod: a numeric non-root user and group (the image's, see
+        # DockerfileTest), the runtime's default seccomp profile, no service
+        # account token; every container: no privilege escalation, no
+        # capability, a read-only root file system.
+        for name, template in pod_specs(self.objects):
+            pod = template["spec"]
+            self.assertIs(pod.get("automountServiceAccountToken"), False, name)
+            context = pod.get("securityContext", {})
+            self.assertIs(context.get("runAsNonRoot"), True, name)
+            for field in ("runAsUser", "runAsGroup", "fsGroup"):
+                self.assertIsInstance(context.get(field), int, name)
+                self.assertGreater(context[field], 0, f"{name} {field}")
+            self.assertEqual(context.get("seccompProfile"),
+                             {"type": "RuntimeDefault"}, name)
+            for container in pod["containers"]:
+                where = f"{name}/{container['name']}"
+                security = container.get("securityContext", {})
+                self.assertIs(security.get("allowPrivilegeEscalation"), False,
+                              where)
+                self.assertIs(security.get("readOnlyRootFilesystem"), True,
+                              where)
+                self.assertNotIn("privileged", security, where)
+                self.assertEqual(security.get("capabilities"),
+                                 {"drop": ["ALL"]}, where)
+                for field in ("runAsUser", "runAsGroup"):  # the pod's only
+                    self.assertNotIn(field, security, where)
+
+    def test_written_paths_are_writable_volumes(self):
+        # With a read-only root file system, every path a binary writes (its
+        # directory and file flags, and /tmp for the libraries) must lie on
+        # a writable volume: an emptyDir or a claim, mounted read-write.
+        for name, template in pod_specs(self.objects):
+            pod = template["spec"]
+            volumes = {v["name"]: v for v in pod["volumes"]}
+            for container in pod["containers"]:
+                mounts = sorted(container["volumeMounts"],
+                                key=lambda m: len(m["mountPath"]))
+                paths = written_paths(container.get("args", [])) + ["/tmp"]
+                for written in paths:
+                    mount = [m for m in mounts
+                             if under(written, m["mountPath"])]
+                    self.assertTrue(mount, f"{name}: {written} is on the "
+                                    "read-only root file system")
+                    mount = mount[-1]  # the innermost
+                    self.assertFalse(mount.get("readOnly", False),
+                                     f"{name}: {written}")
+                    volume = volumes[mount["name"]]
+                    self.assertTrue("emptyDir" in volume or
+                                    "persistentVolumeClaim" in volume,
+                                    f"{name}: {written}")
+                    if "emptyDir" in volume:  # bounded: no node disk filled
+                        self.assertIn("sizeLimit", volume["emptyDir"],
+                                      f"{name}: {written}")
+
+    def test_the_checkpoint_job_cannot_run_two_pods(self):
+        # Two writers on one chain (and one consumer) must be impossible: a
+        # Deployment replaces an evicted or unreachable pod at once, while it
+        # may still run. A StatefulSet of one replica makes the next pod only
+        # once the previous one is gone.
+        workloads = [o for _, o in self.objects
+                     if o["kind"] in WORKLOAD_KINDS and
+                     o["spec"]["template"]["spec"]["containers"][0][
+                         "command"][0] == "checkpoint_job"]
+        self.assertEqual(len(workloads), 1)
+        workload = workloads[0]
+        self.assertEqual(workload["kind"], "StatefulSet")
+        spec = workload["spec"]
+        self.assertEqual(spec["replicas"], 1)
+        self.assertEqual(spec.get("podManagementPolicy", "OrderedReady"),
+                         "OrderedReady")
+        strategy = spec.get("updateStrategy", {})
+        self.assertEqual(strategy.get("type", "RollingUpdate"),
+                         "RollingUpdate")
+        self.assertNotIn("maxUnavailable", strategy.get("rollingUpdate", {}))
+        service = self.by_kind["Service"][spec["serviceName"]]
+        self.assertEqual(service["spec"]["clusterIP"], "None")
+        # Nothing else writes its chain.
+        claims = {v["persistentVolumeClaim"]["claimName"]
+                  for v in spec["template"]["spec"]["volumes"]
+                  if "persistentVolumeClaim" in v}
+        for name, template in pod_specs(self.objects):
+            if name == workload["metadata"]["name"]:
+                continue
+            for volume in template["spec"]["volumes"]:
+                if "persistentVolumeClaim" in volume:
+                    self.assertNotIn(
+                        volume["persistentVolumeClaim"]["claimName"], claims,
+                        name)
+
+    def test_each_workload_mounts_only_the_tokens_it_needs(self):
+        # Only the trainer mounts the tracker's token file (every token,
+        # admin ones among them); the predictor its own Secret (an admin
+        # token: it adds its consumer; its lookup API's token file); the
+        # checkpoint job a Secret of its own with a consumer token, which
+        # cannot add a consumer: the trainer's config declares its.
+        mounted_by = {}
+        for name, template in pod_specs(self.objects):
+            pod = template["spec"]
+            secrets = {v["name"]: v["secret"]["secretName"]
+                       for v in pod["volumes"] if "secret" in v}
+            for secret in secrets.values():
+                self.assertEqual(SECRET_USERS.get(secret), name,
+                                 f"{name} mounts {secret}")
+                mounted_by.setdefault(secret, set()).add(name)
+            for container in pod["containers"]:
+                for env in container.get("env", []):
+                    ref = env.get("valueFrom", {}).get("secretKeyRef")
+                    if ref:
+                        self.assertEqual(SECRET_USERS.get(ref["name"]), name,
+                                         f"{name} reads {ref['name']}")
+                # Token files come from the workload's own Secret.
+                mounts = {m["mountPath"]: secrets.get(m["name"])
+                          for m in container["volumeMounts"]}
+                args = container.get("args", [])
+                for flag in ("--token_file", "--auth_token_file"):
+                    for file in flag_values(args, flag):
+                        owner = [s for p, s in mounts.items()
+                                 if s and under(file, p)]
+                        self.assertEqual(len(owner), 1, f"{name} {file}")
+                        self.assertEqual(SECRET_USERS[owner[0]], name)
+                        self.assertNotEqual(owner[0],
+                                            "deltastream-tracker-auth",
+                                            f"{name}: {flag} is the "
+                                            "tracker's token file")
+        self.assertEqual(mounted_by.get("deltastream-tracker-auth"),
+                         {"deltastream-trainer"})
+        # The tracker's token file is the tracker Secret's.
+        config = trainer_config_text(self.objects)
         tokens = re.search(r'auth_token_file:\s*"([^"]+)"', config).group(1)
-        pod = self.by_kind["Deployment"]["deltastream-predictor"]["spec"][
+        trainer = self.by_kind["Job"]["deltastream-trainer"]["spec"][
             "template"]["spec"]
-        self.assertIn(f"--auth_token_file={tokens}",
-                      pod["containers"][0]["args"])
+        secrets = {v["name"]: v["secret"]["secretName"]
+                   for v in trainer["volumes"] if "secret" in v}
+        self.assertIn("deltastream-tracker-auth",
+                      [secrets.get(m["name"]) for m in
+                       trainer["containers"][0]["volumeMounts"]
+                       if under(tokens, m["mountPath"])])
+        # The checkpoint job's consumer token cannot add its consumer: the
+        # trainer declares it.
+        job = self.by_kind["StatefulSet"]["deltastream-checkpoint"]["spec"][
+            "template"]["spec"]["containers"][0]
+        consumer = flag_values(job["args"], "--consumer")
+        declared = re.findall(r'consumers:\s*"([^"]+)"', config)
+        self.assertEqual(len(consumer), 1)
+        self.assertIn(consumer[0], declared)
+
+    def test_images_name_one_pinned_version(self):
+        # One image, at an explicit version (never a moving tag such as
+        # dev or latest), as the Dockerfile's build line tags it; a digest
+        # may follow.
+        images = {c["image"] for _, t in pod_specs(self.objects)
+                  for c in t["spec"]["containers"]}
+        self.assertEqual(len(images), 1, images)
+        image = images.pop()
+        match = re.fullmatch(
+            r"(?P<name>[a-z0-9][a-z0-9._/:-]*?):(?P<tag>[\w][\w.-]*)"
+            r"(?P<digest>@sha256:[0-9a-f]{64})?", image)
+        self.assertIsNotNone(match, image)
+        self.assertRegex(match["tag"], r"^v?\d+\.\d+\.\d+([-+.][\w.]+)?$")
+        with open(path("deploy/Dockerfile")) as f:
+            built = re.findall(r"docker build .*-t (\S+)", f.read())
+        self.assertEqual(set(built), {f"{match['name']}:{match['tag']}"})
 
     def test_commands_are_binaries_of_the_image_and_take_their_flags(self):
         binaries = dockerfile_binaries()
@@ -407,36 +623,338 @@ class DockerfileTest(unittest.TestCase):
             # The test depends on these targets: they build and are here.
             self.assertTrue(os.access(path(binary), os.X_OK), binary)
 
+    def test_runtime_runs_as_the_pods_numeric_non_root_user(self):
+        # The runtime stage makes a user and group of fixed ids, owns its
+        # working directory to them, and runs as them by number (a runtime
+        # can tell a number is not root; runAsNonRoot needs that), the ids
+        # every pod's securityContext names.
+        runtime = self.instructions[next(
+            i for i, line in enumerate(self.instructions)
+            if line.startswith("FROM") and line.endswith("AS runtime")):]
+        users = [i.split()[1] for i in runtime if i.startswith("USER ")]
+        self.assertEqual(len(users), 1, users)
+        match = re.fullmatch(r"(\d+):(\d+)", users[0])
+        self.assertIsNotNone(match, f"USER {users[0]}: not uid:gid numbers")
+        uid, gid = int(match.group(1)), int(match.group(2))
+        self.assertGreater(uid, 0)
+        self.assertGreater(gid, 0)
+        run = " ".join(i for i in runtime if i.startswith("RUN "))
+        self.assertRegex(run, rf"groupadd [^&]*--gid {gid} deltastream")
+        self.assertRegex(run, rf"useradd [^&]*--uid {uid} [^&]*--gid {gid} ")
+        workdir = [i.split()[1] for i in runtime if i.startswith("WORKDIR ")]
+        self.assertEqual(len(workdir), 1)
+        self.assertIn(f"chown {uid}:{gid} {workdir[0]}", run)
+        for name, template in pod_specs(load_manifests()):
+            context = template["spec"].get("securityContext", {})
+            self.assertEqual(
+                (context.get("runAsUser"), context.get("runAsGroup"),
+                 context.get("fsGroup")), (uid, gid, gid), name)
+
+
+def dockerignore_patterns(text):
+    """(negated, regex) of each pattern of a .dockerignore, in order, as
+    Docker reads them (moby/patternmatcher): relative to the context root,
+    * and ? within one path element, ** across elements, ! an exception;
+    a pattern that matches a directory excludes what is under it."""
+    patterns = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        line = os.path.normpath(line.lstrip("!").strip()).lstrip("/")
+        regex, i = "", 0
+        while i < len(line):
+            if line.startswith("**/", i):
+                regex, i = regex + "(.*/)?", i + 3
+            elif line.startswith("**", i):
+                regex, i = regex + ".*", i + 2
+            elif line[i] == "*":
+                regex, i = regex + "[^/]*", i + 1
+            elif line[i] == "?":
+                regex, i = regex + "[^/]", i + 1
+            else:
+                regex, i = regex + re.escape(line[i]), i + 1
+        patterns.append((negated, re.compile(regex)))
+    return patterns
+
+
+def dockerignored(patterns, relative):
+    """Whether Docker leaves `relative` (a file's path in the context) out."""
+    parts = relative.split("/")
+    prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    excluded = False
+    for negated, regex in patterns:
+        if any(regex.fullmatch(p) for p in prefixes):
+            excluded = not negated
+    return excluded
+
+
+def dockerignore_file():
+    """The build context's .dockerignore (//:.dockerignore, a runfile)."""
+    return path(".dockerignore")
+
+
+class DockerignoreTest(unittest.TestCase):
+    """The build context is the repository root (docker build -f
+    deploy/Dockerfile .): .dockerignore must keep what the build reads and
+    leave out build outputs, VCS data and local artefacts."""
+
+    def test_dockerignore_keeps_the_sources_and_drops_the_rest(self):
+        file = dockerignore_file()
+        self.assertTrue(os.path.exists(file), f"no {file}")
+        with open(file) as f:
+            patterns = dockerignore_patterns(f.read())
+        with open(path("deploy/Dockerfile")) as f:
+            dockerfile = re.sub(r"\\\n", " ", f.read())
+        # What the Dockerfile copies from the context by name, and what the
+        # Bazel build in it reads: the workspace, the packages of its
+        # targets, the local repositories the WORKSPACE points at.
+        needed = ["WORKSPACE", ".bazelrc", "BUILD.bazel",
+                  "third_party/bazel/rules_cc/defs.bzl",
+                  "proto/trainer_config.proto", "deploy/BUILD.bazel"]
+        for line in dockerfile.splitlines():
+            words = line.split()
+            if words[:1] == ["COPY"] and not any(
+                    w.startswith("--from") for w in words):
+                for source in words[1:-1]:
+                    source = source.rstrip("/")
+                    if source == ".":
+                        continue
+                    if os.path.isdir(path(source)):
+                        needed += [os.path.relpath(p, ROOT) for p in
+                                   glob.glob(path(source + "/*"))]
+                    else:
+                        needed.append(source)
+        for target in re.findall(r"//(\w+):", dockerfile):
+            needed.append(f"{target}/BUILD.bazel")
+        self.assertIn("deploy/install-deps.sh", needed)
+        self.assertIn("deploy/configs/criteo.textproto", needed)
+        for relative in needed:
+            self.assertFalse(dockerignored(patterns, relative), relative)
+        for relative in (".git/HEAD", "bazel-bin/trainer/trainer",
+                         "bazel-out/k8-opt/bin/x", "bazel-main/WORKSPACE",
+                         "bazel-testlogs/tests/deploy/test.log",
+                         "build/CMakeCache.txt", "build-asan/trainer",
+                         ".debs/libtorch-dev.deb", "trainer.log",
+                         "tests/integration/run.log", ".cache/bazel/x",
+                         "clients/python/deltastream/__pycache__/a.pyc"):
+            self.assertTrue(dockerignored(patterns, relative), relative)
+
+    def test_the_matcher_reads_patterns_as_docker(self):
+        patterns = dockerignore_patterns(
+            "# c\n/bazel-*\n**/*.log\nbuild\n!build/keep\n")
+        self.assertTrue(dockerignored(patterns, "bazel-out/a/b"))
+        self.assertFalse(dockerignored(patterns, "x/bazel-out"))
+        self.assertTrue(dockerignored(patterns, "a.log"))
+        self.assertTrue(dockerignored(patterns, "a/b/c.log"))
+        self.assertTrue(dockerignored(patterns, "build/x"))
+        self.assertFalse(dockerignored(patterns, "build/keep"))
+        self.assertFalse(dockerignored(patterns, "trainer/build.cc"))
+
+
+def parse_unit(file):
+    """A systemd unit file as {section: {key: [values]}} (a key may repeat,
+    as systemd allows; '#' and ';' start comments)."""
+    sections, current = {}, None
+    with open(file) as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("[") and line.endswith("]"):
+                current = sections.setdefault(line[1:-1], {})
+                continue
+            if current is None or "=" not in line:
+                raise AssertionError(f"{file}:{number}: not key=value "
+                                     f"in a section: {line}")
+            key, value = line.split("=", 1)
+            current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+def unit_files():
+    return sorted(glob.glob(path("deploy/systemd/*.service")))
+
+
+# Sandboxing every unit has (systemd.exec(5)); docs/deploy.md says why.
+UNIT_HARDENING = {
+    "NoNewPrivileges": "yes",
+    "ProtectSystem": "strict",
+    "ProtectHome": "yes",
+    "PrivateTmp": "yes",
+    "ProtectKernelTunables": "yes",
+    "ProtectKernelModules": "yes",
+    "ProtectKernelLogs": "yes",
+    "ProtectControlGroups": "yes",
+    "ProtectClock": "yes",
+    "RestrictNamespaces": "yes",
+    "RestrictRealtime": "yes",
+    "RestrictSUIDSGID": "yes",
+    "LockPersonality": "yes",
+    "CapabilityBoundingSet": "",
+    "SystemCallArchitectures": "native",
+}
+
 
 class SystemdTest(unittest.TestCase):
 
     def test_units_parse_and_run_binaries_of_the_image(self):
         binaries = dockerfile_binaries()
-        units = sorted(glob.glob(path("deploy/systemd/*.service")))
+        units = unit_files()
         self.assertEqual(len(units), 4)
         for unit in units:
-            parser = configparser.ConfigParser(interpolation=None,
-                                               strict=True)
-            parser.optionxform = str
-            parser.read(unit)
-            self.assertEqual(set(parser.sections()),
-                             {"Unit", "Service", "Install"}, unit)
-            command = shlex.split(parser["Service"]["ExecStart"])
+            sections = parse_unit(unit)
+            self.assertEqual(set(sections), {"Unit", "Service", "Install"},
+                             unit)
+            service = sections["Service"]
+            for key, values in service.items():
+                if key not in ("SystemCallFilter", "ReadWritePaths",
+                               "ReadOnlyPaths", "InaccessiblePaths"):
+                    self.assertEqual(len(values), 1, f"{unit}: {key}")
+            command = shlex.split(service["ExecStart"][0])
             self.assertTrue(command[0].startswith("/usr/local/bin/"), unit)
             self.assertIn(os.path.basename(command[0]), binaries, unit)
             args = [a.replace("%i", "2") for a in command[1:]]
             self.assertEqual(unknown_flags(
                 BINARY_PATHS[os.path.basename(command[0])], args), set(), unit)
-            self.assertIn("TimeoutStopSec", parser["Service"], unit)
-            self.assertEqual(parser["Service"]["User"], "deltastream", unit)
-        with open(path("deploy/systemd/deltastream-trainer.service")) as f:
-            timeout = int(re.search(r"TimeoutStopSec=(\d+)", f.read())
-                          .group(1))
-        config = load_manifests()
-        drain = max(int(m) for _, o in config if o["kind"] == "ConfigMap"
-                    for m in re.findall(r"drain_seconds:\s*(\d+)",
-                                        o["data"]["trainer.textproto"]))
-        self.assertGreater(timeout, drain)
+            self.assertIn("TimeoutStopSec", service, unit)
+            self.assertEqual(service["User"], ["deltastream"], unit)
+
+    def test_units_are_sandboxed_and_write_only_their_state(self):
+        for unit in unit_files():
+            service = parse_unit(unit)["Service"]
+            for key, value in UNIT_HARDENING.items():
+                self.assertEqual(service.get(key), [value], f"{unit}: {key}")
+            self.assertNotIn("AmbientCapabilities", [
+                k for k, v in service.items() if v != [""]], unit)
+            # IP and Unix sockets; netlink for the trainer only (Gloo and
+            # NCCL list interfaces).
+            families = set(service["RestrictAddressFamilies"][0].split())
+            allowed = {"AF_INET", "AF_INET6", "AF_UNIX"}
+            if unit.endswith("deltastream-trainer.service"):
+                allowed.add("AF_NETLINK")
+            self.assertLessEqual(families, allowed, unit)
+            self.assertLessEqual({"AF_INET", "AF_UNIX"}, families, unit)
+            self.assertIn("@system-service", service["SystemCallFilter"],
+                          unit)
+            self.assertNotEqual(service.get("DynamicUser"), ["yes"], unit)
+            # ProtectSystem=strict: what the binary writes (its directory
+            # flags, its working directory's files) must be a state
+            # directory of the unit or one of its ReadWritePaths.
+            writable = ["/var/lib/" + d.replace("%i", "2")
+                        for v in service.get("StateDirectory", [])
+                        for d in v.split()]
+            writable += [p.replace("%i", "2").lstrip("-")
+                         for v in service.get("ReadWritePaths", [])
+                         for p in v.split()]
+            self.assertTrue(writable, unit)
+            args = [a.replace("%i", "2")
+                    for a in shlex.split(service["ExecStart"][0])[1:]]
+            written = written_paths(args)
+            self.assertTrue(written, unit)
+            written += service.get("WorkingDirectory", [])
+            for file in written:
+                self.assertTrue(any(under(file, w) for w in writable),
+                                f"{unit}: {file} is read-only")
+
+    def test_trainer_unit_drains_as_the_kubernetes_trainer(self):
+        # The same drain as deploy/k8s's (--drain_s, whatever config is
+        # installed), a stop timeout that exceeds it by as much as the pod's
+        # grace period does, and SIGTERM to the main process only: with
+        # --nproc_per_node its launcher forwards it, and a rank signalled
+        # twice would exit at once.
+        service = parse_unit(path(
+            "deploy/systemd/deltastream-trainer.service"))["Service"]
+        args = shlex.split(service["ExecStart"][0])[1:]
+        drain = flag_values(args, "--drain_s")
+        self.assertEqual(len(drain), 1, "the trainer unit sets no drain")
+        objects = load_manifests()
+        self.assertEqual(float(drain[0]), config_drain(objects))
+        timeout = int(service["TimeoutStopSec"][0])
+        self.assertGreater(timeout, float(drain[0]) + 30)
+        grace = next(o for _, o in objects if o["kind"] == "Job")["spec"][
+            "template"]["spec"]["terminationGracePeriodSeconds"]
+        self.assertEqual(timeout, grace)
+        self.assertEqual(service["KillSignal"], ["SIGTERM"])
+        self.assertEqual(service.get("KillMode"), ["mixed"])
+
+    @unittest.skipUnless(os.access("/usr/bin/systemd-analyze", os.X_OK),
+                         "no systemd-analyze")
+    def test_systemd_accepts_the_units_and_rates_them_hardened(self):
+        # systemd itself reads each unit (an unknown or misspelt setting,
+        # a bad value) and scores its exposure offline (0 safest, 10 none
+        # of its sandboxing): at most 2.5 ("OK"); the units without
+        # sandboxing scored 9.2.
+        with tempfile.TemporaryDirectory(
+                dir=os.environ.get("TEST_TMPDIR")) as root:
+            units_dir = os.path.join(root, "etc/systemd/system")
+            bin_dir = os.path.join(root, "usr/local/bin")
+            os.makedirs(units_dir)
+            os.makedirs(bin_dir)
+            for binary in BINARY_PATHS:
+                fake = os.path.join(bin_dir, binary)
+                with open(fake, "w") as f:
+                    f.write("#!/bin/sh\n")
+                os.chmod(fake, 0o755)
+            names = []
+            for unit in unit_files():
+                name = os.path.basename(unit)
+                with open(unit) as f, open(os.path.join(units_dir, name),
+                                           "w") as out:
+                    out.write(f.read())
+                names.append(name.replace("@.service", "@2.service"))
+            for name in names:
+                verify = subprocess.run(
+                    ["/usr/bin/systemd-analyze", "verify", "--man=no",
+                     f"--root={root}", name],
+                    capture_output=True, text=True, timeout=60)
+                complaints = [
+                    line for line in (verify.stdout + verify.stderr)
+                    .splitlines() if re.search(
+                        r"Unknown|Failed to parse|[Ii]nvalid|ignoring|"
+                        r"not executable|[Mm]issing", line)]
+                self.assertEqual(complaints, [], name)
+                security = subprocess.run(
+                    ["/usr/bin/systemd-analyze", "security", "--offline=yes",
+                     f"--root={root}", "--no-pager", name],
+                    capture_output=True, text=True, timeout=60)
+                score = re.search(r"Overall exposure level for \S+: "
+                                  r"([\d.]+)", security.stdout)
+                self.assertIsNotNone(score, security.stdout[-500:] +
+                                     security.stderr[-500:])
+                self.assertLessEqual(float(score.group(1)), 2.5, name)
+
+
+class SampleConfigsTest(unittest.TestCase):
+    """deploy/configs/: the sample trainer configs (also in the image)."""
+
+    def test_configs_parse_and_listen_on_loopback_without_tokens(self):
+        # A tracker without tokens lets any caller read every row and add,
+        # remove or clear consumers: a sample that listens beyond loopback
+        # must set auth_token_file.
+        configs = sorted(glob.glob(path("deploy/configs/*.textproto")))
+        self.assertGreaterEqual(len(configs), 3)
+        for config in configs:
+            with open(config, "rb") as f:
+                text = f.read()
+            result = subprocess.run(
+                ["/usr/bin/protoc", f"--proto_path={ROOT}",
+                 "--encode=deltastream.v1.TrainerConfig",
+                 "proto/trainer_config.proto"],
+                input=text, capture_output=True, timeout=30)
+            self.assertEqual(result.returncode, 0,
+                             f"{config}: {result.stderr.decode()}")
+            text = "\n".join(line.split("#")[0]
+                             for line in text.decode().splitlines())
+            for listen in re.findall(r'\blisten:\s*"([^"]*)"', text):
+                host = listen.rsplit(":", 1)[0].strip("[]")
+                loopback = host in ("localhost", "::1") or \
+                    host.startswith("127.")
+                if not loopback:
+                    self.assertIsNotNone(
+                        re.search(r'auth_token_file:\s*"[^"]+"', text),
+                        f"{config}: listens on {listen} without tokens")
 
 
 if __name__ == "__main__":
