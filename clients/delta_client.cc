@@ -372,7 +372,8 @@ absl::Status CheckRowsCovered(const ReceivedDelta& delta) {
 }
 
 // Adds a dense parameter, or a piece of one (NamedTensor.piece_of), to
-// `delta`: pieces in order, each continuing the last parameter.
+// `delta`: pieces in order, each continuing the last parameter; a name
+// once per delta.
 absl::Status AddDenseParameter(const v1::NamedTensor& named,
                                ReceivedDelta& delta) {
   const std::string& name = named.name();
@@ -382,6 +383,12 @@ absl::Status AddDenseParameter(const v1::NamedTensor& named,
   absl::StatusOr<at::Tensor> tensor = DecodeTensor(named.tensor());
   if (!tensor.ok()) return bad(tensor.status().message());
   const int64_t received = delta.dense_elements_received;
+  const bool starts = named.piece_of_size() == 0 || named.piece_offset() == 0;
+  if (starts &&
+      std::any_of(delta.dense.begin(), delta.dense.end(),
+                  [&name](const auto& p) { return p.first == name; })) {
+    return bad("sent twice");
+  }
   if (named.piece_of_size() == 0) {
     if (received > 0) return bad("a whole parameter within another's pieces");
     delta.dense.emplace_back(name, *std::move(tensor));

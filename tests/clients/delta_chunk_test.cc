@@ -163,6 +163,28 @@ TEST(DeltaChunkTest, DensePiecesOutOfOrderOrCutShortAreDataLoss) {
   EXPECT_EQ(refused(other_type).code(), absl::StatusCode::kDataLoss);
 }
 
+// A parameter named twice would leave a consumer two values for one name.
+TEST(DeltaChunkTest, ADenseParameterSentTwiceIsDataLoss) {
+  const at::Tensor whole = at::randn({4});
+  const at::Tensor big = at::randn({5, 7});
+  std::vector<v1::DeltaChunk> chunks = DenseChunks(whole, big, 12);
+  chunks.back().set_last(false);
+  std::vector<v1::DeltaChunk> again = DenseChunks(whole, big, 100);
+  chunks.push_back(again[1]);  // "big" again, in one piece
+  chunks.back().set_last(true);
+  chunks.front().mutable_header()->set_dense_parameters(3);
+  ReceivedDelta delta;
+  absl::Status twice = AddAll(chunks, delta);
+  EXPECT_EQ(twice.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(twice.message().find("'big': sent twice"), std::string::npos)
+      << twice;
+  v1::DeltaChunk whole_again = chunks.front();
+  whole_again.clear_header();
+  ReceivedDelta other;
+  EXPECT_EQ(AddAll({chunks.front(), whole_again}, other).code(),
+            absl::StatusCode::kDataLoss);
+}
+
 // Rows a server left out would be read uninitialised: a table's chunks must
 // come in row order and cover every row of each tensor by the last chunk.
 TEST(DeltaChunkTest, RowsLeftOutOrOutOfOrderAreDataLoss) {
