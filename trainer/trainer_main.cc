@@ -62,6 +62,7 @@
 #include "base/metrics.h"
 #include "base/process.h"
 #include "base/rpc_metrics.h"
+#include "tracker_service/names.h"
 #include "tracker_service/tracker_metrics.h"
 #include "trainer/comm/core_binding.h"
 #include "trainer/comm/local_launcher.h"
@@ -69,6 +70,7 @@
 #include "trainer/comm/torchrun_env.h"
 #include "trainer/config.h"
 #include "trainer/config_defaults.h"
+#include "trainer/planner/topology.h"
 #include "trainer/sharding/sharding_plan.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_metrics.h"
@@ -90,8 +92,9 @@ ABSL_FLAG(double, drain_s, -1,
           "consumer has read the final batch");
 ABSL_FLAG(int, nproc_per_node, 0,
           "start this many local ranks of this binary (torchrun --standalone "
-          "--nproc_per_node); 0: run as the one process (or the rank) that "
-          "the environment says");
+          "--nproc_per_node), at most the planner's largest world "
+          "(trainer/planner/topology.h); 0: run as the one process (or the "
+          "rank) that the environment says");
 ABSL_FLAG(int, master_port, 0,
           "with --nproc_per_node: the c10d store's port (0: a free one)");
 ABSL_FLAG(int, max_restarts, 0,
@@ -289,6 +292,14 @@ absl::StatusOr<v1::TrainerConfig> ConfigFromCommandLine() {
     return absl::InvalidArgumentError(
         "--collective_timeout_s must be a number of seconds > 0");
   }
+  // Every local rank is forked at once: bounded by the largest world a
+  // sharding plan is for, refused before any rank starts.
+  if (const int ranks = absl::GetFlag(FLAGS_nproc_per_node);
+      ranks < 0 || ranks > planner::kMaxWorldSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nproc_per_node must be in [0, ", planner::kMaxWorldSize,
+                     "] (the planner's largest world), got ", ranks));
+  }
   if (absl::GetFlag(FLAGS_max_restarts) < 0) {
     return absl::InvalidArgumentError("--max_restarts must be >= 0");
   }
@@ -337,14 +348,14 @@ absl::StatusOr<v1::TrainerConfig> ConfigFromCommandLine() {
       !consumers.empty()) {
     config.mutable_tracker()->clear_consumers();
     // Every name counts, as in tracker_server's --consumers: "a,,b" is
-    // refused, not read as a,b (the tracker checks the rest of the rule).
-    for (absl::string_view c : absl::StrSplit(consumers, ',')) {
-      if (c.empty()) {
+    // refused by the name rule (tracker_service/names.h), not read as a,b.
+    for (absl::string_view name : absl::StrSplit(consumers, ',')) {
+      if (absl::Status valid = ValidateName("consumer name", name);
+          !valid.ok()) {
         return absl::InvalidArgumentError(
-            "--consumers: consumer name must be 1 to 256 bytes, got 0 (an "
-            "empty name: a leading, trailing or doubled comma)");
+            absl::StrCat("--consumers: ", valid.message()));
       }
-      config.mutable_tracker()->add_consumers(std::string(c));
+      config.mutable_tracker()->add_consumers(std::string(name));
     }
   }
   if (FlagGiven("drain_s")) {
@@ -441,9 +452,6 @@ absl::Status AgreeOnConfig(const std::string& mine, ProcessGroup& group) {
 int Main(int argc, char** argv) {
   KeepHostMemoryForReuse();
   const sigset_t signals = BlockTerminationSignals();
-  if (absl::GetFlag(FLAGS_nproc_per_node) < 0) {
-    return Fail(kExitUsage, "--nproc_per_node must be >= 0");
-  }
   // For the lines its libraries log (snapshots, the tracker, the service);
   // the trainer's own "trainer: ..." lines keep their form.
   if (absl::Status logging = InitLogging("trainer"); !logging.ok()) {

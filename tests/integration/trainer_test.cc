@@ -159,19 +159,29 @@ TEST(TrainerTest, BadConfigIsAClearErrorWithExitCode2) {
 }
 
 // Every name in --consumers counts, as in tracker_server (docs/service.md):
-// an empty one (a leading, trailing or doubled comma) is refused with exit 2
-// and one line before any step, not dropped. An empty --consumers= is "not
-// given", as every string override is: the config's consumers.
+// each follows the tracker's name rule (tracker_service/names.h) or the
+// flag is refused, exit 2 and one line naming it, before any step; an empty
+// name (a leading, trailing or doubled comma) is refused, not dropped. An
+// empty --consumers= is "not given", as every string override is: the
+// config's consumers.
 TEST(TrainerTest, EveryConsumerNameCounts) {
   const std::string trainer = RunfilePath("trainer/trainer");
-  for (const char* consumers : {"a,,b", ",a", "a,", ","}) {
+  const std::string too_long(257, 'x');
+  const std::pair<std::string, std::string> kRefusals[] = {
+      {"a,,b", "--consumers: consumer name must be 1 to 256 bytes, got 0"},
+      {",a", "--consumers: consumer name must be 1 to 256 bytes, got 0"},
+      {"a,", "--consumers: consumer name must be 1 to 256 bytes, got 0"},
+      {",", "--consumers: consumer name must be 1 to 256 bytes, got 0"},
+      {"a," + too_long,
+       "--consumers: consumer name must be 1 to 256 bytes, got 257"},
+      {"a,b:c",
+       "--consumers: consumer name 'b:c' may only hold letters, digits"},
+  };
+  for (const auto& [consumers, says] : kRefusals) {
     const CommandResult result =
         RunCommand(trainer + " --steps=1 --consumers=" + consumers);
     EXPECT_EQ(result.exit_code, 2) << consumers << ": " << result.err;
-    EXPECT_THAT(result.err,
-                ::testing::HasSubstr("--consumers: consumer name must be 1 "
-                                     "to 256 bytes, got 0"))
-        << consumers;
+    EXPECT_THAT(result.err, ::testing::HasSubstr(says)) << consumers;
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
         << consumers << ": " << result.err;
     EXPECT_TRUE(result.out.empty()) << consumers << ": " << result.out;
@@ -192,6 +202,32 @@ TEST(TrainerTest, EveryConsumerNameCounts) {
       names.push_back(consumer["name"].get<std::string>());
     }
     EXPECT_EQ(names, expected) << flag;
+  }
+}
+
+// --nproc_per_node forks every local rank at once: past the planner's
+// largest world (kMaxWorldSize, 4096) or below 0 it is refused before
+// anything starts, exit 2 and one line naming the flag and its bound, and no
+// rank is started. (--listen leaves no port for rank 4096 and up: had the
+// bound gone, the launcher's port check would still refuse these counts
+// rather than fork that many ranks.)
+TEST(TrainerTest, NprocPerNodeIsBoundedByThePlannersLargestWorld) {
+  const std::string trainer = RunfilePath("trainer/trainer");
+  for (const char* ranks : {"4097", "100000", "-1"}) {
+    const CommandResult result = RunCommand(
+        trainer + " --listen=127.0.0.1:62000 --nproc_per_node=" + ranks);
+    EXPECT_EQ(result.exit_code, 2) << ranks << ": " << result.err;
+    EXPECT_THAT(result.err,
+                ::testing::HasSubstr(
+                    std::string("trainer: --nproc_per_node must be in [0, "
+                                "4096] (the planner's largest world), got ") +
+                    ranks))
+        << ranks;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << ranks << ": " << result.err;
+    EXPECT_THAT(result.err, ::testing::Not(::testing::HasSubstr("launcher")))
+        << ranks << ": " << result.err;
+    EXPECT_TRUE(result.out.empty()) << ranks << ": " << result.out;
   }
 }
 

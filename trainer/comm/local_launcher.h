@@ -14,6 +14,9 @@ namespace deltastream {
 // What `torchrun --standalone --nproc_per_node=N` does, for a binary that
 // launches its own ranks (the trainer's --nproc_per_node).
 struct LocalLaunchOptions {
+  // Ranks to start, >= 1. Each is a process forked at once and waited for:
+  // the caller bounds it (the trainer's --nproc_per_node, at most the
+  // planner's kMaxWorldSize, is refused past it before anything starts).
   int nproc_per_node = 1;
   // The command every rank runs, argv[0] included, and the file it
   // executes (empty: argv[0]).

@@ -271,6 +271,14 @@ Plan BuildPlan(const OptionsByTable& options, const Proposal& proposal,
 
 }  // namespace
 
+absl::Status ValidateDpBinsPerDevice(absl::string_view what, int bins) {
+  if (bins < 1 || bins > kMaxDpBinsPerDevice) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be in [1, ", kMaxDpBinsPerDevice, "], got ", bins));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Plan> MakePlan(absl::Span<const TableSpec> tables,
                               OptimizerKind optimizer, const Topology& topology,
                               const StorageReservation& reservation,
@@ -278,11 +286,10 @@ absl::StatusOr<Plan> MakePlan(absl::Span<const TableSpec> tables,
   if (absl::Status status = ValidateTopology(topology); !status.ok()) {
     return status;
   }
-  if (planner_options.dp_bins_per_device < 1 ||
-      planner_options.dp_bins_per_device > kMaxDpBinsPerDevice) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dp_bins_per_device must be in [1, ", kMaxDpBinsPerDevice,
-                     "], got ", planner_options.dp_bins_per_device));
+  if (absl::Status status = ValidateDpBinsPerDevice(
+          "dp_bins_per_device", planner_options.dp_bins_per_device);
+      !status.ok()) {
+    return status;
   }
   if (tables.empty()) return absl::InvalidArgumentError("no tables to plan");
   absl::StatusOr<OptionsByTable> enumerated =

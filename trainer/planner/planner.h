@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "proto/plan.pb.h"
 #include "trainer/planner/sharding_option.h"
@@ -20,6 +21,13 @@ namespace deltastream::planner {
 // the default): its states take 32 bytes per bin of the whole world, so
 // kMaxWorldSize ranks of these stay near 128 MiB (docs/planner.md).
 inline constexpr int kMaxDpBinsPerDevice = 1000;
+
+// The one check of that bound: OK when `bins` is in [1, kMaxDpBinsPerDevice];
+// otherwise InvalidArgument, one line that starts with `what` (MakePlan's
+// "dp_bins_per_device", the planner CLI's "--dp_bins_per_device") and says
+// the range and the value. For callers that must refuse it before planning
+// (the CLI, before it reads anything).
+absl::Status ValidateDpBinsPerDevice(absl::string_view what, int bins);
 
 struct PlannerOptions {
   // Proposers to run, in order: "dp", "greedy", "uniform".

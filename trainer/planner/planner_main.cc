@@ -109,25 +109,21 @@ absl::Status CheckFlags() {
     return absl::InvalidArgumentError(
         "--local_world_size must be >= 0 (0: world_size)");
   }
-  if (const int bins = absl::GetFlag(FLAGS_dp_bins_per_device);
-      bins < 1 || bins > kMaxDpBinsPerDevice) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dp_bins_per_device must be in [1, ",
-                     kMaxDpBinsPerDevice, "], got ", bins));
-  }
-  return absl::OkStatus();
+  return ValidateDpBinsPerDevice("--dp_bins_per_device",
+                                 absl::GetFlag(FLAGS_dp_bins_per_device));
 }
 
 int Run() {
+  if (!FlagGiven("world_size")) {
+    return Fail(kBadInput, "--world_size=N is required");
+  }
+  // The planner's work and memory grow with the world and the DP's bins:
+  // the library's checks of their bounds (which MakePlan applies too) refuse
+  // them here, before anything is read or planned.
   const int world_size = absl::GetFlag(FLAGS_world_size);
-  if (world_size < 1)
-    return Fail(kBadInput, "--world_size=N (N >= 1) is required");
-  // The planner's work and memory grow with the world (kMaxWorldSize):
-  // refused before anything is read or planned.
-  if (world_size > kMaxWorldSize) {
-    return Fail(kBadInput,
-                absl::StrCat("--world_size must be at most ", kMaxWorldSize,
-                             " ranks, got ", world_size));
+  if (absl::Status status = ValidateWorldSize("--world_size", world_size);
+      !status.ok()) {
+    return Fail(kBadInput, status);
   }
   if (absl::Status status = CheckFlags(); !status.ok()) {
     return Fail(kBadInput, status);

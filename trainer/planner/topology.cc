@@ -27,14 +27,23 @@ Topology DefaultTopology(int world_size, bool gpu) {
   return topology;
 }
 
+absl::Status ValidateWorldSize(absl::string_view what, int world_size) {
+  if (world_size < 1 || world_size > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be in [1, ", kMaxWorldSize, "], got ", world_size));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateTopology(const Topology& topology) {
   auto invalid = [](absl::string_view field, absl::string_view message) {
     return absl::InvalidArgumentError(
         absl::StrCat("topology: ", field, " ", message));
   };
-  if (topology.world_size < 1 || topology.world_size > kMaxWorldSize) {
-    return invalid("world_size", absl::StrCat("must be in [1, ", kMaxWorldSize,
-                                              "], got ", topology.world_size));
+  if (absl::Status status =
+          ValidateWorldSize("topology: world_size", topology.world_size);
+      !status.ok()) {
+    return status;
   }
   if (topology.local_world_size < 0 ||
       (topology.local_world_size > 0 &&

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "trainer/planner/sharding_option.h"
 
 namespace deltastream::planner {
@@ -13,6 +14,14 @@ namespace deltastream::planner {
 // rank; the DP's bins are per rank), so a larger world is refused at once
 // rather than planned for minutes in gigabytes (docs/planner.md).
 inline constexpr int kMaxWorldSize = 4096;
+
+// The one check of that bound: OK when `world_size` is in
+// [1, kMaxWorldSize]; otherwise InvalidArgument, one line that starts with
+// `what` (ValidateTopology's "topology: world_size", the planner CLI's
+// "--world_size") and says the range and the value. For callers that must
+// refuse a world before they hold a whole topology (the CLI, before it reads
+// anything).
+absl::Status ValidateWorldSize(absl::string_view what, int world_size);
 
 // The machines a plan is for (TorchRec's Topology), with the storage
 // reservation and the step's batch size. Bandwidths are bytes per second.

@@ -173,14 +173,21 @@ TEST(PlannerCli, WorldAndBinsPastTheirMaximumAreRefusedAtOnce) {
     std::string message;
   };
   const Case cases[] = {
-      {"--world_size=100000000", "--world_size must be at most 4096 ranks"},
-      {"--world_size=2147483647", "--world_size must be at most 4096 ranks"},
+      {"--world_size=100000000", "--world_size must be in [1, 4096]"},
+      {"--world_size=2147483647", "--world_size must be in [1, 4096]"},
       {"--world_size=" + std::to_string(kMaxWorldSize + 1),
-       "--world_size must be at most 4096 ranks, got 4097"},
+       "--world_size must be in [1, 4096], got 4097"},
+      {"--world_size=-3", "--world_size must be in [1, 4096], got -3"},
       {"--world_size=2 --dp_bins_per_device=1001",
        "--dp_bins_per_device must be in [1, 1000], got 1001"},
       {"--world_size=2 --dp_bins_per_device=2000000000",
        "--dp_bins_per_device must be in [1, 1000]"},
+      // Before anything is read: a missing config is not reached.
+      {"--world_size=5000 --config=/nonexistent/c.textproto",
+       "--world_size must be in [1, 4096], got 5000"},
+      {"--world_size=2 --dp_bins_per_device=0 "
+       "--config=/nonexistent/c.textproto",
+       "--dp_bins_per_device must be in [1, 1000], got 0"},
   };
   for (const Case& c : cases) {
     const auto start = std::chrono::steady_clock::now();

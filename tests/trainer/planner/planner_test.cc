@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/trainer/planner/planner_test_fixtures.h"
 #include "trainer/planner/cost_estimator.h"
 #include "trainer/planner/enumerator.h"
@@ -575,6 +576,32 @@ TEST(Planner, RefusesWorldsAndBinsPastTheirMaximum) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bins;
     EXPECT_THAT(status.message(),
                 HasSubstr("dp_bins_per_device must be in [1, 1000]"));
+  }
+}
+
+// The bounds' one check each, which callers use before they plan (the CLI
+// names its flags): the range and the value, after `what`.
+TEST(Planner, BoundChecksNameWhatTheyCheck) {
+  for (int world_size : {1, kMaxWorldSize}) {
+    EXPECT_TRUE(ValidateWorldSize("--world_size", world_size).ok());
+  }
+  for (int world_size : {0, -1, kMaxWorldSize + 1}) {
+    const absl::Status status = ValidateWorldSize("--world_size", world_size);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        status.message(),
+        absl::StrCat("--world_size must be in [1, 4096], got ", world_size));
+  }
+  for (int bins : {1, kMaxDpBinsPerDevice}) {
+    EXPECT_TRUE(ValidateDpBinsPerDevice("--dp_bins_per_device", bins).ok());
+  }
+  for (int bins : {0, kMaxDpBinsPerDevice + 1}) {
+    const absl::Status status =
+        ValidateDpBinsPerDevice("--dp_bins_per_device", bins);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        status.message(),
+        absl::StrCat("--dp_bins_per_device must be in [1, 1000], got ", bins));
   }
 }
 
