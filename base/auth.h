@@ -17,7 +17,7 @@ namespace deltastream {
 // (clients/replica_lookup_service.h) check every call with one authorizer.
 enum class Action {
   kRecord,      // Record, Step
-  kRead,        // GetDelta, Subscribe, Commit: of one named consumer
+  kRead,        // GetDelta, Subscribe, Commit, Touch: of one named consumer
   kInspect,     // Status, ListConsumers; a predictor's Lookup, GetDense, Status
   kAdminister,  // consumers add/remove, Compact, Clear, Snapshot
 };

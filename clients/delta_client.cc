@@ -712,6 +712,12 @@ absl::Status DeltaClient::Commit(const std::string& consumer,
   return Call(&v1::DeltaTracker::Stub::Commit, request).status();
 }
 
+absl::Status DeltaClient::Touch(const std::string& consumer) {
+  v1::ConsumerRequest request;
+  request.set_consumer(consumer);
+  return Call(&v1::DeltaTracker::Stub::Touch, request).status();
+}
+
 namespace {
 
 template <typename Response>

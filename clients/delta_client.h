@@ -159,6 +159,11 @@ class TrackerClient {
       Subscription* subscription = nullptr) = 0;
   virtual absl::Status Commit(const std::string& consumer,
                               int64_t end_batch) = 0;
+  // Keeps `consumer` from expiring on the tracker, reading and moving
+  // nothing (Touch in proto/tracker.proto): for a consumer busy elsewhere
+  // longer than the tracker's consumer expiry. NotFound when the tracker
+  // has no such consumer (removed, or expired already).
+  virtual absl::Status Touch(const std::string& consumer) = 0;
   virtual absl::StatusOr<std::vector<std::string>> ListConsumers() = 0;
   virtual absl::StatusOr<std::vector<std::string>> AddConsumer(
       const std::string& consumer) = 0;
@@ -219,6 +224,7 @@ class DeltaClient final : public TrackerClient {
                          const std::function<bool(ReceivedDelta&&)>& on_delta,
                          Subscription* subscription = nullptr) override;
   absl::Status Commit(const std::string& consumer, int64_t end_batch) override;
+  absl::Status Touch(const std::string& consumer) override;
   absl::StatusOr<std::vector<std::string>> ListConsumers() override;
   absl::StatusOr<std::vector<std::string>> AddConsumer(
       const std::string& consumer) override;

@@ -596,6 +596,18 @@ absl::Status FanInClient::Subscribe(
                           subscription != nullptr ? *subscription : own);
 }
 
+absl::Status FanInClient::TouchEveryRank(
+    const std::shared_ptr<const Ranks>& ranks, const std::string& consumer) {
+  std::vector<absl::Status> results = OnEveryRank<absl::Status>(
+      ranks->clients, [&](DeltaClient& rank) { return rank.Touch(consumer); });
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (!results[r].ok()) {
+      return RankError(ranks, static_cast<int>(r), results[r]);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FanInClient::PollingSubscribe(
     const std::shared_ptr<const Ranks>& ranks,
     const v1::SubscribeRequest& request,
@@ -603,6 +615,12 @@ absl::Status FanInClient::PollingSubscribe(
     Subscription& subscription) {
   // How often the tracker's batch is looked at while a push waits for steps.
   constexpr absl::Duration kPoll = absl::Milliseconds(10);
+  // How often the consumer is kept on every rank while a push waits, as the
+  // server's Subscribe touches its own: a schedule longer than the ranks'
+  // consumer expiry keeps its consumer, and one removed (or expired) on any
+  // rank ends the subscription then, not at the next push, which may be
+  // hours away.
+  constexpr absl::Duration kKeepConsumerEvery = absl::Seconds(1);
   absl::StatusOr<SubscriptionSchedule> schedule = SubscriptionSchedule::Create(
       {request.every_steps(), request.every_ms(), request.dense_every_steps(),
        request.dense_every_ms()},
@@ -612,12 +630,21 @@ absl::Status FanInClient::PollingSubscribe(
           : std::nullopt);
   if (!schedule.ok()) return schedule.status();
   const v1::GetDeltaRequest& base = request.read();
+  // A read is contact on every rank as well (NotFound when one lacks it).
+  absl::Time consumer_kept = absl::Now();
   while (!subscription.cancelled()) {
     absl::StatusOr<v1::StatusResponse> status = ranks->clients[0]->Status();
     if (!status.ok()) return RankError(ranks, 0, status.status());
     const int64_t current = status->current_batch();
     absl::Time now = absl::Now();
     if (!schedule->Due(current, now)) {
+      if (now - consumer_kept >= kKeepConsumerEvery) {
+        if (absl::Status kept = TouchEveryRank(ranks, base.consumer());
+            !kept.ok()) {
+          return kept;
+        }
+        consumer_kept = now;
+      }
       const SubscriptionSchedule::Wake wake = schedule->NextWake(now, kPoll);
       // Waiting for a step: look again after kPoll; for the timer: sleep
       // until it.
@@ -640,6 +667,7 @@ absl::Status FanInClient::PollingSubscribe(
       return subscription.cancelled() ? absl::OkStatus() : delta.status();
     }
     schedule->Pushed(push, delta->header.end_batch(), now);
+    consumer_kept = now;
     if (!on_delta(*std::move(delta))) break;
   }
   return absl::OkStatus();
@@ -658,6 +686,12 @@ absl::Status FanInClient::Commit(const std::string& consumer,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status FanInClient::Touch(const std::string& consumer) {
+  absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
+  if (!ranks.ok()) return ranks.status();
+  return TouchEveryRank(*ranks, consumer);
 }
 
 absl::StatusOr<std::vector<std::string>> FanInClient::ListConsumers() {

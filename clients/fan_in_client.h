@@ -50,7 +50,12 @@ namespace deltastream {
 //
 // Subscribe with several ranks polls: reads at the subscription's schedule
 // (base/subscription_schedule.h, as the server's Subscribe), the tracker's
-// batch from rank 0's status (every 10 ms while a push waits for steps).
+// batch from rank 0's status (every 10 ms while a push waits). As the
+// server's Subscribe, while a push waits it keeps the consumer in contact on
+// every rank every second (consumer expiry: a schedule longer than the
+// ranks' expiry keeps its consumer), and a consumer removed from any rank,
+// or expired there, ends it within about a second, NotFound naming the rank
+// and the consumer, not at the next push, which may be hours away.
 // Status merges every rank's (current_batch the lowest; sizes summed; per
 // consumer the lowest cursor and the highest, the largest lag, a resync any
 // rank asks for); consumers are added, removed and cleared on every rank;
@@ -91,6 +96,9 @@ class FanInClient final : public TrackerClient {
   // otherwise the first error, naming the rank (the other ranks' commits
   // stand).
   absl::Status Commit(const std::string& consumer, int64_t end_batch) override;
+  // Touches `consumer` on every rank: OK when every rank has it; otherwise
+  // the first rank's error, naming the rank.
+  absl::Status Touch(const std::string& consumer) override;
   // Rank 0's list.
   absl::StatusOr<std::vector<std::string>> ListConsumers() override;
   // On every rank; AlreadyExists (NotFound) only when every rank says so.
@@ -146,6 +154,10 @@ class FanInClient final : public TrackerClient {
   absl::StatusOr<v1::StatusResponse> MergedStatus(
       const std::function<absl::StatusOr<v1::StatusResponse>(DeltaClient&)>&
           call);
+  // Touch on each of `ranks`; the first error as RankError gives it.
+  absl::Status TouchEveryRank(const std::shared_ptr<const Ranks>& ranks,
+                              const std::string& consumer);
+  // Subscribe of several ranks (the class comment).
   absl::Status PollingSubscribe(
       const std::shared_ptr<const Ranks>& ranks,
       const v1::SubscribeRequest& request,

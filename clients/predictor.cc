@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -60,6 +61,10 @@ const std::chrono::milliseconds kLongestBackoff =
 // be applied) waits 1 s, doubling up to 60 s.
 constexpr std::chrono::milliseconds kFirstResyncWait{1000};
 constexpr std::chrono::milliseconds kLongestResyncWait{60000};
+// A bootstrap or resync touches its consumer this often, as often as the
+// tracker touches a subscription waiting for its next push: a consumer
+// expiry of a few seconds is not reached.
+constexpr absl::Duration kKeepAliveEvery = absl::Seconds(1);
 constexpr std::chrono::milliseconds kTrainerPoll{200};
 constexpr std::chrono::seconds kSummaryEvery{5};
 // every_steps for "by time only": a push is due only when the timer runs out.
@@ -105,6 +110,25 @@ bool IsReplicaStorageFailure(const absl::Status& status) {
 
 }  // namespace
 
+// Keeps the predictor's consumer in contact with the tracker from its
+// construction to its destruction or Stop(), from a thread of its own
+// (KeepConsumerAlive on keep_alive_thread_). Neither its end nor Stop()
+// waits for a touch in flight (a unary call Stop() cannot cancel, which
+// would hold the subscription or Run()'s end up to its deadline): the next
+// keep-alive or the predictor's destructor joins the thread.
+class Predictor::ConsumerKeepAlive {
+ public:
+  explicit ConsumerKeepAlive(Predictor& predictor) : predictor_(predictor) {
+    predictor_.StartKeepAlive();
+  }
+  ~ConsumerKeepAlive() { predictor_.EndKeepAlive(); }
+  ConsumerKeepAlive(const ConsumerKeepAlive&) = delete;
+  ConsumerKeepAlive& operator=(const ConsumerKeepAlive&) = delete;
+
+ private:
+  Predictor& predictor_;
+};
+
 Predictor::Predictor(PredictorOptions options,
                      std::unique_ptr<TrackerClient> client,
                      std::unique_ptr<Replica> replica, FILE* apply_log)
@@ -112,6 +136,27 @@ Predictor::Predictor(PredictorOptions options,
       client_(std::move(client)),
       replica_(std::move(replica)),
       apply_log_(apply_log) {}
+
+Predictor::~Predictor() {
+  EndKeepAlive();
+  if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
+}
+
+void Predictor::StartKeepAlive() {
+  // The last keep-alive's thread has ended, or ends with its touch in flight.
+  if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
+  {
+    absl::MutexLock lock(&stop_mu_);
+    keeping_alive_ = true;
+  }
+  keep_alive_thread_ = std::thread([this] { KeepConsumerAlive(); });
+}
+
+void Predictor::EndKeepAlive() {
+  absl::MutexLock lock(&stop_mu_);
+  keeping_alive_ = false;
+  stop_cv_.SignalAll();
+}
 
 void Predictor::Stop() {
   absl::MutexLock lock(&stop_mu_);
@@ -139,6 +184,33 @@ bool Predictor::Sleep(absl::Duration duration) {
     if (stop_cv_.WaitWithDeadline(&stop_mu_, deadline)) break;
   }
   return !stopping_.load();
+}
+
+bool Predictor::WaitToKeepAlive(absl::Time deadline) {
+  absl::MutexLock lock(&stop_mu_);
+  while (keeping_alive_ && !stopping_.load()) {
+    if (stop_cv_.WaitWithDeadline(&stop_mu_, deadline)) break;
+  }
+  return keeping_alive_ && !stopping_.load();
+}
+
+void Predictor::KeepConsumerAlive() {
+  // At once: the consumer may have been silent for a while already (its
+  // predictor restarted).
+  absl::Time next = absl::Now();
+  while (WaitToKeepAlive(next)) {
+    const absl::Status touched = client_->Touch(options_.consumer);
+    if (touched.code() == absl::StatusCode::kNotFound) {
+      LogWarning(absl::StrCat(
+          "consumer '", options_.consumer, "' is gone from ", options_.target,
+          " (removed, or expired) before the subscription: ",
+          touched.message()));
+      return;
+    }
+    // Any other error (the tracker unreachable a moment) is the
+    // subscription's to meet.
+    next = absl::Now() + kKeepAliveEvery;
+  }
 }
 
 void Predictor::NoteError(const absl::Status& status) {
@@ -232,22 +304,12 @@ absl::Status Predictor::Session() {
     cursor = tracker->current_batch();
   }
 
-  if (replica_->Version() < 0) {
-    bool bootstrapped = false;
-    if (!options_.bootstrap_chain.empty() && !chain_tried_) {
-      chain_tried_ = true;
-      bootstrapped = BootstrapFromChain(*tracker, cursor);
+  if (replica_->Version() < 0 || !resync_reason_.empty()) {
+    // Until the subscription, which keeps the consumer in contact itself.
+    const ConsumerKeepAlive keep_alive(*this);
+    if (absl::Status s = BootstrapOrResync(*tracker, cursor); !s.ok()) {
+      return s;
     }
-    if (!bootstrapped) {
-      if (absl::Status s = FullRead("bootstrap"); !s.ok()) return s;
-    }
-  } else if (!resync_reason_.empty()) {
-    {
-      absl::MutexLock lock(&mu_);
-      ++resyncs_;
-    }
-    Log(absl::StrCat("resync: ", resync_reason_));
-    if (absl::Status s = FullRead("resync"); !s.ok()) return s;
   }
   resync_reason_.clear();
 
@@ -287,6 +349,23 @@ absl::Status Predictor::Session() {
   if (stopping_.load() || !resync_reason_.empty()) return absl::OkStatus();
   return absl::UnavailableError(
       absl::StrCat("the subscription to ", options_.target, " ended"));
+}
+
+absl::Status Predictor::BootstrapOrResync(const v1::StatusResponse& tracker,
+                                          int64_t cursor) {
+  if (replica_->Version() < 0) {
+    if (!options_.bootstrap_chain.empty() && !chain_tried_) {
+      chain_tried_ = true;
+      if (BootstrapFromChain(tracker, cursor)) return absl::OkStatus();
+    }
+    return FullRead("bootstrap");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++resyncs_;
+  }
+  Log(absl::StrCat("resync: ", resync_reason_));
+  return FullRead("resync");
 }
 
 absl::Status Predictor::FullRead(const std::string& why) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -66,6 +67,16 @@ absl::Status ValidatePredictorOptions(const PredictorOptions& options);
 //    a push cannot be applied.
 //  - A failed subscription is retried with backoff (100 ms doubling to the
 //    channel's reconnect backoff, 1 s); lookups keep being served meanwhile.
+//  - A bootstrap or resync keeps the consumer in contact with the tracker
+//    until the subscription (which keeps it in contact itself): from a thread
+//    of its own, at once and then every second, it touches the consumer on
+//    every rank (TrackerClient::Touch), which reads and moves nothing.
+//    A bootstrap that outlasts the tracker's
+//    consumer expiry (TrackerOptions::expire_consumers_after: a long chain
+//    load, a slow replica write) thus keeps the consumer and the rows the
+//    chain lacks, instead of losing them and ending in a resync. The
+//    keep-alive ends with the bootstrap, at Stop(), or when the tracker says
+//    the consumer is gone (logged).
 //
 // Thread safety: Run() is the one thread that writes the replica (call it
 // once, from one thread). Stop(), PollTrainer(), Status() and replica()'s
@@ -79,6 +90,9 @@ class Predictor {
   // batches the replica did not hold yet.
   Predictor(PredictorOptions options, std::unique_ptr<TrackerClient> client,
             std::unique_ptr<Replica> replica, FILE* apply_log);
+  // After Run() returned. Waits for the consumer's keep-alive thread: a
+  // touch in flight (a unary call) ends within its deadline.
+  ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
 
@@ -89,7 +103,8 @@ class Predictor {
 
   // Ends Run() and PollTrainer() soon: cancels the subscription or the read
   // of every row in progress (within 100 ms; a unary call, at most its 10 s
-  // deadline), wakes their sleeps. Idempotent.
+  // deadline), wakes their sleeps, ends the consumer's keep-alive (a chain
+  // load in progress still runs to its end). Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(stop_mu_);
 
   // Until Stop(): polls the tracker's current batch every 200 ms (for
@@ -104,9 +119,16 @@ class Predictor {
   const Replica& replica() const { return *replica_; }
 
  private:
+  // Keeps the consumer in contact while it lives (predictor.cc).
+  class ConsumerKeepAlive;
+
   // One connection: bootstrap or resync when needed, then the subscription.
   // OK when it ended for a resync or Stop().
   absl::Status Session();
+  // Fills an empty replica (the chain, else a full read) or resyncs one (a
+  // full read, for resync_reason_); `cursor` is the consumer's.
+  absl::Status BootstrapOrResync(const v1::StatusResponse& tracker,
+                                 int64_t cursor);
   // A full read (all_rows, dense) replacing the replica's contents.
   absl::Status FullRead(const std::string& why);
   // Loads the bootstrap chain when it fits; false (logged) when it does not.
@@ -125,6 +147,18 @@ class Predictor {
   void EndCall() ABSL_LOCKS_EXCLUDED(stop_mu_);
   // Sleeps unless stopped meanwhile; false when stopped.
   bool Sleep(absl::Duration duration) ABSL_LOCKS_EXCLUDED(stop_mu_);
+  // A ConsumerKeepAlive's thread: touches the consumer at once and then
+  // every kKeepAliveEvery until EndKeepAlive() or Stop(), or until the
+  // tracker says the consumer is gone (logged).
+  void KeepConsumerAlive() ABSL_LOCKS_EXCLUDED(stop_mu_);
+  // Waits until `deadline` unless the keep-alive ends or Stop() comes
+  // first; false then.
+  bool WaitToKeepAlive(absl::Time deadline) ABSL_LOCKS_EXCLUDED(stop_mu_);
+  // Starts a keep-alive's thread (KeepConsumerAlive), once the last one's
+  // has ended.
+  void StartKeepAlive() ABSL_LOCKS_EXCLUDED(stop_mu_);
+  // Tells the keep-alive's thread to end (without waiting for it).
+  void EndKeepAlive() ABSL_LOCKS_EXCLUDED(stop_mu_);
 
   const PredictorOptions options_;
   const std::unique_ptr<TrackerClient> client_;
@@ -134,9 +168,16 @@ class Predictor {
   // Set once by Stop(); read without the lock by the threads it stops.
   std::atomic<bool> stopping_{false};
   absl::Mutex stop_mu_;
-  absl::CondVar stop_cv_;  // signalled by Stop()
+  // Signalled by Stop() and by a keep-alive's end.
+  absl::CondVar stop_cv_;
   // The subscription or read in progress, which Stop() cancels.
   Subscription* in_flight_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
+  // Whether the keep-alive's thread goes on (StartKeepAlive() to
+  // EndKeepAlive()).
+  bool keeping_alive_ ABSL_GUARDED_BY(stop_mu_) = false;
+  // The last keep-alive's thread, joined by the next StartKeepAlive() or
+  // the destructor (Run()'s thread and the destructor only).
+  std::thread keep_alive_thread_;
 
   // Run()'s own state: only its thread touches it.
   std::vector<ReceivedDelta> staged_;  // pushes waiting for dense parameters

@@ -629,20 +629,36 @@ grpc::Status DeltaTrackerService::Subscribe(
   });
 }
 
+grpc::Status DeltaTrackerService::AuthorizeConsumerCall(
+    const grpc::ServerContext* context, absl::string_view consumer) const {
+  if (grpc::Status s = Authorize(context, Action::kRead, consumer); !s.ok()) {
+    return s;
+  }
+  return ToGrpcStatus(ValidateName("consumer name", consumer));
+}
+
 grpc::Status DeltaTrackerService::Commit(grpc::ServerContext* context,
                                          const v1::CommitRequest* request,
                                          v1::CommitResponse*) {
   return Guarded([&]() -> grpc::Status {
-    if (grpc::Status s = Authorize(context, Action::kRead, request->consumer());
+    if (grpc::Status s = AuthorizeConsumerCall(context, request->consumer());
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = ValidateName("consumer name", request->consumer());
-        !s.ok()) {
-      return ToGrpcStatus(s);
-    }
     return ToGrpcStatus(
         tracker_->Commit(request->consumer(), request->end_batch()));
+  });
+}
+
+grpc::Status DeltaTrackerService::Touch(grpc::ServerContext* context,
+                                        const v1::ConsumerRequest* request,
+                                        v1::TouchResponse*) {
+  return Guarded([&]() -> grpc::Status {
+    if (grpc::Status s = AuthorizeConsumerCall(context, request->consumer());
+        !s.ok()) {
+      return s;
+    }
+    return ToGrpcStatus(tracker_->Touch(request->consumer()));
   });
 }
 

@@ -106,6 +106,9 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
   grpc::Status Commit(grpc::ServerContext* context,
                       const v1::CommitRequest* request,
                       v1::CommitResponse* response) override;
+  grpc::Status Touch(grpc::ServerContext* context,
+                     const v1::ConsumerRequest* request,
+                     v1::TouchResponse* response) override;
   grpc::Status ListConsumers(grpc::ServerContext* context,
                              const v1::ListConsumersRequest* request,
                              v1::ListConsumersResponse* response) override;
@@ -143,6 +146,10 @@ class DeltaTrackerService final : public v1::DeltaTracker::Service {
 
   grpc::Status Authorize(const grpc::ServerContext* context, Action action,
                          absl::string_view consumer = "") const;
+  // A unary call acting as one consumer (Commit, Touch): Authorize's
+  // kRead, then the consumer name rule (INVALID_ARGUMENT).
+  grpc::Status AuthorizeConsumerCall(const grpc::ServerContext* context,
+                                     absl::string_view consumer) const;
   // GetDelta as gRPC serves it: the chunks go out as bytes, each table's
   // rows sent from the delta's tensors without a copy into a message.
   grpc::Status StreamDelta(

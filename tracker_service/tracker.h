@@ -386,7 +386,8 @@ class Tracker {
   // TrackerOptions::expire_consumers_after: the service touches a consumer
   // when a read's stream has been sent and while a subscription waits for its
   // next push, so that neither a long transfer nor a long schedule is taken
-  // for a consumer gone. NotFound for an unknown name (a consumer removed or
+  // for a consumer gone, and at a client's Touch call (a consumer busy
+  // elsewhere). NotFound for an unknown name (a consumer removed or
   // expired: a subscription then ends). Does not wait for a filling read's
   // copy.
   absl::Status Touch(absl::string_view consumer) ABSL_LOCKS_EXCLUDED(mu_);

@@ -122,6 +122,9 @@ TEST(SecurityTest, TokensGrantTheirRolesOnly) {
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(client->Step().status().code(),
             absl::StatusCode::kPermissionDenied);
+  // Touch acts as its consumer, as a read does.
+  EXPECT_TRUE(client->Touch("a").ok());
+  EXPECT_EQ(client->Touch("b").code(), absl::StatusCode::kPermissionDenied);
 }
 
 TEST(SecurityTest, MalformedTokenFileIsRefused) {

@@ -2,7 +2,7 @@
 // each delta whole, nothing twice, cancellation and server shutdown; in
 // acknowledged mode each push on from the last, and a first push on from
 // the request's continue_from; an idle subscription kept by keepalive pings,
-// and a stopped server found by them.
+// and a stopped server found by them; Touch keeps a consumer from expiring.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -253,6 +253,36 @@ TEST(SubscribeTest, ARemovedConsumersSubscriptionEnds) {
       subscriber.WaitForEnded(std::chrono::seconds(10));
   ASSERT_TRUE(ended.has_value());
   EXPECT_EQ(ended->code(), absl::StatusCode::kNotFound) << *ended;
+}
+
+// Touch keeps a consumer that reads nothing (busy elsewhere: a predictor
+// loading a chain) from the expiry, moving nothing; one not touched
+// expires meanwhile; an unknown one is NOT_FOUND.
+TEST(SubscribeTest, TouchKeepsAConsumerThatReadsNothing) {
+  ServerProcess server(
+      {"--consumers=declared", "--expire_consumers_after_s=1"});
+  ASSERT_GT(server.port(), 0);
+  auto client = DeltaClient::Create(server.target());
+  ASSERT_TRUE(client->AddConsumer("touched").ok());
+  ASSERT_TRUE(client->AddConsumer("silent").ok());
+  EXPECT_EQ(client->Touch("nobody").code(), absl::StatusCode::kNotFound);
+  const auto until = steady_clock::now() + std::chrono::milliseconds(3500);
+  int64_t id = 0;
+  while (steady_clock::now() < until) {
+    ASSERT_TRUE(client->Touch("touched").ok());
+    RecordAndStep(*client, id++);
+    std::this_thread::sleep_for(milliseconds(250));
+  }
+  absl::StatusOr<std::vector<std::string>> consumers = client->ListConsumers();
+  ASSERT_TRUE(consumers.ok()) << consumers.status();
+  EXPECT_EQ(*consumers, (std::vector<std::string>{"declared", "touched"}));
+  EXPECT_EQ(client->Touch("silent").code(), absl::StatusCode::kNotFound);
+  // Nothing moved: the touched consumer reads every batch recorded.
+  v1::GetDeltaRequest read;
+  read.set_consumer("touched");
+  absl::StatusOr<ReceivedDelta> delta = client->GetDelta(read);
+  ASSERT_TRUE(delta.ok()) << delta.status();
+  EXPECT_EQ(delta->tables["t"].ids.numel(), id);
 }
 
 TEST(SubscribeTest, DeltactlSubscribeAndServerShutdown) {

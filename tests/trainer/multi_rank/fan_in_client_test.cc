@@ -13,7 +13,11 @@
 // committed one ended), and a consumer whose commit reached one rank only
 // resumes without a resync when it subscribes on from the version it holds
 // (continue_from); a read of one chosen table, of every sharding type,
-// is that table of the merged read. Then, in one process: a one-process trainer
+// is that table of the merged read; a polling subscription whose next push
+// is an hour away keeps its consumer (added at run time) past the ranks'
+// consumer expiry while they train, and ends within about a second,
+// NOT_FOUND naming the rank, once its consumer is removed from one rank.
+// Then, in one process: a one-process trainer
 // is read through FanInClient as through a DeltaClient, MergeRankDeltas
 // refuses parts that do not fit together, and MergeStatuses gives a
 // consumer's lowest and highest cursor.
@@ -34,6 +38,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "clients/delta_client.h"
 #include "clients/delta_continuity.h"
 #include "tests/trainer/comm/rank_launcher.h"
@@ -58,6 +64,8 @@ using ::deltastream::testing::SmallModelConfig;
 constexpr int64_t kBatch = 8;  // per rank
 constexpr int64_t kSteps = 4;
 constexpr int64_t kTableCols = 8;
+// The ranks' consumer expiry (consumers added at run time only).
+constexpr int64_t kExpireAfterSeconds = 2;
 
 std::string Config(const std::string& kind, const std::string& mode) {
   SmallModel model;
@@ -66,7 +74,9 @@ std::string Config(const std::string& kind, const std::string& mode) {
   model.fifth_table = true;
   model.tracker = absl::StrCat("mode: \"", mode, R"(" listen: "127.0.0.1:0"
   consumers: ["parts", "merged", "cuts", "resumed"]
-  acknowledged_reads: true)");
+  acknowledged_reads: true
+  expire_consumers_after_seconds: )",
+                               kExpireAfterSeconds);
   return SmallModelConfig(model);
 }
 
@@ -76,6 +86,49 @@ v1::GetDeltaRequest Read(const std::string& consumer) {
   request.set_max_chunk_bytes(256);  // several chunks per table
   return request;
 }
+
+// A subscription of `consumer` through `fan_in` (several ranks: a polling
+// one), on a thread of its own, whose next push after the first is an hour
+// away, by time and by steps. Cancelled when destroyed.
+class HourlySubscription {
+ public:
+  HourlySubscription(FanInClient& fan_in, const std::string& consumer) {
+    v1::SubscribeRequest request;
+    *request.mutable_read() = Read(consumer);
+    request.set_every_steps(int64_t{1} << 30);
+    request.set_every_ms(3600 * 1000);
+    thread_ = std::thread([this, &fan_in, request] {
+      status_ = fan_in.Subscribe(
+          request,
+          [this](ReceivedDelta&&) {
+            if (!first_push_.HasBeenNotified()) first_push_.Notify();
+            return true;
+          },
+          &subscription_);
+      ended_.Notify();
+    });
+  }
+  ~HourlySubscription() {
+    subscription_.Cancel();
+    thread_.join();
+  }
+
+  bool WaitForFirstPush(absl::Duration timeout) {
+    return first_push_.WaitForNotificationWithTimeout(timeout);
+  }
+  // Whether it ended within `timeout` (then status() is how).
+  bool WaitForEnd(absl::Duration timeout) {
+    return ended_.WaitForNotificationWithTimeout(timeout);
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  Subscription subscription_;
+  absl::Notification first_push_;
+  absl::Notification ended_;
+  absl::Status status_;
+  std::thread thread_;
+};
 
 // Consumers added and removed through `fan_in` change on every rank: a
 // repeat is refused as by one rank (AlreadyExists, NotFound), and a change
@@ -143,6 +196,39 @@ int CheckResumeAfterAHalfCommit(FanInClient& fan_in, const std::string& rank1,
                   pushes[0].end_batch() == end,
               name, " the resumed subscription's first push: ",
               pushes.empty() ? "none" : pushes[0].ShortDebugString());
+  return 0;
+}
+
+// A polling subscription whose consumer is removed from one rank (rank 1,
+// address `rank1`) while its next push is an hour away ends within about a
+// second, NOT_FOUND naming that rank and the consumer (it waited for that
+// push before).
+int CheckRemovedConsumerEndsSubscription(FanInClient& fan_in,
+                                         const std::string& rank1,
+                                         const std::string& name) {
+  RANK_OK(fan_in.AddConsumer("watched"));
+  {
+    HourlySubscription watched(fan_in, "watched");
+    RANK_EXPECT(watched.WaitForFirstPush(absl::Seconds(60)), name,
+                " no first push of 'watched'");
+    RANK_OK(DeltaClient::Create(rank1)->RemoveConsumer("watched"));
+    const absl::Time removed = absl::Now();
+    const bool ended = watched.WaitForEnd(absl::Seconds(5));
+    const std::string took = absl::FormatDuration(absl::Now() - removed);
+    RANK_EXPECT(ended, name,
+                " the subscription of 'watched', removed from rank 1, still "
+                "waited after ",
+                took);
+    const absl::Status& status = watched.status();
+    RANK_EXPECT(status.code() == absl::StatusCode::kNotFound &&
+                    absl::StrContains(status.message(), "rank 1") &&
+                    absl::StrContains(status.message(), "'watched'"),
+                name, " the subscription of 'watched' ended after ", took,
+                " with ", status.ToString());
+    std::printf("%s: a removed consumer's subscription ended after %s: %s\n",
+                name.c_str(), took.c_str(), status.ToString().c_str());
+  }
+  RANK_OK(fan_in.RemoveConsumer("watched"));  // rank 0's
   return 0;
 }
 
@@ -298,19 +384,62 @@ int CheckFanIn(Trainer& trainer, const std::string& name) {
       rc != 0) {
     return rc;
   }
+  if (int rc = CheckRemovedConsumerEndsSubscription(
+          **fan_in, topology->endpoints(1).address(), name);
+      rc != 0) {
+    return rc;
+  }
   std::printf("%s: merged %zu tables from 2 ranks\n", name.c_str(),
               merged->tables.size());
   return 0;
 }
 
+// While the ranks train (and expire consumers added at run time after
+// kExpireAfterSeconds): a consumer added at run time whose polling
+// subscription waits for a push an hour away stays on every rank for three
+// times the expiry, kept by its subscription (without, the ranks expired
+// it). "" or what went wrong.
+std::string CheckSubscriptionKeepsItsConsumer(FanInClient& fan_in) {
+  absl::StatusOr<v1::TopologyResponse> topology = fan_in.Topology();
+  if (!topology.ok()) return topology.status().ToString();
+  if (absl::Status added = fan_in.AddConsumer("kept").status(); !added.ok()) {
+    return added.ToString();
+  }
+  std::string error;
+  {
+    HourlySubscription kept(fan_in, "kept");
+    if (!kept.WaitForFirstPush(absl::Seconds(60))) {
+      error = "no first push of 'kept'";
+    } else if (kept.WaitForEnd(absl::Seconds(3 * kExpireAfterSeconds))) {
+      error = absl::StrCat("the subscription of 'kept' ended: ",
+                           kept.status().ToString());
+    }
+  }
+  for (const v1::RankEndpoint& endpoint : topology->endpoints()) {
+    if (!error.empty()) break;
+    absl::StatusOr<std::vector<std::string>> listed =
+        DeltaClient::Create(endpoint.address())->ListConsumers();
+    if (!listed.ok()) {
+      error = listed.status().ToString();
+    } else if (std::count(listed->begin(), listed->end(), "kept") != 1) {
+      error = absl::StrCat("rank ", endpoint.rank(),
+                           " expired 'kept' while its subscription waited "
+                           "for its next push");
+    }
+  }
+  fan_in.RemoveConsumer("kept").IgnoreError();  // NotFound where it expired
+  return error;
+}
+
 // Rank 0, while the ranks train: kCutReads reads through FanInClient, each
 // one consistent cut (every rank's part ends at the same batch, or the read
 // fails), with the dense parameters of that step; each ends at a later
-// step boundary than the one before. Then sets `done`, which stops the
-// ranks' training at the step they agree on.
+// step boundary than the one before. Then CheckSubscriptionKeepsItsConsumer,
+// and sets `done`, which stops the ranks' training at the step they agree
+// on.
 constexpr int kCutReads = 5;
-void ReadCutsWhileTraining(const std::string& address, std::atomic<bool>& done,
-                           std::string& error) {
+void ReadWhileTraining(const std::string& address, std::atomic<bool>& done,
+                       std::string& error) {
   std::unique_ptr<FanInClient> fan_in = FanInClient::Connect(address);
   int64_t previous_end = -1;
   for (int read = 0; read < kCutReads && error.empty(); ++read) {
@@ -328,6 +457,7 @@ void ReadCutsWhileTraining(const std::string& address, std::atomic<bool>& done,
       previous_end = delta->header.end_batch();
     }
   }
+  if (error.empty()) error = CheckSubscriptionKeepsItsConsumer(*fan_in);
   done = true;
 }
 
@@ -339,19 +469,20 @@ int RunCase(ProcessGroup& group, const std::string& name) {
       MakeMixedTrainer(Config(parts[0], parts[1]), &group, parts[0] == "dlrm");
   RANK_OK(trainer);
   RANK_OK((*trainer)->Run(stop, kSteps));
-  // Consistent cuts while training (rank 0 reads; its `done` stops both).
-  std::atomic<bool> cuts_done{false};
-  std::string cut_error;
+  // Consistent cuts and a kept consumer while training (rank 0 reads; its
+  // `done` stops both).
+  std::atomic<bool> reads_done{false};
+  std::string reader_error;
   std::thread reader;
   if (group.rank() == 0) {
-    reader = std::thread(ReadCutsWhileTraining, (*trainer)->service_address(),
-                         std::ref(cuts_done), std::ref(cut_error));
+    reader = std::thread(ReadWhileTraining, (*trainer)->service_address(),
+                         std::ref(reads_done), std::ref(reader_error));
   }
   absl::StatusOr<TrainerProgress> trained =
-      (*trainer)->Run(cuts_done, /*steps=*/-1);
+      (*trainer)->Run(reads_done, /*steps=*/-1);
   if (reader.joinable()) reader.join();
   RANK_OK(trained);
-  RANK_EXPECT(cut_error.empty(), name, " ", cut_error);
+  RANK_EXPECT(reader_error.empty(), name, " ", reader_error);
   if (group.rank() == 0) {
     if (int rc = CheckFanIn(**trainer, name); rc != 0) return rc;
   }
