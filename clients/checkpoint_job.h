@@ -158,7 +158,7 @@ class CheckpointJob {
   FILE* const out_;
   std::atomic<bool> stopping_{false};
   // Every read's canceller: Stop() cancels it for good.
-  Subscription stop_reads_;
+  CallCanceller stop_reads_;
   UnreachableRetry retry_;
   HeldVersion chain_;
   bool opened_ = false;

@@ -47,7 +47,7 @@ absl::Status ReadCredentialFiles(const std::string& token_file,
   return absl::OkStatus();
 }
 
-void Subscription::Cancel() {
+void CallCanceller::Cancel() {
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
@@ -55,12 +55,12 @@ void Subscription::Cancel() {
   context_.TryCancel();
 }
 
-bool Subscription::cancelled() const {
+bool CallCanceller::cancelled() const {
   absl::MutexLock lock(&mu_);
   return cancelled_;
 }
 
-bool Subscription::Sleep(absl::Duration duration) {
+bool CallCanceller::Sleep(absl::Duration duration) {
   absl::MutexLock lock(&mu_);
   mu_.AwaitWithTimeout(absl::Condition(&cancelled_), duration);
   return !cancelled_;
@@ -516,7 +516,7 @@ DeltaClient::ReadSubscription(grpc::ClientContext* context,
 }
 
 absl::StatusOr<ReceivedDelta> DeltaClient::GetDelta(
-    const v1::GetDeltaRequest& request, const Subscription* cancel) {
+    const v1::GetDeltaRequest& request, const CallCanceller* cancel) {
   DeltaClient* const self = this;
   absl::StatusOr<std::vector<ReceivedDelta>> deltas =
       GetDeltaFromEach(absl::MakeConstSpan(&self, 1), request, nullptr, cancel);
@@ -559,7 +559,7 @@ void* Tag(size_t stream, ReadStep step) {
 
 absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
     absl::Span<DeltaClient* const> clients, const v1::GetDeltaRequest& request,
-    size_t* failed, const Subscription* cancel) {
+    size_t* failed, const CallCanceller* cancel) {
   grpc::CompletionQueue queue;
   std::vector<ReadOfEach> reads(clients.size());
   for (size_t i = 0; i < clients.size(); ++i) {
@@ -673,8 +673,8 @@ absl::StatusOr<std::vector<ReceivedDelta>> DeltaClient::GetDeltaFromEach(
 absl::Status DeltaClient::Subscribe(
     const v1::SubscribeRequest& request,
     const std::function<bool(ReceivedDelta&&)>& on_delta,
-    Subscription* subscription) {
-  Subscription own;
+    CallCanceller* subscription) {
+  CallCanceller own;
   grpc::ClientContext& context =
       subscription != nullptr ? subscription->context_ : own.context_;
   Prepare(context, CallKind::kSubscription);

@@ -122,7 +122,7 @@ absl::Status ReadCredentialFiles(const std::string& token_file,
 
 // Lets another thread end a running Subscribe (DeltaClient's stream, or
 // FanInClient's polling) or GetDelta (within 100 ms: Cancelled). Thread-safe.
-class Subscription {
+class CallCanceller {
  public:
   void Cancel() ABSL_LOCKS_EXCLUDED(mu_);
   bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -149,14 +149,14 @@ class TrackerClient {
   // cancelled before the read ends: nothing of it is kept.
   virtual absl::StatusOr<ReceivedDelta> GetDelta(
       const v1::GetDeltaRequest& request,
-      const Subscription* cancel = nullptr) = 0;
+      const CallCanceller* cancel = nullptr) = 0;
   // Receives the subscription's deltas, each whole, until `on_delta` returns
   // false or `subscription` is cancelled (both: OK), or the stream fails. No
   // deadline.
   virtual absl::Status Subscribe(
       const v1::SubscribeRequest& request,
       const std::function<bool(ReceivedDelta&&)>& on_delta,
-      Subscription* subscription = nullptr) = 0;
+      CallCanceller* subscription = nullptr) = 0;
   virtual absl::Status Commit(const std::string& consumer,
                               int64_t end_batch) = 0;
   // Keeps `consumer` from expiring on the tracker, reading and moving
@@ -206,7 +206,7 @@ class DeltaClient final : public TrackerClient {
   // GetDeltaFromEach of this one client.
   absl::StatusOr<ReceivedDelta> GetDelta(
       const v1::GetDeltaRequest& request,
-      const Subscription* cancel = nullptr) override;
+      const CallCanceller* cancel = nullptr) override;
   // Reads `request` from every one of `clients` at once, as GetDelta reads
   // from one, all on the calling thread (one completion queue drives every
   // stream: no thread per client). The deltas in the order of `clients`; or
@@ -219,10 +219,10 @@ class DeltaClient final : public TrackerClient {
   static absl::StatusOr<std::vector<ReceivedDelta>> GetDeltaFromEach(
       absl::Span<DeltaClient* const> clients,
       const v1::GetDeltaRequest& request, size_t* failed = nullptr,
-      const Subscription* cancel = nullptr);
+      const CallCanceller* cancel = nullptr);
   absl::Status Subscribe(const v1::SubscribeRequest& request,
                          const std::function<bool(ReceivedDelta&&)>& on_delta,
-                         Subscription* subscription = nullptr) override;
+                         CallCanceller* subscription = nullptr) override;
   absl::Status Commit(const std::string& consumer, int64_t end_batch) override;
   absl::Status Touch(const std::string& consumer) override;
   absl::StatusOr<std::vector<std::string>> ListConsumers() override;

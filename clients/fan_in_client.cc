@@ -525,7 +525,7 @@ v1::StatusResponse MergeStatuses(std::vector<v1::StatusResponse> statuses) {
 
 absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
     const std::shared_ptr<const Ranks>& ranks,
-    const v1::GetDeltaRequest& request, const Subscription* cancel) {
+    const v1::GetDeltaRequest& request, const CallCanceller* cancel) {
   if (!request.all_rows()) {  // top-k does not apply to all_rows
     if (absl::Status refused =
             RefuseTopKOfColumnBlocks(ranks->topology, request);
@@ -568,7 +568,7 @@ absl::StatusOr<ReceivedDelta> FanInClient::ReadAtCut(
 }
 
 absl::StatusOr<ReceivedDelta> FanInClient::GetDelta(
-    const v1::GetDeltaRequest& request, const Subscription* cancel) {
+    const v1::GetDeltaRequest& request, const CallCanceller* cancel) {
   absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
   if (!ranks.ok()) return ranks.status();
   if ((*ranks)->clients.size() == 1) {
@@ -583,7 +583,7 @@ absl::StatusOr<ReceivedDelta> FanInClient::GetDelta(
 absl::Status FanInClient::Subscribe(
     const v1::SubscribeRequest& request,
     const std::function<bool(ReceivedDelta&&)>& on_delta,
-    Subscription* subscription) {
+    CallCanceller* subscription) {
   absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
   if (!ranks.ok()) return ranks.status();
   if ((*ranks)->clients.size() == 1) {
@@ -591,7 +591,7 @@ absl::Status FanInClient::Subscribe(
         (*ranks)->clients[0]->Subscribe(request, on_delta, subscription);
     return status.ok() ? status : RankError(*ranks, 0, status);
   }
-  Subscription own;
+  CallCanceller own;
   return PollingSubscribe(*ranks, request, on_delta,
                           subscription != nullptr ? *subscription : own);
 }
@@ -612,7 +612,7 @@ absl::Status FanInClient::PollingSubscribe(
     const std::shared_ptr<const Ranks>& ranks,
     const v1::SubscribeRequest& request,
     const std::function<bool(ReceivedDelta&&)>& on_delta,
-    Subscription& subscription) {
+    CallCanceller& subscription) {
   // How often the tracker's batch is looked at while a push waits for steps.
   constexpr absl::Duration kPoll = absl::Milliseconds(10);
   // How often the consumer is kept on every rank while a push waits, as the

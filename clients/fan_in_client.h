@@ -88,10 +88,10 @@ class FanInClient final : public TrackerClient {
   // without consistent cuts).
   absl::StatusOr<ReceivedDelta> GetDelta(
       const v1::GetDeltaRequest& request,
-      const Subscription* cancel = nullptr) override;
+      const CallCanceller* cancel = nullptr) override;
   absl::Status Subscribe(const v1::SubscribeRequest& request,
                          const std::function<bool(ReceivedDelta&&)>& on_delta,
-                         Subscription* subscription = nullptr) override;
+                         CallCanceller* subscription = nullptr) override;
   // Commits `end_batch` on every rank. OK when every rank accepts;
   // otherwise the first error, naming the rank (the other ranks' commits
   // stand).
@@ -140,7 +140,7 @@ class FanInClient final : public TrackerClient {
   // One read at one cut on every rank (several ranks).
   absl::StatusOr<ReceivedDelta> ReadAtCut(
       const std::shared_ptr<const Ranks>& ranks,
-      const v1::GetDeltaRequest& request, const Subscription* cancel);
+      const v1::GetDeltaRequest& request, const CallCanceller* cancel);
   // `call` (AddConsumer or RemoveConsumer) on every rank: `benign`
   // (AlreadyExists, NotFound) from some ranks is what an earlier, partly
   // failed call left, and is passed over; from every rank it is the answer.
@@ -162,7 +162,7 @@ class FanInClient final : public TrackerClient {
       const std::shared_ptr<const Ranks>& ranks,
       const v1::SubscribeRequest& request,
       const std::function<bool(ReceivedDelta&&)>& on_delta,
-      Subscription& subscription);
+      CallCanceller& subscription);
 
   const std::string target_;
   const ClientOptions options_;

@@ -165,7 +165,7 @@ void Predictor::Stop() {
   stop_cv_.SignalAll();
 }
 
-bool Predictor::StartCall(Subscription* call) {
+bool Predictor::StartCall(CallCanceller* call) {
   absl::MutexLock lock(&stop_mu_);
   if (stopping_.load()) return false;
   in_flight_ = call;
@@ -331,7 +331,7 @@ absl::Status Predictor::Session() {
                               : kNeverBySteps);
   request.set_dense_every_steps(options_.dense_every_steps);
   request.set_dense_every_ms(options_.dense_every_ms);
-  Subscription subscription;
+  CallCanceller subscription;
   if (!StartCall(&subscription)) return absl::OkStatus();
   absl::Status status = client_->Subscribe(
       request,
@@ -375,7 +375,7 @@ absl::Status Predictor::FullRead(const std::string& why) {
   request.set_include_dense(true);
   request.set_omit_states(true);
   const absl::Time started = absl::Now();
-  Subscription read;
+  CallCanceller read;
   if (!StartCall(&read)) return absl::CancelledError("stopping");
   absl::StatusOr<ReceivedDelta> delta = client_->GetDelta(request, &read);
   EndCall();

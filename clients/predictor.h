@@ -143,7 +143,7 @@ class Predictor {
   void NoteError(const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // Makes `call` the one Stop() cancels, until EndCall(); false (nothing
   // set) when stopping already.
-  bool StartCall(Subscription* call) ABSL_LOCKS_EXCLUDED(stop_mu_);
+  bool StartCall(CallCanceller* call) ABSL_LOCKS_EXCLUDED(stop_mu_);
   void EndCall() ABSL_LOCKS_EXCLUDED(stop_mu_);
   // Sleeps unless stopped meanwhile; false when stopped.
   bool Sleep(absl::Duration duration) ABSL_LOCKS_EXCLUDED(stop_mu_);
@@ -171,7 +171,7 @@ class Predictor {
   // Signalled by Stop() and by a keep-alive's end.
   absl::CondVar stop_cv_;
   // The subscription or read in progress, which Stop() cancels.
-  Subscription* in_flight_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
+  CallCanceller* in_flight_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
   // Whether the keep-alive's thread goes on (StartKeepAlive() to
   // EndKeepAlive()).
   bool keeping_alive_ ABSL_GUARDED_BY(stop_mu_) = false;

@@ -123,7 +123,7 @@ int Main() {
   std::vector<std::pair<Clock::time_point, Clock::time_point>> reads;
   // --read=subscribe: the subscription's pushes, the delta's rows among them.
   const bool subscribe = read == "subscribe";
-  Subscription subscription;
+  CallCanceller subscription;
   std::mutex pushed_mu;
   std::condition_variable pushed;
   int64_t pushes_of_t = 0;

@@ -238,7 +238,7 @@ TEST(GetDeltaTest, AReadCancelledFromAnotherThreadEndsAtOnce) {
   read.set_cut(7);
   for (const bool each : {false, true}) {
     SCOPED_TRACE(each ? "GetDeltaFromEach" : "GetDelta");
-    Subscription cancel;
+    CallCanceller cancel;
     std::thread canceller([&cancel] {
       absl::SleepFor(absl::Milliseconds(300));
       cancel.Cancel();

@@ -98,7 +98,7 @@ class Subscriber {
 
  private:
   std::unique_ptr<DeltaClient> client_;
-  Subscription subscription_;
+  CallCanceller subscription_;
   std::thread thread_;
   std::atomic<bool> ended_{false};
   absl::Status status_;

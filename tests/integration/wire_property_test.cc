@@ -178,7 +178,7 @@ TEST(WirePropertyTest, AdversarialRequestsLeaveTheServerAndControlWhole) {
         request.set_every_ms(adversary.Integer());
         request.set_dense_every_steps(adversary.Integer());
         request.set_dense_every_ms(adversary.Integer());
-        Subscription subscription;
+        CallCanceller subscription;
         std::thread canceller([&subscription] {
           std::this_thread::sleep_for(std::chrono::milliseconds(150));
           subscription.Cancel();

@@ -123,7 +123,7 @@ class HourlySubscription {
   const absl::Status& status() const { return status_; }
 
  private:
-  Subscription subscription_;
+  CallCanceller subscription_;
   absl::Notification first_push_;
   absl::Notification ended_;
   absl::Status status_;
