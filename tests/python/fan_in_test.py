@@ -8,7 +8,12 @@ rank's address; a commit moves every rank's cursor; subscriptions push
 merged deltas on their schedule; status merges the ranks'; consumers are
 added, removed and cleared on every rank; top-k of the column-wise table is
 refused; the TorchRec adapter reads through the fan-in. A client follows a
-restart of the trainer under another world size. Once a trainer has
+restart of the trainer under another world size. With the ranks expiring
+consumers added at run time: touch keeps a consumer on every rank (an
+unknown one NOT_FOUND naming the rank), a polling subscription whose next
+push is an hour away keeps its consumer past the expiry, and ends
+NOT_FOUND, naming the rank, within seconds of its consumer's removal from
+one rank. Once a trainer has
 stopped training (its tables no longer change): the merged delta equals the
 C++ FanInClient's (deltactl get --out=F.npz) exactly, and its values are
 those of a merged read of all rows. Without servers: merge_rank_deltas and
@@ -20,6 +25,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import unittest
 
@@ -154,15 +160,13 @@ class MergedDeltaChecks:
                     ids, np.arange(TABLES[fqn[len(FQN):]]), fqn)
 
 
-class LiveShardedTrainerTest(unittest.TestCase, MergedDeltaChecks):
-    """Against two ranks that train until stopped."""
+class TrainsUntilStopped:
+    """A test class's two ranks that train until stopped (setUpClass calls
+    start), reached as `ranks` and through `client` once batch 2 closed."""
 
     @classmethod
-    def setUpClass(cls):
-        cls.trainer = start_trainer(
-            "live", 'mode: "rowwise_adagrad" acknowledged_reads: true '
-            'consumers: ["cuts", "py", "sub", "timed", "lag", "clr", "top"]',
-            steps=-1)
+    def start(cls, name: str, config: str):
+        cls.trainer = start_trainer(name, config, steps=-1)
         cls.ranks = Ranks(cls.trainer.target)
         cls.client = deltastream.TrackerClient(cls.trainer.target, timeout=20)
         wait_for_batch(cls.client, 2)
@@ -172,6 +176,17 @@ class LiveShardedTrainerTest(unittest.TestCase, MergedDeltaChecks):
         cls.client.close()
         cls.ranks.close()
         cls.trainer.stop()
+
+
+class LiveShardedTrainerTest(TrainsUntilStopped, unittest.TestCase,
+                             MergedDeltaChecks):
+    """Against two ranks that train until stopped."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.start(
+            "live", 'mode: "rowwise_adagrad" acknowledged_reads: true '
+            'consumers: ["cuts", "py", "sub", "timed", "lag", "clr", "top"]')
 
     def test_reads_are_consistent_cuts_of_whole_tables_from_either_rank(self):
         ends = []
@@ -304,6 +319,132 @@ class LiveShardedTrainerTest(unittest.TestCase, MergedDeltaChecks):
             ids = table.ids.numpy()
             self.assertTrue(np.all(np.diff(ids) > 0), fqn)
             self.assertEqual(table.states.shape[0], ids.shape[0], fqn)
+
+
+class HourlySubscription:
+    """A subscription of `consumer` through `client` (several ranks: a
+    polling one), iterated on a thread of its own, whose next push after the
+    first is an hour away, by time and by steps. Cancelled when closed."""
+
+    def __init__(self, client, consumer: str):
+        self.subscription = client.subscribe(
+            consumer, every_steps=1 << 30, every_ms=3600 * 1000)
+        self.pushes = 0
+        self.error = None
+        self.first_push = threading.Event()
+        self.ended = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            for _ in self.subscription:
+                self.pushes += 1
+                self.first_push.set()
+        except Exception as error:  # pylint: disable=broad-except
+            self.error = error
+        self.ended.set()
+
+    def close(self):
+        self.subscription.cancel()
+        self._thread.join(30)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class ConsumerExpiryShardedTrainerTest(TrainsUntilStopped,
+                                       unittest.TestCase):
+    """Against two ranks that train until stopped and expire a consumer
+    added at run time after EXPIRE_SECONDS without a read, commit or touch
+    (expire_consumers_after_seconds; declared consumers never expire)."""
+
+    EXPIRE_SECONDS = 2
+
+    @classmethod
+    def setUpClass(cls):
+        cls.start(
+            "expiry", 'mode: "rowwise_adagrad" consumers: ["declared"] '
+            f"expire_consumers_after_seconds: {cls.EXPIRE_SECONDS}")
+
+    def assert_not_found(self, error, rank: int, consumer: str):
+        self.assertIsInstance(error, fan_in.FanInError, repr(error))
+        self.assertEqual(error.code(), grpc.StatusCode.NOT_FOUND,
+                         error.details())
+        self.assertTrue(error.details().startswith(f"rank {rank}: "),
+                        error.details())
+        self.assertIn(f"'{consumer}'", error.details())
+
+    def test_touch_keeps_a_consumer_on_every_rank(self):
+        c = self.client
+        for consumer in ("touched", "silent"):
+            c.add_consumer(consumer)
+            self.assertEqual(self.ranks.listed(consumer), [True, True])
+        with self.assertRaises(grpc.RpcError) as error:
+            c.touch("nobody")
+        self.assert_not_found(error.exception, 0, "nobody")
+        # Three times the expiry, touched every half second, reading
+        # nothing: kept on both ranks, while "silent" expires.
+        until = time.monotonic() + 3 * self.EXPIRE_SECONDS
+        while time.monotonic() < until:
+            self.assertIsNone(c.touch("touched"))
+            time.sleep(0.5)
+        self.assertEqual(self.ranks.listed("touched"), [True, True])
+        self.assertEqual(self.ranks.listed("silent"), [False, False])
+        c.remove_consumer("touched")
+        # Missing on rank 1 only: its NOT_FOUND names that rank.
+        c.add_consumer("half")
+        self.ranks.stubs[1].RemoveConsumer(
+            tracker_pb2.ConsumerRequest(consumer="half"), timeout=20)
+        with self.assertRaises(grpc.RpcError) as error:
+            c.touch("half")
+        self.assert_not_found(error.exception, 1, "half")
+        c.remove_consumer("half")  # rank 0's
+
+    def test_a_polling_subscription_keeps_its_consumer_past_the_expiry(self):
+        c = self.client
+        c.add_consumer("kept")
+        c.add_consumer("unsubscribed")  # the control: it expires
+        with HourlySubscription(c, "kept") as kept:
+            self.assertTrue(kept.first_push.wait(60), kept.error)
+            ended = kept.ended.wait(3 * self.EXPIRE_SECONDS)
+            self.assertFalse(ended, f"the subscription of 'kept' ended: "
+                             f"{kept.error!r}")
+            listed = self.ranks.listed("kept")
+            self.assertEqual(self.ranks.listed("unsubscribed"),
+                             [False, False])
+        self.assertEqual(kept.pushes, 1)
+        self.assertIsNone(kept.error)  # cancel() ended it
+        self.assertEqual(listed, [True, True],
+                         "the ranks expired 'kept' while its subscription "
+                         "waited for its next push")
+        c.remove_consumer("kept")
+
+    def test_a_polling_subscription_ends_once_a_rank_lacks_its_consumer(self):
+        c = self.client
+        c.add_consumer("watched")
+        with HourlySubscription(c, "watched") as watched:
+            self.assertTrue(watched.first_push.wait(60), watched.error)
+            self.ranks.stubs[1].RemoveConsumer(
+                tracker_pb2.ConsumerRequest(consumer="watched"), timeout=20)
+            removed = time.monotonic()
+            ended = watched.ended.wait(5)
+            took = time.monotonic() - removed
+        self.assertTrue(ended, "the subscription of 'watched', removed from "
+                        f"rank 1, still waited after {took:.1f} s")
+        self.assert_not_found(watched.error, 1, "watched")
+        self.assertEqual(watched.pushes, 1)
+        # The error ended the subscription: a later next() raises it again
+        # at once, and reads nothing more (rank 0 still has the consumer).
+        started = time.monotonic()
+        with self.assertRaises(fan_in.FanInError) as again:
+            next(watched.subscription)
+        self.assertIs(again.exception, watched.error)
+        self.assertLess(time.monotonic() - started, 1)
+        c.remove_consumer("watched")  # rank 0's
 
 
 class StillShardedTrainerTest(unittest.TestCase, MergedDeltaChecks):

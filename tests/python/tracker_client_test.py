@@ -1,8 +1,9 @@
 """deltastream.TrackerClient against the real tracker_server on loopback:
 push/step/get (one chunk and many), subscribe, acknowledged reads and
-commit, consumers, status, errors, and the .npz reader on a file written by
-the real deltactl. Malformed delta streams and .npz files, and keepalive on
-an idle subscription to a frozen host."""
+commit, consumers, status, errors, touch (a consumer kept from the expiry,
+an unknown one NOT_FOUND), and the .npz reader on a file written by the real
+deltactl. Malformed delta streams and .npz files, and keepalive on an idle
+subscription to a frozen host."""
 
 import os
 import re
@@ -164,6 +165,45 @@ class AcknowledgedReadsTest(unittest.TestCase):
             np.testing.assert_array_equal(after.tables["m.t"].ids, [8])
             status = client.status()
             self.assertTrue(status.acknowledged_reads)
+
+
+class TouchTest(unittest.TestCase):
+    """touch keeps a consumer that reads nothing (busy elsewhere) from the
+    tracker's consumer expiry, moving nothing; one not touched expires
+    meanwhile; an unknown one is NOT_FOUND."""
+
+    def test_touch_keeps_a_consumer_that_reads_nothing(self):
+        with ServerProcess(SERVER, ["--consumers=declared",
+                                    "--expire_consumers_after_s=1"]) as server, \
+                deltastream.TrackerClient(server.target,
+                                          timeout=10) as client:
+            client.add_consumer("touched")
+            client.add_consumer("silent")
+            with self.assertRaises(grpc.RpcError) as error:
+                client.touch("nobody")
+            self.assertEqual(error.exception.code(),
+                             grpc.StatusCode.NOT_FOUND)
+            self.assertIn("'nobody'", error.exception.details())
+            with self.assertRaises(ValueError):
+                client.touch("")
+            ids = 0
+            until = time.monotonic() + 3.5
+            while time.monotonic() < until:
+                self.assertIsNone(client.touch("touched"))
+                client.push({"m.t": np.array([ids])})
+                client.step()
+                ids += 1
+                time.sleep(0.25)
+            self.assertEqual(client.consumers(), ["declared", "touched"])
+            self.assertGreaterEqual(client.status().consumers_expired, 1)
+            with self.assertRaises(grpc.RpcError) as error:
+                client.touch("silent")
+            self.assertEqual(error.exception.code(),
+                             grpc.StatusCode.NOT_FOUND)
+            # Nothing moved: the touched consumer reads every batch.
+            delta = client.get("touched")
+            np.testing.assert_array_equal(delta.tables["m.t"].ids,
+                                          np.arange(ids))
 
 
 class DocsExamplesTest(unittest.TestCase):

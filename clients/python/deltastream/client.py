@@ -384,7 +384,7 @@ class _TrackerService(_Connection):
 class TrackerClient(_TrackerService):
     """A client of a tracker: tracker_server, or a trainer's --listen port.
 
-    Consumer side: get, subscribe, commit, consumers, add_consumer,
+    Consumer side: get, subscribe, commit, touch, consumers, add_consumer,
     remove_consumer, clear, compact, status. Producer side (a Python trainer
     beside tracker_server): push (one record of lookups) and step (closes
     the batch). `token`: the bearer token (tracker_service/auth.h roles);
@@ -398,13 +398,14 @@ class TrackerClient(_TrackerService):
     discovers every rank (the Topology RPC) and the consumer-side calls fan
     in: `get` reads every rank at one consistent cut and merges the parts
     into full tables with global row IDs, ascending and each once;
-    `subscribe` polls; `commit`, `add_consumer`, `remove_consumer`, `clear`
-    and `compact` reach every rank; `status` merges the ranks'; `consumers`
-    is rank 0's. See deltastream/fan_in.py for the merge rules and errors
-    (a FanInError, a grpc.RpcError, names the rank or the table). With one
-    process (tracker_server, a one-process trainer) every call goes to
-    `target` unchanged. `push` and `step` always go to `target` (a trainer
-    refuses them: it records its own lookups).
+    `subscribe` polls; `commit`, `touch`, `add_consumer`,
+    `remove_consumer`, `clear` and `compact` reach every rank; `status`
+    merges the ranks'; `consumers` is rank 0's. See deltastream/fan_in.py
+    for the merge rules and errors (a FanInError, a grpc.RpcError, names
+    the rank or the table). With one process (tracker_server, a
+    one-process trainer) every call goes to `target` unchanged. `push` and
+    `step` always go to `target` (a trainer refuses them: it records its
+    own lookups).
     """
 
     def __init__(self, target: str, token: Optional[str] = None,
@@ -481,7 +482,9 @@ class TrackerClient(_TrackerService):
         Returns a Subscription: iterate it for Deltas; `cancel()` ends it.
         `timeout` bounds the whole stream (None: until cancelled). A sharded
         trainer: a fan_in.PollingSubscription, merged reads on the same
-        schedule.
+        schedule, which touches its consumer on every rank every second
+        while a push waits (it ends NOT_FOUND, naming the rank, once a rank
+        lacks the consumer), as the server's Subscribe keeps its own.
         """
         request = tracker_pb2.SubscribeRequest(
             read=_read_request(consumer, fqns, top_k, None, include_scores,
@@ -495,6 +498,17 @@ class TrackerClient(_TrackerService):
         (on every rank of a sharded trainer)."""
         self._fan_in.commit(tracker_pb2.CommitRequest(
             consumer=consumer, end_batch=end_batch))
+
+    def touch(self, consumer: str) -> None:
+        """Keeps `consumer` from expiring on the tracker (its consumer
+        expiry), reading and moving nothing: for a consumer busy elsewhere
+        longer than the expiry (loading a checkpoint chain, say). NOT_FOUND
+        when the tracker has no such consumer (removed, or expired already);
+        a sharded trainer: on every rank, the first rank's error naming the
+        rank."""
+        if not consumer:
+            raise ValueError("consumer must be named")
+        self._fan_in.touch(tracker_pb2.ConsumerRequest(consumer=consumer))
 
     def consumers(self) -> List[str]:
         """The tracker's consumers (rank 0's of a sharded trainer)."""

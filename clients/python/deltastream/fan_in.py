@@ -471,7 +471,11 @@ class FanIn:
     def _on_every_rank(self, call: Callable[[_TrackerService], T]) -> List[T]:
         """`call` on every rank at once; the results in rank order, or the
         first rank's error (by rank)."""
-        ranks = self._current()
+        return self._on_ranks(self._current(), call)
+
+    def _on_ranks(self, ranks: _Ranks,
+                  call: Callable[[_TrackerService], T]) -> List[T]:
+        """_on_every_rank on `ranks`."""
         outcomes = _each(len(ranks.services),
                          lambda r: call(ranks.services[r]))
         for rank, (_, error) in enumerate(outcomes):
@@ -568,6 +572,19 @@ class FanIn:
         """On every rank; the first rank's error (the other ranks' commits
         stand)."""
         self._on_every_rank(lambda s: s.call(s.stub.Commit, request))
+
+    def touch(self, request: tracker_pb2.ConsumerRequest) -> None:
+        """On every rank; the first rank's error (by rank)."""
+        self._touch_ranks(self._current(), request, None)
+
+    def _touch_ranks(self, ranks: _Ranks,
+                     request: tracker_pb2.ConsumerRequest,
+                     timeout: Optional[float]) -> None:
+        """Touch on every one of `ranks`, each call bounded by `timeout`
+        seconds and by the service's own timeout; the first rank's error (by
+        rank), naming it."""
+        self._on_ranks(ranks, lambda s: s.call(
+            s.stub.Touch, request, timeout=_earliest(timeout, s.timeout)))
 
     def consumers(self) -> List[str]:
         """Rank 0's consumers."""
@@ -687,7 +704,13 @@ class PollingSubscription(Subscription):
     """A subscription to a sharded trainer, as the C++ FanInClient's: no
     rank pushes a merged delta, so the client reads every rank at one cut on
     the subscription's schedule, the tracker's batch taken from rank 0's
-    status (every 10 ms while a push waits for steps). The first push reads
+    status (every 10 ms while a push waits). While a push waits it keeps its
+    consumer on every rank every second (the Touch call; a push is contact
+    too), as the server's Subscribe keeps its own: a schedule longer than
+    the ranks' consumer expiry keeps its consumer, and a consumer removed
+    from any rank (or expired there) ends the subscription within about a
+    second, the iteration raising FanInError NOT_FOUND naming the rank and
+    the consumer, however far off the next push. The first push reads
     from the consumer's cursor (all rows, when asked); each later one the
     batches closed since, on from the previous push's end (continue_from:
     in acknowledged mode it may still be uncommitted). The same interface
@@ -697,6 +720,8 @@ class PollingSubscription(Subscription):
     iteration."""
 
     POLL_SECONDS = 0.01
+    # How often the consumer is touched on every rank while a push waits.
+    KEEP_CONSUMER_SECONDS = 1.0
 
     def __init__(self, fan_in: FanIn, ranks: _Ranks,
                  request: tracker_pb2.SubscribeRequest,
@@ -712,6 +737,13 @@ class PollingSubscription(Subscription):
         self._deadline = (None if timeout is None
                           else time.monotonic() + timeout)
         self._cancelled = threading.Event()
+        # When the consumer was last touched on every rank (or read there).
+        self._consumer_kept = time.monotonic()
+        self._touch = tracker_pb2.ConsumerRequest(
+            consumer=request.read.consumer)
+        # The error that ended the subscription, raised again by every later
+        # __next__.
+        self._error: Optional[Exception] = None
 
     def _time_left(self) -> Optional[float]:
         """Seconds until the deadline (None: none); FanInError when past."""
@@ -724,12 +756,30 @@ class PollingSubscription(Subscription):
         return left
 
     def __next__(self) -> Delta:
+        """The next push. An error ends the subscription: it is raised
+        again by every later call, as a gRPC stream's is, and nothing more
+        is read (a later push would skip the batches of the one that
+        failed)."""
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next_push()
+        except StopIteration:
+            raise
+        except Exception as error:
+            self._error = error
+            raise
+
+    def _next_push(self) -> Delta:
         schedule = self._schedule
         while not self._cancelled.is_set():
             left = self._time_left()
             current = self._fan_in._current_batch_of_rank0(self._ranks, left)
             now = time.monotonic()
             if not schedule.due(current, now):
+                if now - self._consumer_kept >= self.KEEP_CONSUMER_SECONDS:
+                    self._fan_in._touch_ranks(self._ranks, self._touch, left)
+                    self._consumer_kept = now
                 self._cancelled.wait(_earliest(
                     schedule.wait(now, self.POLL_SECONDS), left))
                 continue
@@ -741,6 +791,7 @@ class PollingSubscription(Subscription):
             delta = self._fan_in._read_at_cut(
                 self._ranks, read, _earliest(self._read_timeout, left))
             schedule.pushed(delta.end_batch, now)
+            self._consumer_kept = now  # a read reaches every rank
             return delta
         raise StopIteration
 
