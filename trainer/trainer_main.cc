@@ -473,6 +473,13 @@ int Main(int argc, char** argv) {
   // One rank of several (torchrun's environment), or one process.
   absl::StatusOr<TorchrunEnvironment> env = TorchrunEnvironmentFromEnv();
   if (!env.ok()) return Fail(kExitUsage, env.status());
+  // A world no sharding plan is for is refused before the rendezvous, which
+  // would wait its whole timeout for ranks that never come.
+  if (absl::Status status =
+          planner::ValidateWorldSize("WORLD_SIZE", env->world_size);
+      !status.ok()) {
+    return Fail(kExitUsage, status);
+  }
   // Before any thread starts: threads inherit the binding.
   if (absl::GetFlag(FLAGS_bind_cores)) {
     absl::StatusOr<std::vector<int>> cores =

@@ -231,6 +231,25 @@ TEST(TrainerTest, NprocPerNodeIsBoundedByThePlannersLargestWorld) {
   }
 }
 
+// A rank launched into a world past the planner's largest (torchrun's
+// WORLD_SIZE) is refused at once, exit 2 naming the variable, instead of
+// waiting the rendezvous' whole timeout (5 minutes) for ranks that never
+// come.
+TEST(TrainerTest, WorldSizeIsBoundedByThePlannersLargestWorld) {
+  const std::string trainer = RunfilePath("trainer/trainer");
+  const auto started = std::chrono::steady_clock::now();
+  const CommandResult result = RunCommand(
+      "RANK=0 WORLD_SIZE=4097 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 "
+      "MASTER_ADDR=127.0.0.1 MASTER_PORT=62001 " +
+      trainer + " --listen=127.0.0.1:0");
+  EXPECT_EQ(result.exit_code, 2) << result.err;
+  EXPECT_THAT(result.err,
+              ::testing::HasSubstr("WORLD_SIZE must be in [1, 4096], got 4097"))
+      << result.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - started,
+            std::chrono::seconds(20));
+}
+
 // What a restart may not meet (an I/O error: reading /proc/self/mem's first
 // page fails with EIO) exits 1, so that a scheduler tries again; a
 // scheduler does not restart exit 2 (deploy/k8s/trainer.yaml, systemd).
