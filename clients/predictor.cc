@@ -421,7 +421,9 @@ absl::Status Predictor::FullRead(const std::string& why) {
 bool Predictor::BootstrapFromChain(const v1::StatusResponse& tracker,
                                    int64_t cursor) {
   const std::string& dir = options_.bootstrap_chain;
-  absl::StatusOr<LoadedChain> chain = LoadChain(dir);
+  // Stop() ends the load within one record.
+  absl::StatusOr<LoadedChain> chain =
+      LoadChain(dir, [this] { return stopping_.load(); });
   if (!chain.ok()) {
     Log(absl::StrCat("bootstrap: not from the chain in ", dir, ": ",
                      chain.status().message()));

@@ -103,8 +103,9 @@ class Predictor {
 
   // Ends Run() and PollTrainer() soon: cancels the subscription or the read
   // of every row in progress (within 100 ms; a unary call, at most its 10 s
-  // deadline), wakes their sleeps, ends the consumer's keep-alive (a chain
-  // load in progress still runs to its end). Idempotent.
+  // deadline), wakes their sleeps, ends the consumer's keep-alive and a
+  // chain load in progress (within one record of a link, at most 64 MiB by
+  // default; nothing of it applied). Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(stop_mu_);
 
   // Until Stop(): polls the tracker's current batch every 200 ms (for

@@ -62,11 +62,20 @@ absl::Status Corrupt(const std::string& path, absl::string_view what) {
 }
 
 // Reads a link file front to back.
+// What a cancelled load returns, naming the link it was reading.
+absl::Status LoadCancelled(const std::string& path) {
+  return absl::CancelledError(
+      absl::StrCat("loading '", path, "' was cancelled"));
+}
+
 class LinkFileReader {
  public:
   // The OS's error when `path` cannot be opened (absl::ErrnoToStatus:
-  // ENOENT NotFound, a link removed meanwhile; EIO Unknown).
-  static absl::StatusOr<LinkFileReader> Open(const std::string& path) {
+  // ENOENT NotFound, a link removed meanwhile; EIO Unknown). `cancelled`
+  // (not owned; may be null) is asked before each record is read: true
+  // fails the read with Cancelled.
+  static absl::StatusOr<LinkFileReader> Open(
+      const std::string& path, const CancelLoad* cancelled = nullptr) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       const int error = errno;  // before the message's allocations
@@ -80,13 +89,15 @@ class LinkFileReader {
       return absl::ErrnoToStatus(error,
                                  absl::StrCat("cannot stat '", path, "'"));
     }
-    return LinkFileReader(path, fd, static_cast<uint64_t>(file.st_size));
+    return LinkFileReader(path, fd, static_cast<uint64_t>(file.st_size),
+                          cancelled);
   }
   LinkFileReader(LinkFileReader&& other) noexcept
       : path_(std::move(other.path_)),
         fd_(std::exchange(other.fd_, -1)),
         size_(other.size_),
-        offset_(other.offset_) {}
+        offset_(other.offset_),
+        cancelled_(other.cancelled_) {}
   LinkFileReader& operator=(LinkFileReader&&) = delete;
   ~LinkFileReader() {
     if (fd_ >= 0) ::close(fd_);
@@ -162,8 +173,9 @@ class LinkFileReader {
   }
 
  private:
-  LinkFileReader(std::string path, int fd, uint64_t size)
-      : path_(std::move(path)), fd_(fd), size_(size) {}
+  LinkFileReader(std::string path, int fd, uint64_t size,
+                 const CancelLoad* cancelled)
+      : path_(std::move(path)), fd_(fd), size_(size), cancelled_(cancelled) {}
 
   struct RecordPrefix {
     uint64_t size = 0;
@@ -171,8 +183,12 @@ class LinkFileReader {
   };
 
   // A record's size and checksum, the size checked: 1 to `max` bytes, all
-  // in the file. DataLoss otherwise.
+  // in the file. DataLoss otherwise; Cancelled, reading nothing, when the
+  // load was cancelled.
   absl::StatusOr<RecordPrefix> ReadPrefix(uint64_t max) {
+    if (cancelled_ != nullptr && *cancelled_ && (*cancelled_)()) {
+      return LoadCancelled(path_);
+    }
     char bytes[kRecordPrefixBytes];
     if (absl::Status s = ReadExact(bytes, kRecordPrefixBytes); !s.ok()) {
       return s;
@@ -207,6 +223,7 @@ class LinkFileReader {
   int fd_ = -1;
   uint64_t size_ = 0;
   uint64_t offset_ = 0;
+  const CancelLoad* cancelled_ = nullptr;
   std::string buffer_;
 };
 
@@ -310,10 +327,12 @@ absl::StatusOr<at::Tensor> ReadTensor(LinkFileReader& reader,
 
 // Reads the link at `path`; its tensors only when `keep` (otherwise every
 // byte is read and checked, and the tables and dense parameters stay
-// empty). `description_only` stops after the description.
+// empty). `description_only` stops after the description. `cancelled` as
+// LinkFileReader::Open's.
 absl::StatusOr<LinkFile> ReadLinkFile(const std::string& path, bool keep,
-                                      bool description_only = false) {
-  absl::StatusOr<LinkFileReader> reader = LinkFileReader::Open(path);
+                                      bool description_only = false,
+                                      const CancelLoad* cancelled = nullptr) {
+  absl::StatusOr<LinkFileReader> reader = LinkFileReader::Open(path, cancelled);
   if (!reader.ok()) return reader.status();
   char magic[kMagicBytes];
   if (reader->size() < kMagicBytes + kRecordPrefixBytes) {
@@ -663,7 +682,8 @@ absl::Status VerifyChainLink(const ChainLink& link) {
   return CheckMatchesName(link, *file);
 }
 
-absl::StatusOr<LoadedChain> LoadChain(const std::string& dir) {
+absl::StatusOr<LoadedChain> LoadChain(const std::string& dir,
+                                      const CancelLoad& cancelled) {
   absl::StatusOr<std::vector<ChainLink>> links = ListChain(dir);
   if (!links.ok()) return links.status();
   if (links->empty()) {
@@ -679,14 +699,19 @@ absl::StatusOr<LoadedChain> LoadChain(const std::string& dir) {
   LoadedChain loaded;
   for (const ChainLink& link : FromNewestFull(*links)) {
     // LibTorch throws where there is no memory for a table.
-    absl::StatusOr<LinkFile> read = CatchTorchErrors(
-        [&] { return ReadLinkFile(link.path, /*keep=*/true); });
+    absl::StatusOr<LinkFile> read = CatchTorchErrors([&] {
+      return ReadLinkFile(link.path, /*keep=*/true,
+                          /*description_only=*/false, &cancelled);
+    });
     if (read.status().code() == absl::StatusCode::kResourceExhausted) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot load '", link.path, "': ", read.status().message()));
     }
     if (!read.ok()) return read.status();
     if (absl::Status s = CheckMatchesName(link, *read); !s.ok()) return s;
+    // Read whole (a link without records to read: a V1 one), before the
+    // merge.
+    if (cancelled && cancelled()) return LoadCancelled(link.path);
     if (read->link.dense_size() > 0) {
       loaded.dense = std::move(read->dense);
       loaded.dense_batch = read->link.dense_batch();

@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -150,13 +151,22 @@ struct LoadedChain {
   int64_t run_start_batch = 0;
 };
 
+// Asked while a chain loads, from the loading thread: true ends the load
+// (LoadChain). Empty: never.
+using CancelLoad = std::function<bool()>;
+
 // Applies the newest full link and every increment after it, in order, later
 // rows replacing earlier ones. A full link's rows are read straight into
 // their tensors (one copy of the rows in memory). Refuses to build a wrong
 // table: FailedPrecondition for no full link, a missing, duplicated or
 // overlapping increment (ChainProblems); DataLoss for a file whose checksums
 // or contents do not verify or that holds other batches than its name says.
-absl::StatusOr<LoadedChain> LoadChain(const std::string& dir);
+// `cancelled` is asked before every record is read (at most
+// ChainWriteOptions::chunk_bytes, 64 MiB by default) and before every link
+// is applied, so a load of any size ends within one record of its cancel:
+// Cancelled, naming the link, and nothing loaded.
+absl::StatusOr<LoadedChain> LoadChain(const std::string& dir,
+                                      const CancelLoad& cancelled = {});
 
 // Writes the loaded chain as one full link covering [0, end), keeping the
 // newest dense parameters (with their batch) and the newest run, and deletes

@@ -1,7 +1,8 @@
 // A checkpoint-chain link of over 4 GiB of rows (issue 21, defect 7: a link
 // over 2 GiB used to serialize empty) is written and loaded back, without a
 // second copy of its rows in memory: peak memory is one table (about 4.3 GiB)
-// plus a read buffer. Manual (tags = ["manual"]): it needs that much RAM and
+// plus a read buffer; a load of it cancelled a quarter in ends within one
+// record of the cancel. Manual (tags = ["manual"]): it needs that much RAM and
 // disk and takes about a minute:
 //   bazel test //tests/store:checkpoint_chain_large_test
 #include <ATen/ATen.h>
@@ -9,10 +10,15 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "store/checkpoint_chain.h"
 
 namespace deltastream {
@@ -49,6 +55,7 @@ TEST(CheckpointChainLargeTest, LinkOverFourGiBRoundTrips) {
     EXPECT_GT(link_bytes, (int64_t{4} << 30) + 1);
   }
   const int64_t peak_after_write = PeakResidentBytes();
+  const absl::Time load_started = absl::Now();
   absl::StatusOr<LoadedChain> loaded = LoadChain(dir);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   const ChainTable& big = loaded->tables.at("big");
@@ -64,6 +71,32 @@ TEST(CheckpointChainLargeTest, LinkOverFourGiBRoundTrips) {
   const int64_t table_bytes = kRows * (kDim * 4 + 8);
   EXPECT_LT(PeakResidentBytes(), peak_after_write + table_bytes / 4)
       << "peak " << PeakResidentBytes() << " after write " << peak_after_write;
+  const absl::Duration whole_load = absl::Now() - load_started;
+  loaded = absl::UnknownError("released");
+
+  // Cancelled a quarter into a load as long, the load ends within one
+  // record (64 MiB) of the cancel, not at the end of the link.
+  std::atomic<bool> cancel{false};
+  std::thread canceller([&cancel, whole_load] {
+    absl::SleepFor(whole_load / 4);
+    cancel = true;
+  });
+  absl::Time cancelled_at;
+  absl::StatusOr<LoadedChain> cancelled = LoadChain(dir, [&] {
+    if (!cancel.load()) return false;
+    if (cancelled_at == absl::Time()) cancelled_at = absl::Now();
+    return true;
+  });
+  const absl::Time ended = absl::Now();
+  canceller.join();
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled)
+      << cancelled.status();
+  std::printf(
+      "whole load %s; cancelled a quarter in, it ended %s after the "
+      "cancel was seen\n",
+      absl::FormatDuration(whole_load).c_str(),
+      absl::FormatDuration(ended - cancelled_at).c_str());
+  EXPECT_LT(ended - cancelled_at, absl::Seconds(1));
   std::filesystem::remove_all(dir);
 }
 

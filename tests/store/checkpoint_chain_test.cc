@@ -4,7 +4,7 @@
 // parameters and run ids round-trip; a newer full link supersedes older
 // increments; truncation after a trainer's restart point; links are chunked
 // (any size) and every byte of them is verified, by the loader and by
-// `deltactl chain`.
+// `deltactl chain`; a load ends within one record of its cancel.
 #include "store/checkpoint_chain.h"
 
 #include <ATen/ATen.h>
@@ -471,6 +471,51 @@ TEST(CheckpointChainTest, ChunkedLinksRoundTripAndEveryByteIsVerified) {
   EXPECT_THAT(LoadChain(dir).status().message(), HasSubstr("after its last"));
   WriteBytes(link->path, good);
   EXPECT_TRUE(LoadChain(dir).ok());
+}
+
+// A load is asked before every record it reads and every link it applies
+// whether to go on: cancelled at any of those points it ends Cancelled,
+// naming the link it was in, having read no further; never cancelled, it
+// loads as without the question.
+TEST(CheckpointChainTest, ALoadEndsWithinOneRecordOfItsCancel) {
+  const std::string dir = FreshDir("cancelled");
+  const ChainLinkContent content = ChunkedContent();
+  absl::StatusOr<ChainLink> full =
+      WriteChainLinkContent(dir, content, ChainWriteOptions{100});
+  ASSERT_TRUE(full.ok()) << full.status();
+  absl::StatusOr<ChainLink> increment = WriteChainLink(
+      dir, Read(content.end_batch, content.end_batch + 5, {3, 7}, 1));
+  ASSERT_TRUE(increment.ok()) << increment.status();
+
+  int asked = 0;
+  absl::StatusOr<LoadedChain> whole = LoadChain(dir, [&asked] {
+    ++asked;
+    return false;
+  });
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  // The full link's 200 and more records of 100 bytes, each asked for.
+  EXPECT_GT(asked, 200);
+  absl::StatusOr<LoadedChain> unasked = LoadChain(dir);
+  ASSERT_TRUE(unasked.ok()) << unasked.status();
+  EXPECT_EQ(whole->end_batch, content.end_batch + 5);
+  for (const auto& [fqn, table] : unasked->tables) {
+    EXPECT_TRUE(at::equal(whole->tables.at(fqn).values, table.values)) << fqn;
+  }
+
+  const int questions = asked;
+  for (int cancel_at : {1, 2, 100, questions - 1, questions}) {
+    SCOPED_TRACE(cancel_at);
+    int asked_now = 0;
+    absl::StatusOr<LoadedChain> cancelled = LoadChain(
+        dir, [&asked_now, cancel_at] { return ++asked_now >= cancel_at; });
+    EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled)
+        << cancelled.status();
+    EXPECT_EQ(asked_now, cancel_at);  // nothing read after the cancel
+    const std::string& in =
+        cancel_at >= questions - 1 ? increment->path : full->path;
+    EXPECT_THAT(cancelled.status().message(),
+                HasSubstr("loading '" + in + "' was cancelled"));
+  }
 }
 
 TEST(CheckpointChainTest, ALinkHoldingOtherBatchesThanItsNameIsRefused) {
