@@ -372,14 +372,10 @@ int RunStep(const Invocation& run) {
   return 0;
 }
 
-// The most rows a top-k count may keep: the server holds the count as a
-// double and refuses more than 9e15 (TopK::Validate, tracker_service/top_k.cc).
-constexpr int64_t kMaxTopCount = 9'000'000'000'000'000;
-
 // The read that get and subscribe ask for, from the flags; nullopt (after
 // the usage line) without --consumer, with both kinds of top-k, or with a
-// top-k value out of the range the server takes (the same rule as
-// TopK::Validate, refused here as bad usage before anything is read).
+// top-k value out of the range the wire allows (proto/tracker.proto's
+// TopK: refused here as bad usage before anything is read).
 std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command) {
   v1::GetDeltaRequest request;
   request.set_consumer(absl::GetFlag(FLAGS_consumer));
@@ -405,9 +401,8 @@ std::optional<v1::GetDeltaRequest> ReadRequest(const std::string& command) {
     request.mutable_top_k()->set_percentage(percentage);
   } else if (FlagGiven("top_count")) {
     const int64_t count = absl::GetFlag(FLAGS_top_count);
-    if (count < 1 || count > kMaxTopCount) {
-      Usage(absl::StrCat("--top_count must be 1 to ", kMaxTopCount, ", got ",
-                         count));
+    if (count < 1) {
+      Usage(absl::StrCat("--top_count must be >= 1, got ", count));
       return std::nullopt;
     }
     request.mutable_top_k()->set_count(count);

@@ -12,26 +12,24 @@ namespace deltastream {
 
 absl::Status TopK::Validate() const {
   if (kind == Kind::kPercentage) {
-    if (!(value > 0 && value <= 100)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("top-k percentage must be in (0, 100], got ", value));
+    if (!(percentage > 0 && percentage <= 100)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "top-k percentage must be in (0, 100], got ", percentage));
     }
     return absl::OkStatus();
   }
-  if (!(value >= 1) || value != std::floor(value) || value > 9.0e15) {
+  if (count < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("top-k count must be a whole number >= 1, got ", value));
+        absl::StrCat("top-k count must be >= 1, got ", count));
   }
   return absl::OkStatus();
 }
 
 int64_t TopK::RowsKept(int64_t rows) const {
   if (rows == 0) return 0;
-  if (kind == Kind::kCount) {
-    return std::min(rows, static_cast<int64_t>(value));
-  }
+  if (kind == Kind::kCount) return std::min(rows, count);
   const auto kept = static_cast<int64_t>(
-      std::ceil(static_cast<double>(rows) * value / 100.0 - 1e-9));
+      std::ceil(static_cast<double>(rows) * percentage / 100.0 - 1e-9));
   return std::clamp<int64_t>(kept, 1, rows);
 }
 

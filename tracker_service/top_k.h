@@ -14,19 +14,18 @@ namespace deltastream {
 struct TopK {
   enum class Kind { kPercentage, kCount };
   Kind kind = Kind::kPercentage;
-  // A percentage in (0, 100] (rounded up to whole rows, at least one row when
-  // any changed), or a count >= 1.
-  double value = 100;
+  // kPercentage: in (0, 100], rounded up to whole rows, at least one row
+  // when any changed.
+  double percentage = 100;
+  // kCount: >= 1, any int64 (the wire's).
+  int64_t count = 0;
 
   static TopK Percentage(double percent) {
-    return {Kind::kPercentage, percent};
+    return {Kind::kPercentage, percent, 0};
   }
-  static TopK Count(int64_t rows) {
-    return {Kind::kCount, static_cast<double>(rows)};
-  }
+  static TopK Count(int64_t rows) { return {Kind::kCount, 0, rows}; }
 
-  // InvalidArgument for a percentage outside (0, 100] or a count below 1 or
-  // not whole.
+  // InvalidArgument for a percentage outside (0, 100] or a count below 1.
   absl::Status Validate() const;
 
   // Rows kept out of `rows`.

@@ -646,12 +646,8 @@ TEST(ServerCliTest, BadValuesAreRefusedWithTheirRule) {
       RunCommand(Deltactl(server, "subscribe --consumer=a --every_ms=-1")),
       "--every_ms must be >= 0 (0: by steps only), got -1", 2);
   ExpectCleanError(
-      RunCommand(
-          Deltactl(server, "get --consumer=a --top_count=9223372036854775807")),
-      "--top_count must be 1 to 9000000000000000, got 9223372036854775807", 2);
-  ExpectCleanError(
       RunCommand(Deltactl(server, "subscribe --consumer=a --top_count=0")),
-      "--top_count must be 1 to 9000000000000000, got 0", 2);
+      "--top_count must be >= 1, got 0", 2);
   ExpectCleanError(
       RunCommand(Deltactl(server, "get --consumer=a --top_percentage=0")),
       "--top_percentage must be in (0, 100], got 0", 2);
@@ -663,11 +659,12 @@ TEST(ServerCliTest, BadValuesAreRefusedWithTheirRule) {
       "--end_batch must be >= 0 (a read's end_batch), got -7", 2);
   ExpectCleanError(RunCommand(Deltactl(server, "commit --consumer=a")),
                    "commit needs --consumer=C --end_batch=B", 2);
-  // The largest count is taken.
+  // The largest count is taken (the server held it as a double and refused
+  // more than 9e15).
   auto client = DeltaClient::Create(server.target());
   RecordAndStep(*client, 3, 2, 2);
   json top = Json(RunCommand(Deltactl(
-      server, "get --json --consumer=a --top_count=9000000000000000")));
+      server, "get --json --consumer=a --top_count=9223372036854775807")));
   EXPECT_EQ(top["tables"]["sparse.t1"]["ids"], json({3, 4})) << top.dump();
 }
 

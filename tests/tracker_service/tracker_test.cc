@@ -176,6 +176,9 @@ TEST(TrackerTest, TopKByCountPerTableAndItsErrors) {
   bad.top_k = TopK::Count(0);
   EXPECT_EQ(tracker->GetDelta(bad).status().code(),
             absl::StatusCode::kInvalidArgument);
+  bad.top_k = TopK::Count(-1);
+  EXPECT_EQ(tracker->GetDelta(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
   bad.top_k.reset();
   bad.per_table_top_k[kT1] = TopK::Count(1);
   bad.fqns = {kT2};  // top-k for a table that is not read
@@ -190,6 +193,13 @@ TEST(TrackerTest, TopKByCountPerTableAndItsErrors) {
   EXPECT_EQ(IdsOf(*delta, kT1), (std::vector<int64_t>{5, 7}));
   EXPECT_EQ(IdsOf(*delta, kT2), (std::vector<int64_t>{2, 3}));  // all kept
   EXPECT_EQ(delta->tables[kT1].scores.numel(), 2);
+
+  // Any count the wire holds is taken, exactly: the largest keeps every row
+  // (a count held as a double lost whole numbers past 2^53).
+  EXPECT_TRUE(TopK::Count(std::numeric_limits<int64_t>::max()).Validate().ok());
+  EXPECT_EQ(TopK::Count(std::numeric_limits<int64_t>::max()).RowsKept(10), 10);
+  EXPECT_EQ(TopK::Count((int64_t{1} << 53) + 1).RowsKept(int64_t{1} << 60),
+            (int64_t{1} << 53) + 1);
 }
 
 TEST(TrackerTest, ScoresNeedWhatTheModeNeeds) {
