@@ -61,13 +61,13 @@ absl::Status Corrupt(const std::string& path, absl::string_view what) {
   return absl::DataLossError(absl::StrCat("'", path, "' ", what));
 }
 
-// Reads a link file front to back.
 // What a cancelled load returns, naming the link it was reading.
 absl::Status LoadCancelled(const std::string& path) {
   return absl::CancelledError(
       absl::StrCat("loading '", path, "' was cancelled"));
 }
 
+// Reads a link file front to back.
 class LinkFileReader {
  public:
   // The OS's error when `path` cannot be opened (absl::ErrnoToStatus:
