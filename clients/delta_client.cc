@@ -9,6 +9,8 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <future>
+#include <memory>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -712,10 +714,31 @@ absl::Status DeltaClient::Commit(const std::string& consumer,
   return Call(&v1::DeltaTracker::Stub::Commit, request).status();
 }
 
-absl::Status DeltaClient::Touch(const std::string& consumer) {
+absl::Status DeltaClient::Touch(const std::string& consumer,
+                                const CallCanceller* cancel) {
   v1::ConsumerRequest request;
   request.set_consumer(consumer);
-  return Call(&v1::DeltaTracker::Stub::Touch, request).status();
+  if (cancel == nullptr) {
+    return Call(&v1::DeltaTracker::Stub::Touch, request).status();
+  }
+  // gRPC's callback form, so that this thread can look at `cancel` while
+  // the call is in flight; the promise lives as long as the callback.
+  grpc::ClientContext context;
+  Prepare(context, CallKind::kUnary);
+  v1::TouchResponse response;
+  auto ended = std::make_shared<std::promise<grpc::Status>>();
+  std::future<grpc::Status> status = ended->get_future();
+  stub_->async()->Touch(&context, &request, &response,
+                        [ended](grpc::Status s) { ended->set_value(s); });
+  while (status.wait_for(kCancelPoll) != std::future_status::ready) {
+    if (cancel->cancelled()) {
+      context.TryCancel();
+      status.wait();
+      return absl::CancelledError(
+          absl::StrCat("the touch of ", target_, " was cancelled"));
+    }
+  }
+  return ToStatus(status.get());
 }
 
 namespace {

@@ -162,8 +162,10 @@ class TrackerClient {
   // Keeps `consumer` from expiring on the tracker, reading and moving
   // nothing (Touch in proto/tracker.proto): for a consumer busy elsewhere
   // longer than the tracker's consumer expiry. NotFound when the tracker
-  // has no such consumer (removed, or expired already).
-  virtual absl::Status Touch(const std::string& consumer) = 0;
+  // has no such consumer (removed, or expired already). Cancelled within
+  // 100 ms when `cancel` (not owned; may be null) is cancelled first.
+  virtual absl::Status Touch(const std::string& consumer,
+                             const CallCanceller* cancel = nullptr) = 0;
   virtual absl::StatusOr<std::vector<std::string>> ListConsumers() = 0;
   virtual absl::StatusOr<std::vector<std::string>> AddConsumer(
       const std::string& consumer) = 0;
@@ -224,7 +226,8 @@ class DeltaClient final : public TrackerClient {
                          const std::function<bool(ReceivedDelta&&)>& on_delta,
                          CallCanceller* subscription = nullptr) override;
   absl::Status Commit(const std::string& consumer, int64_t end_batch) override;
-  absl::Status Touch(const std::string& consumer) override;
+  absl::Status Touch(const std::string& consumer,
+                     const CallCanceller* cancel = nullptr) override;
   absl::StatusOr<std::vector<std::string>> ListConsumers() override;
   absl::StatusOr<std::vector<std::string>> AddConsumer(
       const std::string& consumer) override;

@@ -597,9 +597,11 @@ absl::Status FanInClient::Subscribe(
 }
 
 absl::Status FanInClient::TouchEveryRank(
-    const std::shared_ptr<const Ranks>& ranks, const std::string& consumer) {
+    const std::shared_ptr<const Ranks>& ranks, const std::string& consumer,
+    const CallCanceller* cancel) {
   std::vector<absl::Status> results = OnEveryRank<absl::Status>(
-      ranks->clients, [&](DeltaClient& rank) { return rank.Touch(consumer); });
+      ranks->clients,
+      [&](DeltaClient& rank) { return rank.Touch(consumer, cancel); });
   for (size_t r = 0; r < results.size(); ++r) {
     if (!results[r].ok()) {
       return RankError(ranks, static_cast<int>(r), results[r]);
@@ -639,9 +641,10 @@ absl::Status FanInClient::PollingSubscribe(
     absl::Time now = absl::Now();
     if (!schedule->Due(current, now)) {
       if (now - consumer_kept >= kKeepConsumerEvery) {
-        if (absl::Status kept = TouchEveryRank(ranks, base.consumer());
+        if (absl::Status kept =
+                TouchEveryRank(ranks, base.consumer(), &subscription);
             !kept.ok()) {
-          return kept;
+          return subscription.cancelled() ? absl::OkStatus() : kept;
         }
         consumer_kept = now;
       }
@@ -688,10 +691,11 @@ absl::Status FanInClient::Commit(const std::string& consumer,
   return absl::OkStatus();
 }
 
-absl::Status FanInClient::Touch(const std::string& consumer) {
+absl::Status FanInClient::Touch(const std::string& consumer,
+                                const CallCanceller* cancel) {
   absl::StatusOr<std::shared_ptr<const Ranks>> ranks = CurrentRanks();
   if (!ranks.ok()) return ranks.status();
-  return TouchEveryRank(*ranks, consumer);
+  return TouchEveryRank(*ranks, consumer, cancel);
 }
 
 absl::StatusOr<std::vector<std::string>> FanInClient::ListConsumers() {

@@ -98,7 +98,8 @@ class FanInClient final : public TrackerClient {
   absl::Status Commit(const std::string& consumer, int64_t end_batch) override;
   // Touches `consumer` on every rank: OK when every rank has it; otherwise
   // the first rank's error, naming the rank.
-  absl::Status Touch(const std::string& consumer) override;
+  absl::Status Touch(const std::string& consumer,
+                     const CallCanceller* cancel = nullptr) override;
   // Rank 0's list.
   absl::StatusOr<std::vector<std::string>> ListConsumers() override;
   // On every rank; AlreadyExists (NotFound) only when every rank says so.
@@ -156,7 +157,8 @@ class FanInClient final : public TrackerClient {
           call);
   // Touch on each of `ranks`; the first error as RankError gives it.
   absl::Status TouchEveryRank(const std::shared_ptr<const Ranks>& ranks,
-                              const std::string& consumer);
+                              const std::string& consumer,
+                              const CallCanceller* cancel);
   // Subscribe of several ranks (the class comment).
   absl::Status PollingSubscribe(
       const std::shared_ptr<const Ranks>& ranks,

@@ -112,10 +112,9 @@ bool IsReplicaStorageFailure(const absl::Status& status) {
 
 // Keeps the predictor's consumer in contact with the tracker from its
 // construction to its destruction or Stop(), from a thread of its own
-// (KeepConsumerAlive on keep_alive_thread_). Neither its end nor Stop()
-// waits for a touch in flight (a unary call Stop() cannot cancel, which
-// would hold the subscription or Run()'s end up to its deadline): the next
-// keep-alive or the predictor's destructor joins the thread.
+// (KeepConsumerAlive on keep_alive_thread_). Its end and Stop() cancel a
+// touch in flight and do not wait for it: the next keep-alive or the
+// predictor's destructor joins the thread, within 100 ms of the cancel.
 class Predictor::ConsumerKeepAlive {
  public:
   explicit ConsumerKeepAlive(Predictor& predictor) : predictor_(predictor) {
@@ -145,16 +144,23 @@ Predictor::~Predictor() {
 void Predictor::StartKeepAlive() {
   // The last keep-alive's thread has ended, or ends with its touch in flight.
   if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
+  const CallCanceller* touches;
   {
     absl::MutexLock lock(&stop_mu_);
     keeping_alive_ = true;
+    keep_alive_touches_ = std::make_unique<CallCanceller>();
+    touches = keep_alive_touches_.get();
+    // Stopped already: the thread ends at once.
+    if (stopping_.load()) keep_alive_touches_->Cancel();
   }
-  keep_alive_thread_ = std::thread([this] { KeepConsumerAlive(); });
+  keep_alive_thread_ =
+      std::thread([this, touches] { KeepConsumerAlive(*touches); });
 }
 
 void Predictor::EndKeepAlive() {
   absl::MutexLock lock(&stop_mu_);
   keeping_alive_ = false;
+  if (keep_alive_touches_ != nullptr) keep_alive_touches_->Cancel();
   stop_cv_.SignalAll();
 }
 
@@ -162,6 +168,7 @@ void Predictor::Stop() {
   absl::MutexLock lock(&stop_mu_);
   stopping_.store(true);
   if (in_flight_ != nullptr) in_flight_->Cancel();
+  if (keep_alive_touches_ != nullptr) keep_alive_touches_->Cancel();
   stop_cv_.SignalAll();
 }
 
@@ -194,12 +201,12 @@ bool Predictor::WaitToKeepAlive(absl::Time deadline) {
   return keeping_alive_ && !stopping_.load();
 }
 
-void Predictor::KeepConsumerAlive() {
+void Predictor::KeepConsumerAlive(const CallCanceller& touches) {
   // At once: the consumer may have been silent for a while already (its
   // predictor restarted).
   absl::Time next = absl::Now();
   while (WaitToKeepAlive(next)) {
-    const absl::Status touched = client_->Touch(options_.consumer);
+    const absl::Status touched = client_->Touch(options_.consumer, &touches);
     if (touched.code() == absl::StatusCode::kNotFound) {
       LogWarning(absl::StrCat(
           "consumer '", options_.consumer, "' is gone from ", options_.target,

@@ -90,8 +90,8 @@ class Predictor {
   // batches the replica did not hold yet.
   Predictor(PredictorOptions options, std::unique_ptr<TrackerClient> client,
             std::unique_ptr<Replica> replica, FILE* apply_log);
-  // After Run() returned. Waits for the consumer's keep-alive thread: a
-  // touch in flight (a unary call) ends within its deadline.
+  // After Run() returned. Waits for the consumer's keep-alive thread, which
+  // ends within 100 ms (a touch in flight is cancelled).
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
@@ -149,9 +149,10 @@ class Predictor {
   // Sleeps unless stopped meanwhile; false when stopped.
   bool Sleep(absl::Duration duration) ABSL_LOCKS_EXCLUDED(stop_mu_);
   // A ConsumerKeepAlive's thread: touches the consumer at once and then
-  // every kKeepAliveEvery until EndKeepAlive() or Stop(), or until the
-  // tracker says the consumer is gone (logged).
-  void KeepConsumerAlive() ABSL_LOCKS_EXCLUDED(stop_mu_);
+  // every kKeepAliveEvery until EndKeepAlive() or Stop(), which cancel
+  // `touches`, or until the tracker says the consumer is gone (logged).
+  void KeepConsumerAlive(const CallCanceller& touches)
+      ABSL_LOCKS_EXCLUDED(stop_mu_);
   // Waits until `deadline` unless the keep-alive ends or Stop() comes
   // first; false then.
   bool WaitToKeepAlive(absl::Time deadline) ABSL_LOCKS_EXCLUDED(stop_mu_);
@@ -176,6 +177,9 @@ class Predictor {
   // Whether the keep-alive's thread goes on (StartKeepAlive() to
   // EndKeepAlive()).
   bool keeping_alive_ ABSL_GUARDED_BY(stop_mu_) = false;
+  // Cancels the touches of the last keep-alive's thread (its end and
+  // Stop()); replaced only once that thread has been joined.
+  std::unique_ptr<CallCanceller> keep_alive_touches_ ABSL_GUARDED_BY(stop_mu_);
   // The last keep-alive's thread, joined by the next StartKeepAlive() or
   // the destructor (Run()'s thread and the destructor only).
   std::thread keep_alive_thread_;

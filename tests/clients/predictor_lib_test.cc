@@ -126,6 +126,9 @@ class StalledReadService : public grpc::CallbackGenericService {
   }
 };
 
+// Stop() ends the bootstrap's read, and the destructor cancels the
+// keep-alive's touch, which this tracker never answers either (its deadline
+// is 10 s).
 TEST(PredictorLibraryTest, StopEndsAReadOfEveryRowInProgress) {
   StalledReadService stalled;
   grpc::ServerBuilder builder;
@@ -145,9 +148,13 @@ TEST(PredictorLibraryTest, StopEndsAReadOfEveryRowInProgress) {
   EXPECT_LT(std::chrono::steady_clock::now() - stop, std::chrono::seconds(3));
   EXPECT_TRUE(run.get().ok());
   EXPECT_EQ(predictor->Status().version(), -1);
-  // Now: calls in flight (the predictor's keep-alive commit, which this
-  // tracker never answers either) are cancelled, and the predictor's
-  // destructor does not wait for their deadline.
+  // With the server still up: nothing but its cancel ends the touch.
+  const auto destroy = std::chrono::steady_clock::now();
+  predictor.reset();
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - destroy)
+                .count(),
+            2000);
   started->server->Shutdown(std::chrono::system_clock::now());
 }
 
