@@ -1,6 +1,7 @@
 #include "clients/checkpoint_chain.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 

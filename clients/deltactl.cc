@@ -14,7 +14,7 @@
 // clients/deltactl_completion.bash completes commands and flags through the
 // hidden `__complete` command.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <unistd.h>
 
 #include <cerrno>

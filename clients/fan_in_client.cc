@@ -1,6 +1,11 @@
 #include "clients/fan_in_client.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/logical_not.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/sort.h>
 
 #include <algorithm>
 #include <map>

@@ -1,6 +1,8 @@
 #include "clients/npz_file.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <zlib.h>
 
 #include <cstring>

@@ -1,6 +1,8 @@
 #include "clients/push_json.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
 
 #include <cmath>
 #include <cstdint>

@@ -3,7 +3,8 @@
 // the writer lock.
 #include "clients/replica.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
 
 #include <map>
 #include <utility>

@@ -1,7 +1,7 @@
 // The RocksDB backend of a Replica: a key per row, the table records and
 // the version, run id and dense parameters under meta keys
 // (clients/replica.h describes the layout).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>

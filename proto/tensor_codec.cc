@@ -1,6 +1,7 @@
 #include "proto/tensor_codec.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <cstring>
 

@@ -1,6 +1,10 @@
 #include "store/checkpoint_chain.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,6 +1,10 @@
 #include "store/unique_rows.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_unique2.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
 
 namespace deltastream {
 

@@ -1,6 +1,6 @@
 #include "tracker_service/delta_tracker_service.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/support/method_handler.h>
 

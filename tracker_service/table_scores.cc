@@ -1,6 +1,8 @@
 #include "tracker_service/table_scores.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include "base/torch_status.h"
 

@@ -1,6 +1,7 @@
 #include "tracker_service/top_k.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 #include "tracker_service/tracker.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <algorithm>
 #include <random>
@@ -62,7 +62,7 @@ absl::Status ValidateValues(const TableLookup& table,
     }
   }
   if (table.states.defined() && table.states.numel() > 0 &&
-      at::is_floating_point(table.states) &&
+      table.states.is_floating_point() &&
       !table.states.isfinite().all().item<bool>()) {
     return absl::InvalidArgumentError(
         absl::StrCat("table '", table.fqn,

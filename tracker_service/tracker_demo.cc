@@ -6,7 +6,10 @@
 //
 //   bazel run //tracker_service:tracker_demo -- [--steps=60]
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/randn.h>
 
 #include <cstdio>
 #include <random>

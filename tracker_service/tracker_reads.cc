@@ -1,4 +1,6 @@
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <functional>

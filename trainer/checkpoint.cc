@@ -1,6 +1,6 @@
 #include "trainer/checkpoint.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>

@@ -1,6 +1,9 @@
 #include "trainer/cursor_agreement.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cstdint>

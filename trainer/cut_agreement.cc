@@ -1,6 +1,8 @@
 #include "trainer/cut_agreement.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 #include <cstdint>
 #include <vector>

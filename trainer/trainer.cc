@@ -1,6 +1,6 @@
 #include "trainer/trainer.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <google/protobuf/text_format.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>

@@ -2,7 +2,7 @@
 // else a checkpoint chain (settings.restore_chain); the data fast-forwarded
 // past the restored steps; the tracker's snapshots opened and restored, and
 // its batch index brought in line with the model's step.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>

@@ -1,6 +1,8 @@
 #include "trainer/comm/gradient_averaging.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
 
 #include <map>

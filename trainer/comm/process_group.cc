@@ -1,6 +1,6 @@
 #include "trainer/comm/process_group.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <signal.h>
 
 #include <algorithm>

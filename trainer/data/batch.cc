@@ -1,6 +1,6 @@
 #include "trainer/data/batch.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include "absl/strings/str_cat.h"
 

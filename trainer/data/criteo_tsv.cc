@@ -1,6 +1,7 @@
 #include "trainer/data/criteo_tsv.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>

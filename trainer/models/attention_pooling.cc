@@ -1,6 +1,6 @@
 #include "trainer/models/attention_pooling.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <limits>
 

@@ -1,6 +1,8 @@
 #include "trainer/models/metrics.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/binary_cross_entropy_with_logits.h>
+#include <ATen/ops/isnan.h>
 
 #include <algorithm>
 #include <limits>

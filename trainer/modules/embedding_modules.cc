@@ -1,8 +1,16 @@
 #include "trainer/modules/embedding_modules.h"
 
-#include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/embedding_bag.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>

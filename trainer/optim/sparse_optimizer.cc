@@ -1,6 +1,11 @@
 #include "trainer/optim/sparse_optimizer.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>

@@ -1,6 +1,7 @@
 #include "trainer/pipeline/gradient_scaler.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/scalar_tensor.h>
 
 #include <cmath>
 #include <map>

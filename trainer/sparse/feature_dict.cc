@@ -1,6 +1,7 @@
 #include "trainer/sparse/feature_dict.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
 
 #include <cstdint>
 #include <limits>

@@ -1,6 +1,8 @@
 #include "trainer/sparse/keyed_jagged_tensor.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
 
 #include <cassert>
 #include <cstddef>

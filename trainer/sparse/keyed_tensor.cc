@@ -1,6 +1,8 @@
 #include "trainer/sparse/keyed_tensor.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/zeros.h>
 
 #include <cassert>
 #include <utility>
