@@ -142,7 +142,8 @@ Predictor::~Predictor() {
 }
 
 void Predictor::StartKeepAlive() {
-  // The last keep-alive's thread has ended, or ends with its touch in flight.
+  // The last keep-alive's thread has ended, or ends within 100 ms (its end
+  // cancelled its touch).
   if (keep_alive_thread_.joinable()) keep_alive_thread_.join();
   const CallCanceller* touches;
   {
@@ -150,8 +151,6 @@ void Predictor::StartKeepAlive() {
     keeping_alive_ = true;
     keep_alive_touches_ = std::make_unique<CallCanceller>();
     touches = keep_alive_touches_.get();
-    // Stopped already: the thread ends at once.
-    if (stopping_.load()) keep_alive_touches_->Cancel();
   }
   keep_alive_thread_ =
       std::thread([this, touches] { KeepConsumerAlive(*touches); });
