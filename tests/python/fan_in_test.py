@@ -304,15 +304,31 @@ class LiveShardedTrainerTest(TrainsUntilStopped, unittest.TestCase,
         self.assert_merged(delta)
 
     def test_torchrec_adapter_reads_the_merged_tables(self):
+        # The adapter adds its consumer on every rank, each at its own
+        # batch: here rank 1 a batch before rank 0, as a step between two
+        # ranks' adds would. The column-wise table's blocks then cover
+        # different batches: the first read is a resync, of every row.
+        self.ranks.stubs[1].AddConsumer(
+            tracker_pb2.ConsumerRequest(consumer="adapter"), timeout=20)
+        on_rank1 = self.ranks.statuses()[1].consumers
+        wait_for_batch(self.client, 1 + next(
+            c.cursor for c in on_rank1 if c.name == "adapter"))
         status = self.client.status()
         tracker = RemoteModelDeltaTracker(
             client=self.client, consumers=["adapter"],
             delete_on_read=status.delete_on_read,
             mode=TrackingMode.ROWWISE_ADAGRAD)
         self.assertEqual(self.ranks.listed("adapter"), [True, True])
-        # Two batches closed after the consumer was added (on a loaded
-        # machine the batch taken before may already have passed by then).
-        wait_for_batch(self.client, self.client.status().current_batch + 2)
+        cursors = self.ranks.cursors("adapter")
+        self.assertLess(cursors[1], cursors[0])
+        rows = tracker.get_delta("adapter")
+        self.assertEqual({fqn: r.ids.tolist() for fqn, r in rows.items()},
+                         {FQN + t: list(range(n)) for t, n in TABLES.items()})
+        # Committed (the trainer reads with acknowledgements) at one cut.
+        cursors = self.ranks.cursors("adapter")
+        self.assertEqual(cursors[0], cursors[1])
+        # Two batches closed after that read: a delta, merged.
+        wait_for_batch(self.client, cursors[0] + 2)
         rows = tracker.get_delta("adapter")
         self.assertTrue(any(r.ids.numel() > 0 for r in rows.values()))
         for fqn, table in rows.items():

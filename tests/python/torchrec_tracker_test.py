@@ -340,6 +340,33 @@ class RandomizedAgainstTheRulesTest(unittest.TestCase):
             for seed in range(4, 8):
                 self.run_sequence(server, TrackingMode.EMBEDDING, False, seed)
 
+    def test_embedding_with_acknowledged_reads(self):
+        # The adapter commits each read: TorchRec's read moves the cursor.
+        with ServerProcess(SERVER, ["--mode=embedding",
+                                    "--acknowledged_reads"]) as server:
+            for seed in range(8, 10):
+                self.run_sequence(server, TrackingMode.EMBEDDING, True, seed)
+
+
+class LostRowsTest(unittest.TestCase):
+    """Rows dropped under the service's memory cap: tracker_server cannot
+    read every row in their place, so the read says they are lost, once."""
+
+    def test_a_read_after_a_drop_raises_once(self):
+        with ServerProcess(SERVER, ["--mode=id_only",
+                                    "--memory_cap_bytes=4096"]) as server:
+            t = RemoteModelDeltaTracker(server.target, consumers=["x"])
+            t.record_lookup({"f": Jagged(list(range(5000)))}, None)
+            t.step()  # the service's step drops what is over the cap
+            t.step()
+            with self.assertRaisesRegex(torchrec_tracker.ResyncRequired,
+                                        r"consumer 'x' lost [1-9]\d* rows.*"
+                                        "cannot read every row"):
+                t.get_delta("x")
+            t.step()  # TorchRec's read moved the cursor past the open batch
+            t.record_lookup({"f": Jagged([7, 3, 7])}, None)
+            self.assertEqual(ids_of(t.get_delta("x")), {"f": [3, 7]})
+
 
 if __name__ == "__main__":
     unittest.main()

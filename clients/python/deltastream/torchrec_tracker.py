@@ -25,6 +25,17 @@ Results are what TorchRec's tracker returns at the same call: per table FQN,
 (EMBEDDING mode: the first embedding since the consumer's last read) or None.
 Compaction and delete-on-read change memory only, never results; the
 service's --delete_on_read must match the adapter's (checked at creation).
+With the service's acknowledged reads, the adapter commits each read at once
+(TorchRec's read moves the cursor).
+
+A read the service answers with `resync_required` (it dropped rows of the
+consumer's under its memory cap, or a sharded trainer's ranks hold the
+consumer at different batches: one added at run time, as the adapter adds
+its consumers, between two of a rank's steps) is read again as every row of
+every table (a read of all rows, without top-k): more than TorchRec's delta,
+never less. A service that cannot read all rows (tracker_server, with no
+live model) raises ResyncRequired instead, once: the rows are lost to that
+read, and the next reads are deltas again.
 
 Not thread-safe: one training loop drives it, as TorchRec's tracker.
 """
@@ -33,6 +44,7 @@ import collections
 import enum
 from typing import Dict, List, Mapping, Optional
 
+import grpc
 import numpy as np
 import torch
 
@@ -46,6 +58,11 @@ class TrackingMode(enum.Enum):
     MOMENTUM_LAST = "momentum_last"
     MOMENTUM_DIFF = "momentum_diff"
     ROWWISE_ADAGRAD = "rowwise_adagrad"
+
+
+class ResyncRequired(RuntimeError):
+    """The service lost rows of a consumer's and cannot read every row in
+    their place: the read that said so returned no rows to the caller."""
 
 
 DeltaRows = collections.namedtuple("DeltaRows", ["ids", "states"])
@@ -97,6 +114,7 @@ class RemoteModelDeltaTracker:
             self._mode = TrackingMode(mode)
             self.feature_to_fqn: Dict[str, str] = dict(feature_to_fqn or {})
             status = self._client.status()
+            self._acknowledged = status.acknowledged_reads
             if status.mode != self._mode.value:
                 raise ValueError(f"the service tracks {status.mode!r}, the "
                                  f"adapter was asked for "
@@ -243,10 +261,37 @@ class RemoteModelDeltaTracker:
             self._client.step()  # the service reads closed batches only
             self._open_batch_recorded = False
         delta = self._client.get(consumer, **kwargs)
-        self._read_this_batch[consumer] = False
+        if delta.resync_required:
+            delta = self._read_every_row(consumer, delta, kwargs)
+        self._read_done(consumer, delta)
         self._known_fqns.update(fqn for fqn, table in delta.tables.items()
                                 if table.ids.shape[0] > 0)
         return delta
+
+    def _read_every_row(self, consumer: str, resync, kwargs):
+        """The read in place of `resync`, a delta that says resync_required:
+        every row of every table (kwargs without top-k). When the service
+        cannot read them, `resync` was the consumer's read (its rows are
+        lost) and ResyncRequired says so."""
+        try:
+            return self._client.get(consumer, all_rows=True,
+                                    include_scores=kwargs.get(
+                                        "include_scores", False))
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            self._read_done(consumer, resync)
+            raise ResyncRequired(
+                f"consumer {consumer!r} lost {resync.lost_rows} rows (batches "
+                f"{resync.start_batch}-{resync.end_batch}) and the service "
+                f"cannot read every row: {error.details()}") from error
+
+    def _read_done(self, consumer: str, delta) -> None:
+        """The consumer read `delta`: its cursor moves past it (acknowledged
+        reads: a commit), and nothing recorded since is in it."""
+        if self._acknowledged:
+            self._client.commit(consumer, delta.end_batch)
+        self._read_this_batch[consumer] = False
 
     # Consumers and clearing.
     def clear(self, consumer: Optional[str] = None) -> None:
