@@ -4,7 +4,10 @@
 
 #include "base/host_memory.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 

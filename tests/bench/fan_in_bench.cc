@@ -31,7 +31,8 @@
 //
 //   bazel run -c opt //tests/bench:fan_in_bench -- [--ranks=1,2,4 --reads=7
 //       --json]
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>

@@ -20,7 +20,10 @@
 //
 //   bazel run -c opt //tests/bench:freshness_bench -- [--seconds=30 --json]
 //       [--ranks=2]  (a sharded trainer)
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_unique.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 

@@ -10,8 +10,11 @@
 // Zipf(1.05) over 1M rows, float32 states of dim 64 (DESIGN.md's workload, one
 // table). items/s counts IDs; bytes/s counts state (or wire) bytes.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/rand.h>
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

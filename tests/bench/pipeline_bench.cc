@@ -43,8 +43,8 @@
 // mode). Figures are rank 0's. Each launch prints the load average before and
 // after it and the ranks' intra-op threads (at::get_num_threads(): 1 per rank
 // with several ranks, torchrun's rule, trainer/comm/local_launcher.h).
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <sys/resource.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>

@@ -29,8 +29,14 @@
 // backward with the fused optimizer, in the bytes the cost model counts),
 // and prints them as the planner's environment variables
 // (ApplyTopologyEnvironment). docs/planner.md has the figures.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/rand.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/tensor.h>
 #include <time.h>
 
 #include <algorithm>

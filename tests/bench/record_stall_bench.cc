@@ -17,7 +17,10 @@
 // compaction of one step), their median during reads and while nothing
 // reads, and the reads' median time.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/randperm.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>

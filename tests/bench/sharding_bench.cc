@@ -10,7 +10,10 @@
 // --dim, one feature each, --pooling IDs per example, uniform IDs), batch
 // --batch per rank, loss = mean of the pooled outputs' squares. Step time is
 // rank 0's median over --steps after 3 warm-up steps.
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/tensor.h>
 
 #include <cstdio>
 #include <cstdlib>

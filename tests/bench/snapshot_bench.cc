@@ -8,7 +8,10 @@
 //
 //   bazel run -c opt //tests/bench:snapshot_bench -- [--rows=200000] [--json]
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/randperm.h>
 #include <fcntl.h>
 #include <unistd.h>
 

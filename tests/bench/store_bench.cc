@@ -10,8 +10,10 @@
 // them back instead of drawing them, so that another implementation
 // (tests/bench/torchrec_side_by_side.py) runs on the very same IDs.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/rand.h>
 
 #include <algorithm>
 #include <chrono>

@@ -18,7 +18,9 @@
 // of each rate and of each GetDelta rate as a percentage of the bare stream
 // timed just before it, in the same run (three bare streams per run).
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/randperm.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 #include <unistd.h>

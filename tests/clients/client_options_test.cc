@@ -1,6 +1,8 @@
 // The client libraries' own pieces that need no server: option checks, the
 // checkpoint job's retry window and its reading of a chain's end.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/tensor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>

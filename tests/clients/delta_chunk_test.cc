@@ -3,7 +3,12 @@
 // rows left out or out of order and malformed bytes are DataLoss, never a
 // crash.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/randperm.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 #include <gtest/gtest.h>

@@ -7,7 +7,10 @@
 // does GetDelta's read of one server; a stream that ends OK before its
 // delta's last chunk is DataLoss.
 
-#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>

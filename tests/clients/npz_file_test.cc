@@ -4,7 +4,13 @@
 
 #include "clients/npz_file.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>

@@ -6,7 +6,9 @@
 // from a checkpoint chain that takes longer keeps the predictor's consumer
 // (its cursor unmoved) and follows on from the chain without a resync, and
 // the consumer's keep-alive ends at Stop().
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/ones.h>
 #include <gmock/gmock.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>

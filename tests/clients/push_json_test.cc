@@ -1,6 +1,7 @@
 #include "clients/push_json.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/tensor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -3,7 +3,8 @@
 // over TLS with a certificate made here by openssl: a call without a valid
 // token is refused (UNAUTHENTICATED), with one it is served; the health
 // service answers probes that carry no token.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/tensor.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>

@@ -7,8 +7,12 @@
 // outcomes allowed: the previous state, the new state, or a clear refusal
 // (a non-OK status) that left every file as it was. Never an empty or mixed
 // state opened as if it were fine.
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <signal.h>

@@ -5,7 +5,9 @@
 // and a fresh tracker (with its live rows, snapshot database and authorizer
 // as configured) behind the service behind an in-process server.
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 

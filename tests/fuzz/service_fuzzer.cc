@@ -28,8 +28,8 @@
 // the server), fuzz_calls.h (methods, one call, raw mode); this file holds
 // the structured mode and libFuzzer's entry points.
 
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/stubs/logging.h>

@@ -10,7 +10,10 @@
 // dropped under the memory cap make the job write a full link again. A
 // broken chain is refused at start (exit 2) and an unreadable one fails it
 // (exit 1), before the service is contacted.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/ones.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

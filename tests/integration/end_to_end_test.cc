@@ -12,7 +12,7 @@
 // delete-on-read, and checks that the store stays bounded by the slowest
 // consumer's lag. Others bootstrap a predictor from the chain, and stream
 // float64 tables.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 

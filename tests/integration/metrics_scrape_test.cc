@@ -2,7 +2,8 @@
 // HTTP as Prometheus scrapes them, while they follow a real trainer on
 // loopback; the predictor's gRPC health (NOT_SERVING until ready) and
 // reflection; --metrics_listen and --log_format refused with one line.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/tensor.h>
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>

@@ -3,7 +3,12 @@
 // back with exactly the last snapshot; corrupt or incompatible databases are a
 // clear error, never a crash or a silent reset.
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
 
 #include <chrono>

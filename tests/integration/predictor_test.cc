@@ -4,7 +4,10 @@
 // restarted in memory it bootstraps again, with a RocksDB replica it resumes;
 // the apply log never has a gap. A trainer that restarts from an older
 // checkpoint makes it resync. Bad flags exit 2.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/tensor.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>

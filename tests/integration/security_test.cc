@@ -1,7 +1,8 @@
 // Tokens with roles and TLS against the real tracker_server, through deltactl
 // and the client library. The certificates are made here with openssl.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

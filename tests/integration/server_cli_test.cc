@@ -1,7 +1,15 @@
 // The real tracker_server on a loopback port, driven by the real deltactl and
 // by the client library.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/randperm.h>
+#include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

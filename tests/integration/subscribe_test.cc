@@ -4,7 +4,8 @@
 // the request's continue_from; an idle subscription kept by keepalive pings,
 // and a stopped server found by them; Touch keeps a consumer from expiring.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
 #include <atomic>

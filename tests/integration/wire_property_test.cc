@@ -5,7 +5,12 @@
 // crossed a handler); at every check point the control consumer's read holds
 // exactly the rows of the records the server accepted. Bounded: a fixed
 // number of requests, each call with a deadline, seconds in all.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
 #include <chrono>

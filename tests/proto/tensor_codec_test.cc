@@ -1,6 +1,11 @@
 #include "proto/tensor_codec.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
 
 namespace deltastream {

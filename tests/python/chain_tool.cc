@@ -12,7 +12,15 @@
 //                             "chain/dense_batch"
 //
 // Exit 0 on success, 1 with one line on stderr on failure, 2 for bad usage.
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 
 #include <cstdio>
 #include <string>

@@ -5,7 +5,9 @@
 // record of the cancel. Manual (tags = ["manual"]): it needs that much RAM and
 // disk and takes about a minute:
 //   bazel test //tests/store:checkpoint_chain_large_test
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>

@@ -1,6 +1,12 @@
 #include "store/snapshot_db.h"
 
-#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 

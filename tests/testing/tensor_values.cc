@@ -1,6 +1,7 @@
 #include "tests/testing/tensor_values.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/tensor.h>
 
 namespace deltastream {
 

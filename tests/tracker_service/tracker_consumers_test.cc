@@ -1,6 +1,8 @@
 // The tracker's consumers: cursors, clear, add and remove, acknowledged reads
 // and commits.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

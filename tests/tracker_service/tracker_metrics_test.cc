@@ -2,7 +2,10 @@
 // snapshots, scraped over HTTP from a base/metrics.h endpoint.
 #include "tracker_service/tracker_metrics.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -4,7 +4,8 @@
 // steps leave the newest state as the newest generation.
 #include "tracker_service/tracker_snapshots.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/randint.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

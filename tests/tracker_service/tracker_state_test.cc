@@ -1,5 +1,6 @@
 // The tracker's save and restore (snapshots), and waiting for batches.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/ones.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,5 +1,13 @@
 // The tracker: feature map, options, modes, scores and top-k, reads.
-#include <ATen/ATen.h>
+#include <ATen/TensorIndexing.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

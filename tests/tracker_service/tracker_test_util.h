@@ -1,7 +1,7 @@
 #ifndef DELTASTREAM_TESTS_TRACKER_SERVICE_TRACKER_TEST_UTIL_H_
 #define DELTASTREAM_TESTS_TRACKER_SERVICE_TRACKER_TEST_UTIL_H_
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 #include <string>

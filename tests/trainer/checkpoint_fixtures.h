@@ -17,7 +17,11 @@
 //     largest of the saved shards it overlaps)
 // Dense parameter i (in named_parameters() order): 0.001 i + arange / 1000.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/zeros.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 

@@ -4,7 +4,13 @@
 // precision's gradient scaler state saved and restored.
 #include "trainer/checkpoint.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/full_like.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>

@@ -1,6 +1,9 @@
 #include "trainer/sparse/feature_dict.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/tensor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -2,7 +2,9 @@
 // a KeyedJaggedTensor; an invalid dict is refused and changes nothing.
 #include "trainer/data/batch.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #include "trainer/data/criteo_tsv.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -8,7 +8,10 @@
 // restarted.
 #include "trainer/cursor_agreement.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/equal.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -16,7 +16,7 @@
 // 5e-7 on every plan). Row-wise Adagrad is not run on column-wise tables:
 // there a shard keeps one accumulator per row of its column block (as
 // TorchRec does), which is not the unsharded optimizer.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 

@@ -15,7 +15,11 @@
 //   - an all_rows read streams exactly the shard's global row range;
 //   - Topology answers the same on both ranks (but `rank`), with both
 //     endpoints and every shard of the plan.
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/isin.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 #ifndef DELTASTREAM_TESTS_TRAINER_MULTI_RANK_SMALL_TRAINER_H_
 #define DELTASTREAM_TESTS_TRAINER_MULTI_RANK_SMALL_TRAINER_H_
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <cstdlib>

@@ -5,7 +5,8 @@
 // precision with gradient scaling. Skipped where LibTorch has no CUDA device
 // (the CPU build), except the check that the CPU path makes no CUDA call;
 // run on a GPU machine as docs/pipelines.md describes.
-#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/core/Tensor.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>

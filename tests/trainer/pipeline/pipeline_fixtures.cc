@@ -1,6 +1,9 @@
 #include "tests/trainer/pipeline/pipeline_fixtures.h"
 
-#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 

@@ -8,7 +8,7 @@
 // giving the plain loop's parameters and deltas, on one process and on two
 // ranks (sharded, real Gloo over loopback), and mixed precision refused on the
 // CPU.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>

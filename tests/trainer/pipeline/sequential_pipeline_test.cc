@@ -3,7 +3,8 @@
 // its deltas holding exactly the rows the steps changed.
 #include "trainer/pipeline/sequential_pipeline.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/equal.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>

@@ -4,7 +4,7 @@
 // its fused optimizer's states, tensor nbytes) is within 10% of the
 // estimate's tensor part (weights + optimizer state; the I/O buffers are
 // per-step allocations the modules do not hold).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>

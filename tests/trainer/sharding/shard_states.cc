@@ -1,6 +1,7 @@
 #include "tests/trainer/sharding/shard_states.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 

@@ -11,7 +11,11 @@
 // (float32 values of order 1, a few additions).
 #include "trainer/sharding/sharded_embedding_modules.h"
 
-#include <ATen/ATen.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/linspace.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>

@@ -3,7 +3,10 @@
 // unsharded one.
 #include "trainer/sharding/sharding_plan.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/tensor.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -5,7 +5,8 @@
 // shard's chunks say they hold.
 #include "trainer/tracking/shard_topology.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/tensor.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
