@@ -32,8 +32,8 @@ A read the service answers with `resync_required` (it dropped rows of the
 consumer's under its memory cap, or a sharded trainer's ranks hold the
 consumer at different batches: one added at run time, as the adapter adds
 its consumers, between two of a rank's steps) is read again as every row of
-every table (a read of all rows, without top-k): more than TorchRec's delta,
-never less. A service that cannot read all rows (tracker_server, with no
+every table (a read of all rows, without top-k; get_unique's scores are then
+None): more than TorchRec's delta, never less. A service that cannot read all rows (tracker_server, with no
 live model) raises ResyncRequired instead, once: the rows are lost to that
 read, and the next reads are deltas again.
 
@@ -262,21 +262,19 @@ class RemoteModelDeltaTracker:
             self._open_batch_recorded = False
         delta = self._client.get(consumer, **kwargs)
         if delta.resync_required:
-            delta = self._read_every_row(consumer, delta, kwargs)
+            delta = self._read_every_row(consumer, delta)
         self._read_done(consumer, delta)
         self._known_fqns.update(fqn for fqn, table in delta.tables.items()
                                 if table.ids.shape[0] > 0)
         return delta
 
-    def _read_every_row(self, consumer: str, resync, kwargs):
+    def _read_every_row(self, consumer: str, resync):
         """The read in place of `resync`, a delta that says resync_required:
-        every row of every table (kwargs without top-k). When the service
+        every row of every table, without top-k or scores. When the service
         cannot read them, `resync` was the consumer's read (its rows are
         lost) and ResyncRequired says so."""
         try:
-            return self._client.get(consumer, all_rows=True,
-                                    include_scores=kwargs.get(
-                                        "include_scores", False))
+            return self._client.get(consumer, all_rows=True)
         except grpc.RpcError as error:
             if error.code() != grpc.StatusCode.FAILED_PRECONDITION:
                 raise
