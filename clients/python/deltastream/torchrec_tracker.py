@@ -33,9 +33,9 @@ consumer's under its memory cap, or a sharded trainer's ranks hold the
 consumer at different batches: one added at run time, as the adapter adds
 its consumers, between two of a rank's steps) is read again as every row of
 every table (a read of all rows, without top-k; get_unique's scores are then
-None): more than TorchRec's delta, never less. A service that cannot read all rows (tracker_server, with no
-live model) raises ResyncRequired instead, once: the rows are lost to that
-read, and the next reads are deltas again.
+None): more than TorchRec's delta, never less. A service that cannot read
+all rows (tracker_server, with no live model) raises ResyncRequired instead,
+once: the rows are lost to that read, and the next reads are deltas again.
 
 Not thread-safe: one training loop drives it, as TorchRec's tracker.
 """
